@@ -1,0 +1,365 @@
+#include "actors/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace tokenhost {
+namespace {
+
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+struct Sequence {
+  GenerateRequest request;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  uint32_t prefilled = 0;       // positions held in the KV cache
+  uint32_t generated = 0;
+  th_seq_state state = TH_SEQ_WAITING;
+  uint64_t arrival_ns = 0;
+  caf::typed_response_promise<GenerateResult> promise;
+  // Tokens the scheduler must prefill before the sequence decodes (see th_sched_seq.prompt_len).
+  uint32_t prompt_len() const { return generated == 0 ? uint32_t(tokens.size()) : uint32_t(tokens.size()) - 1; }
+};
+
+struct EngineMetrics {
+  metrics::Family* tokens_out = nullptr;
+  metrics::Family* tokens_in = nullptr;
+  metrics::Family* requests = nullptr;
+  metrics::Family* step_seconds = nullptr;
+  metrics::Family* running = nullptr;
+  metrics::Family* waiting = nullptr;
+  metrics::Family* kv_free = nullptr;
+  metrics::Family* preemptions = nullptr;
+};
+
+struct EngineState {
+  EngineInit init;
+  std::vector<Sequence> seqs;  // arrival order
+  KvState kv;
+  bool step_in_flight = false;
+  bool draining = false;
+  uint64_t steps = 0, tokens_out = 0, preemptions = 0;
+  EngineMetrics m;
+  static inline const char* name = "tokenhost.engine";
+};
+
+using self_ptr = engine_actor::stateful_pointer<EngineState>;
+
+void register_metrics(EngineState& s) {
+  auto* r = s.init.metrics;
+  if (r == nullptr) return;
+  using metrics::Type;
+  s.m.tokens_out = &r->family(Type::counter, "tokenhost_tokens_out_total", "Tokens generated", {"engine"});
+  s.m.tokens_in = &r->family(Type::counter, "tokenhost_tokens_in_total", "Prompt tokens received", {"engine"});
+  s.m.requests = &r->family(Type::counter, "tokenhost_requests_total", "Requests finished, by outcome", {"engine", "finish_reason"});
+  s.m.step_seconds = &r->family(Type::histogram, "tokenhost_step_seconds", "Wall time of one engine step", {"engine"});
+  s.m.running = &r->family(Type::gauge, "tokenhost_sequences_running", "Sequences with KV blocks", {"engine"});
+  s.m.waiting = &r->family(Type::gauge, "tokenhost_sequences_waiting", "Sequences waiting or preempted", {"engine"});
+  s.m.kv_free = &r->family(Type::gauge, "tokenhost_kv_blocks_free", "Free KV cache blocks", {"engine"});
+  s.m.preemptions = &r->family(Type::counter, "tokenhost_preemptions_total", "Sequences preempted for KV blocks", {"engine"});
+}
+
+void update_gauges(EngineState& s) {
+  if (s.m.running == nullptr) return;
+  size_t running = std::count_if(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
+  s.m.running->set({s.init.name}, double(running));
+  s.m.waiting->set({s.init.name}, double(s.seqs.size() - running));
+  s.m.kv_free->set({s.init.name}, double(s.kv.free_blocks));
+}
+
+uint32_t blocks_for(uint32_t positions, uint32_t block_size) {
+  return block_size == 0 ? 0 : (positions + block_size - 1) / block_size;
+}
+
+void finish(self_ptr self, size_t index, const std::string& reason, const std::string& error = {}) {
+  auto& s = self->state;
+  Sequence seq = std::move(s.seqs[index]);
+  s.seqs.erase(s.seqs.begin() + long(index));
+  if (seq.prefilled > 0 || seq.state == TH_SEQ_RUNNING) {
+    self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id)
+        .then([self](const KvState& kv) { self->state.kv = kv; update_gauges(self->state); });
+  }
+  GenerateResult r;
+  r.tokens.assign(seq.tokens.begin() + long(seq.request.prompt.size()), seq.tokens.end());
+  r.finish_reason = reason;
+  r.engine = s.init.name;
+  r.error = error;
+  if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
+  const auto& spec = s.init.spec_decode;
+  if (spec && spec->vtable<th_spec_decode_vtable>().seq_end)
+    spec->vtable<th_spec_decode_vtable>().seq_end(spec->handle(), seq.request.id);
+  seq.promise.deliver(std::move(r));
+}
+
+void preempt(self_ptr self, Sequence& seq) {
+  auto& s = self->state;
+  seq.state = TH_SEQ_PREEMPTED;
+  seq.prefilled = 0;
+  ++s.preemptions;
+  if (s.m.preemptions) s.m.preemptions->add({s.init.name}, 1);
+  // The worker handles messages in order: this free lands before the next step.
+  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id)
+      .then([self](const KvState& kv) { self->state.kv = kv; });
+  s.kv.free_blocks += blocks_for(seq.prompt_len(), s.kv.block_size);  // estimate until the reply
+}
+
+Sequence* find(EngineState& s, uint64_t id) {
+  for (auto& q : s.seqs)
+    if (q.request.id == id) return &q;
+  return nullptr;
+}
+
+// Asks the scheduler plugin for a decision and checks it. Returns an error message, or "".
+std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids) {
+  std::vector<th_sched_seq> view;
+  for (const auto& q : s.seqs) {
+    view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
+                    q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
+  }
+  th_sched_state state{sizeof(th_sched_state), view.data(), uint32_t(view.size()), s.kv.total_blocks,
+                       s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns()};
+  run.assign(view.size(), {});
+  preempt_ids.assign(view.size(), 0);
+  th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0};
+  th_error err;
+  auto& sched = *s.init.scheduler;
+  th_status st = sched.vtable<th_scheduler_vtable>().schedule(sched.handle(), &state, &d, &err);
+  if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
+  if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
+  run.resize(d.n_run);
+  preempt_ids.resize(d.n_preempt);
+  std::set<uint64_t> seen;
+  uint64_t total = 0;
+  for (auto id : preempt_ids) {
+    Sequence* q = find(s, id);
+    if (q == nullptr || q->state != TH_SEQ_RUNNING) return sched.id() + " preempted sequence " + std::to_string(id) + ", which is not running";
+  }
+  for (const auto& item : run) {
+    Sequence* q = find(s, item.seq_id);
+    if (q == nullptr) return sched.id() + " scheduled unknown sequence " + std::to_string(item.seq_id);
+    if (!seen.insert(item.seq_id).second) return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + " twice";
+    if (std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end())
+      continue;  // runs again from scratch: checked against its state after the preemption below
+    uint32_t pending = uint32_t(q->tokens.size()) - q->prefilled;
+    if (item.n_tokens == 0 || item.n_tokens > pending)
+      return sched.id() + " gave sequence " + std::to_string(item.seq_id) + " " + std::to_string(item.n_tokens) +
+             " tokens; it has " + std::to_string(pending) + " to process";
+    total += item.n_tokens;
+  }
+  if (total > s.init.max_step_tokens) return sched.id() + " exceeded the step budget of " + std::to_string(s.init.max_step_tokens) + " tokens";
+  if (run.size() > s.init.max_step_seqs) return sched.id() + " scheduled more than max_step_seqs sequences";
+  return "";
+}
+
+void fail_all(self_ptr self, const std::string& error) {
+  while (!self->state.seqs.empty()) finish(self, 0, "error", error);
+}
+
+void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result);
+
+void tick(self_ptr self) {
+  auto& s = self->state;
+  if (s.step_in_flight || s.seqs.empty()) {
+    if (s.draining && s.seqs.empty() && !s.step_in_flight) {
+      self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
+      self->quit();
+    }
+    return;
+  }
+  std::vector<th_sched_item> run;
+  std::vector<uint64_t> preempt_ids;
+  std::string problem = decide(s, run, preempt_ids);
+  if (!problem.empty()) {
+    spdlog::error("engine {}: {}; failing {} requests", s.init.name, problem, s.seqs.size());
+    fail_all(self, "scheduler error: " + problem);
+    return;
+  }
+  for (auto id : preempt_ids) preempt(self, *find(s, id));
+  if (run.empty()) {
+    // The scheduler waits for resources; with nothing running, nothing will free any: a request that
+    // can never fit must not wait forever.
+    bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
+    if (!any_running) {
+      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing the oldest request",
+                    s.init.name, s.init.scheduler->id());
+      finish(self, 0, "error", "the request does not fit this engine's KV cache");
+      self->send(self, tick_atom::value);
+    }
+    return;
+  }
+  StepBatch batch;
+  for (const auto& item : run) {
+    Sequence& q = *find(s, item.seq_id);
+    uint32_t pending = uint32_t(q.tokens.size()) - q.prefilled;
+    uint32_t n = std::min(item.n_tokens, pending);
+    StepItem si;
+    si.seq_id = q.request.id;
+    si.start = q.prefilled;
+    si.tokens.assign(q.tokens.begin() + q.prefilled, q.tokens.begin() + q.prefilled + n);
+    si.sample = q.prefilled + n == q.tokens.size();
+    q.state = TH_SEQ_RUNNING;
+    batch.items.push_back(std::move(si));
+  }
+  s.step_in_flight = true;
+  auto started = std::chrono::steady_clock::now();
+  self->request(s.init.worker, caf::infinite, step_atom::value, batch)
+      .then(
+          [self, batch, started](const StepResult& r) {
+            if (self->state.m.step_seconds)
+              self->state.m.step_seconds->observe({self->state.init.name},
+                                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            on_step_done(self, batch, r);
+          },
+          [self, batch](caf::error& e) {
+            StepResult r;
+            r.error = "worker failed: " + self->system().render(e);
+            on_step_done(self, batch, r);
+          });
+}
+
+void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result) {
+  auto& s = self->state;
+  s.step_in_flight = false;
+  ++s.steps;
+  if (!result.error.empty()) {
+    if (result.error.rfind("kv_exhausted", 0) == 0) {
+      // The scheduler over-committed the cache: recompute the newest running sequence and go on.
+      spdlog::warn("engine {}: {}", s.init.name, result.error);
+      for (auto it = s.seqs.rbegin(); it != s.seqs.rend(); ++it) {
+        if (it->state == TH_SEQ_RUNNING) {
+          preempt(self, *it);
+          break;
+        }
+      }
+      for (const auto& item : batch.items)
+        if (Sequence* q = find(s, item.seq_id); q && q->state == TH_SEQ_RUNNING) preempt(self, *q);
+    } else {
+      spdlog::error("engine {}: step failed: {}", s.init.name, result.error);
+      for (const auto& item : batch.items) {
+        for (size_t i = 0; i < s.seqs.size(); ++i)
+          if (s.seqs[i].request.id == item.seq_id) finish(self, i, "error", result.error);
+      }
+    }
+  } else {
+    size_t sampled = 0;
+    for (const auto& item : batch.items) {
+      Sequence* q = find(s, item.seq_id);
+      if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
+      q->prefilled += uint32_t(item.tokens.size());
+      if (!item.sample) continue;
+      q->tokens.push_back(result.sampled.at(sampled++));
+      ++q->generated;
+      ++s.tokens_out;
+      if (s.m.tokens_out) s.m.tokens_out->add({s.init.name}, 1);
+    }
+    for (size_t i = 0; i < s.seqs.size();) {
+      const Sequence& q = s.seqs[i];
+      if (q.generated >= q.request.max_tokens || q.tokens.size() >= s.init.context_len) {
+        finish(self, i, "length");
+      } else {
+        ++i;
+      }
+    }
+  }
+  self->request(s.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
+    self->state.kv = kv;
+    update_gauges(self->state);
+    tick(self);
+  });
+}
+
+nlohmann::json plugin_json(const std::shared_ptr<PluginInstance>& p) {
+  if (!p) return nullptr;
+  return {{"id", p->id()}, {"version", p->version()}, {"library", p->library().manifest().library}};
+}
+
+engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
+  self->state.init = std::move(init);
+  register_metrics(self->state);
+  self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
+    self->state.kv = kv;
+    update_gauges(self->state);
+    tick(self);
+  });
+  return {
+      [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
+        auto& s = self->state;
+        auto fail = [&](std::string why) { return GenerateResult{{}, "error", s.init.name, std::move(why)}; };
+        if (s.draining) return fail("the server is shutting down");
+        if (req.prompt.empty()) return fail("the prompt is empty");
+        if (req.max_tokens == 0) return fail("max_tokens must be at least 1");
+        if (req.prompt.size() + 1 > s.init.context_len)
+          return fail("the prompt has " + std::to_string(req.prompt.size()) + " tokens; engine " + s.init.name +
+                      " holds at most " + std::to_string(s.init.context_len - 1) + " before generating");
+        if (find(s, req.id) != nullptr) return fail("request id " + std::to_string(req.id) + " is already in flight");
+        Sequence q;
+        q.tokens = req.prompt;
+        q.arrival_ns = now_ns();
+        q.request = std::move(req);
+        q.promise = self->make_response_promise<GenerateResult>();
+        if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens.size()));
+        auto promise = q.promise;
+        s.seqs.push_back(std::move(q));
+        update_gauges(s);
+        tick(self);
+        return promise;
+      },
+      [=](swap_atom, SlotSwap swap) -> caf::result<SwapResult> {
+        auto& s = self->state;
+        if (swap.slot == "scheduler" || swap.slot == "spec_decode") {
+          auto& slot = swap.slot == "scheduler" ? s.init.scheduler : s.init.spec_decode;
+          if (!swap.instance && swap.slot == "scheduler") return SwapResult{false, "the scheduler slot cannot be empty"};
+          std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
+          // Takes effect at the next decision; the old instance goes when the last reference does.
+          slot = std::move(swap.instance);
+          std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
+          spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
+          return SwapResult{true, swap.slot + ": " + old + " -> " + now};
+        }
+        return self->delegate(s.init.worker, swap_atom::value, std::move(swap));
+      },
+      [=](status_atom, const std::string&) -> caf::result<StatusJson> {
+        auto rp = self->make_response_promise<StatusJson>();
+        auto& s = self->state;
+        nlohmann::json j = {{"name", s.init.name},
+                            {"model", s.init.model},
+                            {"scheduler", plugin_json(s.init.scheduler)},
+                            {"spec_decode", plugin_json(s.init.spec_decode)},
+                            {"sequences", s.seqs.size()},
+                            {"steps", s.steps},
+                            {"tokens_out", s.tokens_out},
+                            {"preemptions", s.preemptions},
+                            {"draining", s.draining}};
+        self->request(s.init.worker, caf::infinite, status_atom::value, std::string())
+            .then([rp, j](const StatusJson& w) mutable {
+              nlohmann::json worker = nlohmann::json::parse(w.json);
+              for (auto& [k, v] : worker.items()) j[k] = v;
+              rp.deliver(StatusJson{j.dump()});
+            });
+        return rp;
+      },
+      [=](drain_atom) {
+        auto& s = self->state;
+        s.draining = true;
+        // Requests not started yet end with an error; those running finish.
+        for (size_t i = 0; i < s.seqs.size();) {
+          if (s.seqs[i].state != TH_SEQ_RUNNING) finish(self, i, "error", "the server is shutting down");
+          else ++i;
+        }
+        tick(self);
+      },
+      [=](tick_atom) { tick(self); },
+  };
+}
+
+}  // namespace
+
+engine_actor spawn_engine(caf::actor_system& sys, EngineInit init) { return sys.spawn(engine, std::move(init)); }
+
+}  // namespace tokenhost

@@ -1,0 +1,28 @@
+// The engine actor: one model on one device with one set of plugins. It keeps the waiting, running
+// and preempted sequences, asks its scheduler plugin each step which run and how many prompt tokens
+// each prefills, sends the step to its worker and delivers each request's tokens when it finishes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/messages.hpp"
+#include "metrics/metrics.hpp"
+
+namespace tokenhost {
+
+struct EngineInit {
+  std::string name;
+  std::string model;
+  uint32_t context_len = 512;
+  uint32_t max_step_tokens = 512;
+  uint32_t max_step_seqs = 64;
+  std::shared_ptr<PluginInstance> scheduler;
+  std::shared_ptr<PluginInstance> spec_decode;  // may be NULL
+  worker_actor worker;
+  metrics::Registry* metrics = nullptr;
+};
+
+engine_actor spawn_engine(caf::actor_system& sys, EngineInit init);
+
+}  // namespace tokenhost

@@ -1,0 +1,116 @@
+// Every message between tokenhost's actors, and the typed interface of each actor, in one place.
+//
+//   gateway (HTTP threads) --generate--> router --generate--> engine (scheduler) --step--> worker
+//   admin API --swap/status--> router, engines, workers
+//
+// The payload types are local to one process for now; CAF_ALLOW_UNSAFE_MESSAGE_TYPE marks them so:
+// they carry plugin instances (shared_ptr) that cannot cross a network.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "plugin/instance.hpp"
+
+namespace tokenhost {
+
+using generate_atom = caf::atom_constant<caf::atom("generate")>;
+using step_atom = caf::atom_constant<caf::atom("step")>;
+using swap_atom = caf::atom_constant<caf::atom("swap")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using free_atom = caf::atom_constant<caf::atom("free")>;
+using drain_atom = caf::atom_constant<caf::atom("drain")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+// A client's request, once the gateway has parsed and tokenized it.
+struct GenerateRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  uint32_t max_tokens = 16;
+  int32_t priority = 0;
+  std::string session_key;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  std::string finish_reason;  // "length", "error"
+  std::string engine;
+  std::string error;          // set when finish_reason == "error"
+};
+
+// One sequence's share of a step: feed `tokens` at positions [start, start + tokens.size()); when
+// `sample`, return the next token after the last one.
+struct StepItem {
+  uint64_t seq_id = 0;
+  uint32_t start = 0;
+  std::vector<int32_t> tokens;
+  bool sample = false;
+};
+
+struct StepBatch {
+  std::vector<StepItem> items;
+};
+
+struct StepResult {
+  std::vector<int32_t> sampled;  // one per item with sample set, in item order
+  std::string error;             // the step failed as a whole
+  double seconds = 0;
+};
+
+// Replace the plugin of a slot with a new instance (already checked and created).
+struct SlotSwap {
+  std::string slot;
+  std::shared_ptr<PluginInstance> instance;
+};
+
+struct SwapResult {
+  bool ok = false;
+  std::string message;  // what changed, or why nothing did
+};
+
+// A JSON document (nlohmann::json::dump) describing an actor's state, for the admin API.
+struct StatusJson {
+  std::string json;
+};
+
+// Where a worker's KV memory stands: what the scheduler needs each step.
+struct KvState {
+  uint32_t total_blocks = 0;
+  uint32_t free_blocks = 0;
+  uint32_t block_size = 0;
+};
+
+using worker_actor = caf::typed_actor<
+    caf::replies_to<step_atom, StepBatch>::with<StepResult>,
+    caf::replies_to<free_atom, uint64_t>::with<KvState>,  // drop a sequence's KV blocks
+    caf::replies_to<status_atom>::with<KvState>,
+    caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
+    caf::replies_to<status_atom, std::string>::with<StatusJson>>;
+
+using engine_actor = caf::typed_actor<
+    caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,
+    caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
+    caf::replies_to<status_atom, std::string>::with<StatusJson>,
+    caf::reacts_to<drain_atom>,  // finish nothing new: fail waiting requests, stop when idle
+    caf::reacts_to<tick_atom>>;  // internal: run the next step
+
+using router_actor = caf::typed_actor<
+    caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,
+    caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
+    caf::replies_to<status_atom, std::string>::with<StatusJson>,
+    caf::reacts_to<drain_atom>>;
+
+}  // namespace tokenhost
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::GenerateRequest)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::GenerateResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StepBatch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StepResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SlotSwap)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SwapResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)

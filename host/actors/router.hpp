@@ -1,0 +1,26 @@
+// The router actor: picks the engine that serves each request with its router plugin, forwards the
+// request there and tells the plugin how it went.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+
+namespace tokenhost {
+
+struct RoutedEngine {
+  std::string name;
+  std::string model;
+  engine_actor actor;
+};
+
+struct RouterInit {
+  std::shared_ptr<PluginInstance> router;
+  std::vector<RoutedEngine> engines;
+};
+
+router_actor spawn_router(caf::actor_system& sys, RouterInit init);
+
+}  // namespace tokenhost

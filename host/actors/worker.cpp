@@ -1,0 +1,96 @@
+#include "actors/worker.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace tokenhost {
+namespace {
+
+struct WorkerState {
+  WorkerInit init;
+  uint64_t steps = 0;
+  static inline const char* name = "tokenhost.worker";
+};
+
+KvState kv_state(const PluginInstance& kvcache) {
+  th_kv_stats stats{};
+  stats.struct_size = sizeof stats;
+  kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
+  const th_kv_layout* layout = nullptr;
+  th_error err;
+  kvcache.vtable<th_kvcache_vtable>().get_layout(kvcache.handle(), &layout, &err);
+  return KvState{stats.total_blocks, stats.free_blocks, layout != nullptr ? layout->block_size : 0};
+}
+
+uint32_t kv_seqs(const PluginInstance& kvcache) {
+  th_kv_stats stats{};
+  stats.struct_size = sizeof stats;
+  kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
+  return stats.n_seqs;
+}
+
+nlohmann::json plugin_json(const std::shared_ptr<PluginInstance>& p) {
+  if (!p) return nullptr;
+  return {{"id", p->id()}, {"version", p->version()}, {"library", p->library().manifest().library}};
+}
+
+worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {
+  self->state.init = std::move(init);
+  return {
+      [=](step_atom, const StepBatch& batch) -> StepResult {
+        auto& s = self->state;
+        StepResult result;
+        try {
+          result = run_synthetic_step(*s.init.weights, batch, {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get()});
+        } catch (const KvExhausted& e) {
+          result.error = std::string("kv_exhausted: ") + e.what();
+        } catch (const std::exception& e) {
+          result.error = e.what();
+        }
+        ++s.steps;
+        return result;
+      },
+      [=](free_atom, uint64_t seq_id) -> KvState {
+        auto& kv = *self->state.init.kvcache;
+        kv.vtable<th_kvcache_vtable>().seq_free(kv.handle(), seq_id);
+        return kv_state(kv);
+      },
+      [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
+      [=](swap_atom, SlotSwap swap) -> SwapResult {
+        auto& s = self->state.init;
+        std::shared_ptr<PluginInstance>* slot = nullptr;
+        if (swap.slot == "attention") slot = &s.attention;
+        else if (swap.slot == "kvcache") slot = &s.kvcache;
+        else if (swap.slot == "moe") slot = &s.moe;
+        if (slot == nullptr) return {false, "the worker has no slot '" + swap.slot + "'"};
+        if (swap.slot == "moe" && !s.moe) return {false, "engine " + s.engine + " serves a dense model: it has no moe slot"};
+        if (swap.slot == "kvcache" && kv_seqs(*s.kvcache) > 0) {
+          return {false, "the kvcache of engine " + s.engine + " holds " + std::to_string(kv_seqs(*s.kvcache)) +
+                             " sequences: a KV layout change needs the engine drained first"};
+        }
+        std::string old = (*slot)->id() + " " + (*slot)->version();
+        // The old instance is released here, between steps: no step is using it any more.
+        *slot = std::move(swap.instance);
+        spdlog::info("engine {}: {} swapped {} -> {} {}", s.engine, swap.slot, old, (*slot)->id(), (*slot)->version());
+        return {true, swap.slot + ": " + old + " -> " + (*slot)->id() + " " + (*slot)->version()};
+      },
+      [=](status_atom, const std::string&) -> StatusJson {
+        auto& s = self->state;
+        auto kv = kv_state(*s.init.kvcache);
+        nlohmann::json j = {{"attention", plugin_json(s.init.attention)},
+                            {"kvcache", plugin_json(s.init.kvcache)},
+                            {"steps", s.steps},
+                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size}}}};
+        if (s.init.moe) j["moe"] = plugin_json(s.init.moe);
+        return {j.dump()};
+      },
+  };
+}
+
+}  // namespace
+
+worker_actor spawn_worker(caf::actor_system& sys, WorkerInit init) {
+  return sys.spawn<caf::detached>(worker, std::move(init));
+}
+
+}  // namespace tokenhost

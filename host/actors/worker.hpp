@@ -1,0 +1,22 @@
+// The worker actor: owns one device's share of an engine (its attention, kvcache and moe plugin
+// instances and the model weights) and runs each step the scheduler sends. It is spawned detached
+// (its own thread) because a step is long compute that must not block CAF's cooperative scheduler.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/messages.hpp"
+#include "runtime/synthetic_model.hpp"
+
+namespace tokenhost {
+
+struct WorkerInit {
+  std::string engine;
+  std::shared_ptr<const SyntheticWeights> weights;
+  std::shared_ptr<PluginInstance> attention, kvcache, moe;  // moe NULL for dense models
+};
+
+worker_actor spawn_worker(caf::actor_system& sys, WorkerInit init);
+
+}  // namespace tokenhost

@@ -1,0 +1,129 @@
+#include "backends/device_memory.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "backends/cuda/cuda_backend.h"
+
+namespace tokenhost {
+namespace {
+
+struct CudaModule {
+  void* handle = nullptr;
+  decltype(&tokenhost_cuda_device_count) device_count = nullptr;
+  decltype(&tokenhost_cuda_device_info) device_info = nullptr;
+  decltype(&tokenhost_cuda_alloc) alloc = nullptr;
+  decltype(&tokenhost_cuda_free) free = nullptr;
+};
+
+struct Inventory {
+  std::vector<DeviceInfo> devices;
+  CudaModule cuda;
+  std::string cuda_reason;
+};
+
+template <class F>
+bool bind(void* handle, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(handle, name));
+  return out != nullptr;
+}
+
+void probe_cuda(Inventory& inv) {
+#ifdef TOKENHOST_CUDA_BACKEND_PATHS
+  const char* paths[] = {TOKENHOST_CUDA_BACKEND_PATHS};
+  std::string errors;
+  for (const char* path : paths) {
+    inv.cuda.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (inv.cuda.handle != nullptr) break;
+    errors += std::string(dlerror()) + "; ";
+  }
+  if (inv.cuda.handle == nullptr) {
+    inv.cuda_reason = "the CUDA backend module could not be opened: " + errors;
+    return;
+  }
+  CudaModule& m = inv.cuda;
+  if (!bind(m.handle, "tokenhost_cuda_device_count", m.device_count) ||
+      !bind(m.handle, "tokenhost_cuda_device_info", m.device_info) ||
+      !bind(m.handle, "tokenhost_cuda_alloc", m.alloc) || !bind(m.handle, "tokenhost_cuda_free", m.free)) {
+    inv.cuda_reason = "the CUDA backend module lacks its symbols";
+    return;
+  }
+  char message[256] = {0};
+  int count = m.device_count(message, sizeof message);
+  if (count <= 0) {
+    inv.cuda_reason = count < 0 ? std::string("CUDA: ") + message : "CUDA: no device found";
+    return;
+  }
+  for (int i = 0; i < count; ++i) {
+    DeviceInfo d;
+    d.kind = TH_DEVICE_CUDA;
+    d.index = i;
+    char name[256] = {0};
+    m.device_info(i, name, sizeof name, &d.memory_bytes);
+    d.name = "cuda:" + std::to_string(i) + " " + name;
+    inv.devices.push_back(d);
+  }
+#else
+  inv.cuda_reason = "this build has no CUDA backend (no CUDA toolkit was found at build time)";
+#endif
+}
+
+Inventory& inventory() {
+  static Inventory inv = [] {
+    Inventory i;
+    DeviceInfo cpu;
+    cpu.name = "cpu";
+    cpu.threads = std::max(1u, std::thread::hardware_concurrency());
+    i.devices.push_back(cpu);
+    probe_cuda(i);
+    if (!i.cuda_reason.empty()) spdlog::debug("no CUDA device: {}", i.cuda_reason);
+    return i;
+  }();
+  return inv;
+}
+
+}  // namespace
+
+const std::vector<DeviceInfo>& devices() { return inventory().devices; }
+const std::string& cuda_unavailable_reason() { return inventory().cuda_reason; }
+
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why) {
+  if (kind == TH_DEVICE_CPU) {
+    size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, rounded);
+    if (p == nullptr) why = "out of host memory allocating " + std::to_string(bytes) + " bytes";
+    return p;
+  }
+  if (kind == TH_DEVICE_CUDA) {
+    Inventory& inv = inventory();
+    bool present = false;
+    for (const auto& d : inv.devices) present = present || (d.kind == TH_DEVICE_CUDA && d.index == index);
+    if (inv.cuda.alloc == nullptr || !present) {
+      why = "no CUDA device " + std::to_string(index) +
+            (inv.cuda_reason.empty() ? std::string() : " (" + inv.cuda_reason + ")");
+      return nullptr;
+    }
+    char message[256] = {0};
+    void* p = inv.cuda.alloc(index, bytes, message, sizeof message);
+    if (p == nullptr) why = std::string("CUDA allocation of ") + std::to_string(bytes) + " bytes failed: " + message;
+    return p;
+  }
+  why = "no device of kind " + std::to_string(kind);
+  return nullptr;
+}
+
+void device_free(th_device_kind kind, void* ptr) {
+  if (ptr == nullptr) return;
+  if (kind == TH_DEVICE_CUDA) {
+    if (inventory().cuda.free != nullptr) inventory().cuda.free(ptr);
+    return;
+  }
+  std::free(ptr);
+}
+
+}  // namespace tokenhost

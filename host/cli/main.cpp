@@ -1,0 +1,184 @@
+// tokenhost: the command line. serve runs a deployment; check validates one; plugins lists and
+// inspects the plugins the host can load.
+#include <atomic>
+#include <csignal>
+#include <sstream>
+#include <thread>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "http/http_servers.hpp"
+#include "manifest/deployment.hpp"
+#include "plugin/kind.hpp"
+#include "server/server.hpp"
+#include "util/text.hpp"
+
+namespace {
+
+using namespace tokenhost;
+
+Deployment load_deployment(const std::string& path) {
+  if (path.empty()) return read_deployment("<embedded manifests/default.toml>", embedded_default_manifest());
+  return read_deployment_file(path);
+}
+
+// Loads each plugin the deployment names and asks it whether it can serve its engine.
+std::vector<std::string> check_plugins(const Deployment& d) {
+  std::vector<std::string> problems;
+  auto check_slot = [&](const std::string& engine, const std::string& model, const std::string& slot, const SlotDecl& s) {
+    try {
+      auto lib = d.catalog->load(s.manifest);
+      InstanceSpec spec;
+      spec.engine = engine;
+      spec.slot = slot;
+      spec.model = d.models.at(model).spec;
+      spec.device = devices().front();
+      spec.config = s.config;
+      for (auto& r : check_plugin(*lib, spec)) problems.push_back(engine + "." + slot + " (" + s.plugin + "): " + r);
+    } catch (const std::exception& e) {
+      problems.push_back(engine + "." + slot + ": " + e.what());
+    }
+  };
+  for (const auto& [name, e] : d.engines)
+    for (const auto& [slot, s] : e.slots) check_slot(name, e.model, slot, s);
+  check_slot("router", d.models.begin()->first, "router", d.router);
+  return problems;
+}
+
+int run_check(const std::string& path, bool load) {
+  try {
+    Deployment d = load_deployment(path);
+    if (load) {
+      auto problems = check_plugins(d);
+      if (!problems.empty()) {
+        for (const auto& p : problems) std::cerr << (path.empty() ? d.file : path) << ": " << p << "\n";
+        return 1;
+      }
+    }
+    std::cout << d.file << ": OK (" << d.models.size() << " model(s), " << d.engines.size() << " engine(s)"
+              << (load ? ", every plugin loaded and accepts its engine" : "") << ")\n";
+    return 0;
+  } catch (const ManifestError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+int run_serve(const std::string& path) {
+  Deployment d = load_deployment(path);
+  spdlog::set_level(spdlog::level::from_str(d.server.log_level));
+  if (spdlog::get_level() != spdlog::level::from_str(d.server.log_level)) spdlog::set_level(spdlog::level::info);
+  spdlog::info("tokenhost {} starting with {}", TOKENHOST_VERSION, d.file);
+  for (const auto& e : d.catalog->scan_errors()) spdlog::warn("plugin manifest skipped: {}", e);
+  Server server(std::move(d));
+  HttpServers http(server);
+  http.start();
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  spdlog::info("received signal {}: draining", int(g_signal));
+  server.shutdown();
+  http.stop();
+  return 0;
+}
+
+int run_plugins(bool inspect, const std::string& id, const std::vector<std::string>& extra_paths, bool as_json) {
+  std::vector<std::string> paths = extra_paths;
+  for (auto& p : default_plugin_paths()) paths.push_back(p);
+  PluginCatalog catalog(paths);
+  catalog.scan();
+  if (!inspect) {
+    for (const auto& m : catalog.all())
+      std::cout << m.id << "  " << m.version << "  (" << kind_name(m.kind) << ", ABI " << m.abi_major << "." << m.abi_minor
+                << ")  " << m.description << "\n";
+    for (const auto& e : catalog.scan_errors()) std::cerr << "skipped: " << e << "\n";
+    if (catalog.all().empty()) std::cerr << "no plugins found in " << join(paths, ":") << "\n";
+    return 0;
+  }
+  auto m = catalog.find(id);
+  if (!m) {
+    std::vector<std::string> ids;
+    for (const auto& k : catalog.all()) ids.push_back(k.id);
+    std::cerr << "no plugin '" << id << "'" << suggestion(id, ids) << "\n";
+    return 1;
+  }
+  std::string loaded = "yes";
+  try {
+    auto lib = catalog.load(*m);
+    loaded = "yes (library " + lib->version() + ", ABI " + std::to_string(lib->abi_major()) + "." + std::to_string(lib->abi_minor()) + ")";
+  } catch (const PluginError& e) {
+    loaded = std::string("NO: ") + e.what();
+  }
+  if (as_json) {
+    nlohmann::json config = nlohmann::json::object();
+    for (const auto& p : m->params) config[p.key] = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
+    std::cout << nlohmann::json{{"id", m->id}, {"version", m->version}, {"kind", kind_name(m->kind)}, {"library", m->library},
+                                {"loads", loaded}, {"config", config}}.dump(2) << "\n";
+    return loaded.rfind("yes", 0) == 0 ? 0 : 1;
+  }
+  std::cout << m->id << " " << m->version << "\n  kind: " << kind_name(m->kind) << "\n  ABI: " << m->abi_major << "."
+            << m->abi_minor << "\n  manifest: " << m->file << "\n  library: " << m->library << "\n  devices: "
+            << join(m->devices, ", ") << "\n  loads: " << loaded << "\n  " << m->description << "\n";
+  if (!m->params.empty()) std::cout << "  config:\n";
+  for (const auto& p : m->params) {
+    std::ostringstream def;
+    m->defaults.get(p.key)->visit([&](const auto& v) { def << v; });
+    std::cout << "    " << p.key << " (" << param_type_name(p.type) << ", default " << def.str() << "): " << p.doc << "\n";
+  }
+  return loaded.rfind("yes", 0) == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tokenhost: an LLM inference server whose techniques are plugins.\n"
+               "Run `tokenhost <command> --help` for each command."};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+
+  auto* serve = app.add_subcommand("serve", "Run a deployment: the inference gateway and the admin API.\n"
+                                            "Without MANIFEST it runs the embedded manifests/default.toml.");
+  std::string serve_manifest;
+  serve->add_option("manifest", serve_manifest, "Deployment manifest (TOML)")->check(CLI::ExistingFile);
+
+  auto* check = app.add_subcommand("check", "Validate a deployment manifest without starting anything; errors name "
+                                            "file:line:column. Exits 0 when it is valid.");
+  std::string check_manifest;
+  bool no_load = false;
+  check->add_option("manifest", check_manifest, "Deployment manifest (TOML); none = the embedded default");
+  check->add_flag("--no-load", no_load, "Do not load the plugin libraries nor ask them whether they accept their engine");
+
+  auto* plugins = app.add_subcommand("plugins", "List or inspect the plugins found in the plugin search paths");
+  plugins->require_subcommand(1);
+  std::vector<std::string> plugin_paths;
+  plugins->add_option("--plugin-path", plugin_paths, "Extra directory to search (before $TOKENHOST_PLUGIN_PATH and the defaults)");
+  auto* list = plugins->add_subcommand("list", "One line per plugin: id, version, kind, ABI, description");
+  auto* inspect = plugins->add_subcommand("inspect", "Everything about one plugin, and whether its library loads");
+  std::string inspect_id;
+  bool as_json = false;
+  inspect->add_option("id", inspect_id, "Plugin id, e.g. scheduler.fifo")->required();
+  inspect->add_flag("--json", as_json, "Print JSON");
+  (void)list;
+
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  try {
+    if (*serve) return run_serve(serve_manifest);
+    if (*check) return run_check(check_manifest, !no_load);
+    if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
+  } catch (const ManifestError& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "tokenhost: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,210 @@
+#include "http/http_servers.hpp"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+namespace tokenhost {
+namespace {
+
+using nlohmann::json;
+
+void reply_error(httplib::Response& res, int status, const std::string& message, const std::string& type) {
+  res.status = status;
+  res.set_content(json{{"error", {{"message", message}, {"type", type}}}}.dump(), "application/json");
+}
+
+void reply_json(httplib::Response& res, const json& body) {
+  res.set_content(body.dump(2, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+std::optional<json> parse_body(const httplib::Request& req, httplib::Response& res) {
+  try {
+    json body = json::parse(req.body);
+    if (!body.is_object()) {
+      reply_error(res, 400, "the request body must be a JSON object", "invalid_request_error");
+      return std::nullopt;
+    }
+    return body;
+  } catch (const json::parse_error& e) {
+    reply_error(res, 400, std::string("malformed JSON: ") + e.what(), "invalid_request_error");
+    return std::nullopt;
+  }
+}
+
+
+void insert_json(toml::table& t, const std::string& key, const json& v);
+
+toml::array json_array(const json& a) {
+  toml::array out;
+  for (const auto& v : a) {
+    toml::table holder;
+    insert_json(holder, "v", v);
+    out.push_back(*holder.get("v"));
+  }
+  return out;
+}
+
+void insert_json(toml::table& t, const std::string& key, const json& v) {
+  if (v.is_boolean()) t.insert(key, v.get<bool>());
+  else if (v.is_number_integer()) t.insert(key, v.get<int64_t>());
+  else if (v.is_number_float()) t.insert(key, v.get<double>());
+  else if (v.is_string()) t.insert(key, v.get<std::string>());
+  else if (v.is_object()) t.insert(key, json_to_toml(v));
+  else if (v.is_array()) t.insert(key, json_array(v));
+  else throw std::invalid_argument("config '" + key + "' is null; TOML has no null");
+}
+
+// Prompt: a string (one token per byte: the synthetic models' vocabulary) or an array of token ids.
+std::optional<std::vector<int32_t>> read_prompt(const json& body, httplib::Response& res) {
+  std::vector<int32_t> tokens;
+  auto it = body.find("prompt");
+  if (it == body.end()) {
+    reply_error(res, 400, "missing field 'prompt'", "invalid_request_error");
+    return std::nullopt;
+  }
+  if (it->is_string()) {
+    for (unsigned char c : it->get<std::string>()) tokens.push_back(c);
+  } else if (it->is_array()) {
+    for (const auto& t : *it) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
+        reply_error(res, 400, "'prompt' array must hold non-negative integer token ids", "invalid_request_error");
+        return std::nullopt;
+      }
+      tokens.push_back(int32_t(t.get<int64_t>()));
+    }
+  } else {
+    reply_error(res, 400, "'prompt' must be a string or an array of token ids", "invalid_request_error");
+    return std::nullopt;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+toml::table json_to_toml(const json& object) {
+  toml::table t;
+  for (const auto& [k, v] : object.items()) insert_json(t, k, v);
+  return t;
+}
+
+HttpServers::HttpServers(Server& server) : server_(server) {
+  gateway_ = std::make_unique<httplib::Server>();
+  admin_ = std::make_unique<httplib::Server>();
+  int threads = server_.deployment().server.http_threads;
+  gateway_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  admin_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  gateway_->set_payload_max_length(8 << 20);
+  admin_->set_payload_max_length(1 << 20);
+
+  gateway_->Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    auto prompt = read_prompt(*body, res);
+    if (!prompt) return;
+    GenerateRequest g;
+    g.id = server_.next_request_id();
+    g.prompt = std::move(*prompt);
+    auto max_tokens = body->value("max_tokens", json(16));
+    if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > 1 << 20) {
+      return reply_error(res, 400, "'max_tokens' must be an integer in [1, 1048576]", "invalid_request_error");
+    }
+    g.max_tokens = uint32_t(max_tokens.get<int64_t>());
+    auto priority = body->value("priority", json(0));
+    if (!priority.is_number_integer()) return reply_error(res, 400, "'priority' must be an integer", "invalid_request_error");
+    g.priority = int32_t(priority.get<int64_t>());
+    g.session_key = req.get_header_value("X-Session-Key");
+    GenerateResult r = server_.generate(std::move(g));
+    if (r.finish_reason == "error") {
+      return reply_error(res, server_.accepting() ? 422 : 503, r.error, "generation_error");
+    }
+    std::string text;
+    for (int32_t t : r.tokens) text.push_back(t < 256 ? char(t) : '?');
+    reply_json(res, {{"tokens", r.tokens}, {"text", text}, {"finish_reason", r.finish_reason}, {"engine", r.engine}});
+  });
+
+  admin_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (!server_.accepting()) return reply_error(res, 503, "shutting down", "unavailable");
+    reply_json(res, {{"status", "ok"}});
+  });
+  admin_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
+  });
+  admin_->Get("/admin/engines", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.status()); });
+  admin_->Get("/admin/plugins", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.plugins()); });
+
+  auto set_slot = [this](const std::string& engine, const std::string& slot, const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    auto plugin = body->find("plugin");
+    if (plugin == body->end() || !plugin->is_string())
+      return reply_error(res, 400, "field 'plugin' (a plugin id string) is required", "invalid_request_error");
+    for (const auto& [k, v] : body->items())
+      if (k != "plugin" && k != "config")
+        return reply_error(res, 400, "unknown field '" + k + "' (expected 'plugin' and 'config')", "invalid_request_error");
+    json config = body->value("config", json::object());
+    if (!config.is_object()) return reply_error(res, 400, "'config' must be an object", "invalid_request_error");
+    try {
+      std::string change = server_.set_slot(engine, slot, plugin->get<std::string>(), json_to_toml(config));
+      reply_json(res, {{"ok", true}, {"change", change}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    } catch (const std::invalid_argument& e) {
+      reply_error(res, 400, e.what(), "invalid_request_error");
+    }
+  };
+  admin_->Post(R"(/admin/engines/([^/]+)/slots/([^/]+))", [set_slot](const httplib::Request& req, httplib::Response& res) {
+    set_slot(req.matches[1], req.matches[2], req, res);
+  });
+  admin_->Post("/admin/router", [set_slot](const httplib::Request& req, httplib::Response& res) { set_slot("", "router", req, res); });
+  admin_->Delete(R"(/admin/engines/([^/]+)/slots/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      reply_json(res, {{"ok", true}, {"change", server_.unload_slot(req.matches[1], req.matches[2])}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    }
+  });
+  for (auto* s : {gateway_.get(), admin_.get()}) {
+    s->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (res.body.empty()) {
+        std::string what = res.status == 404 ? "no route " + req.method + " " + req.path : "HTTP error " + std::to_string(res.status);
+        res.set_content(json{{"error", {{"message", what}, {"type", "invalid_request_error"}}}}.dump(), "application/json");
+      }
+    });
+    s->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      spdlog::error("HTTP handler failed: {}", what);
+      reply_error(res, 500, what, "internal_error");
+    });
+  }
+}
+
+HttpServers::~HttpServers() { stop(); }
+
+void HttpServers::start() {
+  const auto& cfg = server_.deployment().server;
+  auto bind = [](httplib::Server& s, const Endpoint& e) {
+    int port = e.port == 0 ? s.bind_to_any_port(e.host) : (s.bind_to_port(e.host, e.port) ? e.port : -1);
+    if (port < 0) throw std::runtime_error("cannot listen on " + e.str() + " (in use, or not an address of this machine)");
+    return port;
+  };
+  gateway_port_ = bind(*gateway_, cfg.listen);
+  admin_port_ = bind(*admin_, cfg.admin_listen);
+  gateway_thread_ = std::thread([this] { gateway_->listen_after_bind(); });
+  admin_thread_ = std::thread([this] { admin_->listen_after_bind(); });
+  spdlog::info("gateway listening on {}:{}, admin API on {}:{}", cfg.listen.host, gateway_port_, cfg.admin_listen.host, admin_port_);
+}
+
+void HttpServers::stop() {
+  if (gateway_) gateway_->stop();
+  if (admin_) admin_->stop();
+  if (gateway_thread_.joinable()) gateway_thread_.join();
+  if (admin_thread_.joinable()) admin_thread_.join();
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,38 @@
+// The two HTTP front doors of a Server: the gateway (inference requests) and the admin API (status,
+// plugins, slot changes, health, metrics). Each runs its own cpp-httplib server and thread pool.
+#pragma once
+
+#include <memory>
+#include <thread>
+
+#include "server/server.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace tokenhost {
+
+class HttpServers {
+ public:
+  explicit HttpServers(Server& server);
+  ~HttpServers();  // stops both
+  // Binds both listeners (port 0 picks a free port) and serves in background threads. Throws
+  // std::runtime_error naming the address that could not be bound.
+  void start();
+  void stop();
+  int gateway_port() const { return gateway_port_; }
+  int admin_port() const { return admin_port_; }
+
+ private:
+  Server& server_;
+  std::unique_ptr<httplib::Server> gateway_, admin_;
+  std::thread gateway_thread_, admin_thread_;
+  int gateway_port_ = 0, admin_port_ = 0;
+};
+
+// JSON (an admin request's "config") as a TOML table. Throws std::invalid_argument for values TOML
+// cannot hold (null).
+toml::table json_to_toml(const nlohmann::json& object);
+
+}  // namespace tokenhost

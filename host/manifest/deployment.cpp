@@ -1,0 +1,214 @@
+#include "manifest/deployment.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "plugin/kind.hpp"
+#include "util/text.hpp"
+
+namespace tokenhost {
+namespace fs = std::filesystem;
+
+#include "manifest/default_manifest.inc"  // kDefaultManifest: manifests/default.toml, generated at build time
+
+std::string_view embedded_default_manifest() { return kDefaultManifest; }
+
+const std::vector<std::string>& engine_slot_names() {
+  static const std::vector<std::string> names = {"attention", "kvcache", "scheduler", "moe", "spec_decode"};
+  return names;
+}
+
+namespace {
+
+Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::string& key, Endpoint fallback) {
+  auto text = r.optional_string(t, key, "[server]");
+  if (!text) return fallback;
+  auto colon = text->rfind(':');
+  Endpoint e;
+  bool ok = colon != std::string::npos && colon > 0;
+  if (ok) {
+    e.host = text->substr(0, colon);
+    try {
+      size_t used = 0;
+      e.port = std::stoi(text->substr(colon + 1), &used);
+      ok = used == text->size() - colon - 1 && e.port >= 0 && e.port <= 65535;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok) r.fail(*t.get(key), "'" + key + "' in [server] must be \"host:port\" (port 0-65535), found \"" + *text + "\"");
+  return e;
+}
+
+ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::node& node) {
+  std::string ctx = "[models." + name + "]";
+  if (!node.is_table()) r.fail(node, ctx + " must be a table");
+  const toml::table& t = *node.as_table();
+  r.check_keys(t, {"source", "seed", "architecture", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
+                   "vocab_size", "context_len", "n_experts", "n_experts_used"}, ctx);
+  ModelDecl m;
+  m.name = name;
+  m.spec.name = name;
+  m.source = r.optional_string(t, "source", ctx).value_or("synthetic");
+  if (m.source != "synthetic") {
+    r.fail(*t.get("source"), "unknown model source '" + m.source + "' in " + ctx +
+                                 ": this build serves \"synthetic\" models (seeded random weights)" +
+                                 suggestion(m.source, {"synthetic"}));
+  }
+  m.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
+  m.spec.architecture = r.optional_string(t, "architecture", ctx).value_or("llama");
+  th_model_info& i = m.spec.info;
+  i.dim = uint32_t(r.optional_int(t, "dim", ctx, 8, 16384).value_or(64));
+  i.n_layers = uint32_t(r.optional_int(t, "n_layers", ctx, 1, 256).value_or(2));
+  i.n_heads = uint32_t(r.optional_int(t, "n_heads", ctx, 1, 256).value_or(4));
+  i.n_kv_heads = uint32_t(r.optional_int(t, "n_kv_heads", ctx, 1, 256).value_or(i.n_heads));
+  i.ffn_dim = uint32_t(r.optional_int(t, "ffn_dim", ctx, 1, 65536).value_or(4 * i.dim));
+  i.vocab_size = uint32_t(r.optional_int(t, "vocab_size", ctx, 256, 1 << 20).value_or(256));
+  i.context_len = uint32_t(r.optional_int(t, "context_len", ctx, 1, 1 << 20).value_or(512));
+  i.n_experts = uint32_t(r.optional_int(t, "n_experts", ctx, 0, 1024).value_or(0));
+  i.n_experts_used = uint32_t(r.optional_int(t, "n_experts_used", ctx, 0, 1024).value_or(i.n_experts ? 2 : 0));
+  if (i.dim % i.n_heads != 0) r.fail(t, ctx + ": dim " + std::to_string(i.dim) + " is not a multiple of n_heads " + std::to_string(i.n_heads));
+  if (i.n_heads % i.n_kv_heads != 0) r.fail(t, ctx + ": n_heads " + std::to_string(i.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(i.n_kv_heads));
+  if (i.n_experts_used > i.n_experts) r.fail(t, ctx + ": n_experts_used exceeds n_experts");
+  i.head_dim = i.dim / i.n_heads;
+  i.weight_dtype = TH_DTYPE_F32;
+  i.act_dtype = TH_DTYPE_F32;
+  i.kv_dtype = TH_DTYPE_F32;
+  return m;
+}
+
+SlotDecl read_slot(const TomlReader& r, const PluginCatalog& catalog, const std::string& slot,
+                   const toml::node& node, const std::string& ctx) {
+  if (!node.is_table()) r.fail(node, ctx + " must be a table with 'plugin' and optional 'config'");
+  const toml::table& t = *node.as_table();
+  r.check_keys(t, {"plugin", "config"}, ctx);
+  SlotDecl s;
+  s.plugin = r.require_string(t, "plugin", ctx);
+  auto manifest = catalog.find(s.plugin);
+  if (!manifest) {
+    std::vector<std::string> ids;
+    for (const auto& m : catalog.all()) ids.push_back(m.id);
+    r.fail(*t.get("plugin"), "unknown plugin '" + s.plugin + "' in " + ctx + suggestion(s.plugin, ids) +
+                                 "; searched " + join(catalog.search_paths(), ":"));
+  }
+  if (kind_name(manifest->kind) != slot) {
+    r.fail(*t.get("plugin"), "plugin '" + s.plugin + "' is a " + kind_name(manifest->kind) + " plugin; " + ctx +
+                                 " needs a " + slot + " plugin");
+  }
+  s.manifest = *manifest;
+  s.config = merge_plugin_config(*manifest, r, r.optional_table(t, "config", ctx), ctx + ".config");
+  return s;
+}
+
+EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::string& name, const toml::node& node) {
+  std::string ctx = "[engines." + name + "]";
+  if (!node.is_table()) r.fail(node, ctx + " must be a table");
+  const toml::table& t = *node.as_table();
+  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs"};
+  known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
+  r.check_keys(t, known, ctx);
+  EngineDecl e;
+  e.name = name;
+  e.model = r.require_string(t, "model", ctx);
+  auto model = d.models.find(e.model);
+  if (model == d.models.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, m] : d.models) names.push_back(n);
+    r.fail(*t.get("model"), "engine '" + name + "' names unknown model '" + e.model + "'" + suggestion(e.model, names));
+  }
+  e.device = r.optional_string(t, "device", ctx).value_or("cpu");
+  if (e.device != "cpu" && e.device.rfind("cuda:", 0) != 0) {
+    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"cpu\" or \"cuda:<index>\"");
+  }
+  e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(512));
+  e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(64));
+  for (const auto& slot : engine_slot_names()) {
+    const toml::node* s = t.get(slot);
+    bool required = slot == "attention" || slot == "kvcache" || slot == "scheduler" ||
+                    (slot == "moe" && model->second.spec.info.n_experts > 0);
+    if (s == nullptr) {
+      if (required) r.fail(t, ctx + " has no [" + "engines." + name + "." + slot + "] slot (a " + slot + " plugin is required" +
+                                  (slot == "moe" ? " for an MoE model)" : ")"));
+      continue;
+    }
+    e.slots.emplace(slot, read_slot(r, *d.catalog, slot, *s, "[engines." + name + "." + slot + "]"));
+  }
+  return e;
+}
+
+}  // namespace
+
+Deployment read_deployment(const std::string& file, std::string_view text) {
+  TomlReader r(file, text);
+  const toml::table& root = r.root();
+  r.check_keys(root, {"server", "models", "engines", "router"}, "the deployment manifest");
+  Deployment d;
+  d.file = file;
+  fs::path base = fs::absolute(file).parent_path();
+  if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
+    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads"}, "[server]");
+    d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
+    d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
+    d.server.log_level = r.optional_string(*s, "log_level", "[server]").value_or("info");
+    static const std::vector<std::string> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+    if (std::find(levels.begin(), levels.end(), d.server.log_level) == levels.end()) {
+      r.fail(*s->get("log_level"), "unknown log_level '" + d.server.log_level + "'" + suggestion(d.server.log_level, levels));
+    }
+    for (const auto& p : r.optional_string_array(*s, "plugin_paths", "[server]"))
+      d.server.plugin_paths.push_back((base / p).lexically_normal().string());
+    d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(64));
+  }
+  std::vector<std::string> paths = d.server.plugin_paths;
+  for (auto& p : default_plugin_paths()) paths.push_back(p);
+  d.catalog = std::make_shared<PluginCatalog>(paths);
+  d.catalog->scan();
+
+  const toml::table& models = r.require_table(root, "models", "the deployment manifest");
+  for (const auto& [key, node] : models) {
+    std::string name(key.str());
+    d.models.emplace(name, read_model(r, name, node));
+  }
+  if (d.models.empty()) r.fail(models, "[models] declares no model");
+  const toml::table& engines = r.require_table(root, "engines", "the deployment manifest");
+  for (const auto& [key, node] : engines) {
+    std::string name(key.str());
+    d.engines.emplace(name, read_engine(r, d, name, node));
+  }
+  if (d.engines.empty()) r.fail(engines, "[engines] declares no engine");
+  if (const toml::node* router = root.get("router")) {
+    d.router = read_slot(r, *d.catalog, "router", *router, "[router]");
+  } else {
+    toml::table implicit;
+    implicit.insert("plugin", "router.round_robin");
+    d.router = read_slot(r, *d.catalog, "router", implicit, "[router] (default)");
+  }
+  return d;
+}
+
+Deployment read_deployment_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ManifestError(path, 1, 1, "cannot open the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return read_deployment(path, buffer.str());
+}
+
+SlotDecl read_slot_change(const Deployment& deployment, const std::string& slot, const std::string& plugin,
+                          const toml::table& config, const std::string& source) {
+  toml::table change;
+  change.insert("plugin", plugin);
+  change.insert("config", config);
+  std::ostringstream text;
+  text << change;
+  TomlReader r(source, text.str());
+  std::vector<std::string> slots = engine_slot_names();
+  slots.push_back("router");
+  if (std::find(slots.begin(), slots.end(), slot) == slots.end()) {
+    throw ManifestError(source, 1, 1, "unknown slot '" + slot + "'" + suggestion(slot, slots));
+  }
+  return read_slot(r, *deployment.catalog, slot, r.root(), "the " + slot + " slot");
+}
+
+}  // namespace tokenhost

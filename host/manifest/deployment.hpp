@@ -1,0 +1,82 @@
+// Deployment manifests (manifests/*.toml): the server's addresses, the models, the engines (a model on
+// a device with one plugin per slot) and the router. Read strictly: every error names file:line:column.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "manifest/plugin_manifest.hpp"
+#include "manifest/toml_reader.hpp"
+#include "plugin/catalog.hpp"
+#include "plugin/instance.hpp"
+
+namespace tokenhost {
+
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string str() const { return host + ":" + std::to_string(port); }
+};
+
+struct ServerDecl {
+  Endpoint listen{"127.0.0.1", 8080};       // the inference API
+  Endpoint admin_listen{"127.0.0.1", 8081}; // the admin API, loopback unless the manifest says otherwise
+  std::string log_level = "info";
+  std::vector<std::string> plugin_paths;    // absolute; searched before the default paths
+  int http_threads = 64;
+};
+
+// A plugin chosen for a slot: its manifest and its config (defaults merged with the settings).
+struct SlotDecl {
+  std::string plugin;
+  PluginManifest manifest;
+  toml::table config;
+};
+
+struct ModelDecl {
+  std::string name;
+  std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape
+  uint64_t seed = 1;
+  ModelSpec spec;
+};
+
+struct EngineDecl {
+  std::string name;
+  std::string model;
+  std::string device = "cpu";  // "cpu" or "cuda:N"
+  uint32_t max_step_tokens = 512;
+  uint32_t max_step_seqs = 64;
+  std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
+};
+
+struct Deployment {
+  std::string file;
+  ServerDecl server;
+  std::map<std::string, ModelDecl> models;
+  std::map<std::string, EngineDecl> engines;
+  SlotDecl router;
+  std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
+};
+
+// The slots an engine has, required first.
+const std::vector<std::string>& engine_slot_names();
+
+// Reads and validates a deployment manifest: syntax, keys, types, ranges, references between models
+// and engines, plugin ids (against the plugin manifests found) and plugin configs. Throws ManifestError.
+Deployment read_deployment(const std::string& file, std::string_view text);
+Deployment read_deployment_file(const std::string& path);
+
+// Validates one slot change (as the admin API receives it) for engine: plugin id known, of the slot's
+// kind, config valid. Errors are reported against `source` (e.g. "admin request"). Throws ManifestError.
+SlotDecl read_slot_change(const Deployment& deployment, const std::string& slot, const std::string& plugin,
+                          const toml::table& config, const std::string& source);
+
+// The manifest the server runs with no argument (manifests/default.toml, compiled in).
+std::string_view embedded_default_manifest();
+
+}  // namespace tokenhost

@@ -1,0 +1,223 @@
+#include "plugin/host_api.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "backends/device_memory.hpp"
+
+std::string th_error::text() const {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (i > 0) out += "; ";
+    out += messages[i];
+  }
+  return out;
+}
+
+th_host_ctx::~th_host_ctx() {
+  for (auto& [ptr, where] : allocations) {
+    spdlog::warn("plugin {} ({}/{}) leaked {} bytes; freed on destroy", plugin_id, engine, slot, where.second);
+    tokenhost::device_free(where.first, ptr);
+  }
+}
+
+namespace tokenhost {
+namespace {
+
+void api_error_set(th_error* err, const char* message) {
+  if (err == nullptr) return;
+  err->messages.emplace_back(message != nullptr ? message : "(null message)");
+}
+
+void api_log(th_host_ctx* ctx, th_log_level level, const char* message) {
+  static const spdlog::level::level_enum levels[] = {spdlog::level::trace, spdlog::level::debug,
+                                                     spdlog::level::info, spdlog::level::warn,
+                                                     spdlog::level::err};
+  auto lvl = level >= 0 && level <= 4 ? levels[level] : spdlog::level::info;
+  const char* text = message != nullptr ? message : "(null message)";
+  if (ctx != nullptr) {
+    spdlog::log(lvl, "[{} {}/{}] {}", ctx->plugin_id, ctx->engine, ctx->slot, text);
+  } else {
+    spdlog::log(lvl, "[plugin] {}", text);
+  }
+}
+
+// Finds key (a plain key or a dotted path) in the config.
+const toml::node* lookup(const th_config* config, const char* key) {
+  if (config == nullptr || key == nullptr) return nullptr;
+  if (const toml::node* n = config->table.get(key)) return n;
+  auto view = config->table.at_path(std::string_view(key));
+  return view.node();
+}
+
+th_status api_config_get_int(const th_config* config, const char* key, int64_t* out) {
+  const toml::node* n = lookup(config, key);
+  if (n == nullptr) return TH_ERR_NOT_FOUND;
+  if (!n->is_integer()) return TH_ERR_INVALID_ARGUMENT;
+  *out = n->as_integer()->get();
+  return TH_OK;
+}
+
+th_status api_config_get_double(const th_config* config, const char* key, double* out) {
+  const toml::node* n = lookup(config, key);
+  if (n == nullptr) return TH_ERR_NOT_FOUND;
+  if (n->is_integer()) *out = double(n->as_integer()->get());
+  else if (n->is_floating_point()) *out = n->as_floating_point()->get();
+  else return TH_ERR_INVALID_ARGUMENT;
+  return TH_OK;
+}
+
+th_status api_config_get_bool(const th_config* config, const char* key, int32_t* out) {
+  const toml::node* n = lookup(config, key);
+  if (n == nullptr) return TH_ERR_NOT_FOUND;
+  if (!n->is_boolean()) return TH_ERR_INVALID_ARGUMENT;
+  *out = n->as_boolean()->get() ? 1 : 0;
+  return TH_OK;
+}
+
+th_status api_config_get_string(const th_config* config, const char* key, char* buf, size_t buf_size,
+                                size_t* needed) {
+  const toml::node* n = lookup(config, key);
+  if (n == nullptr) return TH_ERR_NOT_FOUND;
+  if (!n->is_string()) return TH_ERR_INVALID_ARGUMENT;
+  const std::string& s = n->as_string()->get();
+  if (needed != nullptr) *needed = s.size() + 1;
+  if (buf == nullptr || buf_size < s.size() + 1) return TH_ERR_RESOURCE_EXHAUSTED;
+  std::memcpy(buf, s.c_str(), s.size() + 1);
+  return TH_OK;
+}
+
+th_status api_metric_create(th_host_ctx* ctx, const th_metric_desc* desc, th_metric** out, th_error* err) {
+  if (out != nullptr) *out = nullptr;
+  if (ctx == nullptr || desc == nullptr || out == nullptr || desc->name == nullptr) {
+    api_error_set(err, "metric_create: ctx, desc, desc->name and out are required");
+    return TH_ERR_INVALID_ARGUMENT;
+  }
+  if (ctx->metrics == nullptr) {
+    api_error_set(err, "metric_create: this host context has no metrics registry");
+    return TH_ERR_UNSUPPORTED;
+  }
+  metrics::Type type;
+  switch (desc->type) {
+    case TH_METRIC_COUNTER: type = metrics::Type::counter; break;
+    case TH_METRIC_GAUGE: type = metrics::Type::gauge; break;
+    case TH_METRIC_HISTOGRAM: type = metrics::Type::histogram; break;
+    default:
+      api_error_set(err, ("metric_create: unknown metric type " + std::to_string(desc->type)).c_str());
+      return TH_ERR_INVALID_ARGUMENT;
+  }
+  // Every plugin series is labelled with the engine and plugin of its instance.
+  std::vector<std::string> labels = {"engine", "plugin"};
+  for (uint32_t i = 0; i < desc->n_labels; ++i) labels.emplace_back(desc->label_names[i]);
+  std::vector<double> buckets;
+  if (desc->buckets != nullptr) buckets.assign(desc->buckets, desc->buckets + desc->n_buckets);
+  try {
+    auto& family = ctx->metrics->family(type, std::string("tokenhost_plugin_") + desc->name,
+                                        desc->help != nullptr ? desc->help : "", labels, buckets);
+    ctx->metric_handles.push_back(std::make_unique<th_metric>(th_metric{&family, ctx}));
+    *out = ctx->metric_handles.back().get();
+    return TH_OK;
+  } catch (const std::exception& e) {
+    api_error_set(err, (std::string("metric_create: ") + e.what()).c_str());
+    return TH_ERR_INVALID_ARGUMENT;
+  }
+}
+
+// Records one value; a wrong use (a counter set, too few labels) is logged, never thrown to the plugin.
+template <class F>
+void record(th_metric* metric, const char* const* label_values, F&& apply) {
+  if (metric == nullptr) return;
+  size_t n = metric->family->label_names().size();
+  std::vector<std::string> values = {metric->ctx->engine, metric->ctx->plugin_id};
+  for (size_t i = 2; i < n; ++i) values.emplace_back(label_values != nullptr && label_values[i - 2] ? label_values[i - 2] : "");
+  try {
+    apply(*metric->family, values);
+  } catch (const std::exception& e) {
+    spdlog::warn("[{}] metric {}: {}", metric->ctx->plugin_id, metric->family->name(), e.what());
+  }
+}
+
+void api_metric_add(th_metric* m, const char* const* labels, double delta) {
+  record(m, labels, [&](metrics::Family& f, const std::vector<std::string>& v) { f.add(v, delta); });
+}
+void api_metric_set(th_metric* m, const char* const* labels, double value) {
+  record(m, labels, [&](metrics::Family& f, const std::vector<std::string>& v) { f.set(v, value); });
+}
+void api_metric_observe(th_metric* m, const char* const* labels, double value) {
+  record(m, labels, [&](metrics::Family& f, const std::vector<std::string>& v) { f.observe(v, value); });
+}
+
+th_status api_mem_alloc(th_host_ctx* ctx, th_device_kind device, int32_t device_index, size_t bytes,
+                        size_t alignment, void** out, th_error* err) {
+  if (out == nullptr) return TH_ERR_INVALID_ARGUMENT;
+  *out = nullptr;
+  if (alignment == 0) alignment = 64;
+  if ((alignment & (alignment - 1)) != 0) {
+    api_error_set(err, ("mem_alloc: alignment " + std::to_string(alignment) + " is not a power of two").c_str());
+    return TH_ERR_INVALID_ARGUMENT;
+  }
+  std::string why;
+  void* p = device_alloc(device, device_index, bytes, alignment, why);
+  if (p == nullptr) {
+    api_error_set(err, ("mem_alloc: " + why).c_str());
+    return why.find("no ") == 0 ? TH_ERR_UNSUPPORTED : TH_ERR_OUT_OF_MEMORY;
+  }
+  if (ctx != nullptr) {
+    std::lock_guard lock(ctx->alloc_mutex);
+    ctx->allocations[p] = {device, bytes};
+    ctx->bytes_allocated += bytes;
+  }
+  *out = p;
+  return TH_OK;
+}
+
+void api_mem_free(th_host_ctx* ctx, void* ptr) {
+  if (ptr == nullptr) return;
+  th_device_kind device = TH_DEVICE_CPU;
+  if (ctx != nullptr) {
+    std::lock_guard lock(ctx->alloc_mutex);
+    auto it = ctx->allocations.find(ptr);
+    if (it == ctx->allocations.end()) {
+      spdlog::error("[{}] mem_free of a pointer it did not allocate; ignored", ctx->plugin_id);
+      return;
+    }
+    device = it->second.first;
+    ctx->bytes_allocated -= it->second.second;
+    ctx->allocations.erase(it);
+  }
+  device_free(device, ptr);
+}
+
+th_status api_model_run(th_host_ctx*, const th_model_run_request*, th_model_run_result*, th_error* err) {
+  api_error_set(err, "model_run: this host has no model runtime that can run another model yet");
+  return TH_ERR_UNSUPPORTED;
+}
+
+const th_host_api kHostApi = {
+    sizeof(th_host_api),   TH_ABI_VERSION_MAJOR,  TH_ABI_VERSION_MINOR,  TOKENHOST_VERSION,
+    api_error_set,         api_log,               api_config_get_int,    api_config_get_double,
+    api_config_get_bool,   api_config_get_string, api_metric_create,     api_metric_add,
+    api_metric_set,        api_metric_observe,    api_mem_alloc,         api_mem_free,
+    api_model_run,
+};
+
+}  // namespace
+
+const th_host_api* host_api() { return &kHostApi; }
+
+std::string status_name(th_status status) {
+  switch (status) {
+    case TH_OK: return "TH_OK";
+    case TH_ERR_INVALID_ARGUMENT: return "TH_ERR_INVALID_ARGUMENT";
+    case TH_ERR_UNSUPPORTED: return "TH_ERR_UNSUPPORTED";
+    case TH_ERR_OUT_OF_MEMORY: return "TH_ERR_OUT_OF_MEMORY";
+    case TH_ERR_RESOURCE_EXHAUSTED: return "TH_ERR_RESOURCE_EXHAUSTED";
+    case TH_ERR_NOT_FOUND: return "TH_ERR_NOT_FOUND";
+    case TH_ERR_INTERNAL: return "TH_ERR_INTERNAL";
+    default: return "status " + std::to_string(status);
+  }
+}
+
+}  // namespace tokenhost

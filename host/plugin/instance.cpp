@@ -1,0 +1,90 @@
+#include "plugin/instance.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "plugin/kind.hpp"
+#include "util/text.hpp"
+
+namespace tokenhost {
+
+th_model_info ModelSpec::to_abi() const {
+  th_model_info m = info;
+  m.struct_size = sizeof(th_model_info);
+  m.architecture = architecture.c_str();
+  return m;
+}
+
+namespace {
+th_device device_abi(const DeviceInfo& d) {
+  th_device out{};
+  out.struct_size = sizeof(th_device);
+  out.kind = d.kind;
+  out.index = d.index;
+  out.name = d.name.c_str();
+  out.memory_bytes = d.memory_bytes;
+  out.threads = d.threads;
+  return out;
+}
+
+std::string device_kind_name(th_device_kind kind) { return kind == TH_DEVICE_CUDA ? "cuda" : "cpu"; }
+}  // namespace
+
+std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSpec& spec) {
+  std::vector<std::string> reasons;
+  const auto& devices = lib.manifest().devices;
+  std::string dev = device_kind_name(spec.device.kind);
+  if (std::find(devices.begin(), devices.end(), dev) == devices.end()) {
+    reasons.push_back("plugin.toml does not list device '" + dev + "'");
+  }
+  th_model_info model = spec.model.to_abi();
+  th_device device = device_abi(spec.device);
+  th_config config{spec.config};
+  th_check_query query{sizeof(th_check_query), &model, &device, &config};
+  th_error err;
+  th_status s = lib.head().check(&query, &err);
+  if (s != TH_OK) {
+    if (err.messages.empty()) reasons.push_back("check() returned " + status_name(s) + " without a reason");
+    for (auto& m : err.messages) reasons.push_back(std::move(m));
+  }
+  return reasons;
+}
+
+std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLibrary> lib, const InstanceSpec& spec) {
+  auto reasons = check_plugin(*lib, spec);
+  if (!reasons.empty()) {
+    throw PluginError("plugin " + lib->id() + " cannot serve engine '" + spec.engine + "' (model " + spec.model.name +
+                      " on " + spec.device.name + "): " + join(reasons, "; "));
+  }
+  std::shared_ptr<PluginInstance> self(new PluginInstance());
+  self->lib_ = std::move(lib);
+  self->ctx_ = std::make_unique<th_host_ctx>();
+  self->ctx_->plugin_id = self->lib_->id();
+  self->ctx_->engine = spec.engine;
+  self->ctx_->slot = spec.slot;
+  self->ctx_->metrics = spec.metrics;
+  self->config_.table = spec.config;
+  th_model_info model = spec.model.to_abi();
+  th_device device = device_abi(spec.device);
+  th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device};
+  th_error err;
+  th_status s = self->lib_->head().create(&args, &self->instance_, &err);
+  if (s != TH_OK || self->instance_ == nullptr) {
+    self->instance_ = nullptr;
+    throw PluginError("plugin " + self->lib_->id() + ": create() failed with " + status_name(s) + ": " +
+                      (err.messages.empty() ? std::string("(no message)") : err.text()));
+  }
+  spdlog::debug("created {} {} for engine {} slot {}", self->id(), self->version(), spec.engine, spec.slot);
+  return self;
+}
+
+PluginInstance::~PluginInstance() {
+  if (instance_ != nullptr) {
+    lib_->head().destroy(instance_);
+    spdlog::debug("destroyed {} {} of engine {}", lib_->id(), lib_->version(), ctx_ ? ctx_->engine : "");
+  }
+  ctx_.reset();  // frees leaked allocations while the library is still open
+}
+
+}  // namespace tokenhost

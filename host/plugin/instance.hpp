@@ -1,0 +1,64 @@
+// One plugin instance: made by the library's create(), owned by exactly one actor, destroyed by its
+// destructor. It holds its library (shared), so a library stays open while any instance of it lives.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tokenhost/tokenhost.h>
+#include <toml++/toml.h>
+
+#include "backends/device_memory.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/library.hpp"
+
+namespace tokenhost {
+
+// The model an engine serves, as plugins see it (th_model_info plus the strings it points to).
+struct ModelSpec {
+  std::string name;          // model name in the deployment
+  std::string architecture = "llama";
+  th_model_info info{};      // architecture pointer is set by to_abi()
+  th_model_info to_abi() const;
+};
+
+// Where and how an instance is made.
+struct InstanceSpec {
+  std::string engine;
+  std::string slot;          // the kind name, e.g. "attention"
+  ModelSpec model;
+  DeviceInfo device;
+  toml::table config;        // defaults merged with settings (merge_plugin_config)
+  metrics::Registry* metrics = nullptr;
+};
+
+// Reasons the plugin of lib says it cannot serve spec (empty: it can). Throws nothing.
+std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSpec& spec);
+
+class PluginInstance {
+ public:
+  // Runs check() then create(). Throws PluginError naming the plugin and its reasons.
+  static std::shared_ptr<PluginInstance> create(std::shared_ptr<PluginLibrary> lib, const InstanceSpec& spec);
+  ~PluginInstance();
+  PluginInstance(const PluginInstance&) = delete;
+  PluginInstance& operator=(const PluginInstance&) = delete;
+
+  template <class VT>
+  const VT& vtable() const { return *static_cast<const VT*>(lib_->vtable()); }
+  th_instance* handle() const { return instance_; }
+  th_host_ctx* ctx() const { return ctx_.get(); }
+  const PluginLibrary& library() const { return *lib_; }
+  const std::string& id() const { return lib_->id(); }
+  const std::string& version() const { return lib_->version(); }
+  const toml::table& config() const { return config_.table; }
+
+ private:
+  PluginInstance() = default;
+  std::shared_ptr<PluginLibrary> lib_;  // declared first: destroyed last
+  std::unique_ptr<th_host_ctx> ctx_;
+  th_config config_;
+  th_instance* instance_ = nullptr;
+};
+
+}  // namespace tokenhost

@@ -1,0 +1,159 @@
+#include "plugin/library.hpp"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "plugin/host_api.hpp"
+#include "plugin/kind.hpp"
+#include "util/text.hpp"
+
+namespace tokenhost {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<size_t> g_open_count{0};
+std::atomic<uint64_t> g_copy_counter{0};
+
+// Private copies live in one directory per process, removed as their libraries close.
+fs::path private_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string abi_string(unsigned major, unsigned minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// dlerror() names the private copy; users know the library by its real path.
+std::string real_path_error(std::string message, const std::string& private_path, const std::string& real) {
+  for (size_t at = message.find(private_path); at != std::string::npos; at = message.find(private_path, at)) {
+    message.replace(at, private_path.size(), real);
+    at += real.size();
+  }
+  return message;
+}
+
+}  // namespace
+
+std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifest) {
+  const std::string where = "plugin " + manifest.id + " (" + manifest.file + ")";
+  std::error_code ec;
+  if (!fs::is_regular_file(manifest.library, ec)) {
+    throw PluginError(where + ": library file '" + manifest.library + "' does not exist");
+  }
+
+  std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
+  lib->manifest_ = manifest;
+  // Load from a private copy: the file may be replaced while we run, and dlopen caches by path.
+  lib->private_path_ = (private_dir() / (manifest.id + "." + std::to_string(getpid()) + "." +
+                                         std::to_string(++g_copy_counter) + ".so"))
+                           .string();
+  fs::copy_file(manifest.library, lib->private_path_, fs::copy_options::overwrite_existing, ec);
+  if (ec) {
+    lib->private_path_.clear();
+    throw PluginError(where + ": cannot copy library '" + manifest.library + "': " + ec.message());
+  }
+
+  dlerror();
+  lib->handle_ = dlopen(lib->private_path_.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib->handle_ == nullptr) {
+    const char* e = dlerror();
+    throw PluginError(where + ": cannot load library '" + manifest.library + "': " +
+                      real_path_error(e ? e : "unknown dlopen error", lib->private_path_, manifest.library));
+  }
+  ++g_open_count;
+
+  auto entry = reinterpret_cast<th_plugin_entry_fn>(dlsym(lib->handle_, TH_PLUGIN_ENTRY_SYMBOL));
+  if (entry == nullptr) {
+    throw PluginError(where + ": library '" + manifest.library + "' has no entry symbol '" +
+                      TH_PLUGIN_ENTRY_SYMBOL + "' (build it with tokenhost_add_plugin and TOKENHOST_PLUGIN_ENTRY)");
+  }
+  const th_plugin_descriptor* d = entry(host_api());
+  if (d == nullptr) {
+    throw PluginError(where + ": entry point returned no descriptor (the plugin refused this host " +
+                      abi_string(TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR) + "; see its log lines)");
+  }
+  if (d->struct_size < offsetof(th_plugin_descriptor, vtable) + sizeof(void*)) {
+    throw PluginError(where + ": descriptor struct_size " + std::to_string(d->struct_size) +
+                      " is smaller than the ABI 1.0 descriptor");
+  }
+  lib->abi_major_ = d->abi_major;
+  lib->abi_minor_ = d->abi_minor;
+  const std::string plugin_abi = abi_string(d->abi_major, d->abi_minor);
+  const std::string host_abi = abi_string(TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR);
+  if (d->abi_major != TH_ABI_VERSION_MAJOR) {
+    throw PluginError(where + ": built for ABI " + plugin_abi + " but this host speaks ABI " + host_abi +
+                      " (the major versions must be equal)");
+  }
+  if (d->abi_minor > TH_ABI_VERSION_MINOR) {
+    throw PluginError(where + ": built for ABI " + plugin_abi + ", newer than this host's ABI " + host_abi +
+                      " (a plugin's minor version must not exceed the host's)");
+  }
+  if (d->abi_major != manifest.abi_major || d->abi_minor != manifest.abi_minor) {
+    throw PluginError(where + ": plugin.toml declares ABI " + abi_string(manifest.abi_major, manifest.abi_minor) +
+                      " but the library was built for ABI " + plugin_abi);
+  }
+  if (d->id == nullptr || d->version == nullptr) {
+    throw PluginError(where + ": descriptor has a NULL id or version");
+  }
+  lib->id_ = d->id;  // copied: the strings live in the library's image
+  lib->version_ = d->version;
+  lib->kind_ = d->kind;
+  if (d->kind != manifest.kind) {
+    throw PluginError(where + ": the library declares kind '" + kind_name(d->kind) + "' but plugin.toml says '" +
+                      kind_name(manifest.kind) + "'");
+  }
+  if (lib->id_ != manifest.id) {
+    throw PluginError(where + ": the library declares id '" + lib->id_ + "' but plugin.toml says '" + manifest.id + "'");
+  }
+  if (d->vtable == nullptr) throw PluginError(where + ": descriptor has no vtable");
+  lib->vtable_ = d->vtable;
+  uint32_t vt_size = static_cast<const th_vtable_head*>(d->vtable)->struct_size;
+  if (vt_size < vtable_size(d->kind)) {
+    throw PluginError(where + ": " + kind_name(d->kind) + " vtable struct_size " + std::to_string(vt_size) +
+                      " is smaller than the ABI 1.0 vtable (" + std::to_string(vtable_size(d->kind)) + " bytes)");
+  }
+  auto missing = missing_vtable_members(d->kind, d->vtable);
+  if (!missing.empty()) {
+    throw PluginError(where + ": required vtable member" + (missing.size() > 1 ? "s " : " ") + join(missing, ", ") +
+                      (missing.size() > 1 ? " are" : " is") + " NULL");
+  }
+  spdlog::info("loaded plugin {} {} (ABI {}) from {}", lib->id_, lib->version_, plugin_abi, manifest.library);
+  return lib;
+}
+
+PluginLibrary::~PluginLibrary() {
+  if (handle_ != nullptr) {
+    if (dlclose(handle_) != 0) spdlog::warn("dlclose of {} failed: {}", manifest_.library, dlerror());
+    --g_open_count;
+    if (!id_.empty()) spdlog::info("unloaded plugin {} {} ({})", id_, version_, manifest_.library);
+  }
+  if (!private_path_.empty()) {
+    std::error_code ec;
+    fs::remove(private_path_, ec);
+  }
+}
+
+bool PluginLibrary::is_mapped(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0) return true;
+  }
+  return false;
+}
+
+size_t PluginLibrary::open_count() { return g_open_count.load(); }
+
+}  // namespace tokenhost

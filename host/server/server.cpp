@@ -1,0 +1,240 @@
+#include "server/server.hpp"
+
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/engine.hpp"
+#include "actors/router.hpp"
+#include "actors/worker.hpp"
+#include "plugin/kind.hpp"
+#include "util/text.hpp"
+
+namespace tokenhost {
+namespace {
+
+DeviceInfo resolve_device(const std::string& name) {
+  for (const auto& d : devices()) {
+    if (name == "cpu" && d.kind == TH_DEVICE_CPU) return d;
+    if (d.kind == TH_DEVICE_CUDA && name == "cuda:" + std::to_string(d.index)) return d;
+  }
+  std::string why = cuda_unavailable_reason();
+  throw PluginError("device '" + name + "' is not present on this machine" + (why.empty() ? "" : " (" + why + ")"));
+}
+
+}  // namespace
+
+Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
+  config_ = std::make_unique<caf::actor_system_config>();
+  config_->set("logger.verbosity", caf::atom("quiet"));
+  system_ = std::make_unique<caf::actor_system>(*config_);
+  try {
+    std::vector<RoutedEngine> routed;
+    for (const auto& [name, decl] : deployment_.engines) {
+      const ModelDecl& model = deployment_.models.at(decl.model);
+      auto& weights = weights_[decl.model];
+      if (!weights) {
+        weights = make_synthetic_weights(model.spec, model.seed);
+        spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
+                     model.seed, double(weights->bytes()) / (1 << 20));
+      }
+      WorkerInit w;
+      w.engine = name;
+      w.weights = weights;
+      w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
+      w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
+      if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
+      EngineInit e;
+      e.name = name;
+      e.model = decl.model;
+      e.context_len = model.spec.info.context_len;
+      e.max_step_tokens = decl.max_step_tokens;
+      e.max_step_seqs = decl.max_step_seqs;
+      e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
+      if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
+      e.metrics = &metrics_;
+      e.worker = spawn_worker(*system_, std::move(w));
+      auto worker = e.worker;
+      auto actor = spawn_engine(*system_, std::move(e));
+      engines_.emplace(name, Engine{decl, actor, worker});
+      routed.push_back({name, decl.model, actor});
+      spdlog::info("engine {} ready: model {} on {}", name, decl.model, decl.device);
+    }
+    RouterInit r;
+    r.router = make_instance(nullptr, "router", deployment_.router);
+    r.engines = std::move(routed);
+    router_ = spawn_router(*system_, std::move(r));
+  } catch (...) {
+    for (auto& [name, e] : engines_) {
+      caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
+    }
+    engines_.clear();
+    system_.reset();
+    throw;
+  }
+}
+
+Server::~Server() { shutdown(std::chrono::seconds(5)); }
+
+std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, const std::string& slot,
+                                                      const SlotDecl& decl) {
+  InstanceSpec spec;
+  spec.engine = engine != nullptr ? engine->name : "router";
+  spec.slot = slot;
+  const std::string model = engine != nullptr ? engine->model : deployment_.models.begin()->first;
+  spec.model = deployment_.models.at(model).spec;
+  spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
+  spec.config = decl.config;
+  spec.metrics = &metrics_;
+  auto lib = deployment_.catalog->load(decl.manifest);
+  return PluginInstance::create(std::move(lib), spec);
+}
+
+GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {
+  if (!accepting_) return GenerateResult{{}, "error", "", "the server is shutting down"};
+  ++in_flight_;
+  GenerateResult out;
+  {
+    caf::scoped_actor self{*system_};
+    self->request(router_, caf::duration(timeout), generate_atom::value, std::move(request))
+        .receive([&](GenerateResult& r) { out = std::move(r); },
+                 [&](caf::error& e) { out = GenerateResult{{}, "error", "", "request failed: " + system_->render(e)}; });
+  }
+  --in_flight_;
+  return out;
+}
+
+StatusJson Server::ask_status(const caf::actor& target) {
+  caf::scoped_actor self{*system_};
+  StatusJson out{"null"};
+  self->request(target, std::chrono::seconds(10), status_atom::value, std::string())
+      .receive([&](StatusJson& s) { out = std::move(s); },
+               [&](caf::error& e) { out.json = nlohmann::json({{"error", system_->render(e)}}).dump(); });
+  return out;
+}
+
+nlohmann::json Server::status() {
+  nlohmann::json engines = nlohmann::json::array();
+  for (const auto& [name, e] : engines_) {
+    auto j = nlohmann::json::parse(ask_status(caf::actor_cast<caf::actor>(e.actor)).json);
+    j["device"] = e.decl.device;
+    engines.push_back(j);
+  }
+  return {{"engines", engines},
+          {"router", nlohmann::json::parse(ask_status(caf::actor_cast<caf::actor>(router_)).json)},
+          {"accepting", accepting_.load()},
+          {"in_flight", in_flight_.load()},
+          {"open_libraries", PluginLibrary::open_count()}};
+}
+
+nlohmann::json Server::plugins() {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& m : deployment_.catalog->all()) {
+    nlohmann::json config = nlohmann::json::object();
+    for (const auto& p : m.params) config[p.key] = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
+    list.push_back({{"id", m.id}, {"kind", kind_name(m.kind)}, {"version", m.version},
+                    {"abi", std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor)},
+                    {"library", m.library}, {"devices", m.devices}, {"description", m.description}, {"config", config}});
+  }
+  return {{"plugins", list}, {"search_paths", deployment_.catalog->search_paths()},
+          {"errors", deployment_.catalog->scan_errors()}};
+}
+
+SwapResult Server::send_swap(const std::string& engine, SlotSwap swap) {
+  caf::scoped_actor self{*system_};
+  SwapResult out{false, "no reply"};
+  auto on_error = [&](caf::error& e) { out = SwapResult{false, "swap failed: " + system_->render(e)}; };
+  auto on_reply = [&](SwapResult& r) { out = std::move(r); };
+  if (engine.empty()) {
+    self->request(router_, std::chrono::seconds(60), swap_atom::value, std::move(swap)).receive(on_reply, on_error);
+  } else {
+    self->request(engines_.at(engine).actor, std::chrono::seconds(60), swap_atom::value, std::move(swap))
+        .receive(on_reply, on_error);
+  }
+  return out;
+}
+
+std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
+                             const toml::table& config) {
+  std::lock_guard lock(admin_mutex_);
+  if (!accepting_) throw AdminError(503, "the server is shutting down");
+  const EngineDecl* decl = nullptr;
+  if (slot == "router") {
+    if (!engine.empty()) throw AdminError(400, "the router slot belongs to the server, not to engine '" + engine + "'");
+  } else {
+    auto it = engines_.find(engine);
+    if (it == engines_.end()) {
+      std::vector<std::string> names;
+      for (const auto& [n, e] : engines_) names.push_back(n);
+      throw AdminError(404, "no engine '" + engine + "'" + suggestion(engine, names));
+    }
+    decl = &it->second.decl;
+    if (slot == "moe" && deployment_.models.at(decl->model).spec.info.n_experts == 0)
+      throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no moe slot");
+  }
+  // Re-read plugin.toml: a new version may have been installed at the same path.
+  if (auto m = deployment_.catalog->find(plugin)) {
+    try {
+      deployment_.catalog->add(m->file);
+    } catch (const ManifestError& e) {
+      throw AdminError(400, e.what());
+    }
+  }
+  SlotDecl change;
+  try {
+    change = read_slot_change(deployment_, slot, plugin, config, "admin request");
+  } catch (const ManifestError& e) {
+    throw AdminError(400, e.message());
+  }
+  std::shared_ptr<PluginInstance> instance;
+  try {
+    instance = make_instance(decl, slot, change);
+  } catch (const std::exception& e) {
+    throw AdminError(422, e.what());
+  }
+  SwapResult r = send_swap(engine, SlotSwap{slot, std::move(instance)});
+  if (!r.ok) throw AdminError(409, r.message);
+  if (decl != nullptr) engines_.at(engine).decl.slots[slot] = change;
+  else deployment_.router = change;
+  return r.message;
+}
+
+std::string Server::unload_slot(const std::string& engine, const std::string& slot) {
+  std::lock_guard lock(admin_mutex_);
+  auto it = engines_.find(engine);
+  if (it == engines_.end()) throw AdminError(404, "no engine '" + engine + "'");
+  if (slot != "spec_decode") {
+    throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
+  }
+  if (!it->second.decl.slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
+  SwapResult r = send_swap(engine, SlotSwap{slot, nullptr});
+  if (!r.ok) throw AdminError(409, r.message);
+  it->second.decl.slots.erase(slot);
+  return r.message;
+}
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  std::call_once(shutdown_once_, [&] {
+    if (!system_) return;
+    accepting_ = false;
+    spdlog::info("shutting down: {} requests in flight", in_flight_.load());
+    caf::anon_send(router_, drain_atom::value);
+    auto deadline = std::chrono::steady_clock::now() + grace;
+    while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (in_flight_ > 0) spdlog::warn("{} requests still running after the grace period; stopping them", in_flight_.load());
+    for (auto& [name, e] : engines_) {
+      caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
+    }
+    caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+    engines_.clear();
+    router_ = nullptr;
+    system_->await_all_actors_done();
+    system_.reset();
+    spdlog::info("shut down");
+  });
+}
+
+}  // namespace tokenhost

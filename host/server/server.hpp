@@ -1,0 +1,90 @@
+// A running deployment: the actor system, one engine (scheduler actor + worker actor) per
+// [engines.*], the router, the plugin catalog, the metrics registry and the operations the admin API
+// offers (status, swap, load and unload of a slot). HTTP lives in http/; this class speaks C++.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/messages.hpp"
+#include "manifest/deployment.hpp"
+#include "metrics/metrics.hpp"
+#include "runtime/synthetic_model.hpp"
+
+namespace tokenhost {
+
+// An admin operation that was refused: the HTTP status it maps to, and why. Nothing was changed.
+struct AdminError : std::runtime_error {
+  AdminError(int status, const std::string& message) : std::runtime_error(message), http_status(status) {}
+  int http_status;
+};
+
+class Server {
+ public:
+  // Builds every actor and plugin instance of the deployment. Throws PluginError when a plugin cannot
+  // be loaded, checked or created: the server does not start half-built.
+  explicit Server(Deployment deployment);
+  ~Server();  // shuts down if still running
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const Deployment& deployment() const { return deployment_; }
+  metrics::Registry& metrics() { return metrics_; }
+  caf::actor_system& system() { return *system_; }
+
+  // Runs one request through router, engine and worker; blocks the calling (HTTP) thread.
+  GenerateResult generate(GenerateRequest request, std::chrono::milliseconds timeout = std::chrono::minutes(10));
+  uint64_t next_request_id() { return ++request_ids_; }
+
+  // Engines, their plugins and versions, and the router, as JSON.
+  nlohmann::json status();
+  // Plugins in the catalog and the libraries open now.
+  nlohmann::json plugins();
+
+  // Puts plugin (with config) into slot of engine: swaps the current plugin, or loads one into an
+  // empty optional slot. The new plugin is validated, loaded, checked and created before anything
+  // changes; any failure throws AdminError and leaves the server as it was. engine "" with slot
+  // "router" targets the router. Returns a description of the change.
+  std::string set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
+                       const toml::table& config);
+  // Empties an optional slot (spec_decode). Throws AdminError for required slots.
+  std::string unload_slot(const std::string& engine, const std::string& slot);
+
+  // Stops taking requests, lets running ones finish (waiting ones end with an error) and stops every
+  // actor. Returns when all are done or grace has passed. Idempotent.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
+  bool accepting() const { return accepting_.load(); }
+  size_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Engine {
+    EngineDecl decl;
+    engine_actor actor;
+    worker_actor worker;
+  };
+  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl);
+  SwapResult send_swap(const std::string& engine, SlotSwap swap);
+  StatusJson ask_status(const caf::actor& target);
+
+  Deployment deployment_;
+  metrics::Registry metrics_;
+  std::unique_ptr<caf::actor_system_config> config_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::map<std::string, std::shared_ptr<const SyntheticWeights>> weights_;  // one copy per model
+  std::map<std::string, Engine> engines_;
+  router_actor router_;
+  std::mutex admin_mutex_;  // one admin change at a time
+  std::atomic<bool> accepting_{true};
+  std::atomic<size_t> in_flight_{0};
+  std::atomic<uint64_t> request_ids_{0};
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace tokenhost

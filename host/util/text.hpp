@@ -1,0 +1,22 @@
+// Small text helpers shared by the host: closest-match suggestions and joining.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tokenhost {
+
+// Levenshtein distance between a and b.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate closest to word, or "" when none is close enough to be a plausible typo
+// (distance at most max(2, |word| / 3)).
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+// " (did you mean 'x'?)" when a close candidate exists, else " (expected one of: a, b, c)".
+std::string suggestion(std::string_view word, const std::vector<std::string>& candidates);
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator);
+
+}  // namespace tokenhost
