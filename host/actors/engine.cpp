@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/plugin_json.hpp"
+
 namespace tokenhost {
 namespace {
 
@@ -274,11 +276,6 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
   });
 }
 
-nlohmann::json plugin_json(const std::shared_ptr<PluginInstance>& p) {
-  if (!p) return nullptr;
-  return {{"id", p->id()}, {"version", p->version()}, {"library", p->library().manifest().library}};
-}
-
 engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   self->state.init = std::move(init);
   register_metrics(self->state);
@@ -297,6 +294,11 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         if (req.prompt.size() + 1 > s.init.context_len)
           return fail("the prompt has " + std::to_string(req.prompt.size()) + " tokens; engine " + s.init.name +
                       " holds at most " + std::to_string(s.init.context_len - 1) + " before generating");
+        for (size_t i = 0; i < req.prompt.size(); ++i) {
+          if (req.prompt[i] < 0 || uint32_t(req.prompt[i]) >= s.init.vocab_size)
+            return fail("prompt token " + std::to_string(req.prompt[i]) + " at position " + std::to_string(i) +
+                        " is outside the vocabulary of " + std::to_string(s.init.vocab_size) + " tokens");
+        }
         if (find(s, req.id) != nullptr) return fail("request id " + std::to_string(req.id) + " is already in flight");
         Sequence q;
         q.tokens = req.prompt;

@@ -15,6 +15,7 @@ struct EngineInit {
   std::string name;
   std::string model;
   uint32_t context_len = 512;
+  uint32_t vocab_size = 256;
   uint32_t max_step_tokens = 512;
   uint32_t max_step_seqs = 64;
   std::shared_ptr<PluginInstance> scheduler;

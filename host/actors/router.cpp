@@ -1,5 +1,7 @@
 #include "actors/router.hpp"
 
+#include "actors/plugin_json.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <variant>
@@ -19,6 +21,12 @@ struct RouterState {
 };
 
 using self_ptr = router_actor::stateful_pointer<RouterState>;
+
+// While draining, the router stays until every request it forwarded has its answer delivered.
+void quit_when_idle(self_ptr self) {
+  const auto& n = self->state.in_flight;
+  if (self->state.draining && std::all_of(n.begin(), n.end(), [](uint32_t x) { return x == 0; })) self->quit();
+}
 
 // Runs the router plugin; returns the engine index or an error message.
 std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& req) {
@@ -85,11 +93,13 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                     fb(plugin.handle(), &f);
                   }
                   rp.deliver(std::move(r));
+                  quit_when_idle(self);
                 },
                 [self, rp, index](caf::error& e) mutable {
                   --self->state.in_flight[index];
                   rp.deliver(GenerateResult{{}, "error", self->state.init.engines[index].name,
                                             "engine failed: " + self->system().render(e)});
+                  quit_when_idle(self);
                 });
         return rp;
       },
@@ -106,7 +116,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         nlohmann::json engines = nlohmann::json::array();
         for (size_t i = 0; i < s.init.engines.size(); ++i)
           engines.push_back({{"name", s.init.engines[i].name}, {"in_flight", s.in_flight[i]}});
-        nlohmann::json j = {{"router", {{"id", s.init.router->id()}, {"version", s.init.router->version()}}},
+        nlohmann::json j = {{"router", plugin_json(s.init.router)},
                             {"routed", s.routed},
                             {"engines", engines}};
         return {j.dump()};
@@ -114,7 +124,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
       [=](drain_atom) {
         self->state.draining = true;
         for (auto& e : self->state.init.engines) self->send(e.actor, drain_atom::value);
-        self->quit();
+        quit_when_idle(self);
       },
   };
 }

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/plugin_json.hpp"
+
 namespace tokenhost {
 namespace {
 
@@ -27,11 +29,6 @@ uint32_t kv_seqs(const PluginInstance& kvcache) {
   stats.struct_size = sizeof stats;
   kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
   return stats.n_seqs;
-}
-
-nlohmann::json plugin_json(const std::shared_ptr<PluginInstance>& p) {
-  if (!p) return nullptr;
-  return {{"id", p->id()}, {"version", p->version()}, {"library", p->library().manifest().library}};
 }
 
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {

@@ -1,6 +1,7 @@
 #include "manifest/plugin_manifest.hpp"
 
 #include <filesystem>
+#include <cmath>
 #include <regex>
 #include <sstream>
 
@@ -29,6 +30,7 @@ const ConfigParam* PluginManifest::param(const std::string& key) const {
 namespace {
 
 std::string format_number(double v) {
+  if (v == double(int64_t(v)) && std::abs(v) < 1e15) return std::to_string(int64_t(v));
   std::ostringstream out;
   out << v;
   return out.str();

@@ -1,5 +1,6 @@
 #include "server/server.hpp"
 
+#include <future>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -48,6 +49,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       e.name = name;
       e.model = decl.model;
       e.context_len = model.spec.info.context_len;
+      e.vocab_size = model.spec.info.vocab_size;
       e.max_step_tokens = decl.max_step_tokens;
       e.max_step_seqs = decl.max_step_seqs;
       e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
@@ -94,12 +96,32 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
 GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {
   if (!accepting_) return GenerateResult{{}, "error", "", "the server is shutting down"};
   ++in_flight_;
+  // A short-lived actor asks the router; this (HTTP) thread waits on a future, so a request can never
+  // outlive the server: once the actors are stopped, the wait ends with an error.
+  auto promise = std::make_shared<std::promise<GenerateResult>>();
+  auto answer = promise->get_future();
+  system_->spawn([router = router_, request = std::move(request), promise](caf::event_based_actor* self) mutable {
+    self->request(router, caf::infinite, generate_atom::value, std::move(request))
+        .then([promise](GenerateResult& r) { promise->set_value(std::move(r)); },
+              [promise, self](caf::error& e) {
+                promise->set_value(GenerateResult{{}, "error", "", "request failed: " + self->system().render(e)});
+              });
+  });
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   GenerateResult out;
-  {
-    caf::scoped_actor self{*system_};
-    self->request(router_, caf::duration(timeout), generate_atom::value, std::move(request))
-        .receive([&](GenerateResult& r) { out = std::move(r); },
-                 [&](caf::error& e) { out = GenerateResult{{}, "error", "", "request failed: " + system_->render(e)}; });
+  while (true) {
+    if (answer.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) {
+      out = answer.get();
+      break;
+    }
+    if (stopped_) {
+      out = GenerateResult{{}, "error", "", "the server stopped before the request finished (shutting down)"};
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      out = GenerateResult{{}, "error", "", "the request timed out after " + std::to_string(timeout.count()) + " ms"};
+      break;
+    }
   }
   --in_flight_;
   return out;
@@ -224,6 +246,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     while (in_flight_ > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (in_flight_ > 0) spdlog::warn("{} requests still running after the grace period; stopping them", in_flight_.load());
+    stopped_ = true;
     for (auto& [name, e] : engines_) {
       caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);

@@ -82,6 +82,7 @@ class Server {
   router_actor router_;
   std::mutex admin_mutex_;  // one admin change at a time
   std::atomic<bool> accepting_{true};
+  std::atomic<bool> stopped_{false};  // actors stopped: waiting requests end
   std::atomic<size_t> in_flight_{0};
   std::atomic<uint64_t> request_ids_{0};
   std::once_flag shutdown_once_;

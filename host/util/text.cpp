@@ -24,6 +24,8 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   std::string best;
   size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& c : candidates) {
+    // A candidate that begins the word ("int" for "integer") is as plausible as a typo.
+    if (c.size() >= 3 && word.size() > c.size() && word.compare(0, c.size(), c) == 0) return c;
     size_t d = edit_distance(word, c);
     if (d < best_distance) {
       best_distance = d;

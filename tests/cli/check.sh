@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# `tokenhost check`: a good manifest exits 0; a broken one exits 1 and prints file:line:column.
+set -euo pipefail
+tokenhost=$1 here=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+$tokenhost --log-level warn check "$here/../../manifests/default.toml"
+$tokenhost --log-level warn check   # the embedded default
+
+expect_error() {  # expect_error FILE PATTERN
+  set +e
+  out=$($tokenhost --log-level warn check "$1" 2>&1)
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || { echo "FAIL: check $1 exited $rc"; echo "$out"; exit 1; }
+  grep -qE -- "$2" <<<"$out" || { echo "FAIL: check $1 said:"; echo "$out"; echo "expected: $2"; exit 1; }
+  echo "ok: $out"
+}
+
+sed 's/^log_level = "info"/log_levle = "info"/' "$here/../../manifests/default.toml" > "$work/typo.toml"
+expect_error "$work/typo.toml" "^$work/typo.toml:[0-9]+:1: unknown key 'log_levle' in \[server\] \(did you mean 'log_level'\?\)$"
+
+sed 's/block_size = 16/block_size = 0/' "$here/../../manifests/default.toml" > "$work/range.toml"
+expect_error "$work/range.toml" "^$work/range.toml:[0-9]+:[0-9]+: 'block_size' in \[engines.main.kvcache\].config is out of range \[1, 1024\]$"
+
+printf '[server\n' > "$work/syntax.toml"
+expect_error "$work/syntax.toml" "^$work/syntax.toml:1:[0-9]+: TOML syntax error"
+
+expect_error "$work/missing.toml" "^$work/missing.toml:1:1: cannot open the file$"
+echo "check reports file:line:column"

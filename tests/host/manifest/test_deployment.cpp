@@ -1,0 +1,97 @@
+// Deployment manifests: a good one reads; each kind of mistake is an error at its file:line:column
+// saying what was expected, an unknown key names the closest known one.
+#include <catch2/catch.hpp>
+
+#include "manifest/deployment.hpp"
+#include "test_server.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+
+namespace {
+
+// The error for text, as "line:column: message" (the file name is checked once, below).
+std::string error_of(const std::string& text) {
+  try {
+    read_deployment("bad.toml", text);
+  } catch (const ManifestError& e) {
+    REQUIRE(e.file() == "bad.toml");
+    return std::to_string(e.line()) + ":" + std::to_string(e.column()) + ": " + e.message();
+  }
+  return "(no error)";
+}
+
+const std::string kModel = "[models.m]\ndim = 32\nn_heads = 4\n";
+const std::string kEngine = R"([engines.e]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+)";
+
+}  // namespace
+
+TEST_CASE("deployment: the test manifest and the embedded default read", "[manifest]") {
+  Deployment d = read_deployment("test.toml", test_manifest());
+  REQUIRE(d.engines.at("main").slots.at("kvcache").config.get("block_size")->value<int64_t>() == 8);
+  REQUIRE(d.engines.at("main").slots.at("kvcache").config.get("n_blocks")->value<int64_t>() == 256);
+  REQUIRE(d.engines.at("main").slots.at("scheduler").config.get("max_prefill_chunk")->value<int64_t>() == 16);
+  REQUIRE(d.router.plugin == "router.round_robin");  // the default router
+  REQUIRE(d.models.at("tiny").spec.info.head_dim == 8);
+
+  Deployment def = read_deployment("default.toml", embedded_default_manifest());
+  REQUIRE(def.engines.count("main") == 1);
+  REQUIRE(def.server.listen.port == 8080);
+  REQUIRE(def.server.admin_listen.host == "127.0.0.1");
+}
+
+TEST_CASE("deployment: mistakes are reported at file:line:column with what was expected", "[manifest]") {
+  CHECK(error_of("[server]\nlisten = \"127.0.0.1:8080\"\nlistn = \"x\"\n" + kModel + kEngine) ==
+        "3:1: unknown key 'listn' in [server] (did you mean 'listen'?)");
+  CHECK(error_of("[server]\nlisten = 8080\n" + kModel + kEngine) ==
+        "2:10: 'listen' in [server] must be a string, found an integer");
+  CHECK(error_of("[server]\nlisten = \"localhost\"\n" + kModel + kEngine) ==
+        "2:10: 'listen' in [server] must be \"host:port\" (port 0-65535), found \"localhost\"");
+  CHECK(error_of("[server]\nlog_level = \"verbose\"\n" + kModel + kEngine).rfind("2:13: unknown log_level 'verbose'", 0) == 0);
+  CHECK(error_of(kModel + "n_layer = 3\n" + kEngine) == "4:1: unknown key 'n_layer' in [models.m] (did you mean 'n_layers'?)");
+  CHECK(error_of(kModel + "n_kv_heads = 3\n" + kEngine).find("n_heads 4 is not a multiple of n_kv_heads 3") != std::string::npos);
+  CHECK(error_of("[models.m]\ndim = 4\n").find("'dim' in [models.m] = 4 is out of range [8, 16384]") != std::string::npos);
+  CHECK(error_of(kModel + R"([engines.e]
+model = "n"
+)") == "5:9: engine 'e' names unknown model 'n' (did you mean 'm'?)");
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "attention.refrence" }
+)").rfind("6:24: unknown plugin 'attention.refrence' in [engines.e.attention] (did you mean 'attention.reference'?)", 0) == 0);
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "scheduler.fifo" }
+)") == "6:24: plugin 'scheduler.fifo' is a scheduler plugin; [engines.e.attention] needs a attention plugin");
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_sise = 8 } }
+)") == "7:50: unknown config key 'block_sise' for plugin kvcache.paged in [engines.e.kvcache].config (did you mean 'block_size'?)");
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { n_blocks = 0 } }
+)") == "7:61: 'n_blocks' in [engines.e.kvcache].config is out of range [1, 2147483647]");
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = "big" } }
+)") == "7:63: 'block_size' in [engines.e.kvcache].config must be int, found a string");
+  CHECK(error_of(kModel + R"([engines.e]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+)") == "4:1: [engines.e] has no [engines.e.scheduler] slot (a scheduler plugin is required)");
+  CHECK(error_of("[server\nlisten = 1\n").rfind("1:8: TOML syntax error", 0) == 0);
+  CHECK(error_of(kEngine).find("missing table 'models'") != std::string::npos);
+  CHECK(error_of(kModel + kEngine + "[routr]\n") == "9:2: unknown key 'routr' in the deployment manifest (did you mean 'router'?)");
+}
+
+TEST_CASE("deployment: a manifest that cannot be opened names the file", "[manifest]") {
+  REQUIRE_THROWS_WITH(read_deployment_file("/nonexistent/dir/x.toml"), "/nonexistent/dir/x.toml:1:1: cannot open the file");
+}

@@ -1,0 +1,114 @@
+// The host API table plugins call: errors, typed config look-up, metrics, memory, model_run.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "harness.hpp"
+#include "plugin/host_api.hpp"
+
+using namespace tokenhost;
+using Catch::Matchers::Contains;
+
+TEST_CASE("host api: the table is complete and versioned", "[host_api]") {
+  const th_host_api* api = host_api();
+  REQUIRE(api->struct_size == sizeof(th_host_api));
+  REQUIRE(api->abi_major == TH_ABI_VERSION_MAJOR);
+  REQUIRE(api->abi_minor == TH_ABI_VERSION_MINOR);
+  REQUIRE(std::string(api->host_version) == TOKENHOST_VERSION);
+  const void* const* members = reinterpret_cast<const void* const*>(&api->error_set);
+  size_t n = (sizeof(th_host_api) - offsetof(th_host_api, error_set)) / sizeof(void*);
+  for (size_t i = 0; i < n; ++i) REQUIRE(members[i] != nullptr);
+}
+
+TEST_CASE("host api: error_set appends copies of each message", "[host_api]") {
+  th_error err;
+  std::string text = "first";
+  host_api()->error_set(&err, text.c_str());
+  text = "overwritten";  // the host copied it
+  host_api()->error_set(&err, "second");
+  host_api()->error_set(nullptr, "ignored");
+  REQUIRE(err.messages == std::vector<std::string>{"first", "second"});
+  REQUIRE(err.text() == "first; second");
+}
+
+TEST_CASE("host api: typed config look-up", "[host_api]") {
+  th_config c;
+  c.table = toml::parse("n = 3\nx = 2.5\nflag = true\nname = \"abc\"\n[sub]\ndepth = 7\n");
+  const th_host_api& api = *host_api();
+  int64_t i = 0;
+  double d = 0;
+  int32_t b = 0;
+  REQUIRE(api.config_get_int(&c, "n", &i) == TH_OK);
+  REQUIRE(i == 3);
+  REQUIRE(api.config_get_int(&c, "sub.depth", &i) == TH_OK);
+  REQUIRE(i == 7);
+  REQUIRE(api.config_get_double(&c, "x", &d) == TH_OK);
+  REQUIRE(d == 2.5);
+  REQUIRE(api.config_get_double(&c, "n", &d) == TH_OK);  // an integer where a number is asked
+  REQUIRE(d == 3.0);
+  REQUIRE(api.config_get_bool(&c, "flag", &b) == TH_OK);
+  REQUIRE(b == 1);
+  REQUIRE(api.config_get_int(&c, "x", &i) == TH_ERR_INVALID_ARGUMENT);
+  REQUIRE(api.config_get_int(&c, "missing", &i) == TH_ERR_NOT_FOUND);
+  size_t needed = 0;
+  REQUIRE(api.config_get_string(&c, "name", nullptr, 0, &needed) == TH_ERR_RESOURCE_EXHAUSTED);
+  REQUIRE(needed == 4);
+  char small[2];
+  REQUIRE(api.config_get_string(&c, "name", small, sizeof small, &needed) == TH_ERR_RESOURCE_EXHAUSTED);
+  char buf[8];
+  REQUIRE(api.config_get_string(&c, "name", buf, sizeof buf, &needed) == TH_OK);
+  REQUIRE(std::strcmp(buf, "abc") == 0);
+  REQUIRE(api.config_get_string(&c, "n", buf, sizeof buf, &needed) == TH_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("host api: plugin metrics are labelled by engine and plugin", "[host_api]") {
+  metrics::Registry registry;
+  th_host_ctx ctx;
+  ctx.plugin_id = "scheduler.x";
+  ctx.engine = "e1";
+  ctx.metrics = &registry;
+  const char* labels[] = {"kind"};
+  th_metric_desc counter{sizeof(th_metric_desc), TH_METRIC_COUNTER, "decisions_total", "Decisions", labels, 1, nullptr, 0};
+  th_metric* m = nullptr;
+  th_error err;
+  REQUIRE(host_api()->metric_create(&ctx, &counter, &m, &err) == TH_OK);
+  const char* values[] = {"prefill"};
+  host_api()->metric_add(m, values, 2);
+  host_api()->metric_add(m, values, 3);
+  auto* family = registry.find("tokenhost_plugin_decisions_total");
+  REQUIRE(family != nullptr);
+  REQUIRE(family->value({"e1", "scheduler.x", "prefill"}) == 5);
+  REQUIRE_THAT(registry.prometheus_text(),
+               Contains("tokenhost_plugin_decisions_total{engine=\"e1\",plugin=\"scheduler.x\",kind=\"prefill\"} 5"));
+  th_metric_desc bad{sizeof(th_metric_desc), TH_METRIC_GAUGE, "bad name", "x", nullptr, 0, nullptr, 0};
+  REQUIRE(host_api()->metric_create(&ctx, &bad, &m, &err) == TH_ERR_INVALID_ARGUMENT);
+  REQUIRE_THAT(err.text(), Contains("bad name"));
+}
+
+TEST_CASE("host api: memory is aligned, accounted per instance, and leaks are freed", "[host_api]") {
+  th_error err;
+  void* p = nullptr;
+  {
+    th_host_ctx ctx;
+    ctx.plugin_id = "kvcache.x";
+    REQUIRE(host_api()->mem_alloc(&ctx, TH_DEVICE_CPU, 0, 1000, 4096, &p, &err) == TH_OK);
+    REQUIRE(reinterpret_cast<uintptr_t>(p) % 4096 == 0);
+    std::memset(p, 0xab, 1000);
+    REQUIRE(ctx.bytes_allocated == 1000);
+    void* q = nullptr;
+    REQUIRE(host_api()->mem_alloc(&ctx, TH_DEVICE_CPU, 0, 64, 0, &q, &err) == TH_OK);
+    host_api()->mem_free(&ctx, q);
+    REQUIRE(ctx.bytes_allocated == 1000);
+    REQUIRE(host_api()->mem_alloc(&ctx, TH_DEVICE_CPU, 0, 64, 48, &q, &err) == TH_ERR_INVALID_ARGUMENT);
+    REQUIRE_THAT(err.text(), Contains("not a power of two"));
+  }  // p is leaked on purpose: the context frees it (AddressSanitizer runs would flag a real leak)
+}
+
+TEST_CASE("host api: model_run answers unsupported until the runtime can run another model", "[host_api]") {
+  th_error err;
+  th_model_run_request req{sizeof(th_model_run_request), "draft", nullptr, 0, 4, 0.0f, 1};
+  int32_t out[4];
+  th_model_run_result res{sizeof(th_model_run_result), out, 4, 0};
+  REQUIRE(host_api()->model_run(nullptr, &req, &res, &err) == TH_ERR_UNSUPPORTED);
+  REQUIRE_THAT(err.text(), Contains("model_run"));
+}

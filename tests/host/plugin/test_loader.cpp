@@ -1,0 +1,167 @@
+// The loader: every failure mode has its fixture under tests/fixtures/ and an asserted message; the
+// host keeps serving after each; libraries load from private copies, reload a replaced file, and
+// leave memory when their last instance is gone.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "harness.hpp"
+#include "manifest/plugin_manifest.hpp"
+#include "plugin/library.hpp"
+#include "test_server.hpp"
+
+namespace fs = std::filesystem;
+using namespace tokenhost;
+using namespace tokenhost::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct FailureMode {
+  const char* mode;
+  std::vector<std::string> message_parts;  // every part must appear in the error
+};
+
+// Each broken fixture, and what the host must say about it.
+const std::vector<FailureMode> kLoadFailures = {
+    {"missing_entry", {"has no entry symbol 'tokenhost_plugin_entry'", "fixture_missing_entry.so"}},
+    {"abi_major", {"built for ABI 2.0 but this host speaks ABI 1.0", "major versions must be equal"}},
+    {"abi_minor_newer", {"built for ABI 1.1, newer than this host's ABI 1.0"}},
+    {"kind_mismatch", {"the library declares kind 'router' but plugin.toml says 'scheduler'"}},
+    {"null_vtable_member", {"required vtable member schedule is NULL"}},
+    {"missing_file", {"library file '", "fixture_missing_file.so' does not exist"}},
+    {"corrupt_file", {"cannot load library '", "fixture_corrupt_file.so", "invalid ELF header"}},
+    {"unresolved_symbol", {"undefined symbol: tokenhost_fixture_undefined_function"}},
+};
+
+std::string load_error(const std::string& manifest_path) {
+  try {
+    PluginLibrary::open(read_plugin_manifest(manifest_path));
+  } catch (const PluginError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("loader: a valid plugin written in C loads, creates, and unloads when its last user goes", "[loader]") {
+  size_t open_before = PluginLibrary::open_count();
+  auto lib = PluginLibrary::open(read_plugin_manifest(fixture("good")));
+  REQUIRE(lib->id() == "scheduler.fixture");
+  REQUIRE(lib->version() == "1.0.0");
+  REQUIRE(lib->kind() == TH_KIND_SCHEDULER);
+  const std::string mapped = lib->mapped_path();
+  REQUIRE(PluginLibrary::is_mapped(mapped));
+  REQUIRE(mapped.find(fixture_dir()) == std::string::npos);  // a private copy, not the file itself
+
+  InstanceSpec spec;
+  spec.engine = "e";
+  spec.slot = "scheduler";
+  spec.model = model_spec();
+  spec.device = devices().front();
+  auto a = PluginInstance::create(lib, spec);
+  auto b = PluginInstance::create(lib, spec);
+  lib.reset();
+  a.reset();
+  REQUIRE(PluginLibrary::is_mapped(mapped));  // b still holds it
+  b.reset();
+  REQUIRE_FALSE(PluginLibrary::is_mapped(mapped));
+  REQUIRE_FALSE(fs::exists(mapped));
+  REQUIRE(PluginLibrary::open_count() == open_before);
+}
+
+TEST_CASE("loader: each broken plugin is refused with a message naming the problem, and the host keeps serving",
+          "[loader]") {
+  auto server = make_test_server();
+  auto reference = server->generate(request_for(*server, "before", 4));
+  REQUIRE(reference.finish_reason == "length");
+  for (const auto& failure : kLoadFailures) {
+    INFO("fixture " << failure.mode);
+    size_t open_before = PluginLibrary::open_count();
+    std::string error = load_error(fixture(failure.mode));
+    REQUIRE_FALSE(error.empty());
+    for (const auto& part : failure.message_parts) CHECK_THAT(error, Contains(part));
+    CHECK_THAT(error, Contains(fixture(failure.mode)));  // names the plugin.toml it came from
+    CHECK(PluginLibrary::open_count() == open_before);   // nothing of the failed load stays open
+    auto again = server->generate(request_for(*server, "before", 4));
+    REQUIRE(again.finish_reason == "length");
+    REQUIRE(again.tokens == reference.tokens);
+  }
+}
+
+TEST_CASE("loader: create() failing reports the plugin's own message", "[loader]") {
+  auto lib = PluginLibrary::open(read_plugin_manifest(fixture("create_fails")));
+  InstanceSpec spec;
+  spec.engine = "e";
+  spec.slot = "scheduler";
+  spec.model = model_spec();
+  spec.device = devices().front();
+  REQUIRE_THROWS_WITH(PluginInstance::create(lib, spec),
+                      Contains("scheduler.create_fails: create() failed with TH_ERR_INVALID_ARGUMENT: "
+                               "fixture refuses to start: the answer must be 42"));
+}
+
+TEST_CASE("loader: a swap to a broken plugin through the admin path changes nothing", "[loader][admin]") {
+  auto server = make_test_server();
+  auto& catalog = *server->deployment().catalog;
+  auto before = server->status()["engines"][0]["scheduler"];
+  for (const auto& failure : kLoadFailures) {
+    INFO("fixture " << failure.mode);
+    auto manifest = catalog.add(fixture(failure.mode));
+    try {
+      server->set_slot("main", "scheduler", manifest.id, {});
+      FAIL("the swap to a broken plugin was accepted");
+    } catch (const AdminError& e) {
+      CHECK(e.http_status == 422);
+      for (const auto& part : failure.message_parts) CHECK_THAT(std::string(e.what()), Contains(part));
+    }
+    REQUIRE(server->status()["engines"][0]["scheduler"] == before);
+    REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
+  }
+  auto manifest = catalog.add(fixture("create_fails"));
+  REQUIRE_THROWS_WITH(server->set_slot("main", "scheduler", manifest.id, {}), Contains("the answer must be 42"));
+  REQUIRE(server->status()["engines"][0]["scheduler"] == before);
+}
+
+TEST_CASE("loader: loading the same path again after the file changed loads the new file", "[loader]") {
+  fs::path dir = fs::temp_directory_path() / ("tokenhost-reload-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto install = [&](const std::string& mode) {
+    // Atomic rename, as a package manager installs: the old file stays intact for whoever maps it.
+    fs::path from = fs::path(fixture_dir()) / mode;
+    fs::copy_file(from / ("fixture_" + mode + ".so"), dir / "next.so", fs::copy_options::overwrite_existing);
+    fs::rename(dir / "next.so", dir / "fixture_router.so");
+    std::ifstream in(from / "plugin.toml");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string toml = text.str();
+    toml.replace(toml.find("fixture_" + mode + ".so"), ("fixture_" + mode + ".so").size(), "fixture_router.so");
+    std::ofstream(dir / "plugin.toml") << toml;
+  };
+  PluginCatalog catalog({dir.string()});
+  install("router_v1");
+  catalog.scan();
+  auto v1 = catalog.load("router.fixture");
+  REQUIRE(v1->version() == "1.0.0");
+  REQUIRE(catalog.load("router.fixture") == v1);  // unchanged file: the open library is shared
+  install("router_v2");
+  catalog.add((dir / "plugin.toml").string());
+  auto v2 = catalog.load("router.fixture");
+  REQUIRE(v2->version() == "2.0.0");  // not dlopen's cached copy of the old file
+  REQUIRE(v1->version() == "1.0.0");  // the old one still runs for whoever holds it
+  std::string v1_mapped = v1->mapped_path();
+  v1.reset();
+  REQUIRE_FALSE(PluginLibrary::is_mapped(v1_mapped));
+  REQUIRE(PluginLibrary::is_mapped(v2->mapped_path()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("loader: an unknown plugin id names the closest known one", "[loader]") {
+  REQUIRE_THROWS_WITH(builtin_catalog().load("scheduler.fifoo"), Contains("did you mean 'scheduler.fifo'?"));
+}

@@ -1,0 +1,284 @@
+// moe.topk: gate against a float64 softmax/top-k, experts against a float64 SwiGLU, rebalance
+// against a brute-force optimum, check() on dense models.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+
+namespace {
+
+const ModelSpec kMoe = model_spec(4, 2, 8, 2, /*n_experts=*/8, /*n_experts_used=*/2);
+
+std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float scale) {
+  std::uniform_real_distribution<float> uni(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = uni(rng);
+  return v;
+}
+
+// The float64 gate: ids by logit descending, lower id first on ties; weights over the chosen (normalize)
+// or over all experts.
+void reference_gate(const std::vector<float>& logits, uint32_t n_tokens, uint32_t n_experts, uint32_t k,
+                    bool normalize, std::vector<int32_t>& ids, std::vector<double>& weights) {
+  ids.assign(size_t(n_tokens) * k, -1);
+  weights.assign(size_t(n_tokens) * k, 0.0);
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const float* l = &logits[size_t(t) * n_experts];
+    double mx = -INFINITY, all = 0, chosen = 0;
+    for (uint32_t e = 0; e < n_experts; ++e) mx = std::max(mx, double(l[e]));
+    std::vector<double> p(n_experts);
+    for (uint32_t e = 0; e < n_experts; ++e) all += p[e] = std::exp(double(l[e]) - mx);
+    std::vector<int32_t> order(n_experts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    for (uint32_t j = 0; j < k; ++j) chosen += p[size_t(order[j])];
+    for (uint32_t j = 0; j < k; ++j) {
+      ids[size_t(t) * k + j] = order[j];
+      weights[size_t(t) * k + j] = p[size_t(order[j])] / (normalize ? chosen : all);
+    }
+  }
+}
+
+void check_gate(std::mt19937_64& rng, bool normalize, bool integer_logits) {
+  auto moe = make_plugin("moe.topk", kMoe, toml::table{{"normalize", normalize}});
+  const auto& vt = moe->vtable<th_moe_vtable>();
+  const uint32_t n_tokens = 40, n_experts = 8;
+  int ties = 0;
+  for (uint32_t k : {1u, 2u, 3u, 8u}) {
+    std::vector<float> logits = random_floats(rng, size_t(n_tokens) * n_experts, 4.0f);
+    if (integer_logits) {
+      for (float& x : logits) x = std::floor(x / 2);  // -2 .. 1: many ties
+    }
+    std::vector<int32_t> ids(size_t(n_tokens) * k, -7), ref_ids;
+    std::vector<float> w(size_t(n_tokens) * k, -7.0f);
+    std::vector<double> ref_w;
+    th_moe_gate_args a{sizeof(th_moe_gate_args), 0, n_tokens, n_experts, k, logits.data(), ids.data(), w.data()};
+    th_error err;
+    REQUIRE(vt.gate(moe->handle(), &a, &err) == TH_OK);
+    reference_gate(logits, n_tokens, n_experts, k, normalize, ref_ids, ref_w);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      INFO("k " << k << " token " << i / k << " slot " << i % k << " normalize " << normalize);
+      REQUIRE(ids[i] == ref_ids[i]);
+      REQUIRE(std::abs(double(w[i]) - ref_w[i]) <= 1e-6 * ref_w[i]);
+      if (i % k > 0) ties += logits[(i / k) * n_experts + size_t(ids[i])] == logits[(i / k) * n_experts + size_t(ids[i - 1])];
+    }
+    if (normalize) {
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        REQUIRE(std::accumulate(&w[size_t(t) * k], &w[size_t(t) * k] + k, 0.0) == Approx(1.0).epsilon(1e-6));
+      }
+    }
+  }
+  if (integer_logits) CHECK(ties > 0);  // the tie-break was exercised
+}
+
+struct Expert {
+  std::vector<float> gate, up, down;  // [ffn][dim], [ffn][dim], [dim][ffn]
+  uint32_t dim, ffn;
+  Expert(std::mt19937_64& rng, uint32_t d, uint32_t f)
+      : gate(random_floats(rng, size_t(f) * d, 1.0f / std::sqrt(float(d)))),
+        up(random_floats(rng, size_t(f) * d, 1.0f / std::sqrt(float(d)))),
+        down(random_floats(rng, size_t(d) * f, 1.0f / std::sqrt(float(f)))),
+        dim(d),
+        ffn(f) {}
+
+  static th_tensor tensor(const std::vector<float>& data, int64_t rows, int64_t cols) {
+    th_tensor t{};
+    t.struct_size = sizeof(th_tensor);
+    t.dtype = TH_DTYPE_F32;
+    t.n_dims = 2;
+    t.ne[0] = cols;
+    t.ne[1] = rows;
+    t.ne[2] = t.ne[3] = 1;
+    t.nb[0] = sizeof(float);
+    t.nb[1] = cols * int64_t(sizeof(float));
+    t.nb[2] = t.nb[3] = rows * t.nb[1];
+    t.data = const_cast<float*>(data.data());
+    t.device = TH_DEVICE_CPU;
+    return t;
+  }
+  th_moe_expert_weights view() const { return {tensor(gate, ffn, dim), tensor(up, ffn, dim), tensor(down, dim, ffn)}; }
+
+  // acc += w * down(silu(gate x) * up x), in float64.
+  void reference(const float* x, double w, std::vector<double>& acc) const {
+    std::vector<double> h(ffn);
+    for (uint32_t f = 0; f < ffn; ++f) {
+      double g = 0, u = 0;
+      for (uint32_t d = 0; d < dim; ++d) {
+        g += double(gate[size_t(f) * dim + d]) * x[d];
+        u += double(up[size_t(f) * dim + d]) * x[d];
+      }
+      h[f] = g / (1 + std::exp(-g)) * u;
+    }
+    for (uint32_t d = 0; d < dim; ++d) {
+      double s = 0;
+      for (uint32_t f = 0; f < ffn; ++f) s += double(down[size_t(d) * ffn + f]) * h[f];
+      acc[d] += w * s;
+    }
+  }
+};
+
+uint64_t max_load(const std::vector<uint64_t>& tokens, const std::vector<int32_t>& placement, uint32_t n_devices) {
+  std::vector<uint64_t> load(n_devices, 0);
+  for (size_t e = 0; e < tokens.size(); ++e) load[size_t(placement[e])] += tokens[e];
+  return *std::max_element(load.begin(), load.end());
+}
+
+// The optimal makespan by trying all n_devices^n_experts placements.
+uint64_t brute_force_optimum(const std::vector<uint64_t>& tokens, uint32_t n_devices) {
+  std::vector<int32_t> p(tokens.size(), 0);
+  uint64_t best = UINT64_MAX;
+  while (true) {
+    best = std::min(best, max_load(tokens, p, n_devices));
+    size_t i = 0;
+    while (i < p.size() && ++p[i] == int32_t(n_devices)) p[i++] = 0;
+    if (i == p.size()) return best;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("moe.topk gate matches a float64 softmax top-k, normalized", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk gate normalize");
+  check_gate(rng, true, false);
+}
+
+TEST_CASE("moe.topk gate matches a float64 softmax top-k, not normalized", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk gate no normalize");
+  check_gate(rng, false, false);
+}
+
+TEST_CASE("moe.topk gate breaks ties by the lower expert id", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk gate ties");
+  check_gate(rng, true, true);
+  // A fixed case: all logits equal: experts 0..k-1, equal weights.
+  auto moe = make_plugin("moe.topk", kMoe);
+  std::vector<float> logits(8, 0.5f);
+  std::vector<int32_t> ids(3);
+  std::vector<float> w(3);
+  th_moe_gate_args a{sizeof(th_moe_gate_args), 0, 1, 8, 3, logits.data(), ids.data(), w.data()};
+  th_error err;
+  REQUIRE(moe->vtable<th_moe_vtable>().gate(moe->handle(), &a, &err) == TH_OK);
+  CHECK(ids == std::vector<int32_t>{0, 1, 2});
+  for (float x : w) CHECK(x == Approx(1.0 / 3).epsilon(1e-6));
+}
+
+TEST_CASE("moe.topk experts match a float64 SwiGLU, with and without a shared expert", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk experts");
+  const uint32_t dim = 32, ffn = 48, n_experts = 8, k = 2, n_tokens = 7, shared_ffn = 64;
+  auto moe = make_plugin("moe.topk", kMoe);
+  const auto& vt = moe->vtable<th_moe_vtable>();
+  std::vector<Expert> experts;
+  std::vector<th_moe_expert_weights> views;
+  for (uint32_t e = 0; e < n_experts; ++e) experts.emplace_back(rng, dim, ffn);
+  for (const Expert& e : experts) views.push_back(e.view());
+  const Expert shared(rng, dim, shared_ffn);
+  const th_moe_expert_weights shared_view = shared.view();
+  for (bool with_shared : {false, true}) {
+    const std::vector<float> x = random_floats(rng, size_t(n_tokens) * dim, 1.0f);
+    std::vector<int32_t> ids(size_t(n_tokens) * k);
+    std::vector<float> w = random_floats(rng, ids.size(), 1.0f);
+    for (uint32_t t = 0; t < n_tokens; ++t) {  // k distinct random experts per token
+      std::vector<int32_t> all(n_experts);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), k, &ids[size_t(t) * k]);
+    }
+    std::vector<float> out(size_t(n_tokens) * dim, NAN);
+    th_moe_experts_args a{sizeof(th_moe_experts_args), 0, n_tokens, dim, ffn, n_experts, k, x.data(), ids.data(),
+                          w.data(), views.data(), with_shared ? &shared_view : nullptr, out.data()};
+    th_error err;
+    REQUIRE(vt.experts(moe->handle(), &a, &err) == TH_OK);
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      std::vector<double> ref(dim, 0.0);
+      for (uint32_t j = 0; j < k; ++j) experts[size_t(ids[t * k + j])].reference(&x[size_t(t) * dim], w[t * k + j], ref);
+      if (with_shared) shared.reference(&x[size_t(t) * dim], 1.0, ref);
+      double diff = 0, mag = 0;
+      for (uint32_t d = 0; d < dim; ++d) {
+        diff = std::max(diff, std::abs(double(out[size_t(t) * dim + d]) - ref[d]));
+        mag = std::max(mag, std::abs(ref[d]));
+      }
+      INFO("token " << t << " shared " << with_shared << " diff " << diff << " max |ref| " << mag);
+      REQUIRE(mag > 0);
+      REQUIRE(diff / mag < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("moe.topk experts refuses a non-f32 weight, naming the dtype", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk experts dtype");
+  auto moe = make_plugin("moe.topk", kMoe);
+  const Expert e(rng, 8, 12);
+  th_moe_expert_weights v = e.view();
+  v.up.dtype = TH_DTYPE_F16;
+  std::vector<float> x(8, 1.0f), w{1.0f}, out(8, 0.0f);
+  std::vector<int32_t> ids{0};
+  th_moe_experts_args a{sizeof(th_moe_experts_args), 0, 1, 8, 12, 1, 1, x.data(), ids.data(), w.data(), &v, nullptr,
+                        out.data()};
+  th_error err;
+  CHECK(moe->vtable<th_moe_vtable>().experts(moe->handle(), &a, &err) == TH_ERR_UNSUPPORTED);
+  CHECK_THAT(err.text(), Catch::Contains("f16"));
+  CHECK(out == std::vector<float>(8, 0.0f));
+}
+
+TEST_CASE("moe.topk check() refuses a dense model", "[moe][topk]") {
+  auto lib = builtin_catalog().load("moe.topk");
+  const ModelSpec dense = model_spec(4, 2, 16, 2, 0, 0);
+  const th_model_info info = dense.to_abi();
+  const th_config config{};
+  const th_check_query query{sizeof(th_check_query), &info, nullptr, &config};
+  th_error err;
+  CHECK(lib->head().check(&query, &err) == TH_ERR_UNSUPPORTED);
+  CHECK_THAT(err.text(), Catch::Contains("dense model"));
+  CHECK_THROWS_AS(make_plugin("moe.topk", dense), PluginError);
+  CHECK_THROWS_WITH(make_plugin("moe.topk", dense), Catch::Contains("n_experts > 0"));
+  CHECK_THROWS_WITH(make_plugin("moe.topk", model_spec(4, 2, 16, 2, 8, 9)), Catch::Contains("n_experts_used (9)"));
+  CHECK_NOTHROW(make_plugin("moe.topk", kMoe));
+}
+
+TEST_CASE("moe.topk rebalance (LPT) is within 4/3 of the brute-force optimum", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk rebalance");
+  auto moe = make_plugin("moe.topk", kMoe);
+  const auto& vt = moe->vtable<th_moe_vtable>();
+  REQUIRE(vt.rebalance != nullptr);
+  auto run = [&](const std::vector<uint64_t>& tokens, uint32_t n_devices, std::vector<int32_t>& placement) {
+    const std::vector<int32_t> before = placement;
+    th_moe_load load{sizeof(th_moe_load), 0, uint32_t(tokens.size()), n_devices, tokens.data(), placement.data()};
+    th_moe_placement out{sizeof(th_moe_placement), placement.data(), -1};  // output aliases the input
+    th_error err;
+    REQUIRE(vt.rebalance(moe->handle(), &load, &out, &err) == TH_OK);
+    for (int32_t d : placement) REQUIRE((d >= 0 && uint32_t(d) < n_devices));
+    CHECK(out.changed == (placement != before ? 1 : 0));
+  };
+  for (int trial = 0; trial < 150; ++trial) {
+    const uint32_t n_devices = trial % 2 == 0 ? 2 : 3;
+    std::vector<uint64_t> tokens(6);
+    const uint64_t hi = trial % 3 == 0 ? 10 : 1000;  // small ranges give ties
+    for (uint64_t& t : tokens) t = std::uniform_int_distribution<uint64_t>(0, hi)(rng);
+    std::vector<int32_t> placement(6);
+    for (int32_t& p : placement) p = int32_t(std::uniform_int_distribution<uint32_t>(0, n_devices - 1)(rng));
+    run(tokens, n_devices, placement);
+    const uint64_t got = max_load(tokens, placement, n_devices), opt = brute_force_optimum(tokens, n_devices);
+    INFO("trial " << trial << " devices " << n_devices << " LPT " << got << " optimum " << opt);
+    REQUIRE(got >= opt);
+    REQUIRE(3 * got <= 4 * opt);
+    REQUIRE(3 * n_devices * got <= (4 * n_devices - 1) * opt);  // Graham's bound for LPT
+    // Already balanced by LPT: a second call changes nothing.
+    const std::vector<int32_t> again = placement;
+    run(tokens, n_devices, placement);
+    CHECK(placement == again);
+  }
+  // LPT's worst case for 2 devices: 7 against an optimum of 6.
+  const std::vector<uint64_t> tokens{3, 3, 2, 2, 2, 0};
+  std::vector<int32_t> placement(6, 0);
+  run(tokens, 2, placement);
+  CHECK(max_load(tokens, placement, 2) == 7);
+  CHECK(brute_force_optimum(tokens, 2) == 6);
+}

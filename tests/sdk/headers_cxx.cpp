@@ -1,0 +1,11 @@
+// The SDK headers, C and C++ helper alike, compile as C++ with -Wall -Wextra -Werror -pedantic.
+#include <tokenhost/plugin.hpp>
+#include <tokenhost/tokenhost.h>
+
+#include <cstdio>
+
+int main() {
+  static_assert(sizeof(th_plugin_descriptor) > 0, "descriptor visible from C++");
+  std::printf("SDK headers compile as C++%ld\n", long(__cplusplus));
+  return 0;
+}
