@@ -83,8 +83,9 @@ int run_serve(const std::string& path) {
   std::signal(SIGTERM, on_signal);
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   spdlog::info("received signal {}: draining", int(g_signal));
-  server.shutdown();
+  server.drain();
   http.stop();
+  server.stop();
   return 0;
 }
 
@@ -158,14 +159,15 @@ int main(int argc, char** argv) {
   auto* plugins = app.add_subcommand("plugins", "List or inspect the plugins found in the plugin search paths");
   plugins->require_subcommand(1);
   std::vector<std::string> plugin_paths;
-  plugins->add_option("--plugin-path", plugin_paths, "Extra directory to search (before $TOKENHOST_PLUGIN_PATH and the defaults)");
+  plugins->add_option("--plugin-path", plugin_paths, "Extra directory to search (before $TOKENHOST_PLUGIN_PATH and the defaults); repeatable")->allow_extra_args(false);
   auto* list = plugins->add_subcommand("list", "One line per plugin: id, version, kind, ABI, description");
   auto* inspect = plugins->add_subcommand("inspect", "Everything about one plugin, and whether its library loads");
   std::string inspect_id;
   bool as_json = false;
   inspect->add_option("id", inspect_id, "Plugin id, e.g. scheduler.fifo")->required();
   inspect->add_flag("--json", as_json, "Print JSON");
-  (void)list;
+  list->fallthrough();
+  inspect->fallthrough();
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));

@@ -236,8 +236,8 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   return r.message;
 }
 
-void Server::shutdown(std::chrono::milliseconds grace) {
-  std::call_once(shutdown_once_, [&] {
+void Server::drain(std::chrono::milliseconds grace) {
+  std::call_once(drain_once_, [&] {
     if (!system_) return;
     accepting_ = false;
     spdlog::info("shutting down: {} requests in flight", in_flight_.load());
@@ -247,6 +247,13 @@ void Server::shutdown(std::chrono::milliseconds grace) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (in_flight_ > 0) spdlog::warn("{} requests still running after the grace period; stopping them", in_flight_.load());
     stopped_ = true;
+  });
+}
+
+void Server::stop() {
+  drain(std::chrono::milliseconds(0));
+  std::call_once(stop_once_, [&] {
+    if (!system_) return;
     for (auto& [name, e] : engines_) {
       caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
@@ -258,6 +265,11 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     system_.reset();
     spdlog::info("shut down");
   });
+}
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  drain(grace);
+  stop();
 }
 
 }  // namespace tokenhost

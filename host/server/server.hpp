@@ -57,8 +57,14 @@ class Server {
   // Empties an optional slot (spec_decode). Throws AdminError for required slots.
   std::string unload_slot(const std::string& engine, const std::string& slot);
 
-  // Stops taking requests, lets running ones finish (waiting ones end with an error) and stops every
-  // actor. Returns when all are done or grace has passed. Idempotent.
+  // Stops taking requests and lets running ones finish (waiting ones end with an error); returns when
+  // none is left or grace has passed (then the rest end with an error). Idempotent.
+  void drain(std::chrono::milliseconds grace = std::chrono::seconds(30));
+  // Stops every actor and the actor system. A thread that handed requests to the actor system keeps a
+  // reference to CAF's logger until it exits, and the system waits for it: join such threads (the
+  // HTTP pools) between drain() and stop(). Idempotent.
+  void stop();
+  // drain(grace), then stop().
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
   bool accepting() const { return accepting_.load(); }
   size_t in_flight() const { return in_flight_.load(); }
@@ -85,7 +91,7 @@ class Server {
   std::atomic<bool> stopped_{false};  // actors stopped: waiting requests end
   std::atomic<size_t> in_flight_{0};
   std::atomic<uint64_t> request_ids_{0};
-  std::once_flag shutdown_once_;
+  std::once_flag drain_once_, stop_once_;
 };
 
 }  // namespace tokenhost

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -231,10 +232,11 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
     std::advance(it, pick(model.tables.size()));
     return it->first;
   };
-  uint64_t next_id = 1;
+  uint64_t next_id = 1, last_child = 0;
   int exhausted = 0, forks = 0, cows = 0;
   for (int op = 0; op < n_ops; ++op) {
-    const uint64_t r = pick(100);
+    uint64_t r = pick(100);
+    if (model.free_blocks() * 3 < total && !model.tables.empty() && pick(2) == 0) r = 80;  // make room now and then
     if (model.tables.empty() || r < 25 || (r >= 90 && r < 95)) {
       // A new sequence; r in [90, 95) asks for more than the whole pool.
       const uint64_t seq = next_id++;
@@ -255,7 +257,7 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       }
     } else if (r < 55) {
       // Grow and/or rewrite an existing sequence (append, or rewrite from an earlier position).
-      const uint64_t seq = any_seq();
+      const uint64_t seq = pick(2) == 0 && model.has(last_child) ? last_child : any_seq();  // often a fresh fork
       const uint32_t len = model.length[seq];
       const uint32_t n = std::max<uint32_t>(1, uint32_t(len + pick(2 * bs + 1)) - (pick(4) == 0 ? uint32_t(pick(len)) : 0));
       const uint32_t fw = pick(2) == 0 ? std::min(len, n) : uint32_t(pick(n + 1));
@@ -285,6 +287,7 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       INFO("op " << op << ": fork " << parent << " -> " << child);
       REQUIRE(cache.fork(parent, child) == want);
       forks += want == TH_OK;
+      if (want == TH_OK) last_child = child;
       if (want == TH_OK && check_data) content[child] = content[parent];
     } else {
       const uint64_t seq = pick(8) == 0 ? next_id + 1000 : any_seq();  // unknown ids are ignored
@@ -305,6 +308,8 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       }
     }
   }
+  std::printf("random kv ops (block_size %u, %u blocks): %d exhausted, %d forks, %d copy-on-write copies\n", bs,
+              total, exhausted, forks, cows);
   // The run exercised what it claims to.
   INFO("exhausted " << exhausted << ", forks " << forks << ", copy-on-write copies " << cows);
   CHECK(exhausted > 0);
