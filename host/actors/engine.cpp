@@ -46,6 +46,7 @@ struct EngineState {
   KvState kv;
   bool step_in_flight = false;
   bool draining = false;
+  bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   EngineMetrics m;
   static inline const char* name = "tokenhost.engine";
@@ -167,6 +168,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
 
 void tick(self_ptr self) {
   auto& s = self->state;
+  if (!s.kv_known) return;
   if (s.step_in_flight || s.seqs.empty()) {
     if (s.draining && s.seqs.empty() && !s.step_in_flight) {
       self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
@@ -281,6 +283,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   register_metrics(self->state);
   self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
     self->state.kv = kv;
+    self->state.kv_known = true;
     update_gauges(self->state);
     tick(self);
   });

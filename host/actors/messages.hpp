@@ -1,7 +1,7 @@
 // Every message between tokenhost's actors, and the typed interface of each actor, in one place.
 //
 //   gateway (HTTP threads) --generate--> router --generate--> engine (scheduler) --step--> worker
-//   admin API --swap/status--> router, engines, workers
+//   admin API --swap/status--> router, engines, workers; --load/add/list--> registry
 //
 // The payload types are local to one process for now; CAF_ALLOW_UNSAFE_MESSAGE_TYPE marks them so:
 // they carry plugin instances (shared_ptr) that cannot cross a network.
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 using free_atom = caf::atom_constant<caf::atom("free")>;
 using drain_atom = caf::atom_constant<caf::atom("drain")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using list_atom = caf::atom_constant<caf::atom("list")>;
 
 // A client's request, once the gateway has parsed and tokenized it.
 struct GenerateRequest {
@@ -84,6 +88,20 @@ struct KvState {
   uint32_t block_size = 0;
 };
 
+// A plugin library the registry opened (or registered), or why it could not.
+struct LoadReply {
+  std::optional<PluginManifest> manifest;
+  std::shared_ptr<PluginLibrary> library;  // NULL for add_atom, or on error
+  std::string error;
+  bool not_found = false;  // the id or file is unknown, rather than broken
+};
+
+// The plugin registry: owns the catalog of plugin manifests and opens libraries.
+using registry_actor = caf::typed_actor<
+    caf::replies_to<load_atom, std::string>::with<LoadReply>,  // plugin id: re-read its plugin.toml, open it
+    caf::replies_to<add_atom, std::string>::with<LoadReply>,   // plugin.toml path: make it known
+    caf::replies_to<list_atom>::with<StatusJson>>;
+
 using worker_actor = caf::typed_actor<
     caf::replies_to<step_atom, StepBatch>::with<StepResult>,
     caf::replies_to<free_atom, uint64_t>::with<KvState>,  // drop a sequence's KV blocks
@@ -114,3 +132,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SlotSwap)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SwapResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LoadReply)

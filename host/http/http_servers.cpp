@@ -131,6 +131,18 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   });
   admin_->Get("/admin/engines", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.status()); });
   admin_->Get("/admin/plugins", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.plugins()); });
+  admin_->Post("/admin/plugins", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    auto manifest = body->find("manifest");
+    if (manifest == body->end() || !manifest->is_string() || body->size() != 1)
+      return reply_error(res, 400, "the body must be {\"manifest\": \"/path/to/plugin.toml\"}", "invalid_request_error");
+    try {
+      reply_json(res, {{"ok", true}, {"id", server_.register_plugin(manifest->get<std::string>())}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    }
+  });
 
   auto set_slot = [this](const std::string& engine, const std::string& slot, const httplib::Request& req, httplib::Response& res) {
     auto body = parse_body(req, res);

@@ -79,27 +79,34 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   return m;
 }
 
+// The slot's plugin is manifest: check its kind and its config (both located in r's document).
+SlotDecl slot_of(const TomlReader& r, const PluginManifest& manifest, const std::string& slot, const toml::table& t,
+                 const std::string& ctx) {
+  if (kind_name(manifest.kind) != slot) {
+    r.fail(*t.get("plugin"), "plugin '" + manifest.id + "' is a " + kind_name(manifest.kind) + " plugin; " + ctx +
+                                 " needs a " + slot + " plugin");
+  }
+  SlotDecl s;
+  s.plugin = manifest.id;
+  s.manifest = manifest;
+  s.config = merge_plugin_config(manifest, r, r.optional_table(t, "config", ctx), ctx + ".config");
+  return s;
+}
+
 SlotDecl read_slot(const TomlReader& r, const PluginCatalog& catalog, const std::string& slot,
                    const toml::node& node, const std::string& ctx) {
   if (!node.is_table()) r.fail(node, ctx + " must be a table with 'plugin' and optional 'config'");
   const toml::table& t = *node.as_table();
   r.check_keys(t, {"plugin", "config"}, ctx);
-  SlotDecl s;
-  s.plugin = r.require_string(t, "plugin", ctx);
-  auto manifest = catalog.find(s.plugin);
+  std::string plugin = r.require_string(t, "plugin", ctx);
+  auto manifest = catalog.find(plugin);
   if (!manifest) {
     std::vector<std::string> ids;
     for (const auto& m : catalog.all()) ids.push_back(m.id);
-    r.fail(*t.get("plugin"), "unknown plugin '" + s.plugin + "' in " + ctx + suggestion(s.plugin, ids) +
+    r.fail(*t.get("plugin"), "unknown plugin '" + plugin + "' in " + ctx + suggestion(plugin, ids) +
                                  "; searched " + join(catalog.search_paths(), ":"));
   }
-  if (kind_name(manifest->kind) != slot) {
-    r.fail(*t.get("plugin"), "plugin '" + s.plugin + "' is a " + kind_name(manifest->kind) + " plugin; " + ctx +
-                                 " needs a " + slot + " plugin");
-  }
-  s.manifest = *manifest;
-  s.config = merge_plugin_config(*manifest, r, r.optional_table(t, "config", ctx), ctx + ".config");
-  return s;
+  return slot_of(r, *manifest, slot, t, ctx);
 }
 
 EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::string& name, const toml::node& node) {
@@ -195,20 +202,20 @@ Deployment read_deployment_file(const std::string& path) {
   return read_deployment(path, buffer.str());
 }
 
-SlotDecl read_slot_change(const Deployment& deployment, const std::string& slot, const std::string& plugin,
-                          const toml::table& config, const std::string& source) {
-  toml::table change;
-  change.insert("plugin", plugin);
-  change.insert("config", config);
-  std::ostringstream text;
-  text << change;
-  TomlReader r(source, text.str());
+SlotDecl read_slot_change(const PluginManifest& manifest, const std::string& slot, const toml::table& config,
+                          const std::string& source) {
   std::vector<std::string> slots = engine_slot_names();
   slots.push_back("router");
   if (std::find(slots.begin(), slots.end(), slot) == slots.end()) {
     throw ManifestError(source, 1, 1, "unknown slot '" + slot + "'" + suggestion(slot, slots));
   }
-  return read_slot(r, *deployment.catalog, slot, r.root(), "the " + slot + " slot");
+  toml::table change;
+  change.insert("plugin", manifest.id);
+  change.insert("config", config);
+  std::ostringstream text;
+  text << change;
+  TomlReader r(source, text.str());
+  return slot_of(r, manifest, slot, r.root(), "the " + slot + " slot");
 }
 
 }  // namespace tokenhost

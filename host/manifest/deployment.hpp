@@ -71,10 +71,11 @@ const std::vector<std::string>& engine_slot_names();
 Deployment read_deployment(const std::string& file, std::string_view text);
 Deployment read_deployment_file(const std::string& path);
 
-// Validates one slot change (as the admin API receives it) for engine: plugin id known, of the slot's
-// kind, config valid. Errors are reported against `source` (e.g. "admin request"). Throws ManifestError.
-SlotDecl read_slot_change(const Deployment& deployment, const std::string& slot, const std::string& plugin,
-                          const toml::table& config, const std::string& source);
+// Validates one slot change (as the admin API receives it): the slot exists, the plugin of manifest
+// is of its kind, config is valid for it. Errors are reported against `source` (e.g. "admin request").
+// Throws ManifestError.
+SlotDecl read_slot_change(const PluginManifest& manifest, const std::string& slot, const toml::table& config,
+                          const std::string& source);
 
 // The manifest the server runs with no argument (manifests/default.toml, compiled in).
 std::string_view embedded_default_manifest();

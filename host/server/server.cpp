@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/engine.hpp"
+#include "actors/registry.hpp"
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "plugin/kind.hpp"
@@ -29,6 +30,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
   config_ = std::make_unique<caf::actor_system_config>();
   config_->set("logger.verbosity", caf::atom("quiet"));
   system_ = std::make_unique<caf::actor_system>(*config_);
+  registry_ = spawn_registry(*system_, deployment_.catalog);
   try {
     std::vector<RoutedEngine> routed;
     for (const auto& [name, decl] : deployment_.engines) {
@@ -72,6 +74,8 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
     }
     engines_.clear();
+    caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+    registry_ = nullptr;
     system_.reset();
     throw;
   }
@@ -80,7 +84,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
 Server::~Server() { shutdown(std::chrono::seconds(5)); }
 
 std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, const std::string& slot,
-                                                      const SlotDecl& decl) {
+                                                      const SlotDecl& decl, std::shared_ptr<PluginLibrary> library) {
   InstanceSpec spec;
   spec.engine = engine != nullptr ? engine->name : "router";
   spec.slot = slot;
@@ -89,8 +93,33 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
   spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
   spec.config = decl.config;
   spec.metrics = &metrics_;
-  auto lib = deployment_.catalog->load(decl.manifest);
-  return PluginInstance::create(std::move(lib), spec);
+  if (!library) {
+    LoadReply loaded = load_library(decl.plugin);
+    if (!loaded.library) throw PluginError(loaded.error);
+    library = std::move(loaded.library);
+  }
+  return PluginInstance::create(std::move(library), spec);
+}
+
+LoadReply Server::load_library(const std::string& id) {
+  caf::scoped_actor self{*system_};
+  LoadReply out;
+  self->request(registry_, std::chrono::seconds(60), load_atom::value, id)
+      .receive([&](LoadReply& r) { out = std::move(r); },
+               [&](caf::error& e) { out.error = "plugin registry: " + system_->render(e); });
+  return out;
+}
+
+std::string Server::register_plugin(const std::string& manifest_path) {
+  std::lock_guard lock(admin_mutex_);
+  caf::scoped_actor self{*system_};
+  LoadReply out;
+  self->request(registry_, std::chrono::seconds(60), add_atom::value, manifest_path)
+      .receive([&](LoadReply& r) { out = std::move(r); },
+               [&](caf::error& e) { out.error = "plugin registry: " + system_->render(e); });
+  if (!out.manifest) throw AdminError(out.not_found ? 404 : 400, out.error);
+  spdlog::info("registered plugin {} {} from {}", out.manifest->id, out.manifest->version, manifest_path);
+  return out.manifest->id;
 }
 
 GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {
@@ -127,10 +156,11 @@ GenerateResult Server::generate(GenerateRequest request, std::chrono::millisecon
   return out;
 }
 
-StatusJson Server::ask_status(const caf::actor& target) {
+template <class Actor, class... Ts>
+StatusJson Server::ask_status_of(const Actor& target, Ts... message) {
   caf::scoped_actor self{*system_};
   StatusJson out{"null"};
-  self->request(target, std::chrono::seconds(10), status_atom::value, std::string())
+  self->request(target, std::chrono::seconds(10), message...)
       .receive([&](StatusJson& s) { out = std::move(s); },
                [&](caf::error& e) { out.json = nlohmann::json({{"error", system_->render(e)}}).dump(); });
   return out;
@@ -139,29 +169,18 @@ StatusJson Server::ask_status(const caf::actor& target) {
 nlohmann::json Server::status() {
   nlohmann::json engines = nlohmann::json::array();
   for (const auto& [name, e] : engines_) {
-    auto j = nlohmann::json::parse(ask_status(caf::actor_cast<caf::actor>(e.actor)).json);
+    auto j = nlohmann::json::parse(ask_status_of(e.actor, status_atom::value, std::string()).json);
     j["device"] = e.decl.device;
     engines.push_back(j);
   }
   return {{"engines", engines},
-          {"router", nlohmann::json::parse(ask_status(caf::actor_cast<caf::actor>(router_)).json)},
+          {"router", nlohmann::json::parse(ask_status_of(router_, status_atom::value, std::string()).json)},
           {"accepting", accepting_.load()},
           {"in_flight", in_flight_.load()},
           {"open_libraries", PluginLibrary::open_count()}};
 }
 
-nlohmann::json Server::plugins() {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& m : deployment_.catalog->all()) {
-    nlohmann::json config = nlohmann::json::object();
-    for (const auto& p : m.params) config[p.key] = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
-    list.push_back({{"id", m.id}, {"kind", kind_name(m.kind)}, {"version", m.version},
-                    {"abi", std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor)},
-                    {"library", m.library}, {"devices", m.devices}, {"description", m.description}, {"config", config}});
-  }
-  return {{"plugins", list}, {"search_paths", deployment_.catalog->search_paths()},
-          {"errors", deployment_.catalog->scan_errors()}};
-}
+nlohmann::json Server::plugins() { return nlohmann::json::parse(ask_status_of(registry_, list_atom::value).json); }
 
 SwapResult Server::send_swap(const std::string& engine, SlotSwap swap) {
   caf::scoped_actor self{*system_};
@@ -195,23 +214,20 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     if (slot == "moe" && deployment_.models.at(decl->model).spec.info.n_experts == 0)
       throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no moe slot");
   }
-  // Re-read plugin.toml: a new version may have been installed at the same path.
-  if (auto m = deployment_.catalog->find(plugin)) {
-    try {
-      deployment_.catalog->add(m->file);
-    } catch (const ManifestError& e) {
-      throw AdminError(400, e.what());
-    }
-  }
+  // The registry re-reads the plugin's plugin.toml (a new version may be installed at the same path)
+  // and opens its library; nothing changes until the new instance exists.
+  LoadReply loaded = load_library(plugin);
+  if (!loaded.manifest) throw AdminError(400, loaded.error);
   SlotDecl change;
   try {
-    change = read_slot_change(deployment_, slot, plugin, config, "admin request");
+    change = read_slot_change(*loaded.manifest, slot, config, "admin request");
   } catch (const ManifestError& e) {
     throw AdminError(400, e.message());
   }
+  if (!loaded.library) throw AdminError(422, loaded.error);
   std::shared_ptr<PluginInstance> instance;
   try {
-    instance = make_instance(decl, slot, change);
+    instance = make_instance(decl, slot, change, std::move(loaded.library));
   } catch (const std::exception& e) {
     throw AdminError(422, e.what());
   }
@@ -259,8 +275,10 @@ void Server::stop() {
       caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
     }
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
     engines_.clear();
     router_ = nullptr;
+    registry_ = nullptr;
     system_->await_all_actors_done();
     system_.reset();
     spdlog::info("shut down");

@@ -1,5 +1,5 @@
 // A running deployment: the actor system, one engine (scheduler actor + worker actor) per
-// [engines.*], the router, the plugin catalog, the metrics registry and the operations the admin API
+// [engines.*], the router, the plugin registry (it owns the catalog), the metrics registry and the operations the admin API
 // offers (status, swap, load and unload of a slot). HTTP lives in http/; this class speaks C++.
 #pragma once
 
@@ -47,6 +47,9 @@ class Server {
   nlohmann::json status();
   // Plugins in the catalog and the libraries open now.
   nlohmann::json plugins();
+  // Makes the plugin declared by the plugin.toml at manifest_path known (a plugin installed outside
+  // the search paths, or a new version); returns its id. Throws AdminError when it does not read.
+  std::string register_plugin(const std::string& manifest_path);
 
   // Puts plugin (with config) into slot of engine: swaps the current plugin, or loads one into an
   // empty optional slot. The new plugin is validated, loaded, checked and created before anything
@@ -75,9 +78,13 @@ class Server {
     engine_actor actor;
     worker_actor worker;
   };
-  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl);
+  // An instance for slot; the library is opened through the registry unless given.
+  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl,
+                                                std::shared_ptr<PluginLibrary> library = nullptr);
+  LoadReply load_library(const std::string& id);
   SwapResult send_swap(const std::string& engine, SlotSwap swap);
-  StatusJson ask_status(const caf::actor& target);
+  template <class Actor, class... Ts>
+  StatusJson ask_status_of(const Actor& target, Ts... message);
 
   Deployment deployment_;
   metrics::Registry metrics_;
@@ -86,6 +93,7 @@ class Server {
   std::map<std::string, std::shared_ptr<const SyntheticWeights>> weights_;  // one copy per model
   std::map<std::string, Engine> engines_;
   router_actor router_;
+  registry_actor registry_;
   std::mutex admin_mutex_;  // one admin change at a time
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stopped_{false};  // actors stopped: waiting requests end

@@ -232,11 +232,13 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
     std::advance(it, pick(model.tables.size()));
     return it->first;
   };
-  uint64_t next_id = 1, last_child = 0;
+  uint64_t next_id = 1, rewrite_next = 0;
   int exhausted = 0, forks = 0, cows = 0;
   for (int op = 0; op < n_ops; ++op) {
     uint64_t r = pick(100);
     if (model.free_blocks() * 3 < total && !model.tables.empty() && pick(2) == 0) r = 80;  // make room now and then
+    const bool rewrite = model.has(rewrite_next);  // right after a fork: rewrite parent or child
+    if (rewrite) r = 40;
     if (model.tables.empty() || r < 25 || (r >= 90 && r < 95)) {
       // A new sequence; r in [90, 95) asks for more than the whole pool.
       const uint64_t seq = next_id++;
@@ -246,8 +248,8 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       INFO("op " << op << ": reserve new seq " << seq << " n " << n << ": " << cache.last_error);
       REQUIRE(s == (fits ? TH_OK : TH_ERR_RESOURCE_EXHAUSTED));
       exhausted += !fits;
-      if (fits && check_data) content[seq].resize(n);
       if (fits && check_data) {
+        content[seq].resize(n);
         const std::vector<int32_t> t = cache.table(seq);
         for (uint32_t p = 0; p < n; ++p) {
           content[seq][p].resize(cache.floats_per_position());
@@ -257,10 +259,11 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       }
     } else if (r < 55) {
       // Grow and/or rewrite an existing sequence (append, or rewrite from an earlier position).
-      const uint64_t seq = pick(2) == 0 && model.has(last_child) ? last_child : any_seq();  // often a fresh fork
+      const uint64_t seq = rewrite ? rewrite_next : any_seq();
+      rewrite_next = 0;
       const uint32_t len = model.length[seq];
       const uint32_t n = std::max<uint32_t>(1, uint32_t(len + pick(2 * bs + 1)) - (pick(4) == 0 ? uint32_t(pick(len)) : 0));
-      const uint32_t fw = pick(2) == 0 ? std::min(len, n) : uint32_t(pick(n + 1));
+      const uint32_t fw = rewrite ? uint32_t(pick(std::min(len, n))) : pick(2) == 0 ? std::min(len, n) : uint32_t(pick(n + 1));
       const size_t n_copies = model.copies(seq, n, fw).size();
       const bool fits = model.reserve(seq, n, fw);
       const th_status s = cache.reserve(seq, n, fw);
@@ -287,7 +290,7 @@ inline void run_random_kv_ops(KvCache& cache, std::mt19937_64& rng, int n_ops, b
       INFO("op " << op << ": fork " << parent << " -> " << child);
       REQUIRE(cache.fork(parent, child) == want);
       forks += want == TH_OK;
-      if (want == TH_OK) last_child = child;
+      if (want == TH_OK && pick(2) == 0) rewrite_next = pick(2) == 0 ? child : parent;
       if (want == TH_OK && check_data) content[child] = content[parent];
     } else {
       const uint64_t seq = pick(8) == 0 ? next_id + 1000 : any_seq();  // unknown ids are ignored

@@ -108,13 +108,12 @@ TEST_CASE("loader: create() failing reports the plugin's own message", "[loader]
 
 TEST_CASE("loader: a swap to a broken plugin through the admin path changes nothing", "[loader][admin]") {
   auto server = make_test_server();
-  auto& catalog = *server->deployment().catalog;
   auto before = server->status()["engines"][0]["scheduler"];
   for (const auto& failure : kLoadFailures) {
     INFO("fixture " << failure.mode);
-    auto manifest = catalog.add(fixture(failure.mode));
+    std::string id = server->register_plugin(fixture(failure.mode));
     try {
-      server->set_slot("main", "scheduler", manifest.id, {});
+      server->set_slot("main", "scheduler", id, {});
       FAIL("the swap to a broken plugin was accepted");
     } catch (const AdminError& e) {
       CHECK(e.http_status == 422);
@@ -123,8 +122,8 @@ TEST_CASE("loader: a swap to a broken plugin through the admin path changes noth
     REQUIRE(server->status()["engines"][0]["scheduler"] == before);
     REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
   }
-  auto manifest = catalog.add(fixture("create_fails"));
-  REQUIRE_THROWS_WITH(server->set_slot("main", "scheduler", manifest.id, {}), Contains("the answer must be 42"));
+  std::string id = server->register_plugin(fixture("create_fails"));
+  REQUIRE_THROWS_WITH(server->set_slot("main", "scheduler", id, {}), Contains("the answer must be 42"));
   REQUIRE(server->status()["engines"][0]["scheduler"] == before);
 }
 
