@@ -3,18 +3,8 @@
 # unload an optional slot; refused changes answer a 4xx JSON error and change nothing.
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
-work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
-
-sed -e 's/^listen = .*/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' \
-  "$here/../../manifests/default.toml" > "$work/serve.toml"
-$tokenhost serve "$work/serve.toml" > "$work/log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do grep -q "gateway listening" "$work/log" && break; sleep 0.1; done
-line=$(grep "gateway listening" "$work/log") || { cat "$work/log"; exit 1; }
-gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
-admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+source "$here/lib.sh"
+start_server "$tokenhost" "$here/../../manifests/default.toml"
 
 expect() {  # expect METHOD PATH BODY STATUS PATTERN
   local status

@@ -3,25 +3,15 @@
 # with their tokens or a clear error, none hangs, and the process exits 0.
 set -euo pipefail
 tokenhost=$1 here=$2
-work=$(mktemp -d)
-pid=""
-trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
+source "$here/lib.sh"
+start_server "$tokenhost" "$here/../../manifests/default.toml"
 
-sed -e 's/^listen = .*/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' \
-  "$here/../../manifests/default.toml" > "$work/serve.toml"
-$tokenhost serve "$work/serve.toml" > "$work/log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do grep -q "gateway listening" "$work/log" && break; sleep 0.1; done
-line=$(grep "gateway listening" "$work/log") || { cat "$work/log"; exit 1; }
-gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
-admin=$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")
-
-curl -sf "http://127.0.0.1:$admin/health" | grep -q '"ok"'
+curl -sf "$admin/health" | grep -q '"ok"'
 curl -sf "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": "Hello", "max_tokens": 5}' > "$work/one.json"
 grep -q '"finish_reason": "length"' "$work/one.json"
 status=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": ')
 [ "$status" = 400 ] || { echo "FAIL: malformed JSON got HTTP $status"; exit 1; }
-status=$(curl -s -o "$work/bad.json" -w '%{http_code}' "http://127.0.0.1:$admin/admin/engines/main/slots/scheduler" \
+status=$(curl -s -o "$work/bad.json" -w '%{http_code}' "$admin/admin/engines/main/slots/scheduler" \
   -d '{"plugin": "scheduler.fifo", "config": {"max_prefill_chunk": "x"}}')
 [ "$status" = 400 ] && grep -q "must be int" "$work/bad.json" || { echo "FAIL: bad admin change got $status"; cat "$work/bad.json"; exit 1; }
 

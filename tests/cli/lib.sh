@@ -1,0 +1,17 @@
+# Shared by the cli tests (sourced): start_server runs `tokenhost serve` on the default manifest with
+# ports chosen by the system and sets pid, gw (gateway port), admin (admin API base URL) and work (a
+# temporary folder removed at exit, with the process killed if still running).
+work=$(mktemp -d)
+pid=""
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
+
+start_server() {  # start_server TOKENHOST MANIFEST
+  sed -e 's/^listen = .*/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' "$2" > "$work/serve.toml"
+  "$1" serve "$work/serve.toml" > "$work/log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do grep -q "gateway listening" "$work/log" && break; sleep 0.1; done
+  local line
+  line=$(grep "gateway listening" "$work/log") || { cat "$work/log"; exit 1; }
+  gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
+  admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+}
