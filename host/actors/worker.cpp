@@ -1,5 +1,8 @@
 #include "actors/worker.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -38,7 +41,11 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto& s = self->state;
         StepResult result;
         try {
-          result = run_synthetic_step(*s.init.weights, batch, {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get()});
+          auto started = std::chrono::steady_clock::now();
+          auto logits = forward_step(*s.init.weights, batch, {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get()});
+          for (const auto& row : logits)  // greedy
+            result.sampled.push_back(int32_t(std::max_element(row.begin(), row.end()) - row.begin()));
+          result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
           result.error = std::string("kv_exhausted: ") + e.what();
         } catch (const std::exception& e) {

@@ -7,13 +7,13 @@
 #include <string>
 
 #include "actors/messages.hpp"
-#include "runtime/synthetic_model.hpp"
+#include "runtime/forward.hpp"
 
 namespace tokenhost {
 
 struct WorkerInit {
   std::string engine;
-  std::shared_ptr<const SyntheticWeights> weights;
+  std::shared_ptr<const ModelWeights> weights;
   std::shared_ptr<PluginInstance> attention, kvcache, moe;  // moe NULL for dense models
 };
 

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/generate_command.hpp"
+#include "cli/make_model_command.hpp"
 #include "http/http_servers.hpp"
 #include "manifest/deployment.hpp"
 #include "plugin/kind.hpp"
@@ -169,11 +171,18 @@ int main(int argc, char** argv) {
   list->fallthrough();
   inspect->fallthrough();
 
+  GenerateOptions generate_options;
+  auto* generate = add_generate_command(app, generate_options);
+  MakeModelCommand make_model_options;
+  auto* make_model_cmd = add_make_model_command(app, make_model_options);
+
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     if (*serve) return run_serve(serve_manifest);
     if (*check) return run_check(check_manifest, !no_load);
+    if (*generate) return run_generate(generate_options);
+    if (*make_model_cmd) return run_make_model(make_model_options);
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";

@@ -9,6 +9,7 @@
 #include "actors/registry.hpp"
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
+#include "runtime/synthetic_model.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
 
@@ -39,7 +40,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       if (!weights) {
         weights = make_synthetic_weights(model.spec, model.seed);
         spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
-                     model.seed, double(weights->bytes()) / (1 << 20));
+                     model.seed, double(weights->bytes) / (1 << 20));
       }
       WorkerInit w;
       w.engine = name;

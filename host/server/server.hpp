@@ -16,7 +16,7 @@
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
-#include "runtime/synthetic_model.hpp"
+#include "runtime/model_weights.hpp"
 
 namespace tokenhost {
 
@@ -90,7 +90,7 @@ class Server {
   metrics::Registry metrics_;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
-  std::map<std::string, std::shared_ptr<const SyntheticWeights>> weights_;  // one copy per model
+  std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model
   std::map<std::string, Engine> engines_;
   router_actor router_;
   registry_actor registry_;

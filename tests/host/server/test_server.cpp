@@ -208,3 +208,39 @@ TEST_CASE("server: shutdown lets running requests finish and refuses new ones", 
   REQUIRE(late.finish_reason == "error");
   REQUIRE_THAT(late.error, Contains("shutting down"));
 }
+
+TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "[server][moe]") {
+  const std::string moe_manifest = R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[models.moe]
+seed = 3
+dim = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 1
+ffn_dim = 24
+n_experts = 4
+n_experts_used = 2
+
+[engines.main]
+model = "moe"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 4, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.fifo" }
+moe = { plugin = "moe.topk" }
+)";
+  Server server(read_deployment("moe.toml", moe_manifest));
+  auto expected = alone(server, 10);
+  std::vector<std::future<GenerateResult>> futures;
+  for (const auto& p : prompts())
+    futures.push_back(std::async(std::launch::async, [&, p] { return server.generate(request_for(server, p, 10)); }));
+  for (size_t i = 0; i < futures.size(); ++i) REQUIRE(futures[i].get().tokens == expected[i]);
+  REQUIRE(server.status()["engines"][0]["moe"]["id"] == "moe.topk");
+
+  // The same model without its moe slot is refused before anything starts.
+  std::string without = moe_manifest.substr(0, moe_manifest.find("moe = {"));
+  REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));
+}

@@ -1,0 +1,112 @@
+#include "cli/generate_command.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+
+#include "model/tokenizer.hpp"
+#include "plugin/catalog.hpp"
+#include "runtime/generator.hpp"
+#include "runtime/gguf_model.hpp"
+#include "plugin/kind.hpp"
+#include "util/text.hpp"
+
+namespace tokenhost {
+
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
+  auto* cmd = app.add_subcommand("generate", "Generate text from a GGUF model in process, streamed to stdout;\n"
+                                             "a summary of prefill and decode tokens/s goes to stderr.");
+  cmd->add_option("--model,-m", o.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--prompt,-p", o.prompt, "Prompt text")->required();
+  cmd->add_option("--max-tokens,-n", o.max_tokens, "Tokens to generate at most")->capture_default_str();
+  cmd->add_option("--temperature", o.sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o.sampling.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o.sampling.top_p, "Keep the smallest set holding this probability (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o.sampling.min_p, "Drop tokens less likely than min-p times the best (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o.sampling.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--frequency-penalty", o.sampling.frequency_penalty, "Per-occurrence penalty")->capture_default_str();
+  cmd->add_option("--presence-penalty", o.sampling.presence_penalty, "Penalty for any occurrence")->capture_default_str();
+  cmd->add_option("--seed", o.sampling.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--logprobs", o.sampling.top_logprobs, "Print each token's log-probability and the top N to stderr")
+      ->capture_default_str();
+  cmd->add_option("--attention", o.attention, "Attention plugin id")->capture_default_str();
+  cmd->add_option("--block-size", o.block_size, "KV cache block size (kvcache.paged)")->capture_default_str();
+  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
+  cmd->add_flag("--no-bos", o.no_bos, "Do not add the beginning-of-sequence token");
+  return cmd;
+}
+
+namespace {
+
+std::shared_ptr<PluginInstance> make_plugin(PluginCatalog& catalog, const std::string& id, const ModelSpec& spec,
+                                            toml::table settings) {
+  auto manifest = catalog.find(id);
+  if (!manifest) throw PluginError("no plugin '" + id + "' in " + join(catalog.search_paths(), ":"));
+  InstanceSpec s;
+  s.engine = "generate";
+  s.slot = kind_name(manifest->kind);
+  s.model = spec;
+  s.device = devices().front();
+  s.config = manifest->defaults;
+  for (auto& [k, v] : settings) s.config.insert_or_assign(k, v);
+  return PluginInstance::create(catalog.load(*manifest), s);
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& o) {
+  validate(o.sampling);
+  auto started = std::chrono::steady_clock::now();
+  LoadedModel model = load_gguf_model(o.model, "model");
+  const auto& info = model.weights->spec.info;
+  spdlog::info("loaded {} ({}, {} layers, dim {}, {} heads / {} KV heads, vocab {}) in {:.2f} s, {:.1f} MiB of weights mapped",
+               o.model, model.weights->spec.architecture, info.n_layers, info.dim, info.n_heads, info.n_kv_heads,
+               info.vocab_size, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+               double(model.weights->bytes) / (1 << 20));
+  Tokenizer tokenizer(model.tokenizer);
+  std::vector<int32_t> prompt = tokenizer.encode(o.prompt, !o.no_bos);
+  uint32_t positions = std::min<uint32_t>(info.context_len, uint32_t(prompt.size()) + o.max_tokens + 1);
+
+  PluginCatalog catalog(default_plugin_paths());
+  catalog.scan();
+  toml::table kv;
+  kv.insert("block_size", int64_t(o.block_size));
+  kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
+  Generator generator(model.weights, make_plugin(catalog, o.attention, model.weights->spec, {}),
+                      make_plugin(catalog, "kvcache.paged", model.weights->spec, kv), o.prefill_chunk);
+
+  Sampler sampler(o.sampling);
+  std::vector<int32_t> history = prompt;
+  SampledToken last;
+  auto stats = generator.generate(
+      prompt, o.max_tokens, tokenizer.eos(),
+      [&](const std::vector<float>& logits) {
+        last = sampler.sample(logits, history);
+        return last.token;
+      },
+      [&](int32_t token) {
+        history.push_back(token);
+        if (!tokenizer.is_control(token)) {
+          std::string piece = tokenizer.token_text(token);
+          std::fwrite(piece.data(), 1, piece.size(), stdout);
+          std::fflush(stdout);
+        }
+        if (o.sampling.top_logprobs > 0) {
+          std::fprintf(stderr, "[%d %.4f |", token, double(last.logprob));
+          for (const auto& t : last.top) std::fprintf(stderr, " %d:%.4f", t.token, double(t.logprob));
+          std::fprintf(stderr, "]\n");
+        }
+        return true;
+      });
+  std::printf("\n");
+  std::fprintf(stderr, "prefill: %u tokens in %.3f s (%.1f tokens/s)\ndecode: %u tokens in %.3f s (%.1f tokens/s)\nfinish: %s\n",
+               stats.prompt_tokens, stats.prefill_seconds, stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9),
+               stats.generated, stats.decode_seconds,
+               stats.generated > 1 ? (stats.generated - 1) / std::max(stats.decode_seconds, 1e-9) : 0.0,
+               stats.finish_reason.c_str());
+  return 0;
+}
+
+}  // namespace tokenhost

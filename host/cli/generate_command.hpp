@@ -1,0 +1,29 @@
+// `tokenhost generate`: one prompt through a GGUF model in process, streamed to stdout, with a
+// summary of prefill and decode speed.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/sampling.hpp"
+
+namespace tokenhost {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  uint32_t max_tokens = 128;
+  SamplingParams sampling;
+  std::string attention = "attention.reference";
+  uint32_t block_size = 16;
+  uint32_t prefill_chunk = 512;
+  bool no_bos = false;
+  bool show_logprobs = false;
+};
+
+// Adds the generate subcommand and its options to app; run_generate runs it.
+CLI::App* add_generate_command(CLI::App& app, GenerateOptions& options);
+int run_generate(const GenerateOptions& options);
+
+}  // namespace tokenhost

@@ -1,0 +1,36 @@
+// One batched step of a Llama-family model through the engine's plugins: embeddings, RMSNorm, Q/K/V
+// projections (with optional biases), RoPE, keys and values stored through the kvcache plugin's
+// layout, attention by the attention plugin, output projection, a SwiGLU feed-forward (or, for MoE
+// models, the moe plugin's gating and experts), final norm, logits.
+#pragma once
+
+#include <stdexcept>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "runtime/model_weights.hpp"
+
+namespace tokenhost {
+
+// The plugins one step runs through; moe is NULL for dense models.
+struct StepPlugins {
+  PluginInstance* attention = nullptr;
+  PluginInstance* kvcache = nullptr;
+  PluginInstance* moe = nullptr;
+};
+
+// A TH_ERR_RESOURCE_EXHAUSTED from the kvcache plugin: the scheduler over-committed the cache.
+struct KvExhausted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs one step and returns, for each item with sample set, the logits of its last position
+// ([n_sampled][vocab], in item order). Throws std::runtime_error naming the plugin and call that
+// failed, KvExhausted for a full cache.
+std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
+                                             const StepPlugins& plugins);
+
+// y[rows] = W x, for any supported element type of W.
+void matvec(const WeightView& w, const float* x, float* y);
+
+}  // namespace tokenhost

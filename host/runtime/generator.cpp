@@ -1,0 +1,77 @@
+#include "runtime/generator.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace tokenhost {
+
+Generator::Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
+                     std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk)
+    : weights_(std::move(weights)),
+      attention_(std::move(attention)),
+      kvcache_(std::move(kvcache)),
+      prefill_chunk_(std::max<uint32_t>(prefill_chunk, 1)) {}
+
+Generator::~Generator() = default;
+
+int32_t Generator::greedy(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t max_new, int32_t eos,
+                                    const Sampler& sample, const OnToken& on_token) {
+  using clock = std::chrono::steady_clock;
+  if (prompt.empty()) throw std::invalid_argument("the prompt is empty");
+  const uint32_t context = weights_->spec.info.context_len;
+  if (prompt.size() >= context)
+    throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                                std::to_string(context));
+  const uint64_t seq = next_seq_++;
+  const StepPlugins plugins{attention_.get(), kvcache_.get(), nullptr};
+  const auto& kv = kvcache_->vtable<th_kvcache_vtable>();
+  struct Release {  // the sequence's blocks go back whatever happens
+    const th_kvcache_vtable& kv;
+    th_instance* inst;
+    uint64_t seq;
+    ~Release() { kv.seq_free(inst, seq); }
+  } release{kv, kvcache_->handle(), seq};
+
+  GenerationStats stats;
+  stats.prompt_tokens = uint32_t(prompt.size());
+  auto started = clock::now();
+  std::vector<float> logits;
+  for (uint32_t at = 0; at < prompt.size(); at += prefill_chunk_) {
+    StepItem item;
+    item.seq_id = seq;
+    item.start = at;
+    uint32_t end = std::min<uint32_t>(uint32_t(prompt.size()), at + prefill_chunk_);
+    item.tokens.assign(prompt.begin() + at, prompt.begin() + end);
+    item.sample = end == prompt.size();
+    auto out = forward_step(*weights_, StepBatch{{item}}, plugins);
+    if (item.sample) logits = std::move(out.at(0));
+  }
+  stats.prefill_seconds = std::chrono::duration<double>(clock::now() - started).count();
+  started = clock::now();
+  uint32_t position = uint32_t(prompt.size());
+  stats.finish_reason = "length";
+  while (stats.generated < max_new) {
+    int32_t token = sample(logits);
+    ++stats.generated;
+    if (!on_token(token)) break;
+    if (token == eos) {
+      stats.finish_reason = "stop";
+      break;
+    }
+    if (stats.generated == max_new) break;
+    if (position + 1 >= context) {
+      stats.finish_reason = "context";
+      break;
+    }
+    StepItem item{seq, position++, {token}, true};
+    logits = std::move(forward_step(*weights_, StepBatch{{item}}, plugins).at(0));
+  }
+  stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();
+  return stats;
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,45 @@
+// Single-sequence generation in process (tokenhost generate, tests): chunked prefill, then one token
+// per step, through the same forward pass and plugins the server uses.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/forward.hpp"
+
+namespace tokenhost {
+
+struct GenerationStats {
+  uint32_t prompt_tokens = 0, generated = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  std::string finish_reason;  // "length", "stop" (end-of-sequence token), "context"
+};
+
+class Generator {
+ public:
+  Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
+            std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk = 512);
+  ~Generator();
+
+  // Picks the next token from the logits of the last position.
+  using Sampler = std::function<int32_t(const std::vector<float>& logits)>;
+  // Called with each generated token; returning false stops generation.
+  using OnToken = std::function<bool(int32_t token)>;
+
+  // Generates up to max_new tokens after prompt, stopping early at eos (when >= 0) or the context's
+  // end. The KV cache is released before it returns.
+  GenerationStats generate(const std::vector<int32_t>& prompt, uint32_t max_new, int32_t eos, const Sampler& sample,
+                           const OnToken& on_token);
+
+  static int32_t greedy(const std::vector<float>& logits);
+
+ private:
+  std::shared_ptr<const ModelWeights> weights_;
+  std::shared_ptr<PluginInstance> attention_, kvcache_;
+  uint32_t prefill_chunk_;
+  uint64_t next_seq_ = 1;
+};
+
+}  // namespace tokenhost

@@ -1,0 +1,161 @@
+#include "runtime/gguf_model.hpp"
+
+#include <stdexcept>
+
+#include "model/gguf.hpp"
+#include "model/quant.hpp"
+
+namespace tokenhost {
+namespace {
+
+struct Reader {
+  const gguf::File& file;
+  std::string path;
+  std::string arch;
+
+  [[noreturn]] void fail(const std::string& what) const { throw std::runtime_error(path + ": " + what); }
+
+  int64_t hparam(const std::string& key, std::optional<int64_t> fallback = std::nullopt) const {
+    if (auto v = file.get_int(arch + "." + key)) return *v;
+    if (fallback) return *fallback;
+    fail("missing metadata '" + arch + "." + key + "'");
+  }
+  double hparam_float(const std::string& key, double fallback) const {
+    return file.get_float(arch + "." + key).value_or(fallback);
+  }
+
+  // The tensor `name` as a [rows][cols] view, checked against the shape the metadata implies.
+  WeightView matrix(const std::string& name, int64_t rows, int64_t cols, bool required = true) const {
+    const gguf::File::Tensor* t = file.tensor(name);
+    if (t == nullptr) {
+      if (!required) return {};
+      fail("missing tensor '" + name + "'");
+    }
+    int64_t t_rows = 1;
+    for (size_t d = 1; d < t->ne.size(); ++d) t_rows *= t->ne[d];
+    if (t->ne[0] != cols || t_rows != rows) {
+      fail("tensor '" + name + "' has shape " + shape(t->ne) + ", expected [" + std::to_string(cols) + ", " +
+           std::to_string(rows) + "]");
+    }
+    return WeightView{t->type, rows, cols, quant::row_bytes(t->type, cols), t->data};
+  }
+  WeightView vector(const std::string& name, int64_t n, bool required = true) const {
+    WeightView v = matrix(name, 1, n, required);
+    if (!v.empty() && v.type != TH_DTYPE_F32)
+      fail("tensor '" + name + "' is " + quant::dtype_name(v.type) + "; norms and biases must be f32");
+    return v;
+  }
+  // Expert e of a [cols, rows, n_experts] tensor.
+  WeightView expert(const std::string& name, int64_t rows, int64_t cols, uint32_t e, uint32_t n_experts) const {
+    WeightView all = matrix(name, rows * n_experts, cols);
+    all.rows = rows;
+    all.data = all.row(int64_t(e) * rows);
+    return all;
+  }
+  static std::string shape(const std::vector<int64_t>& ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+  }
+};
+
+}  // namespace
+
+LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
+  std::shared_ptr<gguf::File> file = gguf::File::open(path);
+  Reader r{*file, path, file->get_string("general.architecture").value_or("")};
+  if (r.arch != "llama" && r.arch != "qwen2") {
+    r.fail("unsupported architecture '" + r.arch + "' (this runtime serves llama and qwen2)");
+  }
+  auto w = std::make_shared<ModelWeights>();
+  th_model_info& i = w->spec.info;
+  w->spec.name = name;
+  w->spec.architecture = r.arch;
+  i.dim = uint32_t(r.hparam("embedding_length"));
+  i.n_layers = uint32_t(r.hparam("block_count"));
+  i.n_heads = uint32_t(r.hparam("attention.head_count"));
+  i.n_kv_heads = uint32_t(r.hparam("attention.head_count_kv", i.n_heads));
+  i.ffn_dim = uint32_t(r.hparam("feed_forward_length"));
+  i.context_len = uint32_t(r.hparam("context_length"));
+  i.n_experts = uint32_t(r.hparam("expert_count", 0));
+  i.n_experts_used = uint32_t(r.hparam("expert_used_count", 0));
+  if (i.n_heads == 0 || i.n_kv_heads == 0 || i.n_heads % i.n_kv_heads != 0 || i.dim % i.n_heads != 0)
+    r.fail("inconsistent head counts: " + std::to_string(i.n_heads) + " heads, " + std::to_string(i.n_kv_heads) +
+           " KV heads, dim " + std::to_string(i.dim));
+  i.head_dim = uint32_t(r.hparam("attention.key_length", i.dim / i.n_heads));
+  if (uint32_t(r.hparam("rope.dimension_count", i.head_dim)) != i.head_dim)
+    r.fail("partial rotary embeddings are not supported");
+  const gguf::File::Tensor* embd = file->tensor("token_embd.weight");
+  if (embd == nullptr || embd->ne.size() != 2) r.fail("missing or malformed tensor 'token_embd.weight'");
+  i.vocab_size = uint32_t(embd->ne[1]);
+  w->rms_eps = float(r.hparam_float("attention.layer_norm_rms_epsilon", 1e-5));
+  w->rope.theta = float(r.hparam_float("rope.freq_base", 10000.0));
+  w->rope.neox = r.arch == "qwen2";
+  if (file->get_string(r.arch + ".rope.scaling.type").value_or("none") == "linear")
+    w->rope.freq_scale = float(1.0 / r.hparam_float("rope.scaling.factor", 1.0));
+
+  const int64_t dim = i.dim, q = int64_t(i.n_heads) * i.head_dim, kv = int64_t(i.n_kv_heads) * i.head_dim;
+  w->embed = r.matrix("token_embd.weight", i.vocab_size, dim);
+  w->out_norm = r.vector("output_norm.weight", dim);
+  w->output = r.matrix("output.weight", i.vocab_size, dim, false);
+  if (w->output.empty()) w->output = w->embed;  // tied
+  i.weight_dtype = w->embed.type;
+  for (uint32_t l = 0; l < i.n_layers; ++l) {
+    std::string b = "blk." + std::to_string(l) + ".";
+    LayerWeights L;
+    L.attn_norm = r.vector(b + "attn_norm.weight", dim);
+    L.ffn_norm = r.vector(b + "ffn_norm.weight", dim);
+    L.wq = r.matrix(b + "attn_q.weight", q, dim);
+    L.wk = r.matrix(b + "attn_k.weight", kv, dim);
+    L.wv = r.matrix(b + "attn_v.weight", kv, dim);
+    L.wo = r.matrix(b + "attn_output.weight", dim, q);
+    L.bq = r.vector(b + "attn_q.bias", q, false);
+    L.bk = r.vector(b + "attn_k.bias", kv, false);
+    L.bv = r.vector(b + "attn_v.bias", kv, false);
+    if (i.n_experts == 0) {
+      L.experts.push_back({r.matrix(b + "ffn_gate.weight", i.ffn_dim, dim), r.matrix(b + "ffn_up.weight", i.ffn_dim, dim),
+                           r.matrix(b + "ffn_down.weight", dim, i.ffn_dim)});
+    } else {
+      L.router = r.matrix(b + "ffn_gate_inp.weight", i.n_experts, dim);
+      for (uint32_t e = 0; e < i.n_experts; ++e) {
+        L.experts.push_back({r.expert(b + "ffn_gate_exps.weight", i.ffn_dim, dim, e, i.n_experts),
+                             r.expert(b + "ffn_up_exps.weight", i.ffn_dim, dim, e, i.n_experts),
+                             r.expert(b + "ffn_down_exps.weight", dim, i.ffn_dim, e, i.n_experts)});
+      }
+    }
+    if (l == 0) i.weight_dtype = L.wq.type;
+    w->layers.push_back(std::move(L));
+  }
+  i.act_dtype = TH_DTYPE_F32;
+  i.kv_dtype = TH_DTYPE_F32;
+  for (const auto& t : file->tensors()) w->bytes += t.bytes;
+
+  LoadedModel out;
+  TokenizerSpec& tok = out.tokenizer;
+  tok.model = file->get_string("tokenizer.ggml.model").value_or("");
+  tok.pre = file->get_string("tokenizer.ggml.pre").value_or("default");
+  tok.tokens = file->get_string_array("tokenizer.ggml.tokens");
+  tok.scores = file->get_float_array("tokenizer.ggml.scores");
+  for (int64_t t : file->get_int_array("tokenizer.ggml.token_type")) tok.token_types.push_back(int32_t(t));
+  tok.merges = file->get_string_array("tokenizer.ggml.merges");
+  auto id = [&](const char* key) {
+    int64_t v = file->get_int(key).value_or(-1);
+    return v >= 0 && v < int64_t(tok.tokens.size()) ? int32_t(v) : -1;
+  };
+  tok.bos = id("tokenizer.ggml.bos_token_id");
+  tok.eos = id("tokenizer.ggml.eos_token_id");
+  tok.unk = id("tokenizer.ggml.unknown_token_id");
+  tok.pad = id("tokenizer.ggml.padding_token_id");
+  tok.add_bos = file->get_bool("tokenizer.ggml.add_bos_token").value_or(tok.model == "llama");
+  tok.add_space_prefix = file->get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  out.chat_template = file->get_string("tokenizer.chat_template").value_or("");
+  if (!tok.tokens.empty() && tok.tokens.size() != i.vocab_size)
+    r.fail("the tokenizer has " + std::to_string(tok.tokens.size()) + " tokens but token_embd.weight has " +
+           std::to_string(i.vocab_size) + " rows");
+
+  w->storage = std::shared_ptr<const void>(file, file.get());  // the mapping lives as long as the weights
+  out.weights = w;
+  return out;
+}
+
+}  // namespace tokenhost

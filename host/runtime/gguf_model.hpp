@@ -1,0 +1,24 @@
+// Llama-family models from GGUF files: hyperparameters from the metadata, weights used in place from
+// the mapped file, the tokenizer's vocabulary. Llama 2/3, TinyLlama, Mistral and the stories models
+// (architecture "llama"), Qwen2 ("qwen2": QKV biases, NEOX RoPE), dense or MoE.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/tokenizer.hpp"
+#include "runtime/model_weights.hpp"
+
+namespace tokenhost {
+
+struct LoadedModel {
+  std::shared_ptr<const ModelWeights> weights;  // its storage keeps the file mapped
+  TokenizerSpec tokenizer;
+  std::string chat_template;  // tokenizer.chat_template, "" when absent
+};
+
+// Reads path. Throws std::runtime_error naming the file and what is wrong or unsupported (an
+// architecture or tensor type by name, a missing tensor, a shape that does not match the metadata).
+LoadedModel load_gguf_model(const std::string& path, const std::string& name);
+
+}  // namespace tokenhost

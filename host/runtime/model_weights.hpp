@@ -1,0 +1,63 @@
+// The weights of a Llama-family model as the forward pass reads them: views into memory owned by
+// something else (a model file mapped read-only, or generated synthetic weights), shared by every
+// engine that serves the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tokenhost/tokenhost.h>
+
+#include "plugin/instance.hpp"
+
+namespace tokenhost {
+
+// A row-major matrix [rows][cols] of any supported element type: row r starts row_bytes * r bytes
+// after data. A vector (norm weight, bias) is one row.
+struct WeightView {
+  th_dtype type = TH_DTYPE_F32;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  const void* data = nullptr;
+  bool empty() const { return data == nullptr; }
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes; }
+};
+
+struct ExpertWeights {
+  WeightView gate, up, down;  // [ffn][dim], [ffn][dim], [dim][ffn]
+};
+
+struct LayerWeights {
+  WeightView attn_norm, ffn_norm;  // f32 [dim]
+  WeightView wq, wk, wv, wo;
+  WeightView bq, bk, bv;           // optional biases (Qwen2), f32
+  WeightView router;               // [n_experts][dim], MoE only
+  std::vector<ExpertWeights> experts;  // one for dense models
+};
+
+struct RopeSettings {
+  float theta = 10000.0f;
+  float freq_scale = 1.0f;  // linear scaling: positions are multiplied by it
+  bool neox = false;        // NEOX layout: rotate halves (i, i + d/2) instead of adjacent pairs
+};
+
+struct ModelWeights {
+  ModelSpec spec;
+  RopeSettings rope;
+  float rms_eps = 1e-5f;
+  WeightView embed;   // [vocab][dim]
+  WeightView out_norm;
+  WeightView output;  // [vocab][dim] (the embedding itself when tied)
+  std::vector<LayerWeights> layers;
+  std::shared_ptr<const void> storage;  // keeps the memory of every view alive
+  size_t bytes = 0;                     // weight bytes, for logs and memory accounting
+};
+
+// A view of contiguous f32 data.
+inline WeightView f32_view(const std::vector<float>& v, int64_t rows, int64_t cols) {
+  return WeightView{TH_DTYPE_F32, rows, cols, size_t(cols) * sizeof(float), v.data()};
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,95 @@
+#include "runtime/sampling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace tokenhost {
+
+void validate(const SamplingParams& p) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument(what); };
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f) bad("temperature must be in [0, 100]");
+  if (p.top_k < 0) bad("top_k must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) bad("min_p must be in [0, 1)");
+  if (!(p.repetition_penalty > 0.0f)) bad("repetition_penalty must be > 0");
+  if (!std::isfinite(p.frequency_penalty) || std::abs(p.frequency_penalty) > 100.0f) bad("frequency_penalty must be in [-100, 100]");
+  if (!std::isfinite(p.presence_penalty) || std::abs(p.presence_penalty) > 100.0f) bad("presence_penalty must be in [-100, 100]");
+  if (p.penalty_last_n < -1) bad("penalty_last_n must be >= -1");
+  if (p.top_logprobs > 20) bad("top_logprobs must be at most 20");
+}
+
+void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& history, const SamplingParams& p) {
+  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
+  size_t n = p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
+  std::unordered_map<int32_t, int> counts;
+  for (size_t i = history.size() - n; i < history.size(); ++i) ++counts[history[i]];
+  for (const auto& [token, count] : counts) {
+    if (token < 0 || size_t(token) >= logits.size()) continue;
+    float& l = logits[size_t(token)];
+    l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= float(count) * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) { validate(params_); }
+
+SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {
+  apply_penalties(logits, history, params_);
+  // Log-probabilities under the (penalized) model distribution, for the chosen token and the top-n.
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double norm = 0;
+  for (float l : logits) norm += std::exp(double(l) - max_logit);
+  const double log_norm = std::log(norm) + max_logit;
+  auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
+
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+
+  SampledToken out;
+  if (params_.temperature == 0.0f) {
+    out.token = *std::min_element(order.begin(), order.end(), by_logit);
+  } else {
+    // Candidates in descending order, cut by top-k, then min-p and top-p on the tempered distribution.
+    size_t k = params_.top_k > 0 ? std::min(order.size(), size_t(params_.top_k)) : order.size();
+    std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
+    order.resize(k);
+    std::vector<double> probs(k);
+    const double top = logits[size_t(order[0])];
+    for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
+    double total = std::accumulate(probs.begin(), probs.end(), 0.0);
+    size_t keep = k;
+    if (params_.min_p > 0.0f) {
+      // probs[0] is the best; keep those at least min_p times as likely.
+      keep = 1;
+      while (keep < k && probs[keep] >= params_.min_p * probs[0]) ++keep;
+    }
+    if (params_.top_p < 1.0f) {
+      double sum = 0;
+      for (size_t i = 0; i < keep; ++i) {
+        sum += probs[i] / total;
+        if (sum >= params_.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + long(keep));
+    out.token = order[pick(rng_)];
+  }
+  out.logprob = logprob(out.token);
+  if (params_.top_logprobs > 0) {
+    std::vector<int32_t> best(logits.size());
+    std::iota(best.begin(), best.end(), 0);
+    size_t n = std::min(best.size(), size_t(params_.top_logprobs));
+    std::partial_sort(best.begin(), best.begin() + long(n), best.end(), by_logit);
+    for (size_t i = 0; i < n; ++i) out.top.push_back({best[i], logprob(best[i])});
+  }
+  return out;
+}
+
+}  // namespace tokenhost

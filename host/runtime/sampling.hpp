@@ -1,0 +1,53 @@
+// Choosing the next token from logits: greedy, temperature, top-k, top-p, min-p, repetition /
+// frequency / presence penalties, a seed, and log-probabilities of the chosen and top-n tokens.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace tokenhost {
+
+struct SamplingParams {
+  float temperature = 0.0f;        // 0 = greedy
+  int32_t top_k = 0;               // 0 = off
+  float top_p = 1.0f;              // 1 = off
+  float min_p = 0.0f;              // 0 = off: drop tokens below min_p * p(best)
+  float repetition_penalty = 1.0f; // 1 = off; llama.cpp's rule: positive logits divided, negative multiplied
+  float frequency_penalty = 0.0f;  // subtracted once per earlier occurrence
+  float presence_penalty = 0.0f;   // subtracted once if the token occurred
+  int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1 = all)
+  uint64_t seed = 0;
+  uint32_t top_logprobs = 0;       // log-probabilities of this many best tokens
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0;                 // of the chosen token, under the model's distribution (after penalties)
+  std::vector<TokenLogprob> top;     // best top_logprobs tokens, best first
+};
+
+// Throws std::invalid_argument naming the field that is out of range.
+void validate(const SamplingParams& params);
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams params);
+  // history: the tokens of the sequence so far (prompt and generated), for the penalties.
+  SampledToken sample(std::vector<float> logits, const std::vector<int32_t>& history);
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+};
+
+// The penalties applied to logits in place (exposed for tests).
+void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& history, const SamplingParams& params);
+
+}  // namespace tokenhost

@@ -1,0 +1,158 @@
+// Sampling: each rule against a plain computation of what it must do, on fresh random logits.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "harness.hpp"
+#include "runtime/sampling.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+
+namespace {
+
+std::vector<float> random_logits(std::mt19937_64& rng, size_t n, float spread = 3.0f) {
+  std::normal_distribution<float> d(0.0f, spread);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<double> softmax(const std::vector<float>& l, double temperature = 1.0) {
+  double m = *std::max_element(l.begin(), l.end());
+  std::vector<double> p(l.size());
+  double s = 0;
+  for (size_t i = 0; i < l.size(); ++i) s += p[i] = std::exp((l[i] - m) / temperature);
+  for (auto& x : p) x /= s;
+  return p;
+}
+
+// Frequencies of n samples.
+std::map<int32_t, int> draw(Sampler& s, const std::vector<float>& logits, int n) {
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < n; ++i) ++counts[s.sample(logits, {}).token];
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("sampling: temperature 0 is the argmax, with its log-probability", "[sampling]") {
+  auto rng = fresh_rng("sampling greedy");
+  for (int trial = 0; trial < 50; ++trial) {
+    auto logits = random_logits(rng, 100);
+    SamplingParams p;
+    p.top_logprobs = 3;
+    Sampler s(p);
+    auto out = s.sample(logits, {});
+    int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    REQUIRE(out.token == best);
+    REQUIRE(std::abs(out.logprob - std::log(softmax(logits)[size_t(best)])) < 1e-5);
+    REQUIRE(out.top.size() == 3);
+    REQUIRE(out.top[0].token == best);
+    REQUIRE(out.top[0].logprob >= out.top[1].logprob);
+    REQUIRE(out.top[1].logprob >= out.top[2].logprob);
+  }
+}
+
+TEST_CASE("sampling: with temperature, frequencies follow the tempered softmax", "[sampling]") {
+  auto rng = fresh_rng("sampling temperature");
+  auto logits = random_logits(rng, 8, 1.0f);
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.seed = rng();
+  Sampler s(p);
+  const int n = 40000;
+  auto counts = draw(s, logits, n);
+  auto probs = softmax(logits, 0.7);
+  for (size_t t = 0; t < logits.size(); ++t) {
+    double expected = probs[t] * n, sd = std::sqrt(n * probs[t] * (1 - probs[t]));
+    INFO("token " << t << " expected " << expected << " got " << counts[int32_t(t)]);
+    REQUIRE(std::abs(counts[int32_t(t)] - expected) <= 5 * sd + 1);  // 5 sigma: fails by chance ~1e-6
+  }
+}
+
+TEST_CASE("sampling: the same seed gives the same tokens", "[sampling]") {
+  auto rng = fresh_rng("sampling seed");
+  auto logits = random_logits(rng, 50, 1.0f);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 1234;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 100; ++i) REQUIRE(a.sample(logits, {}).token == b.sample(logits, {}).token);
+}
+
+TEST_CASE("sampling: top-k, top-p and min-p keep only the tokens they must", "[sampling]") {
+  auto rng = fresh_rng("sampling filters");
+  for (int trial = 0; trial < 20; ++trial) {
+    auto logits = random_logits(rng, 30, 2.0f);
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    auto probs = softmax(logits);
+
+    SamplingParams k;
+    k.temperature = 1.0f;
+    k.top_k = 3;
+    k.seed = rng();
+    Sampler sk(k);
+    for (const auto& [t, c] : draw(sk, logits, 300)) REQUIRE(std::find(order.begin(), order.begin() + 3, t) != order.begin() + 3);
+
+    SamplingParams tp;
+    tp.temperature = 1.0f;
+    tp.top_p = 0.6f;
+    tp.seed = rng();
+    size_t nucleus = 0;
+    for (double sum = 0; nucleus < order.size() && sum < 0.6; ++nucleus) sum += probs[size_t(order[nucleus])];
+    Sampler sp(tp);
+    for (const auto& [t, c] : draw(sp, logits, 300))
+      REQUIRE(std::find(order.begin(), order.begin() + long(nucleus), t) != order.begin() + long(nucleus));
+
+    SamplingParams mp;
+    mp.temperature = 1.0f;
+    mp.min_p = 0.2f;
+    mp.seed = rng();
+    double best = probs[size_t(order[0])];
+    Sampler sm(mp);
+    for (const auto& [t, c] : draw(sm, logits, 300)) REQUIRE(probs[size_t(t)] >= 0.2 * best * (1 - 1e-9));
+  }
+}
+
+TEST_CASE("sampling: penalties follow their formulas", "[sampling]") {
+  auto rng = fresh_rng("sampling penalties");
+  auto logits = random_logits(rng, 20);
+  std::vector<int32_t> history = {3, 3, 5, 7, 3, 19};
+  SamplingParams p;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  auto out = logits;
+  apply_penalties(out, history, p);
+  for (int32_t t = 0; t < 20; ++t) {
+    int count = int(std::count(history.begin(), history.end(), t));
+    float want = logits[size_t(t)];
+    if (count > 0) {
+      want = want > 0 ? want / 1.3f : want * 1.3f;
+      want -= float(count) * 0.5f + 0.25f;
+    }
+    REQUIRE(out[size_t(t)] == Approx(want).epsilon(1e-6));
+  }
+  p.penalty_last_n = 2;  // only {3, 19} count
+  out = logits;
+  apply_penalties(out, history, p);
+  REQUIRE(out[5] == logits[5]);
+  REQUIRE(out[19] != logits[19]);
+}
+
+TEST_CASE("sampling: out-of-range parameters are refused by name", "[sampling]") {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  REQUIRE_THROWS_WITH(Sampler(p), Catch::Contains("top_p"));
+  p = {};
+  p.temperature = -1.0f;
+  REQUIRE_THROWS_WITH(Sampler(p), Catch::Contains("temperature"));
+  p = {};
+  p.repetition_penalty = 0.0f;
+  REQUIRE_THROWS_WITH(Sampler(p), Catch::Contains("repetition_penalty"));
+}
