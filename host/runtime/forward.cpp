@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "model/quant.hpp"
+#include "runtime/matmul.hpp"
 
 namespace tokenhost {
 namespace {
@@ -41,15 +42,6 @@ void rope(float* v, size_t n_heads, size_t head_dim, int32_t pos, const RopeSett
   }
 }
 
-void swiglu(const ExpertWeights& e, const float* x, float* out, std::vector<float>& g, std::vector<float>& u) {
-  g.resize(size_t(e.gate.rows));
-  u.resize(size_t(e.up.rows));
-  matvec(e.gate, x, g.data());
-  matvec(e.up, x, u.data());
-  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  matvec(e.down, g.data(), out);
-}
-
 th_tensor tensor_view(const WeightView& w) {
   th_tensor t{};
   t.struct_size = sizeof(th_tensor);
@@ -73,27 +65,6 @@ th_tensor tensor_view(const WeightView& w) {
 }
 
 }  // namespace
-
-void matvec(const WeightView& w, const float* x, float* y) {
-  const size_t cols = size_t(w.cols);
-  if (w.type == TH_DTYPE_F32) {
-    for (int64_t r = 0; r < w.rows; ++r) {
-      const float* row = reinterpret_cast<const float*>(w.row(r));
-      float acc = 0;
-      for (size_t c = 0; c < cols; ++c) acc += row[c] * x[c];
-      y[r] = acc;
-    }
-    return;
-  }
-  thread_local std::vector<float> buffer;
-  buffer.resize(cols);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    quant::dequantize_row(w.type, w.row(r), buffer.data(), int64_t(cols));
-    float acc = 0;
-    for (size_t c = 0; c < cols; ++c) acc += buffer[c] * x[c];
-    y[r] = acc;
-  }
-}
 
 std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBatch& batch, const StepPlugins& plugins) {
   const auto& info = w.spec.info;
@@ -137,8 +108,9 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     for (uint32_t r = seq_start[s]; r < seq_start[s + 1]; ++r) row_seq.push_back(s);
 
   const size_t n_rows = tokens.size();
-  std::vector<float> x(n_rows * dim), xn(dim), q(n_rows * nh * hd), att(n_rows * nh * hd), tmp(dim), k(nkv * hd),
-      v(nkv * hd), g, u;
+  const size_t qdim = nh * hd, kvdim = nkv * hd, ffn = info.ffn_dim;
+  std::vector<float> x(n_rows * dim), xn(n_rows * dim), q(n_rows * qdim), k(n_rows * kvdim), v(n_rows * kvdim),
+      att(n_rows * qdim), tmp(n_rows * dim), ffn_out(n_rows * dim);
   for (size_t r = 0; r < n_rows; ++r) {
     int32_t tok = tokens[r];
     if (tok < 0 || uint32_t(tok) >= info.vocab_size)
@@ -146,19 +118,19 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     quant::dequantize_row(w.embed.type, w.embed.row(tok), &x[r * dim], int64_t(dim));
   }
 
-  const size_t qdim = nh * hd;
   for (uint32_t l = 0; l < info.n_layers; ++l) {
     const auto& L = w.layers[l];
+    for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.attn_norm, w.rms_eps, &xn[r * dim], dim);
+    matmul(L.wq, xn.data(), n_rows, q.data());
+    matmul(L.wk, xn.data(), n_rows, k.data());
+    matmul(L.wv, xn.data(), n_rows, v.data());
     for (size_t r = 0; r < n_rows; ++r) {
-      rmsnorm(&x[r * dim], L.attn_norm, w.rms_eps, xn.data(), dim);
-      matvec(L.wq, xn.data(), &q[r * qdim]);
-      matvec(L.wk, xn.data(), k.data());
-      matvec(L.wv, xn.data(), v.data());
-      add_bias(&q[r * qdim], L.bq, qdim);
-      add_bias(k.data(), L.bk, nkv * hd);
-      add_bias(v.data(), L.bv, nkv * hd);
-      rope(&q[r * qdim], nh, hd, positions[r], w.rope);
-      rope(k.data(), nkv, hd, positions[r], w.rope);
+      float *qr = &q[r * qdim], *kr = &k[r * kvdim], *vr = &v[r * kvdim];
+      add_bias(qr, L.bq, qdim);
+      add_bias(kr, L.bk, kvdim);
+      add_bias(vr, L.bv, kvdim);
+      rope(qr, nh, hd, positions[r], w.rope);
+      rope(kr, nkv, hd, positions[r], w.rope);
       // Store this row's keys and values through the published layout.
       uint32_t pos = uint32_t(positions[r]);
       int32_t block = tables[row_seq[r]][pos / layout->block_size];
@@ -166,8 +138,8 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       for (size_t h = 0; h < nkv; ++h) {
         int64_t off = int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
                       int64_t(h) * layout->head_stride + int64_t(slot) * layout->token_stride;
-        std::memcpy(static_cast<char*>(layout->k_base) + off, &k[h * hd], hd * sizeof(float));
-        std::memcpy(static_cast<char*>(layout->v_base) + off, &v[h * hd], hd * sizeof(float));
+        std::memcpy(static_cast<char*>(layout->k_base) + off, kr + h * hd, hd * sizeof(float));
+        std::memcpy(static_cast<char*>(layout->v_base) + off, vr + h * hd, hd * sizeof(float));
       }
     }
     th_attention_batch ab{};
@@ -190,39 +162,42 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.out_row_stride = int64_t(qdim);
     if (th_status s = at_vt.forward(plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
 
-    std::vector<float> normed(n_rows * dim), ffn_out(n_rows * dim);
-    for (size_t r = 0; r < n_rows; ++r) {
-      matvec(L.wo, &att[r * qdim], tmp.data());
-      for (size_t i = 0; i < dim; ++i) x[r * dim + i] += tmp[i];
-      rmsnorm(&x[r * dim], L.ffn_norm, w.rms_eps, &normed[r * dim], dim);
-    }
+    matmul(L.wo, att.data(), n_rows, tmp.data());
+    for (size_t i = 0; i < n_rows * dim; ++i) x[i] += tmp[i];
+    for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.ffn_norm, w.rms_eps, &xn[r * dim], dim);
     if (info.n_experts == 0) {
-      for (size_t r = 0; r < n_rows; ++r) swiglu(L.experts[0], &normed[r * dim], &ffn_out[r * dim], g, u);
+      std::vector<float> g(n_rows * ffn), u(n_rows * ffn);
+      matmul(L.experts[0].gate, xn.data(), n_rows, g.data());
+      matmul(L.experts[0].up, xn.data(), n_rows, u.data());
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
+      matmul(L.experts[0].down, g.data(), n_rows, ffn_out.data());
     } else {
       const auto& moe_vt = plugins.moe->vtable<th_moe_vtable>();
       const uint32_t ne = info.n_experts, kk = info.n_experts_used;
       std::vector<float> logits(n_rows * ne), weights(n_rows * kk);
       std::vector<int32_t> ids(n_rows * kk);
-      for (size_t r = 0; r < n_rows; ++r) matvec(L.router, &normed[r * dim], &logits[r * ne]);
+      matmul(L.router, xn.data(), n_rows, logits.data());
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
       if (th_status s = moe_vt.gate(plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
       std::vector<th_moe_expert_weights> experts;
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
-      th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, normed.data(),
+      th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
       if (th_status s = moe_vt.experts(plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
     }
     for (size_t i = 0; i < n_rows * dim; ++i) x[i] += ffn_out[i];
   }
 
+  // Logits of the last row of each sampled item, in one product.
+  std::vector<size_t> sampled_rows;
+  for (size_t s = 0; s < batch.items.size(); ++s)
+    if (batch.items[s].sample) sampled_rows.push_back(seq_start[s + 1] - 1);
+  std::vector<float> finals(sampled_rows.size() * dim), all(sampled_rows.size() * size_t(info.vocab_size));
+  for (size_t i = 0; i < sampled_rows.size(); ++i) rmsnorm(&x[sampled_rows[i] * dim], w.out_norm, w.rms_eps, &finals[i * dim], dim);
+  matmul(w.output, finals.data(), sampled_rows.size(), all.data());
   std::vector<std::vector<float>> logits;
-  for (size_t s = 0; s < batch.items.size(); ++s) {
-    if (!batch.items[s].sample) continue;
-    size_t r = seq_start[s + 1] - 1;
-    rmsnorm(&x[r * dim], w.out_norm, w.rms_eps, xn.data(), dim);
-    logits.emplace_back(info.vocab_size);
-    matvec(w.output, xn.data(), logits.back().data());
-  }
+  for (size_t i = 0; i < sampled_rows.size(); ++i)
+    logits.emplace_back(all.begin() + long(i * info.vocab_size), all.begin() + long((i + 1) * info.vocab_size));
   return logits;
 }
 

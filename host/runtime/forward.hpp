@@ -30,7 +30,4 @@ struct KvExhausted : std::runtime_error {
 std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
                                              const StepPlugins& plugins);
 
-// y[rows] = W x, for any supported element type of W.
-void matvec(const WeightView& w, const float* x, float* y);
-
 }  // namespace tokenhost

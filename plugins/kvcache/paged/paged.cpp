@@ -127,7 +127,7 @@ class Paged {
     desc.help = "KV cache blocks referenced by at least one sequence";
     if (sdk::host().metric_create(args.host_ctx, &desc, &used_metric_, nullptr) != TH_OK) {
       used_metric_ = nullptr;
-      sdk::log(args.host_ctx, TH_LOG_WARN, "kvcache.paged: cannot create the kv_blocks_used metric");
+      sdk::log(args.host_ctx, TH_LOG_DEBUG, "kvcache.paged: cannot create the kv_blocks_used metric");
     }
     publish();
   }

@@ -1,0 +1,254 @@
+#include "runtime/matmul.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "model/quant.hpp"
+#include "runtime/compute_pool.hpp"
+
+namespace tokenhost {
+namespace {
+
+constexpr size_t kBlock = 32;
+
+// An activation block quantized to 8 bits: x ≈ d * q.
+struct QBlock {
+  float d;
+  int8_t q[kBlock];
+};
+
+// ggml's weight blocks.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t q[kBlock];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t q[kBlock / 2];  // element j: low nibble of q[j]; element j + 16: high nibble
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block layouts");
+
+void quantize_activations(const float* x, size_t n, QBlock* out) {
+  for (size_t b = 0; b < n / kBlock; ++b) {
+    float amax = 0;
+    for (size_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::abs(x[b * kBlock + i]));
+    float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
+    out[b].d = d;
+    for (size_t i = 0; i < kBlock; ++i) out[b].q[i] = int8_t(std::lround(x[b * kBlock + i] * inv));
+  }
+}
+
+// ---- portable kernels ----
+
+float dot_f32_portable(const float* a, const float* b, size_t n) {
+  float acc[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = 0;
+  for (float v : acc) s += v;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+float dot_f16_portable(const uint16_t* a, const float* b, size_t n) {
+  float s = 0;
+  for (size_t i = 0; i < n; ++i) s += quant::fp16_to_f32(a[i]) * b[i];
+  return s;
+}
+
+float dot_q8_0_portable(const BlockQ8_0* w, const QBlock* x, size_t nb) {
+  float s = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    int32_t acc = 0;
+    for (size_t i = 0; i < kBlock; ++i) acc += int32_t(w[b].q[i]) * x[b].q[i];
+    s += float(acc) * quant::fp16_to_f32(w[b].d) * x[b].d;
+  }
+  return s;
+}
+
+float dot_q4_0_portable(const BlockQ4_0* w, const QBlock* x, size_t nb) {
+  float s = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    int32_t acc = 0;
+    for (size_t j = 0; j < kBlock / 2; ++j) {
+      acc += (int32_t(w[b].q[j] & 0x0F) - 8) * x[b].q[j];
+      acc += (int32_t(w[b].q[j] >> 4) - 8) * x[b].q[j + kBlock / 2];
+    }
+    s += float(acc) * quant::fp16_to_f32(w[b].d) * x[b].d;
+  }
+  return s;
+}
+
+// ---- AVX2 kernels (compiled for AVX2 whatever the build flags; used only where the CPU has it) ----
+#if defined(__x86_64__)
+#define TH_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+TH_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+TH_AVX2 float dot_f32_avx2(const float* a, const float* b, size_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+TH_AVX2 float dot_f16_avx2(const uint16_t* a, const float* b, size_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    acc = _mm256_fmadd_ps(w, _mm256_loadu_ps(b + i), acc);
+  }
+  float s = hsum(acc);
+  for (; i < n; ++i) s += quant::fp16_to_f32(a[i]) * b[i];
+  return s;
+}
+
+// Sum of 32 products of signed bytes, as 8 float lanes (the sign trick: |w| * (x with w's sign)).
+TH_AVX2 inline __m256 dot_i8(__m256i w, __m256i x) {
+  __m256i ax = _mm256_sign_epi8(w, w);
+  __m256i sy = _mm256_sign_epi8(x, w);
+  __m256i pairs = _mm256_maddubs_epi16(ax, sy);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+TH_AVX2 float dot_q8_0_avx2(const BlockQ8_0* w, const QBlock* x, size_t nb) {
+  // Two blocks per iteration into two accumulators: the FMA chains overlap.
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].q));
+    __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].q));
+    __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].q));
+    acc0 = _mm256_fmadd_ps(dot_i8(w0, x0), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), acc0);
+    acc1 = _mm256_fmadd_ps(dot_i8(w1, x1), _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d), acc1);
+  }
+  for (; b < nb; ++b) {
+    __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].q));
+    __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    acc0 = _mm256_fmadd_ps(dot_i8(wq, xq), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), acc0);
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+TH_AVX2 float dot_q4_0_avx2(const BlockQ4_0* w, const QBlock* x, size_t nb) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (size_t b = 0; b < nb; ++b) {
+    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].q));
+    __m128i lo = _mm_and_si128(packed, low), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+    __m256i wq = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
+    __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
+    acc = _mm256_fmadd_ps(dot_i8(wq, xq), scale, acc);
+  }
+  return hsum(acc);
+}
+#endif
+
+struct Kernels {
+  float (*f32)(const float*, const float*, size_t);
+  float (*f16)(const uint16_t*, const float*, size_t);
+  float (*q8_0)(const BlockQ8_0*, const QBlock*, size_t);
+  float (*q4_0)(const BlockQ4_0*, const QBlock*, size_t);
+  const char* name;
+};
+
+const Kernels& kernels() {
+  static const Kernels k = [] {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr)
+      return Kernels{dot_f32_avx2, dot_f16_avx2, dot_q8_0_avx2, dot_q4_0_avx2, "avx2"};
+#endif
+    return Kernels{dot_f32_portable, dot_f16_portable, dot_q8_0_portable, dot_q4_0_portable, "portable"};
+  }();
+  return k;
+}
+
+// Output rows are split across the pool in chunks; each weight row is read once for all n_rows.
+template <class RowDot>
+void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot) {
+  const size_t rows = size_t(w.rows);
+  // Small products are not worth waking the pool.
+  const bool parallel = rows * size_t(w.cols) * n_rows >= 32768;
+  auto body = [&](size_t begin, size_t end) {
+    for (size_t o = begin; o < end; ++o)
+      for (size_t r = 0; r < n_rows; ++r) y[r * rows + o] = dot(w.row(int64_t(o)), r);
+  };
+  if (parallel) compute_pool().parallel_for(rows, body);
+  else body(0, rows);
+}
+
+}  // namespace
+
+const char* matmul_kernels() { return kernels().name; }
+
+void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
+  const Kernels& k = kernels();
+  const size_t cols = size_t(w.cols);
+  switch (w.type) {
+    case TH_DTYPE_F32:
+      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+        return k.f32(reinterpret_cast<const float*>(row), x + r * cols, cols);
+      });
+      return;
+    case TH_DTYPE_F16:
+      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+        return k.f16(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols);
+      });
+      return;
+    case TH_DTYPE_Q8_0:
+    case TH_DTYPE_Q4_0: {
+      const size_t nb = cols / kBlock;
+      thread_local std::vector<QBlock> qx;
+      qx.resize(nb * n_rows);
+      for (size_t r = 0; r < n_rows; ++r) quantize_activations(x + r * cols, cols, &qx[r * nb]);
+      const QBlock* q = qx.data();
+      if (w.type == TH_DTYPE_Q8_0) {
+        for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+          return k.q8_0(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb);
+        });
+      } else {
+        for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+          return k.q4_0(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb);
+        });
+      }
+      return;
+    }
+    default:
+      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+        thread_local std::vector<float> buffer;
+        // Dequantize once per weight row: r == 0 comes first for each row.
+        if (r == 0) {
+          buffer.resize(cols);
+          quant::dequantize_row(w.type, row, buffer.data(), int64_t(cols));
+        }
+        return k.f32(buffer.data(), x + r * cols, cols);
+      });
+      return;
+  }
+}
+
+}  // namespace tokenhost
