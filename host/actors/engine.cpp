@@ -264,7 +264,9 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     }
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];
-      if (q.generated >= q.request.max_tokens || q.tokens.size() >= s.init.context_len) {
+      if (q.generated > 0 && q.tokens.back() == s.init.eos) {
+        finish(self, i, "stop");
+      } else if (q.generated >= q.request.max_tokens || q.tokens.size() >= s.init.context_len) {
         finish(self, i, "length");
       } else {
         ++i;

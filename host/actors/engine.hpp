@@ -16,6 +16,7 @@ struct EngineInit {
   std::string model;
   uint32_t context_len = 512;
   uint32_t vocab_size = 256;
+  int32_t eos = -1;  // end-of-sequence token: generating it finishes the request ("stop"); -1: none
   uint32_t max_step_tokens = 512;
   uint32_t max_step_seqs = 64;
   std::shared_ptr<PluginInstance> scheduler;

@@ -54,8 +54,8 @@ void insert_json(toml::table& t, const std::string& key, const json& v) {
   else throw std::invalid_argument("config '" + key + "' is null; TOML has no null");
 }
 
-// Prompt: a string (one token per byte: the synthetic models' vocabulary) or an array of token ids.
-std::optional<std::vector<int32_t>> read_prompt(const json& body, httplib::Response& res) {
+// Prompt: a string (tokenized with the served model's tokenizer) or an array of token ids.
+std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json& body, httplib::Response& res) {
   std::vector<int32_t> tokens;
   auto it = body.find("prompt");
   if (it == body.end()) {
@@ -63,7 +63,7 @@ std::optional<std::vector<int32_t>> read_prompt(const json& body, httplib::Respo
     return std::nullopt;
   }
   if (it->is_string()) {
-    for (unsigned char c : it->get<std::string>()) tokens.push_back(c);
+    tokens = server.encode(it->get<std::string>());
   } else if (it->is_array()) {
     for (const auto& t : *it) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
@@ -99,7 +99,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   gateway_->Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) {
     auto body = parse_body(req, res);
     if (!body) return;
-    auto prompt = read_prompt(*body, res);
+    auto prompt = read_prompt(server_, *body, res);
     if (!prompt) return;
     GenerateRequest g;
     g.id = server_.next_request_id();
@@ -117,8 +117,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
     if (r.finish_reason == "error") {
       return reply_error(res, server_.accepting() ? 422 : 503, r.error, "generation_error");
     }
-    std::string text;
-    for (int32_t t : r.tokens) text.push_back(t < 256 ? char(t) : '?');
+    std::string text = server_.decode(r.tokens);
     reply_json(res, {{"tokens", r.tokens}, {"text", text}, {"finish_reason", r.finish_reason}, {"engine", r.engine}});
   });
 

@@ -42,21 +42,48 @@ Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::str
   return e;
 }
 
+ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
+  r.check_keys(t, {"source", "path", "context_len"}, ctx + " (a gguf model takes its shape from the file)");
+  ModelDecl m;
+  m.name = name;
+  m.source = "gguf";
+  std::string path = r.require_string(t, "path", ctx);
+  m.path = (fs::absolute(r.file()).parent_path() / path).lexically_normal().string();
+  std::error_code ec;
+  if (!fs::is_regular_file(m.path, ec)) r.fail(*t.get("path"), "model file '" + m.path + "' does not exist");
+  try {
+    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, name));
+  } catch (const std::exception& e) {
+    r.fail(*t.get("path"), e.what());
+  }
+  m.spec = m.loaded->weights->spec;
+  if (auto ctx_len = r.optional_int(t, "context_len", ctx, 1, m.spec.info.context_len)) {
+    // A shorter context than the file's: less KV memory per sequence.
+    m.spec.info.context_len = uint32_t(*ctx_len);
+    auto w = std::make_shared<ModelWeights>(*m.loaded->weights);
+    w->spec.info.context_len = m.spec.info.context_len;
+    auto loaded = std::make_shared<LoadedModel>(*m.loaded);
+    loaded->weights = w;
+    m.loaded = loaded;
+  }
+  return m;
+}
+
 ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::node& node) {
   std::string ctx = "[models." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
+  std::string source = r.optional_string(t, "source", ctx).value_or("synthetic");
+  if (source == "gguf") return read_gguf_model(r, name, t, ctx);
+  if (source != "synthetic") {
+    r.fail(*t.get("source"), "unknown model source '" + source + "' in " + ctx + suggestion(source, {"synthetic", "gguf"}));
+  }
   r.check_keys(t, {"source", "seed", "architecture", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
                    "vocab_size", "context_len", "n_experts", "n_experts_used"}, ctx);
   ModelDecl m;
   m.name = name;
   m.spec.name = name;
-  m.source = r.optional_string(t, "source", ctx).value_or("synthetic");
-  if (m.source != "synthetic") {
-    r.fail(*t.get("source"), "unknown model source '" + m.source + "' in " + ctx +
-                                 ": this build serves \"synthetic\" models (seeded random weights)" +
-                                 suggestion(m.source, {"synthetic"}));
-  }
+  m.source = source;
   m.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
   m.spec.architecture = r.optional_string(t, "architecture", ctx).value_or("llama");
   th_model_info& i = m.spec.info;

@@ -14,6 +14,7 @@
 #include "manifest/toml_reader.hpp"
 #include "plugin/catalog.hpp"
 #include "plugin/instance.hpp"
+#include "runtime/gguf_model.hpp"
 
 namespace tokenhost {
 
@@ -40,9 +41,12 @@ struct SlotDecl {
 
 struct ModelDecl {
   std::string name;
-  std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape
+  std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape;
+                                     // "gguf": the model file at `path`
+  std::string path;                  // absolute
   uint64_t seed = 1;
   ModelSpec spec;
+  std::shared_ptr<const LoadedModel> loaded;  // gguf: the mapped file's weights and tokenizer
 };
 
 struct EngineDecl {

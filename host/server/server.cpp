@@ -10,6 +10,7 @@
 #include "actors/router.hpp"
 #include "actors/worker.hpp"
 #include "runtime/synthetic_model.hpp"
+#include "model/tokenizer.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
 
@@ -37,7 +38,12 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     for (const auto& [name, decl] : deployment_.engines) {
       const ModelDecl& model = deployment_.models.at(decl.model);
       auto& weights = weights_[decl.model];
-      if (!weights) {
+      if (!weights && model.loaded) {
+        weights = model.loaded->weights;
+        tokenizers_[decl.model] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
+        spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path,
+                     model.spec.architecture, double(weights->bytes) / (1 << 20));
+      } else if (!weights) {
         weights = make_synthetic_weights(model.spec, model.seed);
         spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
                      model.seed, double(weights->bytes) / (1 << 20));
@@ -53,6 +59,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       e.model = decl.model;
       e.context_len = model.spec.info.context_len;
       e.vocab_size = model.spec.info.vocab_size;
+      e.eos = tokenizers_.count(decl.model) ? tokenizers_.at(decl.model)->eos() : -1;
       e.max_step_tokens = decl.max_step_tokens;
       e.max_step_seqs = decl.max_step_seqs;
       e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
@@ -121,6 +128,31 @@ std::string Server::register_plugin(const std::string& manifest_path) {
   if (!out.manifest) throw AdminError(out.not_found ? 404 : 400, out.error);
   spdlog::info("registered plugin {} {} from {}", out.manifest->id, out.manifest->version, manifest_path);
   return out.manifest->id;
+}
+
+const Tokenizer* Server::tokenizer() const {
+  // The gateway tokenizes with the first engine's model (deployments serve one model for now).
+  if (engines_.empty()) return nullptr;
+  auto it = tokenizers_.find(engines_.begin()->second.decl.model);
+  return it == tokenizers_.end() ? nullptr : it->second.get();
+}
+
+std::vector<int32_t> Server::encode(const std::string& text) const {
+  if (const Tokenizer* t = tokenizer()) return t->encode(text, true);
+  std::vector<int32_t> bytes;  // synthetic models: one token per byte
+  for (unsigned char c : text) bytes.push_back(c);
+  return bytes;
+}
+
+std::string Server::decode(const std::vector<int32_t>& tokens) const {
+  std::string text;
+  if (const Tokenizer* t = tokenizer()) {
+    for (int32_t id : tokens)
+      if (!t->is_control(id)) text += t->token_text(id);
+    return text;
+  }
+  for (int32_t id : tokens) text.push_back(id < 256 ? char(id) : '?');
+  return text;
 }
 
 GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {

@@ -20,6 +20,8 @@
 
 namespace tokenhost {
 
+class Tokenizer;
+
 // An admin operation that was refused: the HTTP status it maps to, and why. Nothing was changed.
 struct AdminError : std::runtime_error {
   AdminError(int status, const std::string& message) : std::runtime_error(message), http_status(status) {}
@@ -42,6 +44,10 @@ class Server {
   // Runs one request through router, engine and worker; blocks the calling (HTTP) thread.
   GenerateResult generate(GenerateRequest request, std::chrono::milliseconds timeout = std::chrono::minutes(10));
   uint64_t next_request_id() { return ++request_ids_; }
+  // Text to tokens and back with the served model's tokenizer (one token per byte for synthetic
+  // models). Thread-safe.
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& tokens) const;
 
   // Engines, their plugins and versions, and the router, as JSON.
   nlohmann::json status();
@@ -91,6 +97,8 @@ class Server {
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model
+  std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
+  const Tokenizer* tokenizer() const;
   std::map<std::string, Engine> engines_;
   router_actor router_;
   registry_actor registry_;

@@ -8,7 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <future>
+
 #include "harness.hpp"
+#include "manifest/deployment.hpp"
+#include "server/server.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
@@ -72,4 +76,66 @@ TEST_CASE("stories260K: greedy output from 'Once upon a time' is the documented 
   // The file may end with a newline the model did not write.
   while (!expected.empty() && expected.back() == '\n' && (text.empty() || text.back() != '\n')) expected.pop_back();
   REQUIRE(text == expected);
+}
+
+TEST_CASE("stories260K: served, concurrent requests in one batch give each the tokens it gives alone",
+          "[model][stories260k][server]") {
+  const std::string gguf = models_dir() + "/stories260K.gguf";
+  if (!std::filesystem::exists(gguf)) {
+    WARN("SKIPPED: stories260K not found in " << models_dir() << " (set TOKENHOST_MODELS)");
+    return;
+  }
+  const std::string manifest = R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+[models.stories]
+source = "gguf"
+path = ")" + gguf + R"("
+context_len = 512
+[engines.main]
+model = "stories"
+max_step_tokens = 256
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 1024 } }
+scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 32 } }
+)";
+  Server server(read_deployment("stories.toml", manifest));
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben", "The sun was", "One day, a big dog",
+                                            "Tom had a red ball", "She was sad because", "There was a cat", "Mom said"};
+  auto ask = [&](const std::string& p) {
+    GenerateRequest r;
+    r.id = server.next_request_id();
+    r.prompt = server.encode(p);
+    r.max_tokens = 48;
+    return server.generate(r);
+  };
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto r = ask(p);
+    REQUIRE(r.error.empty());
+    alone.push_back(r.tokens);
+  }
+  // The served text starts the documented story.
+  std::string expected = read_file(models_dir() + "/stories260K.once-upon-a-time.greedy256.txt");
+  std::string served = "Once upon a time" + server.decode(alone[0]);
+  REQUIRE(expected.rfind(served, 0) == 0);
+
+  std::vector<std::future<GenerateResult>> together;
+  for (const auto& p : prompts) together.push_back(std::async(std::launch::async, [&, p] { return ask(p); }));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO(prompts[i]);
+    REQUIRE(together[i].get().tokens == alone[i]);
+  }
+}
+
+TEST_CASE("deployment: a gguf model that is missing or broken is refused at its path", "[model][manifest]") {
+  const std::string manifest = R"([models.m]
+source = "gguf"
+path = "/nonexistent/model.gguf"
+)";
+  REQUIRE_THROWS_WITH(read_deployment("m.toml", manifest),
+                      Catch::Contains("m.toml:3:8: model file '/nonexistent/model.gguf' does not exist"));
+  REQUIRE_THROWS_WITH(read_deployment("m.toml", "[models.m]\nsource = \"gguf\"\npath = \"x.gguf\"\ndim = 8\n"),
+                      Catch::Contains("unknown key 'dim'"));
 }

@@ -1,0 +1,130 @@
+// tokenhost plugin SDK: header-only C++ helpers for plugins that read the KV cache (C++17).
+//
+// Like plugin.hpp it adds no ABI: it only computes with the C structs of th_kvcache.h and
+// th_attention.h. What it gives:
+//   - sdk::dtype_name(): "f32", "q8_0", ... for messages;
+//   - sdk::kv_head_vector() / kv_position_vector(): the th_kv_layout address formula (float dtypes);
+//   - sdk::attention_f32_cpu_refusals(): why an f32, CPU-only attention plugin cannot serve a model;
+//   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message.
+#ifndef TOKENHOST_PLUGIN_KV_HPP
+#define TOKENHOST_PLUGIN_KV_HPP
+
+#include <tokenhost/tokenhost.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tokenhost::sdk {
+
+inline std::string dtype_name(th_dtype dtype) {
+  switch (dtype) {
+    case TH_DTYPE_F32: return "f32";
+    case TH_DTYPE_F16: return "f16";
+    case TH_DTYPE_BF16: return "bf16";
+    case TH_DTYPE_Q4_0: return "q4_0";
+    case TH_DTYPE_Q8_0: return "q8_0";
+    case TH_DTYPE_Q4_K: return "q4_k";
+    case TH_DTYPE_Q6_K: return "q6_k";
+    case TH_DTYPE_I8: return "i8";
+    case TH_DTYPE_I32: return "i32";
+    default: return "dtype " + std::to_string(dtype);
+  }
+}
+
+// The head vector of (layer, pool block, position t within the block, kv head h) in base (k_base or
+// v_base), by the address formula of th_kvcache.h. Float dtypes: element d is d elements further.
+inline const float* kv_head_vector(const th_kv_layout& kv, const void* base, uint32_t layer, int32_t block,
+                                   uint32_t t, uint32_t h) {
+  const char* addr = static_cast<const char*>(base) + int64_t(layer) * kv.layer_stride +
+                     int64_t(block) * kv.block_stride + int64_t(h) * kv.head_stride + int64_t(t) * kv.token_stride;
+  return reinterpret_cast<const float*>(addr);
+}
+
+// The head vector of position p of a sequence whose block table is table.
+inline const float* kv_position_vector(const th_kv_layout& kv, const void* base, uint32_t layer,
+                                       const int32_t* table, uint32_t p, uint32_t h) {
+  return kv_head_vector(kv, base, layer, table[p / kv.block_size], p % kv.block_size, h);
+}
+
+// Why an attention plugin that computes in f32 over an f32 KV cache on the CPU cannot serve model on
+// device (device may be NULL: not checked). Empty when it can. One reason per entry, for check().
+inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& m, const th_device* device) {
+  std::vector<std::string> why;
+  if (m.kv_dtype != TH_DTYPE_F32) {
+    why.push_back("supports kv dtype f32 only, the model's kv dtype is " + dtype_name(m.kv_dtype));
+  }
+  if (m.act_dtype != TH_DTYPE_F32) {
+    why.push_back("supports activation dtype f32 only, the model's is " + dtype_name(m.act_dtype));
+  }
+  if (m.n_kv_heads == 0 || m.n_heads % m.n_kv_heads != 0) {
+    why.push_back("n_heads (" + std::to_string(m.n_heads) + ") must be a multiple of n_kv_heads (" +
+                  std::to_string(m.n_kv_heads) + ")");
+  }
+  if (m.head_dim == 0) why.push_back("head_dim must be > 0");
+  if (device != nullptr && device->kind != TH_DEVICE_CPU) why.push_back("runs on the CPU only");
+  return why;
+}
+
+// Checks everything an attention forward() over an f32 KV cache reads, before any output is written:
+// pointers, head counts, row strides, the KV layout against the batch, seq_start, every block table
+// entry against the pool and every position against its sequence's kv_len. Returns "" when the batch
+// is valid, otherwise what is wrong (without a plugin prefix; forward() answers it with
+// TH_ERR_INVALID_ARGUMENT).
+inline std::string validate_attention_batch(const th_attention_batch* batch) {
+  if (batch == nullptr) return "batch is NULL";
+  const th_attention_batch& b = *batch;
+  auto str = [](auto v) { return std::to_string(v); };
+  if (b.q == nullptr || b.out == nullptr || b.positions == nullptr || b.seq_start == nullptr ||
+      (b.n_seqs > 0 && (b.kv_len == nullptr || b.block_tables == nullptr)) || b.kv == nullptr) {
+    return "batch has a NULL pointer (q, out, positions, seq_start, kv_len, block_tables or kv)";
+  }
+  if (b.n_heads == 0 || b.n_kv_heads == 0 || b.n_heads % b.n_kv_heads != 0) {
+    return "n_heads (" + str(b.n_heads) + ") must be a positive multiple of n_kv_heads (" + str(b.n_kv_heads) + ")";
+  }
+  if (b.head_dim == 0) return "head_dim must be > 0";
+  const int64_t row = int64_t(b.n_heads) * b.head_dim;
+  if (b.q_row_stride < row || b.out_row_stride < row) {
+    return "q_row_stride and out_row_stride must be >= n_heads * head_dim (" + str(row) + ")";
+  }
+  const th_kv_layout& kv = *b.kv;
+  if (kv.dtype != TH_DTYPE_F32) return "kv layout dtype is " + dtype_name(kv.dtype) + ", only f32 is supported";
+  if (kv.k_base == nullptr || kv.v_base == nullptr) return "kv layout has NULL k_base or v_base";
+  if (kv.block_size == 0) return "kv layout block_size is 0";
+  if (b.layer >= kv.n_layers) {
+    return "layer " + str(b.layer) + " is out of range (kv layout has " + str(kv.n_layers) + " layers)";
+  }
+  if (kv.n_kv_heads != b.n_kv_heads || kv.head_dim != b.head_dim) {
+    return "batch n_kv_heads/head_dim (" + str(b.n_kv_heads) + "/" + str(b.head_dim) +
+           ") differ from the kv layout's (" + str(kv.n_kv_heads) + "/" + str(kv.head_dim) + ")";
+  }
+  if (b.seq_start[0] != 0 || b.seq_start[b.n_seqs] != b.n_tokens) {
+    return "seq_start must start at 0 and end at n_tokens (" + str(b.n_tokens) + ")";
+  }
+  // All of seq_start first: with it non-decreasing, every row index below lies in [0, n_tokens).
+  for (uint32_t s = 0; s < b.n_seqs; ++s) {
+    if (b.seq_start[s + 1] < b.seq_start[s]) return "seq_start decreases at sequence " + str(s);
+  }
+  for (uint32_t s = 0; s < b.n_seqs; ++s) {
+    const uint32_t n_blocks = uint32_t((uint64_t(b.kv_len[s]) + kv.block_size - 1) / kv.block_size);
+    if (n_blocks > 0 && b.block_tables[s] == nullptr) return "sequence " + str(s) + " has a NULL block table";
+    for (uint32_t j = 0; j < n_blocks; ++j) {
+      const int32_t block = b.block_tables[s][j];
+      if (block < 0 || uint32_t(block) >= kv.n_blocks) {
+        return "sequence " + str(s) + ": block table entry " + str(j) + " = " + str(block) + " is out of range [0, " +
+               str(kv.n_blocks) + ")";
+      }
+    }
+    for (uint32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
+      if (b.positions[i] < 0 || uint32_t(b.positions[i]) >= b.kv_len[s]) {
+        return "sequence " + str(s) + ": row " + str(i) + " has position " + str(b.positions[i]) +
+               ", outside [0, kv_len = " + str(b.kv_len[s]) + ")";
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace tokenhost::sdk
+
+#endif  // TOKENHOST_PLUGIN_KV_HPP
