@@ -53,7 +53,12 @@ int run_make_model(MakeModelCommand& c) {
   if (type < 0) throw std::invalid_argument("unknown --type '" + c.type + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
   c.options.type = type;
   auto started = std::chrono::steady_clock::now();
-  c.options.progress = [](double f) { std::fprintf(stderr, "\rwriting tensors: %3.0f%%", f * 100); };
+  int shown = -1;
+  c.options.progress = [&shown](double f) {
+    if (int(f * 100) == shown) return;
+    shown = int(f * 100);
+    std::fprintf(stderr, "\rmaking tensors: %3d%%", shown);
+  };
   make_model(c.options);
   const auto& s = c.options.shape;
   std::fprintf(stderr, "\n%s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u%s, %s, seed %llu: %.1f MiB in %.1f s\n",

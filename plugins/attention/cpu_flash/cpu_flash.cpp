@@ -1,0 +1,455 @@
+// attention.cpu_flash: fast causal paged attention on the CPU.
+//
+// The contract of attention.reference (same batch validation, same check() refusals: both come from
+// tokenhost/plugin_kv.hpp), computed flash-attention style in f32: one work item is (sequence, kv head,
+// chunk of query rows); it walks the sequence's KV blocks in order and, for every query head of the kv
+// head's group and every row of the chunk that reaches the block, scores the block's keys, updates a
+// running max and sum (rescaling the accumulator when the max grows) and adds p * v. Each KV block is
+// read once per item while it is hot in cache, and no score row longer than one block exists. Items
+// run on a persistent pool owned by the instance; the calling thread takes part.
+//
+// Every (row, head) output is computed by one thread with the same operations whatever the chunking
+// and the thread count, so results do not depend on `threads`.
+#include <tokenhost/plugin.hpp>
+#include <tokenhost/plugin_kv.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define TH_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace {
+
+namespace sdk = tokenhost::sdk;
+using sdk::Error;
+
+constexpr const char* kId = "attention.cpu_flash";
+
+// ---- kernels ------------------------------------------------------------------------------------
+// Key/value vectors of one block lie `stride` bytes apart (th_kv_layout.token_stride).
+
+inline const float* at(const char* base, int64_t stride, uint32_t t) {
+  return reinterpret_cast<const float*>(base + int64_t(t) * stride);
+}
+
+// s[t] = scale * (q . k_t) for t < n.
+void scores_portable(const float* __restrict q, const char* k, int64_t stride, uint32_t n, uint32_t d,
+                     float scale, float* __restrict s) {
+  for (uint32_t t = 0; t < n; ++t) {
+    const float* __restrict kt = at(k, stride, t);
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes: vectorizes without reassociating
+    size_t e = 0;  // size_t indices: contiguous for the vectorizer (uint32_t ones may wrap)
+    for (; e + 8 <= d; e += 8)
+      for (size_t j = 0; j < 8; ++j) part[j] += q[e + j] * kt[e + j];
+    float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    for (; e < d; ++e) sum += q[e] * kt[e];
+    s[t] = scale * sum;
+  }
+}
+
+// acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
+// error grows with the number of blocks, not of positions.
+void accum_portable(float* __restrict acc, const float* __restrict p, const char* v, int64_t stride, uint32_t n,
+                    uint32_t d) {
+  size_t e = 0;
+  for (; e + 8 <= d; e += 8) {
+    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (uint32_t t = 0; t < n; ++t) {
+      const float* __restrict vt = at(v, stride, t) + e;
+      for (size_t j = 0; j < 8; ++j) x[j] += p[t] * vt[j];
+    }
+    for (size_t j = 0; j < 8; ++j) acc[e + j] += x[j];
+  }
+  for (; e < d; ++e) {
+    float x = 0;
+    for (uint32_t t = 0; t < n; ++t) x += p[t] * at(v, stride, t)[e];
+    acc[e] += x;
+  }
+}
+
+// x = f * y (x may be y).
+void scale_into(float* x, const float* y, float f, uint32_t d) {
+  size_t e = 0;
+  for (; e + 8 <= d; e += 8) {
+    float z[8];
+    for (size_t j = 0; j < 8; ++j) z[j] = f * y[e + j];
+    for (size_t j = 0; j < 8; ++j) x[e + j] = z[j];
+  }
+  for (; e < d; ++e) x[e] = f * y[e];
+}
+
+// s[t] = exp(s[t] - m) for t < n; returns their sum.
+float exp_sum_portable(float* s, uint32_t n, float m) {
+  float sum = 0.0f;
+  for (uint32_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - m));
+  return sum;
+}
+
+#if defined(__x86_64__)
+TH_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Cephes' expf, 8 lanes: x = g ln2 + r with |r| <= ln2 / 2, exp(r) by a polynomial, 2^g in the exponent.
+TH_AVX2 inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.3f));
+  const __m256 g = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(g, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(g, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
+  }
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(g), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+TH_AVX2 float exp_sum_avx2(float* s, uint32_t n, float m) {
+  __m256 sum8 = _mm256_setzero_ps();
+  uint32_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), _mm256_set1_ps(m)));
+    _mm256_storeu_ps(s + t, p);
+    sum8 = _mm256_add_ps(sum8, p);
+  }
+  float sum = hsum(sum8);
+  for (; t < n; ++t) sum += (s[t] = std::exp(s[t] - m));
+  return sum;
+}
+
+// Four keys at a time, one load of q feeding four FMAs (head sizes that are a multiple of 8; other
+// sizes and the last keys of a block go one key at a time).
+TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale,
+                         float* s) {
+  const uint32_t d8 = d & ~7u;
+  uint32_t t = 0;
+  for (; d8 == d && t + 4 <= n; t += 4) {
+    const float* k0 = at(k, stride, t);
+    const float* k1 = at(k, stride, t + 1);
+    const float* k2 = at(k, stride, t + 2);
+    const float* k3 = at(k, stride, t + 3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (uint32_t e = 0; e < d8; e += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + e);
+      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + e), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + e), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + e), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + e), a3);
+    }
+    // Lane j of the result is the sum of a_j.
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(s + t, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+  }
+  for (; t < n; ++t) {
+    const float* kt = at(k, stride, t);
+    __m256 a = _mm256_setzero_ps();
+    for (uint32_t e = 0; e < d8; e += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), _mm256_loadu_ps(kt + e), a);
+    float sum = hsum(a);
+    for (uint32_t e = d8; e < d; ++e) sum += q[e] * kt[e];
+    s[t] = scale * sum;
+  }
+}
+
+// 32 floats of the block's sum stay in registers over its n values, then go into acc.
+TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d) {
+  uint32_t e = 0;
+  for (; e + 32 <= d; e += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (uint32_t t = 0; t < n; ++t) {
+      const float* vt = at(v, stride, t) + e;
+      const __m256 w = _mm256_set1_ps(p[t]);
+      a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt), a0);
+      a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8), a1);
+      a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 16), a2);
+      a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 24), a3);
+    }
+    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a0));
+    _mm256_storeu_ps(acc + e + 8, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8), a1));
+    _mm256_storeu_ps(acc + e + 16, _mm256_add_ps(_mm256_loadu_ps(acc + e + 16), a2));
+    _mm256_storeu_ps(acc + e + 24, _mm256_add_ps(_mm256_loadu_ps(acc + e + 24), a3));
+  }
+  for (; e + 8 <= d; e += 8) {
+    __m256 a = _mm256_setzero_ps();
+    for (uint32_t t = 0; t < n; ++t)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(at(v, stride, t) + e), a);
+    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a));
+  }
+  for (; e < d; ++e) {
+    float a = 0;
+    for (uint32_t t = 0; t < n; ++t) a += p[t] * at(v, stride, t)[e];
+    acc[e] += a;
+  }
+}
+#endif
+
+struct Kernels {
+  void (*scores)(const float*, const char*, int64_t, uint32_t, uint32_t, float, float*);
+  void (*accum)(float*, const float*, const char*, int64_t, uint32_t, uint32_t);
+  float (*exp_sum)(float*, uint32_t, float);
+  const char* name;
+};
+
+// AVX2 + FMA when the CPU has them, unless TOKENHOST_PORTABLE_KERNELS is set (as for the host's matmul).
+Kernels pick_kernels() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr) {
+    return {scores_avx2, accum_avx2, exp_sum_avx2, "avx2"};
+  }
+#endif
+  return {scores_portable, accum_portable, exp_sum_portable, "portable"};
+}
+
+// ---- the pool -----------------------------------------------------------------------------------
+
+// n - 1 threads started at construction and joined at destruction; run() uses them and the caller.
+class Pool {
+ public:
+  explicit Pool(unsigned n) {
+    for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this, i] { loop(i); });
+  }
+  ~Pool() {
+    std::unique_lock lock(mutex_);
+    stop_ = true;
+    lock.unlock();
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  unsigned size() const { return unsigned(workers_.size()) + 1; }
+
+  // Calls fn(participant) once on every participant, the caller being participant 0; returns when all
+  // calls have returned. fn must not throw.
+  template <class F>
+  void run(F& fn) {
+    if (workers_.empty()) return fn(0u);
+    {
+      std::lock_guard lock(mutex_);
+      job_ = [](void* f, unsigned i) { (*static_cast<F*>(f))(i); };
+      ctx_ = &fn;
+      pending_ = workers_.size();
+      ++generation_;
+    }
+    wake_.notify_all();
+    fn(0u);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop(unsigned index) {
+    uint64_t seen = 0;
+    for (;;) {
+      void (*job)(void*, unsigned);
+      void* ctx;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+        ctx = ctx_;
+      }
+      job(ctx, index);
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  void (*job_)(void*, unsigned) = nullptr;
+  void* ctx_ = nullptr;
+  size_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// ---- the instance -------------------------------------------------------------------------------
+
+// Rows [r0, r1) of sequence seq against kv head kvh, for every query head of its group.
+struct Item {
+  uint32_t seq, kvh, r0, r1;
+  uint64_t cost;  // multiply-adds of q . k, for ordering
+};
+
+// One participant's running state: per (row, head of the group) max m, sum l, accumulator acc[d].
+struct Scratch {
+  std::vector<float> acc, m, l, s;
+};
+
+unsigned thread_count(int64_t configured) {
+  if (configured > 0) return unsigned(configured);
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+}
+
+struct CpuFlash {
+  explicit CpuFlash(const th_create_args& args)
+      : kernels(pick_kernels()), pool(thread_count(sdk::Config(args.config).get_int_in("threads", 0, 0, 256))) {
+    scratch.resize(pool.size());
+    sdk::log(args.host_ctx, TH_LOG_DEBUG,
+             std::string(kernels.name) + " kernels, " + std::to_string(pool.size()) + " threads");
+  }
+  Kernels kernels;
+  Pool pool;
+  std::vector<Scratch> scratch;
+  std::vector<Item> items;
+};
+
+constexpr float kLazyMax = 8.0f;
+
+void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Scratch& sc) {
+  const th_kv_layout& kv = *b.kv;
+  const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim, bs = kv.block_size;
+  const uint32_t n_rows = it.r1 - it.r0, n_state = n_rows * group;
+  float *acc = sc.acc.data(), *m = sc.m.data(), *l = sc.l.data(), *s = sc.s.data();
+  std::fill_n(acc, size_t(n_state) * d, 0.0f);
+  std::fill_n(m, n_state, -INFINITY);
+  std::fill_n(l, n_state, 0.0f);
+  uint32_t max_pos = 0;
+  for (uint32_t i = it.r0; i < it.r1; ++i) max_pos = std::max(max_pos, uint32_t(b.positions[i]));
+  const int32_t* table = b.block_tables[it.seq];
+  for (uint32_t blk = 0; blk <= max_pos / bs; ++blk) {
+    const uint32_t p0 = blk * bs;
+    const char* kb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.k_base, b.layer, table[blk], 0, it.kvh));
+    const char* vb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.v_base, b.layer, table[blk], 0, it.kvh));
+    for (uint32_t r = 0; r < n_rows; ++r) {
+      const uint32_t pos = uint32_t(b.positions[it.r0 + r]);
+      if (pos < p0) continue;  // causal: this row ends before the block
+      const uint32_t nt = std::min(bs, pos - p0 + 1);
+      const float* q = b.q + int64_t(it.r0 + r) * b.q_row_stride + int64_t(it.kvh) * group * d;
+      for (uint32_t j = 0; j < group; ++j) {
+        const uint32_t st = r * group + j;
+        float* a = acc + size_t(st) * d;
+        kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
+        float block_max = s[0];
+        for (uint32_t t = 1; t < nt; ++t) block_max = std::max(block_max, s[t]);
+        // The reference max m moves (rescaling what was summed under it; 0 at the first block) only
+        // when a block's max exceeds it by more than kLazyMax: weights stay <= e^kLazyMax, far from
+        // overflow, and almost every rescale is skipped. The softmax does not depend on m.
+        if (block_max > m[st] + kLazyMax) {
+          const float f = std::exp(m[st] - block_max);
+          l[st] *= f;
+          scale_into(a, a, f, d);
+          m[st] = block_max;
+        }
+        l[st] += kn.exp_sum(s, nt, m[st]);
+        kn.accum(a, s, vb, kv.token_stride, nt, d);
+      }
+    }
+  }
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    float* out = b.out + int64_t(it.r0 + r) * b.out_row_stride + int64_t(it.kvh) * group * d;
+    for (uint32_t j = 0; j < group; ++j) {
+      const uint32_t st = r * group + j;
+      scale_into(out + size_t(j) * d, acc + size_t(st) * d, 1.0f / l[st], d);
+    }
+  }
+}
+
+// Below this many multiply-adds (q . k and p * v together) a batch runs on the calling thread alone.
+constexpr uint64_t kParallelWork = 64 * 1024;
+
+th_status forward(th_instance* instance, const th_attention_batch* batch, th_error* err) {
+  return sdk::guard(err, [&] {
+    if (const std::string why = sdk::validate_attention_batch(batch); !why.empty()) {
+      throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": " + why);
+    }
+    CpuFlash& self = sdk::self<CpuFlash>(instance);
+    const th_attention_batch& b = *batch;
+    const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim;
+    const unsigned n_threads = self.pool.size();
+
+    // Rows per item: the running state of one item (rows x group x d floats) stays within ~64 KiB,
+    // and there are a few items per thread when the batch allows it.
+    uint32_t chunk = std::clamp<uint32_t>(16384 / (group * d), 1, 64);
+    const uint64_t want_items = uint64_t(4) * n_threads;
+    const uint64_t per_head_items = (want_items + b.n_kv_heads - 1) / b.n_kv_heads;
+    if (n_threads > 1 && b.n_tokens > 0 && uint64_t(b.n_tokens) / chunk < per_head_items) {
+      chunk = uint32_t(std::max<uint64_t>(1, b.n_tokens / per_head_items));
+    }
+
+    std::vector<Item>& items = self.items;
+    items.clear();
+    uint64_t work = 0;
+    for (uint32_t s = 0; s < b.n_seqs; ++s) {
+      for (uint32_t r0 = b.seq_start[s]; r0 < b.seq_start[s + 1]; r0 += chunk) {
+        const uint32_t r1 = std::min(b.seq_start[s + 1], r0 + chunk);
+        uint64_t cost = 0;
+        for (uint32_t i = r0; i < r1; ++i) cost += (uint64_t(b.positions[i]) + 1) * group * d;
+        for (uint32_t h = 0; h < b.n_kv_heads; ++h) items.push_back({s, h, r0, r1, cost});
+        work += 2 * cost * b.n_kv_heads;
+      }
+    }
+    if (items.empty()) return;
+    const bool parallel = n_threads > 1 && items.size() >= 2 && work >= kParallelWork;
+    if (parallel) {  // longest first, so that the last items to start are short
+      std::sort(items.begin(), items.end(), [](const Item& x, const Item& y) { return x.cost > y.cost; });
+    }
+    const uint32_t max_rows = std::min(chunk, b.n_tokens);
+    for (unsigned p = 0; p < (parallel ? n_threads : 1u); ++p) {
+      Scratch& sc = self.scratch[p];
+      sc.acc.resize(size_t(max_rows) * group * d);
+      sc.m.resize(size_t(max_rows) * group);
+      sc.l.resize(size_t(max_rows) * group);
+      sc.s.resize(b.kv->block_size);
+    }
+
+    std::atomic<size_t> next{0};
+    auto participant = [&](unsigned p) noexcept {
+      for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        run_item(b, self.kernels, items[i], self.scratch[p]);
+      }
+    };
+    if (parallel) {
+      self.pool.run(participant);
+    } else {
+      participant(0);
+    }
+  });
+}
+
+th_status check(const th_check_query* query, th_error* err) {
+  return sdk::guard(err, [&]() -> th_status {
+    if (query == nullptr || query->model == nullptr) {
+      throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": check() needs a model");
+    }
+    sdk::Config(query->config).get_int_in("threads", 0, 0, 256);  // TH_ERR_INVALID_ARGUMENT when out of range
+    th_status status = TH_OK;
+    for (const std::string& why : sdk::attention_f32_cpu_refusals(*query->model, query->device)) {
+      sdk::set_error(err, std::string(kId) + ": " + why);
+      status = TH_ERR_UNSUPPORTED;
+    }
+    return status;
+  });
+}
+
+const th_attention_vtable kVtable = {sizeof(th_attention_vtable), sdk::create_instance<CpuFlash>,
+                                     sdk::destroy_instance<CpuFlash>, check, forward};
+const th_plugin_descriptor kDescriptor = {sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
+                                          TH_KIND_ATTENTION, kId, "1.0.0", &kVtable};
+
+}  // namespace
+
+TOKENHOST_PLUGIN_ENTRY(kDescriptor)
