@@ -1,6 +1,7 @@
 #include "runtime/matmul.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -193,9 +194,15 @@ void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot) {
   const size_t rows = size_t(w.rows);
   // Small products are not worth waking the pool.
   const bool parallel = rows * size_t(w.cols) * n_rows >= 32768;
+  // Activation rows go in groups small enough to stay in L1/L2 while the thread's weight rows stream
+  // past them; each output is still one dot product in a fixed order (batch-invariant).
+  const size_t group = std::max<size_t>(1, (16 * 1024) / (size_t(w.cols) * sizeof(float)));
   auto body = [&](size_t begin, size_t end) {
-    for (size_t o = begin; o < end; ++o)
-      for (size_t r = 0; r < n_rows; ++r) y[r * rows + o] = dot(w.row(int64_t(o)), r);
+    for (size_t r0 = 0; r0 < n_rows; r0 += group) {
+      const size_t r1 = std::min(n_rows, r0 + group);
+      for (size_t o = begin; o < end; ++o)
+        for (size_t r = r0; r < r1; ++r) y[r * rows + o] = dot(w.row(int64_t(o)), r);
+    }
   };
   if (parallel) compute_pool().parallel_for(rows, body);
   else body(0, rows);
@@ -238,12 +245,19 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
       return;
     }
     default:
+      // Each weight row is dequantized once per group of activation rows. The cache is keyed by the
+      // call too: another product may reuse the same address for other data.
+      static std::atomic<uint64_t> calls{0};
+      const uint64_t call = ++calls;
       for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
         thread_local std::vector<float> buffer;
-        // Dequantize once per weight row: r == 0 comes first for each row.
-        if (r == 0) {
+        thread_local const uint8_t* buffered = nullptr;
+        thread_local uint64_t buffered_call = 0;
+        if (row != buffered || call != buffered_call || buffer.size() != cols) {
           buffer.resize(cols);
           quant::dequantize_row(w.type, row, buffer.data(), int64_t(cols));
+          buffered = row;
+          buffered_call = call;
         }
         return k.f32(buffer.data(), x + r * cols, cols);
       });
