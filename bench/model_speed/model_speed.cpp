@@ -18,7 +18,6 @@
 
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
-#include "plugin/kind.hpp"
 #include "runtime/compute_pool.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
@@ -61,20 +60,6 @@ struct ModelRun {
   std::vector<double> decode, prefill, triad;
 };
 
-std::shared_ptr<PluginInstance> plugin(PluginCatalog& catalog, const std::string& id, const ModelSpec& spec,
-                                       toml::table settings) {
-  auto m = catalog.find(id);
-  if (!m) throw std::runtime_error("no plugin " + id);
-  InstanceSpec s;
-  s.engine = "bench";
-  s.slot = kind_name(m->kind);
-  s.model = spec;
-  s.device = devices().front();
-  s.config = m->defaults;
-  for (auto& [k, v] : settings) s.config.insert_or_assign(k, v);
-  return PluginInstance::create(catalog.load(*m), s);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,8 +92,8 @@ int main(int argc, char** argv) {
     toml::table kv;
     kv.insert("block_size", 16);
     kv.insert("n_blocks", int64_t((prefill_tokens + decode_tokens + 16) / 16 + 2));
-    r.generator = std::make_unique<Generator>(r.model.weights, plugin(catalog, attention, w.spec, {}),
-                                              plugin(catalog, "kvcache.paged", w.spec, kv), prefill_tokens);
+    r.generator = std::make_unique<Generator>(r.model.weights, instantiate(catalog, attention, "bench", w.spec),
+                                              instantiate(catalog, "kvcache.paged", "bench", w.spec, kv), prefill_tokens);
     list.push_back(std::move(r));
   }
   std::mt19937 rng(7);

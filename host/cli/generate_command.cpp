@@ -10,8 +10,6 @@
 #include "plugin/catalog.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
-#include "plugin/kind.hpp"
-#include "util/text.hpp"
 
 namespace tokenhost {
 
@@ -38,23 +36,6 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   return cmd;
 }
 
-namespace {
-
-std::shared_ptr<PluginInstance> make_plugin(PluginCatalog& catalog, const std::string& id, const ModelSpec& spec,
-                                            toml::table settings) {
-  auto manifest = catalog.find(id);
-  if (!manifest) throw PluginError("no plugin '" + id + "' in " + join(catalog.search_paths(), ":"));
-  InstanceSpec s;
-  s.engine = "generate";
-  s.slot = kind_name(manifest->kind);
-  s.model = spec;
-  s.device = devices().front();
-  s.config = manifest->defaults;
-  for (auto& [k, v] : settings) s.config.insert_or_assign(k, v);
-  return PluginInstance::create(catalog.load(*manifest), s);
-}
-
-}  // namespace
 
 int run_generate(const GenerateOptions& o) {
   validate(o.sampling);
@@ -74,8 +55,8 @@ int run_generate(const GenerateOptions& o) {
   toml::table kv;
   kv.insert("block_size", int64_t(o.block_size));
   kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
-  Generator generator(model.weights, make_plugin(catalog, o.attention, model.weights->spec, {}),
-                      make_plugin(catalog, "kvcache.paged", model.weights->spec, kv), o.prefill_chunk);
+  Generator generator(model.weights, instantiate(catalog, o.attention, "generate", model.weights->spec),
+                      instantiate(catalog, "kvcache.paged", "generate", model.weights->spec, kv), o.prefill_chunk);
 
   Sampler sampler(o.sampling);
   std::vector<int32_t> history = prompt;

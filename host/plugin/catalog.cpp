@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "plugin/kind.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -113,6 +114,22 @@ std::shared_ptr<PluginLibrary> PluginCatalog::load(const PluginManifest& manifes
   auto lib = PluginLibrary::open(manifest);
   open_[manifest.file] = OpenLibrary{lib, stamp};
   return lib;
+}
+
+std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
+                                            const ModelSpec& model, const toml::table& settings,
+                                            metrics::Registry* metrics) {
+  auto manifest = catalog.find(id);
+  if (!manifest) throw PluginError("no plugin '" + id + "' in " + join(catalog.search_paths(), ":"));
+  InstanceSpec spec;
+  spec.engine = engine;
+  spec.slot = kind_name(manifest->kind);
+  spec.model = model;
+  spec.device = devices().front();
+  spec.config = manifest->defaults;
+  for (const auto& [key, value] : settings) spec.config.insert_or_assign(key, value);
+  spec.metrics = metrics;
+  return PluginInstance::create(catalog.load(*manifest), spec);
 }
 
 }  // namespace tokenhost

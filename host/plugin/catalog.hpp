@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "manifest/plugin_manifest.hpp"
+#include "plugin/instance.hpp"
 #include "plugin/library.hpp"
 
 namespace tokenhost {
@@ -50,5 +51,11 @@ class PluginCatalog {
   std::vector<std::string> errors_;
   std::map<std::string, OpenLibrary> open_;  // by manifest file
 };
+
+// An instance of plugin id outside a deployment (the generate command, benchmarks, tests): its
+// plugin.toml defaults overridden by settings, on the CPU, for model. Throws PluginError.
+std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
+                                            const ModelSpec& model, const toml::table& settings = {},
+                                            metrics::Registry* metrics = nullptr);
 
 }  // namespace tokenhost

@@ -49,17 +49,8 @@ inline ModelSpec model_spec(uint32_t n_heads = 4, uint32_t n_kv_heads = 2, uint3
 inline std::shared_ptr<PluginInstance> make_plugin(const std::string& id, const ModelSpec& model,
                                                    const toml::table& config = {},
                                                    metrics::Registry* registry = nullptr) {
-  auto manifest = builtin_catalog().find(id);
-  if (!manifest) throw std::runtime_error("test: no built-in plugin " + id);
-  InstanceSpec spec;
-  spec.engine = "test";
-  spec.slot = kind_name(manifest->kind);
-  spec.model = model;
-  spec.device = devices().front();
-  spec.config = manifest->defaults;
-  for (const auto& [k, v] : config) spec.config.insert_or_assign(k, v);
-  spec.metrics = registry;
-  return PluginInstance::create(builtin_catalog().load(*manifest), spec);
+  if (!builtin_catalog().find(id)) throw std::runtime_error("test: no built-in plugin " + id);
+  return instantiate(builtin_catalog(), id, "test", model, config, registry);
 }
 
 // A random engine from a fresh seed each run; the seed is printed so a failure can be replayed.
