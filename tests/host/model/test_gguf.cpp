@@ -2,6 +2,8 @@
 // a message naming the problem, never read out of bounds: run under ASan as test_gguf_asan).
 #include <catch2/catch.hpp>
 
+#include "models.hpp"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -129,10 +131,6 @@ std::vector<uint8_t> random_tensor(std::mt19937& rng, th_dtype type, int64_t ele
   return out;
 }
 
-std::string models_dir() {
-  if (const char* env = std::getenv("TOKENHOST_MODELS")) return env;
-  return std::string(TOKENHOST_SOURCE_DIR) + "/../shared/models";
-}
 
 }  // namespace
 
@@ -280,11 +278,7 @@ TEST_CASE("gguf: writer options and refusals", "[gguf]") {
 }
 
 TEST_CASE("gguf: the stories260K model", "[gguf][stories260k]") {
-  const std::string path = models_dir() + "/stories260K.gguf";
-  if (!fs::exists(path)) {
-    WARN("skipped: " << path << " not found (set TOKENHOST_MODELS to the folder that holds stories260K.gguf)");
-    return;
-  }
+  const std::string path = tokenhost::testing::require_model_file("stories260K.gguf");
   auto f = gguf::File::open(path);
   CHECK(f->version() == 3);
   CHECK(f->tensors().size() == 48);

@@ -4,6 +4,8 @@
 // tok512.bin vocabulary (the stories260K one) against ids computed with llama2.c's encoder.
 #include <catch2/catch.hpp>
 
+#include "models.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -103,10 +105,6 @@ const std::vector<std::string> kAlphabet = {"a", "b", "c", "t", "h", "e", "x", "
                                             "\xC3\x9F", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "the", "hello",
                                             " world", "'LL", "\xC2\xA0", "<", ">"};
 
-std::string models_dir() {
-  if (const char* env = std::getenv("TOKENHOST_MODELS")) return env;
-  return std::string(TOKENHOST_SOURCE_DIR) + "/../shared/models";
-}
 
 // llama2.c's tokenizer.bin: int32 max_token_length, then per token float score, int32 length, bytes.
 // Its pieces spell spaces as ' '; GGUF spells them "▁", and calls 0..2 <unk> <s> </s>.
@@ -423,11 +421,7 @@ TEST_CASE("tokenizer: the spec is validated", "[tokenizer][validation]") {
 }
 
 TEST_CASE("spm: tok512.bin (stories260K) encodes as llama2.c does", "[tokenizer][spm][stories260k]") {
-  const std::string path = models_dir() + "/tok512.bin";
-  if (!std::filesystem::exists(path)) {
-    WARN("SKIPPED: tok512.bin not found in " << models_dir() << " (set TOKENHOST_MODELS)");
-    return;
-  }
+  const std::string path = tokenhost::testing::require_model_file("tok512.bin");
   Tokenizer tok(load_llama2c_tokenizer(path, 512));
   // Expected ids from llama2.c's encode (run.c: BOS, a dummy " " prefix, greedy best-score merges).
   CHECK(tok.encode("Once upon a time", true) == Ids{1, 403, 407, 261, 378});

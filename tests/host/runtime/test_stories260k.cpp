@@ -1,6 +1,6 @@
 // The real trained stories260K model (GGUF, f32): greedy generation from "Once upon a time" must
-// reproduce, byte for byte, the text its author documented. Skipped, saying so, when the model files
-// are not there ($TOKENHOST_MODELS, default ../shared/models beside the checkout).
+// reproduce, byte for byte, the text its author documented. Skipped (CTest says so) when the model
+// files are not there ($TOKENHOST_MODELS, default ../shared/models beside the checkout).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -11,6 +11,7 @@
 #include <future>
 
 #include "harness.hpp"
+#include "models.hpp"
 #include "manifest/deployment.hpp"
 #include "server/server.hpp"
 #include "model/tokenizer.hpp"
@@ -22,11 +23,6 @@ using namespace tokenhost::testing;
 
 namespace {
 
-std::string models_dir() {
-  if (const char* env = std::getenv("TOKENHOST_MODELS")) return env;
-  return std::string(TOKENHOST_SOURCE_DIR) + "/../shared/models";
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -37,12 +33,8 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 TEST_CASE("stories260K: greedy output from 'Once upon a time' is the documented text", "[model][stories260k]") {
-  const std::string gguf = models_dir() + "/stories260K.gguf";
-  const std::string expected_path = models_dir() + "/stories260K.once-upon-a-time.greedy256.txt";
-  if (!std::filesystem::exists(gguf) || !std::filesystem::exists(expected_path)) {
-    WARN("SKIPPED: stories260K not found in " << models_dir() << " (set TOKENHOST_MODELS)");
-    return;
-  }
+  const std::string gguf = require_model_file("stories260K.gguf");
+  const std::string expected_path = require_model_file("stories260K.once-upon-a-time.greedy256.txt");
   LoadedModel model = load_gguf_model(gguf, "stories260K");
   const auto& info = model.weights->spec.info;
   REQUIRE(info.dim == 64);
@@ -80,11 +72,7 @@ TEST_CASE("stories260K: greedy output from 'Once upon a time' is the documented 
 
 TEST_CASE("stories260K: served, concurrent requests in one batch give each the tokens it gives alone",
           "[model][stories260k][server]") {
-  const std::string gguf = models_dir() + "/stories260K.gguf";
-  if (!std::filesystem::exists(gguf)) {
-    WARN("SKIPPED: stories260K not found in " << models_dir() << " (set TOKENHOST_MODELS)");
-    return;
-  }
+  const std::string gguf = require_model_file("stories260K.gguf");
   const std::string manifest = R"(
 [server]
 listen = "127.0.0.1:0"
@@ -117,7 +105,7 @@ scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 32 } }
     alone.push_back(r.tokens);
   }
   // The served text starts the documented story.
-  std::string expected = read_file(models_dir() + "/stories260K.once-upon-a-time.greedy256.txt");
+  std::string expected = read_file(require_model_file("stories260K.once-upon-a-time.greedy256.txt"));
   std::string served = "Once upon a time" + server.decode(alone[0]);
   REQUIRE(expected.rfind(served, 0) == 0);
 
