@@ -2,8 +2,9 @@
 // The byte-level BPE ("gpt2") encoder and pre-tokenizers are in tokenizer_bpe.cpp.
 #include "model/tokenizer.hpp"
 
+#include "model/symbol_merge.hpp"
+
 #include <algorithm>
-#include <queue>
 #include <stdexcept>
 
 #include "util/text.hpp"
@@ -236,53 +237,22 @@ void Tokenizer::encode_spm(std::string_view fragment, bool space_prefix, std::ve
   }
   if (text.empty()) return;
 
-  struct Symbol {
-    int prev, next;
-    size_t offset, length;  // length 0: merged into its left neighbour
-  };
-  std::vector<Symbol> symbols;
+  std::vector<MergeSymbol> symbols;
   for (size_t offset = 0; offset < text.size();) {
     const size_t length = std::min(utf8_len(text[offset]), text.size() - offset);
     const int index = int(symbols.size());
     symbols.push_back({index - 1, offset + length == text.size() ? -1 : index + 1, offset, length});
     offset += length;
   }
-
-  struct Bigram {
-    float score;
-    int left, right;
-    size_t length;
-  };
-  auto lower_priority = [](const Bigram& a, const Bigram& b) {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(lower_priority)> queue(lower_priority);
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
+  merge_symbols(symbols, [&](int left, int right) -> std::optional<float> {
     const size_t length = symbols[size_t(left)].length + symbols[size_t(right)].length;
     const int32_t id = find_token(std::string_view(text).substr(symbols[size_t(left)].offset, length));
-    if (id < 0) return;
-    queue.push({spec_.scores[size_t(id)], left, right, length});
-  };
-  for (int i = 1; i < int(symbols.size()); ++i) try_add(i - 1, i);
-
-  while (!queue.empty()) {
-    const Bigram top = queue.top();
-    queue.pop();
-    Symbol& left = symbols[size_t(top.left)];
-    Symbol& right = symbols[size_t(top.right)];
-    // Stale when either side has been merged since (a symbol's offset never moves, so the length tells).
-    if (left.length == 0 || right.length == 0 || left.length + right.length != top.length) continue;
-    left.length += right.length;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[size_t(right.next)].prev = top.left;
-    try_add(left.prev, top.left);
-    try_add(top.left, left.next);
-  }
+    if (id < 0) return std::nullopt;
+    return spec_.scores[size_t(id)];
+  });
 
   for (int i = 0; i != -1; i = symbols[size_t(i)].next) {
-    const Symbol& s = symbols[size_t(i)];
+    const MergeSymbol& s = symbols[size_t(i)];
     std::string_view piece = std::string_view(text).substr(s.offset, s.length);
     const int32_t id = find_token(piece);
     if (id >= 0) {

@@ -2,10 +2,11 @@
 // pre-tokenizers (llama.cpp's hand-written versions of the regexes, over a small code point classifier
 // instead of full Unicode tables), and merging by rank.
 #include <array>
-#include <queue>
 #include <stdexcept>
 
 #include "model/tokenizer.hpp"
+
+#include "model/symbol_merge.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -389,19 +390,7 @@ void Tokenizer::init_bpe() {
 // symbol per byte, merge the adjacent pair of lowest rank (ties: leftmost) until none is left.
 void Tokenizer::encode_bpe(std::string_view fragment, std::vector<int32_t>& out) const {
   const ByteMap& map = byte_map();
-  struct Symbol {
-    int prev, next;
-    size_t offset, length;  // in the mapped word; length 0: merged into its left neighbour
-  };
-  struct Bigram {
-    int32_t rank;
-    int left, right;
-    size_t length;
-  };
-  auto lower_priority = [](const Bigram& a, const Bigram& b) {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-  };
-  std::vector<Symbol> symbols;
+  std::vector<MergeSymbol> symbols;  // offsets and lengths in the mapped word
   std::string key;
   for (const std::string& word : pretokenize(pre_, fragment)) {
     const std::string mapped = gpt2_byte_encode(word);
@@ -418,33 +407,19 @@ void Tokenizer::encode_bpe(std::string_view fragment, std::vector<int32_t>& out)
       symbols.push_back({int(i) - 1, i + 1 == word.size() ? -1 : int(i) + 1, offset, length});
       offset += length;
     }
-    std::priority_queue<Bigram, std::vector<Bigram>, decltype(lower_priority)> queue(lower_priority);
-    auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const Symbol& l = symbols[size_t(left)];
-      const Symbol& r = symbols[size_t(right)];
+    // A lower merge rank merges first.
+    merge_symbols(symbols, [&](int left, int right) -> std::optional<int64_t> {
+      const MergeSymbol& l = symbols[size_t(left)];
+      const MergeSymbol& r = symbols[size_t(right)];
       key.assign(mapped, l.offset, l.length);
       key += ' ';
       key.append(mapped, r.offset, r.length);
       auto it = merge_ranks_.find(key);
-      if (it != merge_ranks_.end()) queue.push({it->second, left, right, l.length + r.length});
-    };
-    for (int i = 1; i < int(symbols.size()); ++i) try_add(i - 1, i);
-    while (!queue.empty()) {
-      const Bigram top = queue.top();
-      queue.pop();
-      Symbol& left = symbols[size_t(top.left)];
-      Symbol& right = symbols[size_t(top.right)];
-      if (left.length == 0 || right.length == 0 || left.length + right.length != top.length) continue;  // stale
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[size_t(right.next)].prev = top.left;
-      try_add(left.prev, top.left);
-      try_add(top.left, left.next);
-    }
+      if (it == merge_ranks_.end()) return std::nullopt;
+      return -int64_t(it->second);
+    });
     for (int i = 0; i != -1 && !symbols.empty(); i = symbols[size_t(i)].next) {
-      const Symbol& s = symbols[size_t(i)];
+      const MergeSymbol& s = symbols[size_t(i)];
       const int32_t id = find_token(std::string_view(mapped).substr(s.offset, s.length));
       if (id >= 0) {
         out.push_back(id);
