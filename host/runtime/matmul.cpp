@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -88,6 +89,15 @@ float dot_q4_0_portable(const BlockQ4_0* w, const QBlock* x, size_t nb) {
   return s;
 }
 
+// Four activation rows (stride apart) against one weight row: each output computed exactly as the
+// one-row kernel computes it, so results do not depend on how rows are grouped.
+void dot_f32_x4_portable(const float* w, const float* x, size_t stride, size_t n, float* out) {
+  for (size_t k = 0; k < 4; ++k) out[k] = dot_f32_portable(w, x + k * stride, n);
+}
+void dot_q8_0_x4_portable(const BlockQ8_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
+  for (size_t k = 0; k < 4; ++k) out[k] = dot_q8_0_portable(w, x + k * stride, nb);
+}
+
 // ---- AVX2 kernels (compiled for AVX2 whatever the build flags; used only where the CPU has it) ----
 #if defined(__x86_64__)
 #define TH_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -151,6 +161,55 @@ TH_AVX2 float dot_q8_0_avx2(const BlockQ8_0* w, const QBlock* x, size_t nb) {
   return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+// dot_f32_avx2 for four rows at once: the weight is loaded once, each row keeps the same two
+// accumulators and the same tail as the one-row kernel (bit-identical results).
+TH_AVX2 void dot_f32_x4_avx2(const float* w, const float* x, size_t stride, size_t n, float* out) {
+  __m256 a0[4], a1[4];
+  for (size_t k = 0; k < 4; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
+    for (size_t k = 0; k < 4; ++k) {
+      a0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k * stride + i), a0[k]);
+      a1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k * stride + i + 8), a1[k]);
+    }
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    float s = hsum(_mm256_add_ps(a0[k], a1[k]));
+    for (size_t j = i; j < n; ++j) s += w[j] * x[k * stride + j];
+    out[k] = s;
+  }
+}
+
+// dot_q8_0_avx2 for four rows at once, with the same per-row arithmetic.
+TH_AVX2 void dot_q8_0_x4_avx2(const BlockQ8_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
+  __m256 a0[4], a1[4];
+  for (size_t k = 0; k < 4; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].q));
+    __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].q));
+    const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    for (size_t k = 0; k < 4; ++k) {
+      const QBlock* xk = x + k * stride;
+      __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk[b].q));
+      __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk[b + 1].q));
+      a0[k] = _mm256_fmadd_ps(dot_i8(w0, x0), _mm256_set1_ps(d0 * xk[b].d), a0[k]);
+      a1[k] = _mm256_fmadd_ps(dot_i8(w1, x1), _mm256_set1_ps(d1 * xk[b + 1].d), a1[k]);
+    }
+  }
+  for (; b < nb; ++b) {
+    __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].q));
+    const float d = _cvtsh_ss(w[b].d);
+    for (size_t k = 0; k < 4; ++k) {
+      const QBlock* xk = x + k * stride;
+      __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk[b].q));
+      a0[k] = _mm256_fmadd_ps(dot_i8(wq, xq), _mm256_set1_ps(d * xk[b].d), a0[k]);
+    }
+  }
+  for (size_t k = 0; k < 4; ++k) out[k] = hsum(_mm256_add_ps(a0[k], a1[k]));
+}
+
 TH_AVX2 float dot_q4_0_avx2(const BlockQ4_0* w, const QBlock* x, size_t nb) {
   __m256 acc = _mm256_setzero_ps();
   const __m128i low = _mm_set1_epi8(0x0F);
@@ -172,6 +231,8 @@ struct Kernels {
   float (*f16)(const uint16_t*, const float*, size_t);
   float (*q8_0)(const BlockQ8_0*, const QBlock*, size_t);
   float (*q4_0)(const BlockQ4_0*, const QBlock*, size_t);
+  void (*f32x4)(const float*, const float*, size_t, size_t, float*);
+  void (*q8_0x4)(const BlockQ8_0*, const QBlock*, size_t, size_t, float*);
   const char* name;
 };
 
@@ -181,27 +242,42 @@ const Kernels& kernels() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
         std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr)
-      return Kernels{dot_f32_avx2, dot_f16_avx2, dot_q8_0_avx2, dot_q4_0_avx2, "avx2"};
+      return Kernels{dot_f32_avx2, dot_f16_avx2, dot_q8_0_avx2, dot_q4_0_avx2, dot_f32_x4_avx2, dot_q8_0_x4_avx2, "avx2"};
 #endif
-    return Kernels{dot_f32_portable, dot_f16_portable, dot_q8_0_portable, dot_q4_0_portable, "portable"};
+    return Kernels{dot_f32_portable,    dot_f16_portable,     dot_q8_0_portable, dot_q4_0_portable,
+                   dot_f32_x4_portable, dot_q8_0_x4_portable, "portable"};
   }();
   return k;
 }
 
 // Output rows are split across the pool in chunks; each weight row is read once for all n_rows.
-template <class RowDot>
-void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot) {
+struct NoRowDot4 {};
+
+// Output rows are split across the pool; dot(row, r) is one output, dot4(row, r, out) the outputs of
+// rows r..r+3 (identical arithmetic, the weight row loaded once), when the type has such a kernel.
+template <class RowDot, class RowDot4 = NoRowDot4>
+void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot, RowDot4 dot4 = {}) {
   const size_t rows = size_t(w.rows);
   // Small products are not worth waking the pool.
   const bool parallel = rows * size_t(w.cols) * n_rows >= 32768;
   // Activation rows go in groups small enough to stay in L1/L2 while the thread's weight rows stream
   // past them; each output is still one dot product in a fixed order (batch-invariant).
-  const size_t group = std::max<size_t>(1, (16 * 1024) / (size_t(w.cols) * sizeof(float)));
+  const size_t group = std::max<size_t>(4, (16 * 1024) / (size_t(w.cols) * sizeof(float)));
   auto body = [&](size_t begin, size_t end) {
     for (size_t r0 = 0; r0 < n_rows; r0 += group) {
       const size_t r1 = std::min(n_rows, r0 + group);
-      for (size_t o = begin; o < end; ++o)
-        for (size_t r = r0; r < r1; ++r) y[r * rows + o] = dot(w.row(int64_t(o)), r);
+      for (size_t o = begin; o < end; ++o) {
+        const uint8_t* row = w.row(int64_t(o));
+        size_t r = r0;
+        if constexpr (!std::is_same_v<RowDot4, NoRowDot4>) {
+          float out[4];
+          for (; r + 4 <= r1; r += 4) {
+            dot4(row, r, out);
+            for (size_t k = 0; k < 4; ++k) y[(r + k) * rows + o] = out[k];
+          }
+        }
+        for (; r < r1; ++r) y[r * rows + o] = dot(row, r);
+      }
     }
   };
   if (parallel) compute_pool().parallel_for(rows, body);
@@ -217,9 +293,12 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   const size_t cols = size_t(w.cols);
   switch (w.type) {
     case TH_DTYPE_F32:
-      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
-        return k.f32(reinterpret_cast<const float*>(row), x + r * cols, cols);
-      });
+      for_rows(
+          w, n_rows, y,
+          [&](const uint8_t* row, size_t r) { return k.f32(reinterpret_cast<const float*>(row), x + r * cols, cols); },
+          [&](const uint8_t* row, size_t r, float* out) {
+            k.f32x4(reinterpret_cast<const float*>(row), x + r * cols, cols, cols, out);
+          });
       return;
     case TH_DTYPE_F16:
       for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
@@ -234,9 +313,12 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
       for (size_t r = 0; r < n_rows; ++r) quantize_activations(x + r * cols, cols, &qx[r * nb]);
       const QBlock* q = qx.data();
       if (w.type == TH_DTYPE_Q8_0) {
-        for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
-          return k.q8_0(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb);
-        });
+        for_rows(
+            w, n_rows, y,
+            [&](const uint8_t* row, size_t r) { return k.q8_0(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb); },
+            [&](const uint8_t* row, size_t r, float* out) {
+              k.q8_0x4(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb, nb, out);
+            });
       } else {
         for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
           return k.q4_0(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb);

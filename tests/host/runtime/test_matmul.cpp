@@ -72,3 +72,27 @@ TEST_CASE("matmul: the compute pool covers every index exactly once", "[matmul]"
     for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
   }
 }
+
+TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its product", "[matmul]") {
+  auto rng = fresh_rng("matmul invariance");
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q6_K}) {
+    INFO(quant::dtype_name(type));
+    // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks).
+    const int64_t rows = 96, cols = type == TH_DTYPE_Q6_K ? 512 : 256 + 32 * int64_t(rng() % 3);
+    const size_t n_rows = 11;  // groups of four and a remainder
+    std::vector<float> wf(size_t(rows * cols)), x(n_rows * size_t(cols));
+    for (auto& v : wf) v = normal(rng);
+    for (auto& v : x) v = normal(rng);
+    const size_t rb = quant::row_bytes(type, cols);
+    std::vector<uint8_t> packed(rb * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) quant::quantize_row(type, &wf[size_t(r * cols)], &packed[size_t(r) * rb], cols);
+    WeightView w{type, rows, cols, rb, packed.data()};
+    std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
+    matmul(w, x.data(), n_rows, together.data());
+    for (size_t r = 0; r < n_rows; ++r) {
+      matmul(w, &x[r * size_t(cols)], 1, alone.data());
+      for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+    }
+  }
+}
