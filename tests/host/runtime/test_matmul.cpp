@@ -14,21 +14,46 @@
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
+namespace {
+
+// A [rows][cols] matrix of normal values quantized to type, with its view.
+struct RandomMatrix {
+  std::vector<uint8_t> packed;
+  WeightView view;
+  RandomMatrix(th_dtype type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> values(static_cast<size_t>(cols));
+    const size_t rb = quant::row_bytes(type, cols);
+    packed.resize(rb * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& v : values) v = normal(rng);
+      quant::quantize_row(type, values.data(), &packed[size_t(r) * rb], cols);
+    }
+    view = WeightView{type, rows, cols, rb, packed.data()};
+  }
+};
+
+std::vector<float> random_rows(size_t n, int64_t cols, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n * size_t(cols));
+  for (auto& v : x) v = normal(rng);
+  return x;
+}
+
+}  // namespace
+
 TEST_CASE("matmul: each weight type matches a float64 product within its bound", "[matmul]") {
   auto rng = fresh_rng("matmul");
   std::printf("kernels: %s, %zu threads\n", matmul_kernels(), compute_pool().threads());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
     for (size_t n_rows : {size_t(1), size_t(5)}) {
       const int64_t rows = 300, cols = 512;  // large enough to run on the pool
       INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
-      std::vector<float> wf(size_t(rows * cols)), x(n_rows * size_t(cols));
-      for (auto& v : wf) v = normal(rng);
-      for (auto& v : x) v = normal(rng);
-      const size_t rb = quant::row_bytes(type, cols);
-      std::vector<uint8_t> packed(rb * size_t(rows));
-      for (int64_t r = 0; r < rows; ++r) quant::quantize_row(type, &wf[size_t(r * cols)], &packed[size_t(r) * rb], cols);
-      WeightView w{type, rows, cols, rb, packed.data()};
+      RandomMatrix m(type, rows, cols, rng);
+      const WeightView& w = m.view;
+      const size_t rb = w.row_bytes;
+      const std::vector<uint8_t>& packed = m.packed;
+      std::vector<float> x = random_rows(n_rows, cols, rng);
       std::vector<float> y(n_rows * size_t(rows));
       matmul(w, x.data(), n_rows, y.data());
 
@@ -75,19 +100,14 @@ TEST_CASE("matmul: the compute pool covers every index exactly once", "[matmul]"
 
 TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its product", "[matmul]") {
   auto rng = fresh_rng("matmul invariance");
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q6_K}) {
     INFO(quant::dtype_name(type));
     // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks).
     const int64_t rows = 96, cols = type == TH_DTYPE_Q6_K ? 512 : 256 + 32 * int64_t(rng() % 3);
     const size_t n_rows = 11;  // groups of four and a remainder
-    std::vector<float> wf(size_t(rows * cols)), x(n_rows * size_t(cols));
-    for (auto& v : wf) v = normal(rng);
-    for (auto& v : x) v = normal(rng);
-    const size_t rb = quant::row_bytes(type, cols);
-    std::vector<uint8_t> packed(rb * size_t(rows));
-    for (int64_t r = 0; r < rows; ++r) quant::quantize_row(type, &wf[size_t(r * cols)], &packed[size_t(r) * rb], cols);
-    WeightView w{type, rows, cols, rb, packed.data()};
+    RandomMatrix m(type, rows, cols, rng);
+    const WeightView& w = m.view;
+    std::vector<float> x = random_rows(n_rows, cols, rng);
     std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
     matmul(w, x.data(), n_rows, together.data());
     for (size_t r = 0; r < n_rows; ++r) {
