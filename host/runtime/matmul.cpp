@@ -97,6 +97,12 @@ void dot_f32_x4_portable(const float* w, const float* x, size_t stride, size_t n
 void dot_q8_0_x4_portable(const BlockQ8_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
   for (size_t k = 0; k < 4; ++k) out[k] = dot_q8_0_portable(w, x + k * stride, nb);
 }
+void dot_f16_x4_portable(const uint16_t* w, const float* x, size_t stride, size_t n, float* out) {
+  for (size_t k = 0; k < 4; ++k) out[k] = dot_f16_portable(w, x + k * stride, n);
+}
+void dot_q4_0_x4_portable(const BlockQ4_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
+  for (size_t k = 0; k < 4; ++k) out[k] = dot_q4_0_portable(w, x + k * stride, nb);
+}
 
 // ---- AVX2 kernels (compiled for AVX2 whatever the build flags; used only where the CPU has it) ----
 #if defined(__x86_64__)
@@ -224,6 +230,41 @@ TH_AVX2 float dot_q4_0_avx2(const BlockQ4_0* w, const QBlock* x, size_t nb) {
   }
   return hsum(acc);
 }
+// dot_f16_avx2 for four rows at once, with the same per-row arithmetic.
+TH_AVX2 void dot_f16_x4_avx2(const uint16_t* w, const float* x, size_t stride, size_t n, float* out) {
+  __m256 acc[4];
+  for (size_t k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
+    for (size_t k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + k * stride + i), acc[k]);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    float s = hsum(acc[k]);
+    for (size_t j = i; j < n; ++j) s += quant::fp16_to_f32(w[j]) * x[k * stride + j];
+    out[k] = s;
+  }
+}
+
+// dot_q4_0_avx2 for four rows at once: the nibbles are unpacked once for the four rows.
+TH_AVX2 void dot_q4_0_x4_avx2(const BlockQ4_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
+  __m256 acc[4];
+  for (size_t k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (size_t b = 0; b < nb; ++b) {
+    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].q));
+    __m128i lo = _mm_and_si128(packed, low), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+    __m256i wq = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    const float d = _cvtsh_ss(w[b].d);
+    for (size_t k = 0; k < 4; ++k) {
+      const QBlock* xk = x + k * stride;
+      __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xk[b].q));
+      acc[k] = _mm256_fmadd_ps(dot_i8(wq, xq), _mm256_set1_ps(d * xk[b].d), acc[k]);
+    }
+  }
+  for (size_t k = 0; k < 4; ++k) out[k] = hsum(acc[k]);
+}
 #endif
 
 struct Kernels {
@@ -233,6 +274,8 @@ struct Kernels {
   float (*q4_0)(const BlockQ4_0*, const QBlock*, size_t);
   void (*f32x4)(const float*, const float*, size_t, size_t, float*);
   void (*q8_0x4)(const BlockQ8_0*, const QBlock*, size_t, size_t, float*);
+  void (*f16x4)(const uint16_t*, const float*, size_t, size_t, float*);
+  void (*q4_0x4)(const BlockQ4_0*, const QBlock*, size_t, size_t, float*);
   const char* name;
 };
 
@@ -242,10 +285,12 @@ const Kernels& kernels() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
         std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr)
-      return Kernels{dot_f32_avx2, dot_f16_avx2, dot_q8_0_avx2, dot_q4_0_avx2, dot_f32_x4_avx2, dot_q8_0_x4_avx2, "avx2"};
+      return Kernels{dot_f32_avx2,    dot_f16_avx2,     dot_q8_0_avx2,    dot_q4_0_avx2,   dot_f32_x4_avx2,
+                     dot_q8_0_x4_avx2, dot_f16_x4_avx2, dot_q4_0_x4_avx2, "avx2"};
 #endif
-    return Kernels{dot_f32_portable,    dot_f16_portable,     dot_q8_0_portable, dot_q4_0_portable,
-                   dot_f32_x4_portable, dot_q8_0_x4_portable, "portable"};
+    return Kernels{dot_f32_portable,     dot_f16_portable,    dot_q8_0_portable,    dot_q4_0_portable,
+                   dot_f32_x4_portable,  dot_q8_0_x4_portable, dot_f16_x4_portable, dot_q4_0_x4_portable,
+                   "portable"};
   }();
   return k;
 }
@@ -301,9 +346,12 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
           });
       return;
     case TH_DTYPE_F16:
-      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
-        return k.f16(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols);
-      });
+      for_rows(
+          w, n_rows, y,
+          [&](const uint8_t* row, size_t r) { return k.f16(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols); },
+          [&](const uint8_t* row, size_t r, float* out) {
+            k.f16x4(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols, cols, out);
+          });
       return;
     case TH_DTYPE_Q8_0:
     case TH_DTYPE_Q4_0: {
@@ -320,9 +368,12 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
               k.q8_0x4(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb, nb, out);
             });
       } else {
-        for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
-          return k.q4_0(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb);
-        });
+        for_rows(
+            w, n_rows, y,
+            [&](const uint8_t* row, size_t r) { return k.q4_0(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb); },
+            [&](const uint8_t* row, size_t r, float* out) {
+              k.q4_0x4(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb, nb, out);
+            });
       }
       return;
     }
