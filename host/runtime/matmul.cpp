@@ -329,6 +329,20 @@ void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot, RowDot4 
   else body(0, rows);
 }
 
+// A product through a one-row and a four-row kernel of weight blocks W and activations A: the
+// activation rows lie `stride` A apart, and `stride` is also the length the kernels take (floats for
+// float weights, blocks for quantized ones).
+template <class W, class A>
+void with_kernels(const WeightView& w, size_t n_rows, float* y, float (*one)(const W*, const A*, size_t),
+                  void (*four)(const W*, const A*, size_t, size_t, float*), const A* act, size_t stride) {
+  for_rows(
+      w, n_rows, y,
+      [&](const uint8_t* row, size_t r) { return one(reinterpret_cast<const W*>(row), act + r * stride, stride); },
+      [&](const uint8_t* row, size_t r, float* out) {
+        four(reinterpret_cast<const W*>(row), act + r * stride, stride, stride, out);
+      });
+}
+
 }  // namespace
 
 const char* matmul_kernels() { return kernels().name; }
@@ -338,44 +352,17 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   const size_t cols = size_t(w.cols);
   switch (w.type) {
     case TH_DTYPE_F32:
-      for_rows(
-          w, n_rows, y,
-          [&](const uint8_t* row, size_t r) { return k.f32(reinterpret_cast<const float*>(row), x + r * cols, cols); },
-          [&](const uint8_t* row, size_t r, float* out) {
-            k.f32x4(reinterpret_cast<const float*>(row), x + r * cols, cols, cols, out);
-          });
-      return;
+      return with_kernels(w, n_rows, y, k.f32, k.f32x4, x, cols);
     case TH_DTYPE_F16:
-      for_rows(
-          w, n_rows, y,
-          [&](const uint8_t* row, size_t r) { return k.f16(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols); },
-          [&](const uint8_t* row, size_t r, float* out) {
-            k.f16x4(reinterpret_cast<const uint16_t*>(row), x + r * cols, cols, cols, out);
-          });
-      return;
+      return with_kernels(w, n_rows, y, k.f16, k.f16x4, x, cols);
     case TH_DTYPE_Q8_0:
     case TH_DTYPE_Q4_0: {
       const size_t nb = cols / kBlock;
       thread_local std::vector<QBlock> qx;
       qx.resize(nb * n_rows);
       for (size_t r = 0; r < n_rows; ++r) quantize_activations(x + r * cols, cols, &qx[r * nb]);
-      const QBlock* q = qx.data();
-      if (w.type == TH_DTYPE_Q8_0) {
-        for_rows(
-            w, n_rows, y,
-            [&](const uint8_t* row, size_t r) { return k.q8_0(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb); },
-            [&](const uint8_t* row, size_t r, float* out) {
-              k.q8_0x4(reinterpret_cast<const BlockQ8_0*>(row), q + r * nb, nb, nb, out);
-            });
-      } else {
-        for_rows(
-            w, n_rows, y,
-            [&](const uint8_t* row, size_t r) { return k.q4_0(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb); },
-            [&](const uint8_t* row, size_t r, float* out) {
-              k.q4_0x4(reinterpret_cast<const BlockQ4_0*>(row), q + r * nb, nb, nb, out);
-            });
-      }
-      return;
+      if (w.type == TH_DTYPE_Q8_0) return with_kernels(w, n_rows, y, k.q8_0, k.q8_0x4, qx.data(), nb);
+      return with_kernels(w, n_rows, y, k.q4_0, k.q4_0x4, qx.data(), nb);
     }
     default:
       // Each weight row is dequantized once per group of activation rows. The cache is keyed by the
