@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/plugin_json.hpp"
+#include "actors/token_stream.hpp"
 
 namespace tokenhost {
 namespace {
@@ -19,14 +20,19 @@ uint64_t now_ns() {
 
 struct Sequence {
   GenerateRequest request;
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  std::shared_ptr<SequenceContext> context;  // tokens (prompt, then generated) and sampler
   uint32_t prefilled = 0;       // positions held in the KV cache
   uint32_t generated = 0;
   th_seq_state state = TH_SEQ_WAITING;
-  uint64_t arrival_ns = 0;
+  uint64_t arrival_ns = 0, last_token_ns = 0;
+  std::vector<SampledToken> logprobs;  // when the request asked for them
   caf::typed_response_promise<GenerateResult> promise;
+  std::vector<int32_t>& tokens() { return context->tokens; }
+  const std::vector<int32_t>& tokens() const { return context->tokens; }
   // Tokens the scheduler must prefill before the sequence decodes (see th_sched_seq.prompt_len).
-  uint32_t prompt_len() const { return generated == 0 ? uint32_t(tokens.size()) : uint32_t(tokens.size()) - 1; }
+  uint32_t prompt_len() const { return generated == 0 ? uint32_t(tokens().size()) : uint32_t(tokens().size()) - 1; }
+  bool cancel_requested = false;
+  bool cancelled() const { return cancel_requested || (request.stream && request.stream->cancelled()); }
 };
 
 struct EngineMetrics {
@@ -38,6 +44,11 @@ struct EngineMetrics {
   metrics::Family* waiting = nullptr;
   metrics::Family* kv_free = nullptr;
   metrics::Family* preemptions = nullptr;
+  metrics::Family* kv_used = nullptr;
+  metrics::Family* ttft = nullptr;
+  metrics::Family* itl = nullptr;
+  metrics::Family* e2e = nullptr;
+  metrics::Family* scheduler_seconds = nullptr;
 };
 
 struct EngineState {
@@ -66,6 +77,16 @@ void register_metrics(EngineState& s) {
   s.m.waiting = &r->family(Type::gauge, "tokenhost_sequences_waiting", "Sequences waiting or preempted", {"engine"});
   s.m.kv_free = &r->family(Type::gauge, "tokenhost_kv_blocks_free", "Free KV cache blocks", {"engine"});
   s.m.preemptions = &r->family(Type::counter, "tokenhost_preemptions_total", "Sequences preempted for KV blocks", {"engine"});
+  s.m.kv_used = &r->family(Type::gauge, "tokenhost_kv_blocks_used", "KV cache blocks held by sequences", {"engine"});
+  const std::vector<double> latency = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  s.m.ttft = &r->family(Type::histogram, "tokenhost_time_to_first_token_seconds",
+                        "From a request's arrival at the engine to its first generated token", {"engine"}, latency);
+  s.m.itl = &r->family(Type::histogram, "tokenhost_inter_token_latency_seconds",
+                       "Between successive generated tokens of one request", {"engine"}, latency);
+  s.m.e2e = &r->family(Type::histogram, "tokenhost_request_duration_seconds",
+                       "From a request's arrival at the engine to its end", {"engine"}, latency);
+  s.m.scheduler_seconds = &r->family(Type::counter, "tokenhost_plugin_seconds_total",
+                                     "Time spent inside each plugin's calls", {"engine", "slot", "plugin"});
 }
 
 void update_gauges(EngineState& s) {
@@ -74,6 +95,7 @@ void update_gauges(EngineState& s) {
   s.m.running->set({s.init.name}, double(running));
   s.m.waiting->set({s.init.name}, double(s.seqs.size() - running));
   s.m.kv_free->set({s.init.name}, double(s.kv.free_blocks));
+  s.m.kv_used->set({s.init.name}, double(s.kv.total_blocks - std::min(s.kv.free_blocks, s.kv.total_blocks)));
 }
 
 uint32_t blocks_for(uint32_t positions, uint32_t block_size) {
@@ -89,11 +111,13 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
         .then([self](const KvState& kv) { self->state.kv = kv; update_gauges(self->state); });
   }
   GenerateResult r;
-  r.tokens.assign(seq.tokens.begin() + long(seq.request.prompt.size()), seq.tokens.end());
+  r.tokens.assign(seq.tokens().begin() + long(seq.request.prompt.size()), seq.tokens().end());
   r.finish_reason = reason;
   r.engine = s.init.name;
   r.error = error;
+  r.logprobs = std::move(seq.logprobs);
   if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
+  if (s.m.e2e && reason != "error") s.m.e2e->observe({s.init.name}, double(now_ns() - seq.arrival_ns) * 1e-9);
   const auto& spec = s.init.spec_decode;
   if (spec && spec->vtable<th_spec_decode_vtable>().seq_end)
     spec->vtable<th_spec_decode_vtable>().seq_end(spec->handle(), seq.request.id);
@@ -132,7 +156,9 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0};
   th_error err;
   auto& sched = *s.init.scheduler;
+  const uint64_t started = now_ns();
   th_status st = sched.vtable<th_scheduler_vtable>().schedule(sched.handle(), &state, &d, &err);
+  if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, "scheduler", sched.id()}, double(now_ns() - started) * 1e-9);
   if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
   if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
   run.resize(d.n_run);
@@ -149,7 +175,7 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
     if (!seen.insert(item.seq_id).second) return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + " twice";
     if (std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end())
       continue;  // runs again from scratch: checked against its state after the preemption below
-    uint32_t pending = uint32_t(q->tokens.size()) - q->prefilled;
+    uint32_t pending = uint32_t(q->tokens().size()) - q->prefilled;
     if (item.n_tokens == 0 || item.n_tokens > pending)
       return sched.id() + " gave sequence " + std::to_string(item.seq_id) + " " + std::to_string(item.n_tokens) +
              " tokens; it has " + std::to_string(pending) + " to process";
@@ -166,9 +192,21 @@ void fail_all(self_ptr self, const std::string& error) {
 
 void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result);
 
+// Finishes the sequences whose client has gone (or asked to stop). Not while a step is in flight:
+// the step may hold them, and their blocks are freed after it.
+void drop_cancelled(self_ptr self) {
+  auto& s = self->state;
+  if (s.step_in_flight) return;
+  for (size_t i = 0; i < s.seqs.size();) {
+    if (s.seqs[i].cancelled()) finish(self, i, "cancelled");
+    else ++i;
+  }
+}
+
 void tick(self_ptr self) {
   auto& s = self->state;
   if (!s.kv_known) return;
+  drop_cancelled(self);
   if (s.step_in_flight || s.seqs.empty()) {
     if (s.draining && s.seqs.empty() && !s.step_in_flight) {
       self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
@@ -200,13 +238,14 @@ void tick(self_ptr self) {
   StepBatch batch;
   for (const auto& item : run) {
     Sequence& q = *find(s, item.seq_id);
-    uint32_t pending = uint32_t(q.tokens.size()) - q.prefilled;
+    uint32_t pending = uint32_t(q.tokens().size()) - q.prefilled;
     uint32_t n = std::min(item.n_tokens, pending);
     StepItem si;
     si.seq_id = q.request.id;
     si.start = q.prefilled;
-    si.tokens.assign(q.tokens.begin() + q.prefilled, q.tokens.begin() + q.prefilled + n);
-    si.sample = q.prefilled + n == q.tokens.size();
+    si.tokens.assign(q.tokens().begin() + q.prefilled, q.tokens().begin() + q.prefilled + n);
+    si.sample = q.prefilled + n == q.tokens().size();
+    si.context = q.context;
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
   }
@@ -257,16 +296,26 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
       q->prefilled += uint32_t(item.tokens.size());
       if (!item.sample) continue;
-      q->tokens.push_back(result.sampled.at(sampled++));
+      const SampledToken& t = result.sampled.at(sampled++);
+      q->tokens().push_back(t.token);
       ++q->generated;
       ++s.tokens_out;
       if (s.m.tokens_out) s.m.tokens_out->add({s.init.name}, 1);
+      const uint64_t now = now_ns();
+      if (q->generated == 1) {
+        if (s.m.ttft) s.m.ttft->observe({s.init.name}, double(now - q->arrival_ns) * 1e-9);
+      } else if (s.m.itl) {
+        s.m.itl->observe({s.init.name}, double(now - q->last_token_ns) * 1e-9);
+      }
+      q->last_token_ns = now;
+      if (q->request.logprobs) q->logprobs.push_back(t);
+      if (q->request.stream) q->request.stream->push(t);
     }
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];
-      if (q.generated > 0 && q.tokens.back() == s.init.eos) {
+      if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
         finish(self, i, "stop");
-      } else if (q.generated >= q.request.max_tokens || q.tokens.size() >= s.init.context_len) {
+      } else if (q.generated >= q.request.max_tokens || q.tokens().size() >= s.init.context_len) {
         finish(self, i, "length");
       } else {
         ++i;
@@ -292,7 +341,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
-        auto fail = [&](std::string why) { return GenerateResult{{}, "error", s.init.name, std::move(why)}; };
+        auto fail = [&](std::string why) { return GenerateResult::failed(s.init.name, std::move(why)); };
         if (s.draining) return fail("the server is shutting down");
         if (req.prompt.empty()) return fail("the prompt is empty");
         if (req.max_tokens == 0) return fail("max_tokens must be at least 1");
@@ -306,11 +355,16 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         }
         if (find(s, req.id) != nullptr) return fail("request id " + std::to_string(req.id) + " is already in flight");
         Sequence q;
-        q.tokens = req.prompt;
+        try {
+          q.context = std::make_shared<SequenceContext>(req.sampling);
+        } catch (const std::invalid_argument& e) {
+          return fail(std::string("sampling: ") + e.what());
+        }
+        q.context->tokens = req.prompt;
         q.arrival_ns = now_ns();
         q.request = std::move(req);
         q.promise = self->make_response_promise<GenerateResult>();
-        if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens.size()));
+        if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens().size()));
         auto promise = q.promise;
         s.seqs.push_back(std::move(q));
         update_gauges(s);
@@ -350,6 +404,11 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
               rp.deliver(StatusJson{j.dump()});
             });
         return rp;
+      },
+      [=](cancel_atom, uint64_t id) {
+        // Dropped before the next step is scheduled (at once when none is in flight).
+        if (Sequence* q = find(self->state, id)) q->cancel_requested = true;
+        tick(self);
       },
       [=](drain_atom) {
         auto& s = self->state;

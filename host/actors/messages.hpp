@@ -16,6 +16,8 @@
 #include <caf/all.hpp>
 
 #include "plugin/instance.hpp"
+#include "actors/request.hpp"
+#include "actors/token_stream.hpp"
 
 namespace tokenhost {
 
@@ -29,22 +31,7 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
-
-// A client's request, once the gateway has parsed and tokenized it.
-struct GenerateRequest {
-  uint64_t id = 0;
-  std::vector<int32_t> prompt;
-  uint32_t max_tokens = 16;
-  int32_t priority = 0;
-  std::string session_key;
-};
-
-struct GenerateResult {
-  std::vector<int32_t> tokens;
-  std::string finish_reason;  // "length", "error"
-  std::string engine;
-  std::string error;          // set when finish_reason == "error"
-};
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
 // One sequence's share of a step: feed `tokens` at positions [start, start + tokens.size()); when
 // `sample`, return the next token after the last one.
@@ -53,6 +40,7 @@ struct StepItem {
   uint32_t start = 0;
   std::vector<int32_t> tokens;
   bool sample = false;
+  std::shared_ptr<SequenceContext> context;  // how to sample; NULL: greedy
 };
 
 struct StepBatch {
@@ -60,8 +48,8 @@ struct StepBatch {
 };
 
 struct StepResult {
-  std::vector<int32_t> sampled;  // one per item with sample set, in item order
-  std::string error;             // the step failed as a whole
+  std::vector<SampledToken> sampled;  // one per item with sample set, in item order
+  std::string error;                  // the step failed as a whole
   double seconds = 0;
 };
 
@@ -113,6 +101,7 @@ using engine_actor = caf::typed_actor<
     caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
+    caf::reacts_to<cancel_atom, uint64_t>,  // request id: finish it as "cancelled", free its KV blocks
     caf::reacts_to<drain_atom>,  // finish nothing new: fail waiting requests, stop when idle
     caf::reacts_to<tick_atom>>;  // internal: run the next step
 

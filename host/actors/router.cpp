@@ -70,9 +70,9 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
-        if (s.draining) return GenerateResult{{}, "error", "", "the server is shutting down"};
+        if (s.draining) return GenerateResult::failed("", "the server is shutting down");
         auto choice = pick(s, req);
-        if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult{{}, "error", "", *e};
+        if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
         size_t index = std::get<size_t>(choice);
         ++s.in_flight[index];
         ++s.routed;
@@ -97,8 +97,8 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                 },
                 [self, rp, index](caf::error& e) mutable {
                   --self->state.in_flight[index];
-                  rp.deliver(GenerateResult{{}, "error", self->state.init.engines[index].name,
-                                            "engine failed: " + self->system().render(e)});
+                  rp.deliver(GenerateResult::failed(self->state.init.engines[index].name,
+                                            "engine failed: " + self->system().render(e)));
                   quit_when_idle(self);
                 });
         return rp;

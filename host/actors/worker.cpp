@@ -14,8 +14,37 @@ namespace {
 struct WorkerState {
   WorkerInit init;
   uint64_t steps = 0;
+  metrics::Family* plugin_seconds = nullptr;  // tokenhost_plugin_seconds_total{engine, slot, plugin}
   static inline const char* name = "tokenhost.worker";
 };
+
+void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
+  if (s.plugin_seconds == nullptr) return;
+  auto add = [&](const char* slot, const std::shared_ptr<PluginInstance>& p, double seconds) {
+    if (p) s.plugin_seconds->add({s.init.engine, slot, p->id()}, seconds);
+  };
+  add("attention", s.init.attention, t.attention);
+  add("kvcache", s.init.kvcache, t.kvcache);
+  add("moe", s.init.moe, t.moe);
+}
+
+// The next token of each sampled item: its sequence's sampler, or greedy when it has none.
+std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits) {
+  std::vector<SampledToken> out;
+  size_t row = 0;
+  for (const auto& item : batch.items) {
+    if (!item.sample) continue;
+    auto& l = logits.at(row++);
+    if (item.context) {
+      out.push_back(item.context->sampler.sample(std::move(l), item.context->tokens));
+    } else {
+      SampledToken t;
+      t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
 
 KvState kv_state(const PluginInstance& kvcache) {
   th_kv_stats stats{};
@@ -36,15 +65,20 @@ uint32_t kv_seqs(const PluginInstance& kvcache) {
 
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {
   self->state.init = std::move(init);
+  if (auto* r = self->state.init.metrics)
+    self->state.plugin_seconds = &r->family(metrics::Type::counter, "tokenhost_plugin_seconds_total",
+                                            "Time spent inside each plugin's calls", {"engine", "slot", "plugin"});
   return {
       [=](step_atom, const StepBatch& batch) -> StepResult {
         auto& s = self->state;
         StepResult result;
         try {
           auto started = std::chrono::steady_clock::now();
-          auto logits = forward_step(*s.init.weights, batch, {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get()});
-          for (const auto& row : logits)  // greedy
-            result.sampled.push_back(int32_t(std::max_element(row.begin(), row.end()) - row.begin()));
+          PluginSeconds seconds;
+          auto logits = forward_step(*s.init.weights, batch,
+                                     {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
+          count_plugin_seconds(s, seconds);
+          result.sampled = sample_all(batch, logits);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
           result.error = std::string("kv_exhausted: ") + e.what();

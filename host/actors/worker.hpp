@@ -7,6 +7,7 @@
 #include <string>
 
 #include "actors/messages.hpp"
+#include "metrics/metrics.hpp"
 #include "runtime/forward.hpp"
 
 namespace tokenhost {
@@ -15,6 +16,7 @@ struct WorkerInit {
   std::string engine;
   std::shared_ptr<const ModelWeights> weights;
   std::shared_ptr<PluginInstance> attention, kvcache, moe;  // moe NULL for dense models
+  metrics::Registry* metrics = nullptr;
 };
 
 worker_actor spawn_worker(caf::actor_system& sys, WorkerInit init);

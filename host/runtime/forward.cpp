@@ -1,7 +1,9 @@
 #include "runtime/forward.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "model/quant.hpp"
 #include "runtime/matmul.hpp"
@@ -64,6 +66,23 @@ th_tensor tensor_view(const WeightView& w) {
   throw std::runtime_error(message);
 }
 
+// Adds the time of its scope to *total (when total is set).
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double* total) : total_(total) {
+    if (total_) start_ = std::chrono::steady_clock::now();
+  }
+  ~ScopedSeconds() {
+    if (total_) *total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double* total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
 std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBatch& batch, const StepPlugins& plugins) {
@@ -73,6 +92,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   const auto& at_vt = plugins.attention->vtable<th_attention_vtable>();
   th_instance* kv_inst = plugins.kvcache->handle();
   th_error err;
+  double* kv_seconds = plugins.seconds ? &plugins.seconds->kvcache : nullptr;
+  double* attention_seconds = plugins.seconds ? &plugins.seconds->attention : nullptr;
+  double* moe_seconds = plugins.seconds ? &plugins.seconds->moe : nullptr;
+  std::optional<ScopedSeconds> kv_timer(std::in_place, kv_seconds);  // the layout and block tables
 
   const th_kv_layout* layout = nullptr;
   if (th_status s = kv_vt.get_layout(kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
@@ -101,6 +124,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       plugin_failed(*plugins.kvcache, "seq_blocks", s, err);
     table_copies.emplace_back(blocks, blocks + n);
   }
+  kv_timer.reset();
   std::vector<const int32_t*> tables;
   for (const auto& t : table_copies) tables.push_back(t.data());
   std::vector<size_t> row_seq;
@@ -160,7 +184,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.kv = layout;
     ab.out = att.data();
     ab.out_row_stride = int64_t(qdim);
-    if (th_status s = at_vt.forward(plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
+    {
+      ScopedSeconds timer(attention_seconds);
+      if (th_status s = at_vt.forward(plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
+    }
 
     matmul(L.wo, att.data(), n_rows, tmp.data());
     for (size_t i = 0; i < n_rows * dim; ++i) x[i] += tmp[i];
@@ -177,6 +204,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       std::vector<float> logits(n_rows * ne), weights(n_rows * kk);
       std::vector<int32_t> ids(n_rows * kk);
       matmul(L.router, xn.data(), n_rows, logits.data());
+      ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
       if (th_status s = moe_vt.gate(plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
       std::vector<th_moe_expert_weights> experts;

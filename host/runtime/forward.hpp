@@ -12,11 +12,17 @@
 
 namespace tokenhost {
 
+// Seconds one step spent inside each plugin's calls (for the per-plugin time metrics).
+struct PluginSeconds {
+  double attention = 0, kvcache = 0, moe = 0;
+};
+
 // The plugins one step runs through; moe is NULL for dense models.
 struct StepPlugins {
   PluginInstance* attention = nullptr;
   PluginInstance* kvcache = nullptr;
   PluginInstance* moe = nullptr;
+  PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
 };
 
 // A TH_ERR_RESOURCE_EXHAUSTED from the kvcache plugin: the scheduler over-committed the cache.

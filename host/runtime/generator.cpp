@@ -67,7 +67,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
       stats.finish_reason = "context";
       break;
     }
-    StepItem item{seq, position++, {token}, true};
+    StepItem item{seq, position++, {token}, true, nullptr};
     logits = std::move(forward_step(*weights_, StepBatch{{item}}, plugins).at(0));
   }
   stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();

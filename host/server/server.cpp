@@ -1,5 +1,6 @@
 #include "server/server.hpp"
 
+#include <algorithm>
 #include <future>
 #include <thread>
 
@@ -51,6 +52,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       WorkerInit w;
       w.engine = name;
       w.weights = weights;
+      w.metrics = &metrics_;
       w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
       w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
       if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
@@ -155,38 +157,67 @@ std::string Server::decode(const std::vector<int32_t>& tokens) const {
   return text;
 }
 
-GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {
-  if (!accepting_) return GenerateResult{{}, "error", "", "the server is shutting down"};
+std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
+  auto stream = request.stream ? request.stream : std::make_shared<TokenStream>();
+  request.stream = stream;
+  if (!accepting_) {
+    stream->finish(GenerateResult::failed("", "the server is shutting down"));
+    return stream;
+  }
   ++in_flight_;
-  // A short-lived actor asks the router; this (HTTP) thread waits on a future, so a request can never
-  // outlive the server: once the actors are stopped, the wait ends with an error.
-  auto promise = std::make_shared<std::promise<GenerateResult>>();
-  auto answer = promise->get_future();
-  system_->spawn([router = router_, request = std::move(request), promise](caf::event_based_actor* self) mutable {
+  // A short-lived actor asks the router and finishes the stream with the answer; the engine pushes
+  // tokens to the stream meanwhile.
+  system_->spawn([this, router = router_, request = std::move(request), stream](caf::event_based_actor* self) mutable {
     self->request(router, caf::infinite, generate_atom::value, std::move(request))
-        .then([promise](GenerateResult& r) { promise->set_value(std::move(r)); },
-              [promise, self](caf::error& e) {
-                promise->set_value(GenerateResult{{}, "error", "", "request failed: " + self->system().render(e)});
-              });
+        .then(
+            [this, stream](GenerateResult& r) {
+              stream->finish(r);
+              --in_flight_;
+            },
+            [this, stream, self](caf::error& e) {
+              stream->finish(GenerateResult::failed("", "request failed: " + self->system().render(e)));
+              --in_flight_;
+            });
   });
+  return stream;
+}
+
+void Server::cancel(uint64_t request_id) {
+  if (stopped_) return;
+  for (const auto& [name, e] : engines_) caf::anon_send(e.actor, cancel_atom::value, request_id);
+}
+
+TokenStream::Update Server::wait(TokenStream& stream, size_t seen, std::chrono::milliseconds timeout) {
+  // Wakes at least every 20 ms to notice a stopped server: once the actors are gone nothing will
+  // finish the stream.
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  GenerateResult out;
   while (true) {
-    if (answer.wait_for(std::chrono::milliseconds(20)) == std::future_status::ready) {
-      out = answer.get();
-      break;
-    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto u = stream.wait(seen, std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(20)));
+    if (!u.tokens.empty() || u.result) return u;
     if (stopped_) {
-      out = GenerateResult{{}, "error", "", "the server stopped before the request finished (shutting down)"};
-      break;
+      stream.finish(GenerateResult::failed("", "the server stopped before the request finished (shutting down)"));
+      return stream.wait(seen, std::chrono::milliseconds(0));
     }
+    if (left.count() <= 0) return u;
+  }
+}
+
+GenerateResult Server::generate(GenerateRequest request, std::chrono::milliseconds timeout) {
+  const uint64_t id = request.id;
+  auto stream = start(std::move(request));
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  size_t seen = 0;
+  while (true) {
+    auto u = wait(*stream, seen, std::chrono::milliseconds(100));
+    seen += u.tokens.size();
+    if (u.result) return *u.result;
     if (std::chrono::steady_clock::now() > deadline) {
-      out = GenerateResult{{}, "error", "", "the request timed out after " + std::to_string(timeout.count()) + " ms"};
-      break;
+      stream->cancel();
+      cancel(id);
+      return GenerateResult::failed("", "the request timed out after " + std::to_string(timeout.count()) + " ms");
     }
   }
-  --in_flight_;
-  return out;
 }
 
 template <class Actor, class... Ts>

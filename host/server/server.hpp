@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/messages.hpp"
+#include "actors/token_stream.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
 #include "runtime/model_weights.hpp"
@@ -43,6 +44,14 @@ class Server {
 
   // Runs one request through router, engine and worker; blocks the calling (HTTP) thread.
   GenerateResult generate(GenerateRequest request, std::chrono::milliseconds timeout = std::chrono::minutes(10));
+  // Starts one request and returns at once: its tokens arrive on the returned stream as the engine
+  // samples them, then its result (always: an error result if the server stops first). Cancelling the
+  // stream (or cancel(id)) ends the sequence and frees its KV blocks.
+  std::shared_ptr<TokenStream> start(GenerateRequest request);
+  void cancel(uint64_t request_id);
+  // Waits on a stream as the HTTP layer does: returns at the next update, after `timeout`, or with
+  // an error result once the server has stopped.
+  TokenStream::Update wait(TokenStream& stream, size_t seen, std::chrono::milliseconds timeout);
   uint64_t next_request_id() { return ++request_ids_; }
   // Text to tokens and back with the served model's tokenizer (one token per byte for synthetic
   // models). Thread-safe.

@@ -56,7 +56,7 @@ TEST_CASE("forward: NEOX RoPE on permuted weights gives the NORM model's logits"
     keep.push_back(to_neox(layer.wk, spec.info.n_kv_heads, spec.info.head_dim));
     layer.wk.data = keep.back().data();
   }
-  StepItem item{1, 0, {}, true};
+  StepItem item{1, 0, {}, true, nullptr};
   for (int i = 0; i < 20; ++i) item.tokens.push_back(int32_t(rng() % 256));
   Engine a(spec), b(spec);
   auto la = a.run(*norm, StepBatch{{item}});
@@ -79,7 +79,7 @@ TEST_CASE("forward: each sequence of a ragged batch gets the logits it gets alon
   auto w = make_synthetic_weights(spec, rng());
   std::vector<StepItem> items;
   for (uint64_t s = 1; s <= 6; ++s) {
-    StepItem item{s, 0, {}, true};
+    StepItem item{s, 0, {}, true, nullptr};
     size_t len = 1 + rng() % 40;
     for (size_t i = 0; i < len; ++i) item.tokens.push_back(int32_t(rng() % 256));
     items.push_back(item);

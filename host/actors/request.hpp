@@ -1,0 +1,56 @@
+// A generation request as the actors carry it, its result, and the per-sequence state an engine
+// lends its worker during a step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/sampling.hpp"
+
+namespace tokenhost {
+
+class TokenStream;
+
+// A client's request, once the gateway has parsed and tokenized it.
+struct GenerateRequest {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  uint32_t max_tokens = 16;
+  int32_t priority = 0;
+  std::string session_key;
+  SamplingParams sampling;    // greedy by default
+  bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
+  bool ignore_eos = false;    // generate past the end-of-sequence token, up to max_tokens
+  // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
+  std::shared_ptr<TokenStream> stream;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;
+  std::string finish_reason;  // "length", "stop" (end of sequence), "cancelled", "error"
+  std::string engine;
+  std::string error;          // set when finish_reason == "error"
+  std::vector<SampledToken> logprobs;  // one per token when the request asked for them
+
+  static GenerateResult failed(std::string engine, std::string error) {
+    GenerateResult r;
+    r.finish_reason = "error";
+    r.engine = std::move(engine);
+    r.error = std::move(error);
+    return r;
+  }
+};
+
+// What an engine keeps of one sequence between steps and lends its worker during a step: the tokens
+// so far (prompt and generated, the penalties' history) and the sampler with its random state. The
+// engine changes it only while no step holding it is in flight.
+struct SequenceContext {
+  explicit SequenceContext(const SamplingParams& params) : sampler(params) {}
+  std::vector<int32_t> tokens;
+  Sampler sampler;
+  bool logprobs = false;
+};
+
+}  // namespace tokenhost

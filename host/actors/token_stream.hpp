@@ -1,0 +1,50 @@
+// The channel between an engine and the client waiting on one request. The engine appends each token
+// as its step samples it; the HTTP thread serving the client reads them as they come (streaming) or
+// waits for the end; a client that goes away marks the stream cancelled so the engine drops the
+// sequence. Every member is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "actors/request.hpp"
+
+namespace tokenhost {
+
+class TokenStream {
+ public:
+  TokenStream();
+  ~TokenStream();
+
+  // Engine side: one sampled token (with its log-probabilities when asked for).
+  void push(const SampledToken& token);
+  // The request's end; later pushes are ignored. Called once, by whoever delivers the result.
+  void finish(const GenerateResult& result);
+
+  // Reader side. Waits until there are tokens past `seen`, the stream ends, or `timeout` passes, and
+  // returns what is new: tokens [seen, seen + tokens.size()) and, once ended, the result.
+  struct Update {
+    std::vector<SampledToken> tokens;
+    std::optional<GenerateResult> result;  // set once the request has ended
+  };
+  Update wait(size_t seen, std::chrono::milliseconds timeout);
+
+  // The client is gone or does not want more (a stop string matched): the engine finishes the
+  // sequence with "cancelled" at its next step boundary and frees its KV blocks.
+  void cancel();
+  bool cancelled() const;
+  bool finished() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<SampledToken> tokens_;
+  std::unique_ptr<GenerateResult> result_;
+  bool cancelled_ = false;
+};
+
+}  // namespace tokenhost
