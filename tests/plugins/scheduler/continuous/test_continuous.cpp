@@ -136,13 +136,17 @@ TEST_CASE("scheduler.continuous admits by priority, then arrival, without overta
   CHECK(ids(d.run) == std::vector<uint64_t>{2, 3, 4, 1});
   d = sched.schedule(sched_state(seqs, 100, 4, 512, 2));
   CHECK(ids(d.run) == std::vector<uint64_t>{2, 3});
-  // W3 needs 10 blocks. With 3 free, W2 takes 1 and W3 prefills an 8-token chunk in the other 2.
+  // W3 needs 10 blocks of a pool of 20 (the rest held elsewhere). With 3 free, W2 takes 1 and W3
+  // prefills an 8-token chunk in the other 2.
   seqs[2].prompt_len = 40;
-  d = sched.schedule(sched_state(seqs, 3, 4, 512, 8));
+  th_sched_state st = sched_state(seqs, 3, 4, 512, 8);
+  st.total_kv_blocks = 20;
+  d = sched.schedule(st);
   CHECK(ids(d.run) == std::vector<uint64_t>{2, 3});
   CHECK(d.run[1].n_tokens == 8);
   // With 1 free, W2 takes it; W3 waits, and neither W4 nor W1 overtakes it.
-  d = sched.schedule(sched_state(seqs, 1, 4, 512, 8));
+  st.free_kv_blocks = 1;
+  d = sched.schedule(st);
   CHECK(ids(d.run) == std::vector<uint64_t>{2});
   CHECK(d.preempt.empty());
 }
