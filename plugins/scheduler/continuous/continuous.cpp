@@ -1,0 +1,220 @@
+// scheduler.continuous: iteration-level continuous batching with priorities, chunked prefill mixed
+// with decodes, and preemption by recompute.
+//
+// Each step walks every sequence in rank order: priority high to low; within a priority, running
+// sequences, then preempted ones, then waiting ones; within those, arrival order. Running sequences
+// get one decode token or a prefill chunk; waiting and preempted ones are admitted with a prefill
+// chunk while the budgets and blocks allow, stopping at the first that cannot be (no overtaking).
+// Token budget and sequence slots go to decodes first: a prefill chunk only takes what the running
+// decodes ranked after it leave. When blocks run short, a running sequence preempts running
+// sequences ranked below it (lowest priority, latest arrival first), a waiting one those of a lower
+// priority (config preempt_for_priority), and only when the preemptions make its chunk fit.
+#include <tokenhost/plugin.hpp>
+#include <tokenhost/plugin_sched.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace {
+
+namespace sdk = tokenhost::sdk;
+using sdk::Error;
+
+struct Config {
+  uint32_t max_chunk;
+  bool preempt_for_priority;
+};
+
+Config read_config(const th_config* config) {
+  const sdk::Config c(config);
+  return Config{uint32_t(c.get_int_in("max_prefill_chunk", 256, 1, 65536)), c.get_bool("preempt_for_priority", true)};
+}
+
+th_status check(const th_check_query* query, th_error* err) {
+  return sdk::guard(err, [&] {
+    if (query == nullptr) throw Error(TH_ERR_INVALID_ARGUMENT, "scheduler.continuous: check() got NULL");
+    read_config(query->config);  // any model, any device
+  });
+}
+
+int state_class(th_seq_state state) {
+  switch (state) {
+    case TH_SEQ_RUNNING: return 0;
+    case TH_SEQ_PREEMPTED: return 1;
+    default: return 2;
+  }
+}
+
+class Plan {
+ public:
+  Plan(sdk::SchedStep& step, const Config& config) : step_(step), config_(config) {
+    for (uint32_t i = 0; i < step.size(); ++i) {
+      const th_sched_seq& s = step.seq(i);
+      if (s.state == TH_SEQ_RUNNING || sdk::is_waiting_or_preempted(s)) order_.push_back(i);
+    }
+    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+      const th_sched_seq& x = step.seq(a);
+      const th_sched_seq& y = step.seq(b);
+      if (x.priority != y.priority) return x.priority > y.priority;
+      if (state_class(x.state) != state_class(y.state)) return state_class(x.state) < state_class(y.state);
+      return x.arrival_ns < y.arrival_ns;
+    });
+  }
+
+  void decide() {
+    // A running sequence that can never produce its next token, even alone in the pool, gives its
+    // blocks back now; it is never admitted again, and the engine fails it once nothing else runs.
+    for (uint32_t i : order_) {
+      if (step_.running(i) && sdk::never_fits(step_.state(), step_.seq(i))) step_.preempt(i);
+    }
+    for (uint32_t i : order_) {
+      if (step_.undecided_running(i) && sdk::is_decoding(step_.seq(i))) ++decodes_left_;
+    }
+    for (size_t p = 0; p < order_.size(); ++p) {
+      const uint32_t i = order_[p];
+      if (step_.decided(i)) continue;
+      const th_sched_seq& s = step_.seq(i);
+      if (s.state == TH_SEQ_RUNNING) {
+        decide_running(p);
+      } else if (admitting_) {
+        admit(p);
+      }
+    }
+    // Nothing runs while sequences still hold blocks: the engine would wait for a step that never
+    // comes. The top-ranked running sequence then takes what it needs from all the others.
+    if (step_.n_run() == 0) force_top_running();
+    step_.order_decodes_first();
+  }
+
+ private:
+  void decide_running(size_t p) {
+    const uint32_t i = order_[p];
+    if (sdk::is_decoding(step_.seq(i))) {
+      --decodes_left_;
+      if (!step_.has_budget()) return;
+      place(i, 1, victims_below(p, all), true);
+      return;
+    }
+    const uint32_t tokens = spare(step_.tokens_left()), slots = spare(step_.seqs_left());
+    if (tokens == 0 || slots == 0) return;
+    place(i, step_.step_tokens(i, config_.max_chunk, tokens), victims_below(p, all), true);
+  }
+
+  void admit(size_t p) {
+    const uint32_t i = order_[p];
+    const th_sched_seq& s = step_.seq(i);
+    if (sdk::never_fits(step_.state(), s)) return;  // not worth holding anyone back for
+    // A victim of this priority or higher was preempted in this step: it gets its blocks back first.
+    if (int64_t(s.priority) <= admit_floor_) {
+      admitting_ = false;
+      return;
+    }
+    const uint32_t tokens = spare(step_.tokens_left()), slots = spare(step_.seqs_left());
+    if (tokens == 0 || slots == 0) {
+      admitting_ = false;
+      return;
+    }
+    std::vector<uint32_t> victims;
+    if (config_.preempt_for_priority) {
+      victims = victims_below(p, [&](const th_sched_seq& v) { return v.priority < s.priority; });
+      // Preempt only for a sequence whose whole prompt then fits in what it can take: otherwise it
+      // would hold blocks it cannot finish with.
+      uint64_t reachable = step_.free_blocks();
+      for (uint32_t v : victims) reachable += step_.seq(v).kv_blocks;
+      if (sdk::kv_blocks_for(sdk::next_token_positions(s), step_.state().block_size) > reachable) victims.clear();
+    }
+    if (!place(i, step_.step_tokens(i, config_.max_chunk, tokens), victims, false)) admitting_ = false;
+  }
+
+  // Runs sequence i with n tokens, or with fewer when only fewer fit the free blocks. Preempts the
+  // shortest prefix of victims that makes all n fit, none when all of them would not; with least_one,
+  // when not one token fits otherwise, the shortest prefix that makes one fit. Returns whether i runs.
+  bool place(uint32_t i, uint32_t n, const std::vector<uint32_t>& victims, bool least_one) {
+    if (step_.fit_tokens(i, n) == n) {
+      step_.run(i, n);
+      return true;
+    }
+    int64_t k = step_.victims_for(step_.blocks_needed(i, n), victims);
+    if (k < 0 && least_one && step_.fit_tokens(i, n) == 0) k = step_.victims_for(step_.blocks_needed(i, 1), victims);
+    for (int64_t j = 0; j < k; ++j) preempt(victims[size_t(j)]);
+    const uint32_t m = step_.fit_tokens(i, n);
+    if (m == 0) return false;
+    step_.run(i, m);
+    return true;
+  }
+
+  void preempt(uint32_t i) {
+    const th_sched_seq& s = step_.seq(i);
+    if (sdk::is_decoding(s)) --decodes_left_;
+    admit_floor_ = std::max<int64_t>(admit_floor_, s.priority);
+    step_.preempt(i);
+  }
+
+  // Undecided running sequences ranked after position p that match keep, lowest rank first.
+  template <class Keep>
+  std::vector<uint32_t> victims_below(size_t p, Keep keep) const {
+    std::vector<uint32_t> out;
+    for (size_t q = order_.size(); q-- > p + 1;) {
+      const uint32_t j = order_[q];
+      if (step_.undecided_running(j) && keep(step_.seq(j))) out.push_back(j);
+    }
+    return out;
+  }
+
+  static bool all(const th_sched_seq&) { return true; }
+
+  // What a prefill may take of `left` once the undecided running decodes have theirs.
+  uint32_t spare(uint32_t left) const { return left > decodes_left_ ? left - decodes_left_ : 0; }
+
+  void force_top_running() {
+    for (size_t p = 0; p < order_.size(); ++p) {
+      const uint32_t i = order_[p];
+      if (!step_.undecided_running(i)) continue;
+      if (!step_.has_budget()) return;
+      const uint32_t n = step_.step_tokens(i, config_.max_chunk);
+      if (place(i, n, victims_below(p, all), true)) return;
+      // Not even the whole pool holds it (blocks the engine does not show are in use): preempt every
+      // running sequence, so that the engine, with nothing running, fails its oldest request.
+      for (size_t q = p; q < order_.size(); ++q) {
+        if (step_.undecided_running(order_[q])) preempt(order_[q]);
+      }
+      return;
+    }
+  }
+
+  sdk::SchedStep& step_;
+  const Config& config_;
+  std::vector<uint32_t> order_;  // state indices in rank order
+  uint32_t decodes_left_ = 0;    // undecided running decodes not yet reached
+  bool admitting_ = true;
+  int64_t admit_floor_ = std::numeric_limits<int64_t>::min();
+};
+
+struct Continuous {
+  explicit Continuous(const th_create_args& args) : config(read_config(args.config)) {}
+  Config config;
+};
+
+th_status schedule(th_instance* instance, const th_sched_state* state, th_sched_decision* decision,
+                   th_error* err) {
+  return sdk::guard(err, [&] {
+    sdk::check_schedule_args("scheduler.continuous", state, decision);
+    sdk::SchedStep step(*state, *decision);
+    Plan(step, sdk::self<Continuous>(instance).config).decide();
+  });
+}
+
+const th_scheduler_vtable kVtable = {
+    sizeof(th_scheduler_vtable), sdk::create_instance<Continuous>, sdk::destroy_instance<Continuous>, check, schedule,
+};
+
+const th_plugin_descriptor kDescriptor = {
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SCHEDULER,
+    "scheduler.continuous",       "1.0.0",              &kVtable,
+};
+
+}  // namespace
+
+TOKENHOST_PLUGIN_ENTRY(kDescriptor)
