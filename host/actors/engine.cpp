@@ -228,9 +228,19 @@ void tick(self_ptr self) {
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
     if (!any_running) {
-      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing the oldest request",
-                    s.init.name, s.init.scheduler->id());
-      finish(self, 0, "error", "the request does not fit this engine's KV cache");
+      // The request that cannot fit even in the whole cache, else the oldest.
+      size_t victim = 0;
+      for (size_t i = 0; i < s.seqs.size(); ++i) {
+        if (blocks_for(s.seqs[i].prompt_len() + 1, s.kv.block_size) > s.kv.total_blocks) {
+          victim = i;
+          break;
+        }
+      }
+      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing request {}", s.init.name,
+                    s.init.scheduler->id(), s.seqs[victim].request.id);
+      finish(self, victim, "error",
+             "the request needs " + std::to_string(blocks_for(s.seqs[victim].prompt_len() + 1, s.kv.block_size)) +
+                 " KV blocks; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks));
       self->send(self, tick_atom::value);
     }
     return;

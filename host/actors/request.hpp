@@ -20,6 +20,7 @@ struct GenerateRequest {
   uint32_t max_tokens = 16;
   int32_t priority = 0;
   std::string session_key;
+  std::string model;          // the model to serve it: engines of other models are not candidates; "" any
   SamplingParams sampling;    // greedy by default
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
   bool ignore_eos = false;    // generate past the end-of-sequence token, up to max_tokens

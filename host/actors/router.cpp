@@ -31,14 +31,18 @@ void quit_when_idle(self_ptr self) {
 // Runs the router plugin; returns the engine index or an error message.
 std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& req) {
   std::vector<th_route_candidate> candidates;
+  std::vector<size_t> engine_of;  // candidate index -> engine index
   for (size_t i = 0; i < s.init.engines.size(); ++i) {
     const auto& e = s.init.engines[i];
+    if (!req.model.empty() && e.model != req.model) continue;
     candidates.push_back({e.name.c_str(), e.model.c_str(), s.in_flight[i], 0, std::min(1.0, s.in_flight[i] / 64.0), 1.0, 1.0, 1});
+    engine_of.push_back(i);
   }
+  if (candidates.empty()) return "no engine serves model '" + req.model + "'";
   th_route_request rr{};
   rr.struct_size = sizeof rr;
   rr.request_id = req.id;
-  rr.model = "";
+  rr.model = req.model.c_str();
   rr.prompt = "";
   rr.tokens = req.prompt.data();
   rr.n_tokens = uint32_t(req.prompt.size());
@@ -61,7 +65,7 @@ std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& re
     return r.id() + " returned action " + std::to_string(d.action) + ", which this host does not serve yet";
   }
   if (target >= candidates.size()) return r.id() + " chose candidate " + std::to_string(target) + " of " + std::to_string(candidates.size());
-  return target;
+  return engine_of[target];
 }
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
