@@ -29,8 +29,10 @@ const char* object_name(Endpoint e, bool chunk) {
 }
 
 json envelope(const ResponseMeta& meta, Endpoint e, bool chunk) {
-  return {{"id", meta.id}, {"object", object_name(e, chunk)}, {"created", meta.created}, {"model", meta.model},
-          {"choices", json::array()}};
+  json j = {{"id", meta.id}, {"object", object_name(e, chunk)}, {"created", meta.created}, {"model", meta.model},
+            {"choices", json::array()}};
+  if (chunk && meta.include_usage) j["usage"] = nullptr;
+  return j;
 }
 
 json chat_chunk(const ResponseMeta& meta, size_t index, json delta, const json& logprobs, FinishReason f) {

@@ -46,6 +46,9 @@ struct ResponseMeta {
   std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;    // the model that served it (not necessarily the name the client asked for)
+  // stream_options.include_usage: OpenAI then puts "usage": null in every chunk before usage_chunk(),
+  // so clients can count on the field being there.
+  bool include_usage = false;
 };
 
 // A fresh id, "cmpl-" or "chatcmpl-" plus 24 random letters and digits.
@@ -80,8 +83,8 @@ nlohmann::json chat_completion_response(const ResponseMeta& meta, const std::vec
                                         const Usage& usage);
 
 // Streaming. A completions stream sends completion_chunk() per piece of text and one with the finish
-// reason last; a chat stream sends chat_role_chunk() first, chat_content_chunk() per piece, then
-// chat_finish_chunk(). With stream_options.include_usage, usage_chunk() follows the last choice's
+// reason last; a chat stream sends, for each choice, chat_role_chunk() first, chat_content_chunk() per
+// piece, then chat_finish_chunk(). With stream_options.include_usage, usage_chunk() follows the last choice's
 // finish, and sse_done() ends every stream.
 nlohmann::json completion_chunk(const ResponseMeta& meta, size_t index, const std::string& text,
                                 FinishReason finish_reason = FinishReason::none,

@@ -120,6 +120,15 @@ TEST_CASE("response: streaming chunks", "[api][response]") {
   REQUIRE(usage["choices"].empty());
   REQUIRE(usage["usage"]["total_tokens"] == 7);
   REQUIRE(usage_chunk(cm, Endpoint::completions, {3, 4})["object"] == "text_completion");
+
+  // Without include_usage chunks have no usage field; with it, null until the usage chunk.
+  REQUIRE_FALSE(content.contains("usage"));
+  hm.include_usage = cm.include_usage = true;
+  REQUIRE(chat_content_chunk(hm, 0, "x").at("usage").is_null());
+  REQUIRE(chat_role_chunk(hm, 0).at("usage").is_null());
+  REQUIRE(completion_chunk(cm, 0, "x").at("usage").is_null());
+  REQUIRE(usage_chunk(hm, Endpoint::chat_completions, {3, 4})["usage"]["total_tokens"] == 7);
+  REQUIRE_FALSE(chat_completion_response(hm, {}, {1, 1})["usage"].is_null());
 }
 
 TEST_CASE("response: SSE framing", "[api][response][sse]") {
