@@ -1,12 +1,31 @@
 #include "http/http_servers.hpp"
 
+#include <sys/resource.h>
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+
+#include "http/openai_routes.hpp"
 
 namespace tokenhost {
 namespace {
 
 using nlohmann::json;
+
+constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
+
+// Each streaming client holds a socket (and a pool thread) for as long as it reads: raise the soft
+// limit on open files to the hard limit so a thousand of them fit beside the model files and plugins.
+void raise_open_file_limit(size_t wanted) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= wanted + 256) return;
+  rlim_t before = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &lim) == 0) spdlog::info("open file limit raised from {} to {}", before, lim.rlim_cur);
+  if (lim.rlim_cur < wanted + 256)
+    spdlog::warn("open file limit {} is low for {} HTTP threads; raise it (ulimit -n) to serve that many clients",
+                 lim.rlim_cur, wanted);
+}
 
 void reply_error(httplib::Response& res, int status, const std::string& message, const std::string& type) {
   res.status = status;
@@ -91,10 +110,12 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   gateway_ = std::make_unique<httplib::Server>();
   admin_ = std::make_unique<httplib::Server>();
   int threads = server_.deployment().server.http_threads;
+  raise_open_file_limit(size_t(threads));
   gateway_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   admin_->new_task_queue = [] { return new httplib::ThreadPool(4); };
-  gateway_->set_payload_max_length(8 << 20);
-  admin_->set_payload_max_length(1 << 20);
+  gateway_->set_payload_max_length(kGatewayMaxBody);
+  admin_->set_payload_max_length(kAdminMaxBody);
+  add_openai_routes(*gateway_, server_);
 
   gateway_->Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) {
     auto body = parse_body(req, res);
@@ -174,10 +195,13 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
-  for (auto* s : {gateway_.get(), admin_.get()}) {
-    s->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  for (auto [s, limit] : {std::pair{gateway_.get(), kGatewayMaxBody}, std::pair{admin_.get(), kAdminMaxBody}}) {
+    s->set_error_handler([limit = limit](const httplib::Request& req, httplib::Response& res) {
       if (res.body.empty()) {
-        std::string what = res.status == 404 ? "no route " + req.method + " " + req.path : "HTTP error " + std::to_string(res.status);
+        std::string what = res.status == 404   ? "no route " + req.method + " " + req.path
+                           : res.status == 413 ? "the request body is larger than the limit of " +
+                                                     std::to_string(limit) + " bytes"
+                                               : "HTTP error " + std::to_string(res.status);
         res.set_content(json{{"error", {{"message", what}, {"type", "invalid_request_error"}}}}.dump(), "application/json");
       }
     });

@@ -87,7 +87,7 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   m.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
   m.spec.architecture = r.optional_string(t, "architecture", ctx).value_or("llama");
   th_model_info& i = m.spec.info;
-  i.dim = uint32_t(r.optional_int(t, "dim", ctx, 8, 16384).value_or(64));
+  i.dim = uint32_t(r.optional_int(t, "dim", ctx, 8, 16384).value_or(1100));
   i.n_layers = uint32_t(r.optional_int(t, "n_layers", ctx, 1, 256).value_or(2));
   i.n_heads = uint32_t(r.optional_int(t, "n_heads", ctx, 1, 256).value_or(4));
   i.n_kv_heads = uint32_t(r.optional_int(t, "n_kv_heads", ctx, 1, 256).value_or(i.n_heads));
@@ -157,7 +157,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"cpu\" or \"cuda:<index>\"");
   }
   e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(512));
-  e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(64));
+  e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(1100));
   for (const auto& slot : engine_slot_names()) {
     const toml::node* s = t.get(slot);
     bool required = slot == "attention" || slot == "kvcache" || slot == "scheduler" ||
@@ -192,7 +192,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     }
     for (const auto& p : r.optional_string_array(*s, "plugin_paths", "[server]"))
       d.server.plugin_paths.push_back((base / p).lexically_normal().string());
-    d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(64));
+    d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(1100));
   }
   std::vector<std::string> paths = d.server.plugin_paths;
   for (auto& p : default_plugin_paths()) paths.push_back(p);

@@ -29,7 +29,7 @@ struct ServerDecl {
   Endpoint admin_listen{"127.0.0.1", 8081}; // the admin API, loopback unless the manifest says otherwise
   std::string log_level = "info";
   std::vector<std::string> plugin_paths;    // absolute; searched before the default paths
-  int http_threads = 64;
+  int http_threads = 1100;  // gateway threads: each streaming client holds one while it reads
 };
 
 // A plugin chosen for a slot: its manifest and its config (defaults merged with the settings).

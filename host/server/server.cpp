@@ -1,6 +1,7 @@
 #include "server/server.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <thread>
 
@@ -74,6 +75,18 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       routed.push_back({name, decl.model, actor});
       spdlog::info("engine {} ready: model {} on {}", name, decl.model, decl.device);
     }
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const auto& [name, w] : weights_) {
+      const ModelDecl& m = deployment_.models.at(name);
+      ServedModel sm;
+      sm.name = name;
+      sm.context_len = m.spec.info.context_len;
+      sm.vocab_size = m.spec.info.vocab_size;
+      sm.tokenizer = tokenizers_.count(name) ? tokenizers_.at(name).get() : nullptr;
+      sm.chat_template = m.loaded ? m.loaded->chat_template : "";
+      sm.created = now;
+      served_.push_back(std::move(sm));
+    }
     RouterInit r;
     r.router = make_instance(nullptr, "router", deployment_.router);
     r.engines = std::move(routed);
@@ -137,6 +150,28 @@ const Tokenizer* Server::tokenizer() const {
   if (engines_.empty()) return nullptr;
   auto it = tokenizers_.find(engines_.begin()->second.decl.model);
   return it == tokenizers_.end() ? nullptr : it->second.get();
+}
+
+std::vector<int32_t> ServedModel::encode(const std::string& text, bool add_bos, bool parse_special) const {
+  if (tokenizer) return tokenizer->encode(text, add_bos, parse_special);
+  std::vector<int32_t> bytes;  // synthetic models: one token per byte
+  for (unsigned char c : text) bytes.push_back(c);
+  return bytes;
+}
+
+std::string ServedModel::piece(int32_t token) const {
+  if (tokenizer) return tokenizer->token_text(token);
+  return std::string(1, token < 256 ? char(token) : '?');
+}
+
+const ServedModel* Server::find_model(const std::string& name) const {
+  if (name.empty()) {
+    if (engines_.empty()) return nullptr;
+    return find_model(engines_.begin()->second.decl.model);
+  }
+  for (const auto& m : served_)
+    if (m.name == name) return &m;
+  return nullptr;
 }
 
 std::vector<int32_t> Server::encode(const std::string& text) const {

@@ -29,6 +29,21 @@ struct AdminError : std::runtime_error {
   int http_status;
 };
 
+// A model the gateway serves, as the API layer needs it.
+struct ServedModel {
+  std::string name;
+  uint32_t context_len = 0;
+  uint32_t vocab_size = 0;
+  const Tokenizer* tokenizer = nullptr;  // NULL for synthetic models: one token per byte
+  std::string chat_template;             // tokenizer.chat_template of a GGUF model, "" when absent
+  int64_t created = 0;                   // Unix seconds the server loaded it
+
+  // Text to tokens (BOS first when add_bos and the model has one; special-token text parsed as those
+  // tokens when parse_special) and one token back to its bytes (control tokens give "").
+  std::vector<int32_t> encode(const std::string& text, bool add_bos, bool parse_special) const;
+  std::string piece(int32_t token) const;
+};
+
 class Server {
  public:
   // Builds every actor and plugin instance of the deployment. Throws PluginError when a plugin cannot
@@ -57,6 +72,9 @@ class Server {
   // models). Thread-safe.
   std::vector<int32_t> encode(const std::string& text) const;
   std::string decode(const std::vector<int32_t>& tokens) const;
+  // The models engines serve, in name order; find_model("") is the default (the first engine's).
+  const std::vector<ServedModel>& models() const { return served_; }
+  const ServedModel* find_model(const std::string& name) const;
 
   // Engines, their plugins and versions, and the router, as JSON.
   nlohmann::json status();
@@ -108,6 +126,7 @@ class Server {
   std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
   const Tokenizer* tokenizer() const;
+  std::vector<ServedModel> served_;
   std::map<std::string, Engine> engines_;
   router_actor router_;
   registry_actor registry_;

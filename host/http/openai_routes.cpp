@@ -1,0 +1,421 @@
+#include "http/openai_routes.hpp"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <random>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "api/openai_request.hpp"
+#include "api/openai_response.hpp"
+#include "api/stop_strings.hpp"
+#include "model/tokenizer.hpp"
+#include "server/server.hpp"
+
+namespace tokenhost {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+void reply_error(httplib::Response& res, const api::ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(api::dump_json(e.to_json()), "application/json");
+}
+
+api::ApiError server_error(int status, const std::string& message) {
+  api::ApiError e;
+  e.http_status = status;
+  e.message = message;
+  e.type = status == 503 ? "service_unavailable" : "server_error";
+  return e;
+}
+
+// Seeds for requests that bring none, and response ids.
+uint64_t draw_seed() {
+  static std::mutex m;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(m);
+  return rng();
+}
+
+// One choice: one sequence in an engine, and what of its output the client has been sent.
+struct Choice {
+  uint64_t id = 0;
+  std::shared_ptr<TokenStream> stream;
+  size_t seen = 0;  // tokens read from the stream
+  api::StopMatcher stop;
+  std::string text;  // sent (streaming) or to send
+  std::vector<api::TokenLogprobs> logprobs;
+  size_t tokens = 0;
+  bool done = false;
+  api::FinishReason finish = api::FinishReason::none;
+  std::string error;
+  bool role_sent = false;  // chat streams
+};
+
+// What one update of a choice produced: text now safe to send and the logprobs of its tokens.
+struct Delta {
+  std::string text;
+  std::vector<api::TokenLogprobs> logprobs;
+  bool finished = false;
+};
+
+// One HTTP request: its choices and how to advance them. Shared between the handler and, when
+// streaming, cpp-httplib's content provider (which runs after the handler returns).
+class Generation {
+ public:
+  Generation(Server& server, api::OpenAIRequest request, const ServedModel& model)
+      : server_(server), req_(std::move(request)), model_(model) {
+    std::mt19937_64 rng(draw_seed());
+    meta_ = api::make_response_meta(req_.endpoint, model_.name, rng);
+    meta_.include_usage = req_.include_usage;
+  }
+  ~Generation() { cancel_all(); }
+
+  // Tokenizes and checks the prompts; on success the request is ready to start.
+  std::optional<api::ApiError> prepare() {
+    if (req_.endpoint == api::Endpoint::chat_completions) {
+      api::ChatRenderOptions opts;
+      if (const Tokenizer* t = model_.tokenizer) {
+        if (t->bos() >= 0) opts.bos_token = t->spec().tokens.at(size_t(t->bos()));
+        if (t->eos() >= 0) opts.eos_token = t->spec().tokens.at(size_t(t->eos()));
+      }
+      auto rendered = api::render_chat(req_.messages, model_.chat_template, opts);
+      if (!rendered) return rendered.error();
+      if (!rendered->template_recognized)
+        spdlog::warn("model {}: chat template not recognized; rendering messages as plain 'role: content' lines", model_.name);
+      prompts_.push_back(model_.encode(rendered->text, !rendered->includes_bos, true));
+      prompt_texts_.push_back(rendered->text);
+    } else {
+      for (size_t p = 0; p < req_.prompts.size(); ++p) {
+        const auto& prompt = req_.prompts[p];
+        if (prompt.is_tokens) {
+          for (size_t i = 0; i < prompt.tokens.size(); ++i) {
+            if (prompt.tokens[i] < 0 || uint32_t(prompt.tokens[i]) >= model_.vocab_size)
+              return api::invalid_request("prompt", "token " + std::to_string(prompt.tokens[i]) + " at position " +
+                                                        std::to_string(i) + " is outside the vocabulary of model " +
+                                                        model_.name + " (" + std::to_string(model_.vocab_size) + " tokens)");
+          }
+          prompts_.push_back(prompt.tokens);
+          std::string text;
+          for (int32_t t : prompt.tokens) text += model_.piece(t);
+          prompt_texts_.push_back(text);
+        } else {
+          prompts_.push_back(model_.encode(prompt.text, true, true));
+          prompt_texts_.push_back(prompt.text);
+        }
+      }
+    }
+    const std::string param = req_.endpoint == api::Endpoint::chat_completions ? "messages" : "prompt";
+    for (const auto& p : prompts_) {
+      if (p.empty()) return api::invalid_request(param, "the prompt is empty");
+      auto n = api::check_context(int64_t(p.size()), req_.max_tokens, int64_t(model_.context_len), param);
+      if (!n) return n.error();
+      max_new_.push_back(uint32_t(n.value()));
+      prompt_tokens_ += int64_t(p.size());
+    }
+    return std::nullopt;
+  }
+
+  void start(const std::string& session_key) {
+    const uint64_t seed = draw_seed();
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      for (int64_t k = 0; k < req_.n; ++k) {
+        GenerateRequest g;
+        g.id = server_.next_request_id();
+        g.prompt = prompts_[p];
+        g.max_tokens = max_new_[p];
+        g.priority = int32_t(req_.priority);
+        g.session_key = session_key;
+        g.model = model_.name;
+        g.sampling = api::sampling_params(req_, seed);
+        g.sampling.seed += uint64_t(k);  // n choices of one seeded request differ, reproducibly
+        g.logprobs = req_.logprobs;
+        g.ignore_eos = ignore_eos_;
+        Choice c;
+        c.id = g.id;
+        c.stop = api::StopMatcher(req_.stop);
+        c.stream = server_.start(std::move(g));
+        choices_.push_back(std::move(c));
+      }
+    }
+  }
+
+  void set_ignore_eos(bool on) { ignore_eos_ = on; }
+
+  // Advances the choices with what their streams hold, waiting up to `timeout` when nothing is new.
+  // Calls on_delta(index, delta) for each choice that produced something. Returns false once every
+  // choice is done.
+  template <class OnDelta>
+  bool pump(std::chrono::milliseconds timeout, OnDelta on_delta) {
+    bool any = false, open = false;
+    size_t waiting_on = choices_.size();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      if (choices_[i].done) continue;
+      open = true;
+      if (waiting_on == choices_.size()) waiting_on = i;
+      auto u = choices_[i].stream->wait(choices_[i].seen, 0ms);
+      if (u.tokens.empty() && !u.result) continue;
+      any = true;
+      on_delta(i, advance(choices_[i], u));
+    }
+    if (!open) return false;
+    if (!any) {
+      // Nothing new anywhere: block on one open choice (briefly when several are open).
+      Choice& c = choices_[waiting_on];
+      auto u = server_.wait(*c.stream, c.seen, unfinished() > 1 ? std::min(timeout, 5ms) : timeout);
+      if (!u.tokens.empty() || u.result) on_delta(waiting_on, advance(c, u));
+    }
+    return unfinished() > 0;
+  }
+
+  void cancel_all() {
+    for (auto& c : choices_) {
+      if (c.done) continue;
+      c.stream->cancel();
+      server_.cancel(c.id);
+    }
+  }
+
+  const api::OpenAIRequest& request() const { return req_; }
+  const api::ResponseMeta& meta() const { return meta_; }
+  std::vector<Choice>& choices() { return choices_; }
+  const std::string& prompt_text(size_t choice) const { return prompt_texts_.at(choice / size_t(req_.n)); }
+  api::Usage usage() const {
+    api::Usage u;
+    u.prompt_tokens = prompt_tokens_;
+    for (const auto& c : choices_) u.completion_tokens += int64_t(c.tokens);
+    return u;
+  }
+  // The first failed choice's error, if any.
+  std::optional<std::string> error() const {
+    for (const auto& c : choices_)
+      if (!c.error.empty()) return c.error;
+    return std::nullopt;
+  }
+
+ private:
+  size_t unfinished() const {
+    size_t n = 0;
+    for (const auto& c : choices_) n += c.done ? 0 : 1;
+    return n;
+  }
+
+  Delta advance(Choice& c, const TokenStream::Update& u) {
+    Delta d;
+    c.seen += u.tokens.size();
+    for (const auto& t : u.tokens) {
+      if (c.done) break;
+      std::string piece = model_.piece(t.token);
+      ++c.tokens;
+      if (req_.logprobs) {
+        api::TokenLogprobs lp{piece, t.logprob, {}};
+        for (const auto& alt : t.top) lp.top.push_back({model_.piece(alt.token), alt.logprob});
+        d.logprobs.push_back(lp);
+      }
+      auto out = c.stop.feed(piece);
+      d.text += out.text;
+      if (out.stopped) {
+        // A stop string: the rest of the sequence is not wanted.
+        c.stream->cancel();
+        server_.cancel(c.id);
+        c.done = true;
+        c.finish = api::FinishReason::stop;
+      }
+    }
+    if (u.result && !c.done) {
+      c.done = true;
+      if (u.result->finish_reason == "error") {
+        c.error = u.result->error;
+      } else {
+        d.text += c.stop.finish();
+        c.finish = u.result->finish_reason == "length" ? api::FinishReason::length : api::FinishReason::stop;
+      }
+    }
+    c.text += d.text;
+    if (req_.logprobs) c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    d.finished = c.done;
+    return d;
+  }
+
+  Server& server_;
+  api::OpenAIRequest req_;
+  const ServedModel& model_;
+  api::ResponseMeta meta_;
+  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<std::string> prompt_texts_;
+  std::vector<uint32_t> max_new_;
+  int64_t prompt_tokens_ = 0;
+  bool ignore_eos_ = false;
+  std::vector<Choice> choices_;
+};
+
+void answer_whole(Generation& g, Server& server, httplib::Response& res) {
+  const auto deadline = std::chrono::steady_clock::now() + 10min;
+  while (g.pump(100ms, [](size_t, const Delta&) {})) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      g.cancel_all();
+      return reply_error(res, server_error(504, "the request did not finish within 10 minutes"));
+    }
+  }
+  if (auto e = g.error()) return reply_error(res, server_error(server.accepting() ? 500 : 503, *e));
+  std::vector<api::CompletionChoice> choices;
+  for (size_t i = 0; i < g.choices().size(); ++i) {
+    auto& c = g.choices()[i];
+    api::CompletionChoice out;
+    out.text = g.request().echo ? g.prompt_text(i) + c.text : c.text;
+    out.finish_reason = c.finish;
+    out.has_logprobs = g.request().logprobs;
+    out.logprobs = std::move(c.logprobs);
+    choices.push_back(std::move(out));
+  }
+  json body = g.request().endpoint == api::Endpoint::chat_completions
+                  ? api::chat_completion_response(g.meta(), choices, g.usage())
+                  : api::completion_response(g.meta(), choices, g.usage());
+  res.set_content(api::dump_json(body), "application/json");
+}
+
+// Streams server-sent events from cpp-httplib's content provider: it is called again and again on
+// the connection's thread until it calls sink.done() or returns false (the client is gone: every
+// choice is cancelled and the engines free their blocks).
+void answer_streaming(std::shared_ptr<Generation> g, Server& server, httplib::Response& res) {
+  struct Progress {
+    std::vector<size_t> offsets;  // completions text_offset per choice
+    bool finished = false;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  };
+  auto progress = std::make_shared<Progress>();
+  progress->offsets.assign(g->choices().size(), 0);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [g, progress, &server](size_t, httplib::DataSink& sink) {
+        const auto& req = g->request();
+        const bool chat = req.endpoint == api::Endpoint::chat_completions;
+        std::string out;
+        if (chat) {
+          for (size_t i = 0; i < g->choices().size(); ++i) {
+            auto& c = g->choices()[i];
+            if (!c.role_sent) {
+              out += api::sse_event(api::chat_role_chunk(g->meta(), i));
+              c.role_sent = true;
+            }
+          }
+        } else if (req.echo) {
+          for (size_t i = 0; i < g->choices().size(); ++i) {
+            auto& c = g->choices()[i];
+            if (!c.role_sent) {
+              out += api::sse_event(api::completion_chunk(g->meta(), i, g->prompt_text(i)));
+              progress->offsets[i] += g->prompt_text(i).size();
+              c.role_sent = true;
+            }
+          }
+        }
+        bool more = g->pump(250ms, [&](size_t i, const Delta& d) {
+          auto& c = g->choices()[i];
+          if (!c.error.empty()) return;
+          const auto* lp = req.logprobs ? &d.logprobs : nullptr;
+          if (chat) {
+            if (!d.text.empty() || (lp && !lp->empty())) out += api::sse_event(api::chat_content_chunk(g->meta(), i, d.text, lp));
+            if (d.finished) out += api::sse_event(api::chat_finish_chunk(g->meta(), i, c.finish));
+          } else {
+            if (!d.text.empty() || (lp && !lp->empty()) || d.finished)
+              out += api::sse_event(api::completion_chunk(g->meta(), i, d.text, d.finished ? c.finish : api::FinishReason::none,
+                                                          lp, progress->offsets[i]));
+            progress->offsets[i] += d.text.size();
+          }
+        });
+        if (!more) {
+          if (auto e = g->error()) {
+            out += api::sse_event(server_error(server.accepting() ? 500 : 503, *e).to_json());
+          } else if (req.include_usage) {
+            out += api::sse_event(api::usage_chunk(g->meta(), req.endpoint, g->usage()));
+          }
+          out += api::sse_done();
+        }
+        const auto now = std::chrono::steady_clock::now();
+        // A comment line when nothing was sent for a while: SSE clients ignore it, and a client that
+        // has gone is noticed (the write fails) even during a long prefill.
+        if (out.empty() && now - progress->last_write > 1s) out = ": keep-alive\n\n";
+        if (!out.empty()) {
+          if (!sink.write(out.data(), out.size())) {
+            g->cancel_all();
+            return false;
+          }
+          progress->last_write = now;
+        }
+        if (!more) {
+          progress->finished = true;
+          sink.done();
+        }
+        return true;
+      },
+      [g, progress](bool success) {
+        if (!success || !progress->finished) g->cancel_all();
+      });
+}
+
+void handle(Server& server, api::Endpoint endpoint, const httplib::Request& http, httplib::Response& res) {
+  json body;
+  try {
+    body = json::parse(http.body);
+  } catch (const json::parse_error&) {
+    return reply_error(res, api::parse_request(endpoint, std::string_view(http.body)).error());
+  }
+  if (!server.accepting()) return reply_error(res, server_error(503, "the server is shutting down"));
+  auto parsed = api::parse_request(endpoint, body);
+  if (!parsed) return reply_error(res, parsed.error());
+  const ServedModel* model = server.find_model(parsed->model);
+  if (model == nullptr) {
+    std::string names;
+    for (const auto& m : server.models()) names += (names.empty() ? "" : ", ") + m.name;
+    api::ApiError e = api::invalid_request("model", "model '" + parsed->model + "' does not exist; this server serves: " + names,
+                                           "model_not_found");
+    e.http_status = 404;
+    return reply_error(res, e);
+  }
+  // vLLM's and llama.cpp's extension for benchmarks: generate max_tokens whatever the model says.
+  bool ignore_eos = false;
+  if (auto it = body.find("ignore_eos"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean()) return reply_error(res, api::invalid_request("ignore_eos", "'ignore_eos' must be a boolean, got " + std::string(it->type_name())));
+    ignore_eos = it->get<bool>();
+  }
+  auto g = std::make_shared<Generation>(server, std::move(parsed.value()), *model);
+  g->set_ignore_eos(ignore_eos);
+  if (auto e = g->prepare()) return reply_error(res, *e);
+  std::string session = http.get_header_value("X-Session-Key");
+  if (session.empty()) session = g->request().user;
+  g->start(session);
+  if (g->request().stream) answer_streaming(std::move(g), server, res);
+  else answer_whole(*g, server, res);
+}
+
+}  // namespace
+
+void add_openai_routes(httplib::Server& gateway, Server& server) {
+  gateway.Post("/v1/completions", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle(server, api::Endpoint::completions, req, res);
+  });
+  gateway.Post("/v1/chat/completions", [&server](const httplib::Request& req, httplib::Response& res) {
+    handle(server, api::Endpoint::chat_completions, req, res);
+  });
+  gateway.Get("/v1/models", [&server](const httplib::Request&, httplib::Response& res) {
+    std::vector<api::ModelCard> cards;
+    for (const auto& m : server.models()) cards.push_back({m.name, m.created, "tokenhost"});
+    res.set_content(api::dump_json(api::models_list(cards)), "application/json");
+  });
+  gateway.Get(R"(/v1/models/([^/]+))", [&server](const httplib::Request& req, httplib::Response& res) {
+    const ServedModel* m = server.find_model(req.matches[1]);
+    if (m == nullptr || req.matches[1].length() == 0) {
+      api::ApiError e = api::invalid_request("model", "model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found");
+      e.http_status = 404;
+      return reply_error(res, e);
+    }
+    res.set_content(api::dump_json(api::models_list({{m->name, m->created, "tokenhost"}})["data"][0]), "application/json");
+  });
+}
+
+}  // namespace tokenhost
