@@ -7,7 +7,10 @@ packages=(
   build-essential cmake pkg-config git
   libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
   curl
+  nodejs prometheus  # the tests: the OpenAI Node SDK against the server (npm), promtool on /metrics
 )
+# Debian's nodejs leaves npm to its own package; NodeSource's nodejs carries npm and conflicts with it.
+if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,10 @@
 #include "http/http_servers.hpp"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -224,8 +228,20 @@ HttpServers::~HttpServers() { stop(); }
 void HttpServers::start() {
   const auto& cfg = server_.deployment().server;
   auto bind = [](httplib::Server& s, const Endpoint& e) {
+    // cpp-httplib listens with a backlog of 5: a burst of clients connecting at once would see
+    // refused or stalled connections. Its socket-options hook hands us the listening socket (and
+    // replaces its defaults, of which SO_REUSEADDR is kept; SO_REUSEPORT is not, so a port in use
+    // is an error rather than shared); once bound, listen() again with the system's largest backlog.
+    int listening = -1;
+    s.set_socket_options([&listening](int sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listening = sock;
+    });
     int port = e.port == 0 ? s.bind_to_any_port(e.host) : (s.bind_to_port(e.host, e.port) ? e.port : -1);
     if (port < 0) throw std::runtime_error("cannot listen on " + e.str() + " (in use, or not an address of this machine)");
+    if (listening >= 0 && ::listen(listening, SOMAXCONN) != 0)
+      spdlog::warn("could not raise the listen backlog on {}: {}", e.str(), std::strerror(errno));
     return port;
   };
   gateway_port_ = bind(*gateway_, cfg.listen);
