@@ -2,6 +2,8 @@
 // inspects the plugins the host can load.
 #include <atomic>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 #include <iostream>
@@ -25,6 +27,38 @@ using namespace tokenhost;
 Deployment load_deployment(const std::string& path) {
   if (path.empty()) return read_deployment("<embedded manifests/default.toml>", embedded_default_manifest());
   return read_deployment_file(path);
+}
+
+// The deployment with its one model replaced by the GGUF file model_file (serve --model): the model
+// takes the file's name (without .gguf) and every engine serves it.
+Deployment load_deployment_with_model(const std::string& path, const std::string& model_file) {
+  std::string text;
+  if (path.empty()) {
+    text = embedded_default_manifest();
+  } else {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  toml::table doc;
+  try {
+    doc = toml::parse(text, path.empty() ? "<embedded manifests/default.toml>" : path);
+  } catch (const toml::parse_error&) {
+    return load_deployment(path);  // reports the syntax error with its position
+  }
+  auto* models = doc["models"].as_table();
+  if (models == nullptr || models->size() != 1)
+    throw std::runtime_error("--model replaces the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
+                             " declares " + std::to_string(models ? models->size() : 0));
+  std::string name = std::filesystem::path(model_file).stem().string();
+  models->clear();
+  models->insert(name, toml::table{{"source", "gguf"}, {"path", std::filesystem::absolute(model_file).string()}});
+  if (auto* engines = doc["engines"].as_table())
+    for (auto& [engine, decl] : *engines)
+      if (auto* t = decl.as_table()) t->insert_or_assign("model", name);
+  std::ostringstream out;
+  out << doc;
+  return read_deployment(path.empty() ? "<embedded manifests/default.toml with --model>" : path, out.str());
 }
 
 // Loads each plugin the deployment names and asks it whether it can serve its engine.
@@ -72,8 +106,8 @@ int run_check(const std::string& path, bool load) {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
-int run_serve(const std::string& path) {
-  Deployment d = load_deployment(path);
+int run_serve(const std::string& path, const std::string& model_file) {
+  Deployment d = model_file.empty() ? load_deployment(path) : load_deployment_with_model(path, model_file);
   spdlog::set_level(spdlog::level::from_str(d.server.log_level));
   if (spdlog::get_level() != spdlog::level::from_str(d.server.log_level)) spdlog::set_level(spdlog::level::info);
   spdlog::info("tokenhost {} starting with {}", TOKENHOST_VERSION, d.file);
@@ -150,6 +184,11 @@ int main(int argc, char** argv) {
                                             "Without MANIFEST it runs the embedded manifests/default.toml.");
   std::string serve_manifest;
   serve->add_option("manifest", serve_manifest, "Deployment manifest (TOML)")->check(CLI::ExistingFile);
+  std::string serve_model;
+  serve->add_option("--model", serve_model,
+                    "A GGUF model file to serve in place of the manifest's one model (the default manifest's demo "
+                    "model, when no manifest is given)")
+      ->check(CLI::ExistingFile);
 
   auto* check = app.add_subcommand("check", "Validate a deployment manifest without starting anything; errors name "
                                             "file:line:column. Exits 0 when it is valid.");
@@ -179,7 +218,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
-    if (*serve) return run_serve(serve_manifest);
+    if (*serve) return run_serve(serve_manifest, serve_model);
     if (*check) return run_check(check_manifest, !no_load);
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);

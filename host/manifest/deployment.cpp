@@ -5,7 +5,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
+
+#include "model/quant.hpp"
 #include "plugin/kind.hpp"
+#include "runtime/make_model.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -14,6 +18,13 @@ namespace fs = std::filesystem;
 #include "manifest/default_manifest.inc"  // kDefaultManifest: manifests/default.toml, generated at build time
 
 std::string_view embedded_default_manifest() { return kDefaultManifest; }
+
+std::string demo_model_dir() {
+  if (const char* dir = std::getenv("TOKENHOST_CACHE"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tokenhost";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tokenhost";
+  return (fs::temp_directory_path() / "tokenhost-cache").string();
+}
 
 const std::vector<std::string>& engine_slot_names() {
   static const std::vector<std::string> names = {"attention", "kvcache", "scheduler", "moe", "spec_decode"};
@@ -42,19 +53,15 @@ Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::str
   return e;
 }
 
-ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "path", "context_len"}, ctx + " (a gguf model takes its shape from the file)");
-  ModelDecl m;
-  m.name = name;
-  m.source = "gguf";
-  std::string path = r.require_string(t, "path", ctx);
-  m.path = (fs::absolute(r.file()).parent_path() / path).lexically_normal().string();
+// Loads the GGUF file at m.path into m (the table t locates errors).
+void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string& ctx, ModelDecl& m) {
+  const toml::node& where = t.get("path") ? *t.get("path") : static_cast<const toml::node&>(t);
   std::error_code ec;
-  if (!fs::is_regular_file(m.path, ec)) r.fail(*t.get("path"), "model file '" + m.path + "' does not exist");
+  if (!fs::is_regular_file(m.path, ec)) r.fail(where, "model file '" + m.path + "' does not exist");
   try {
-    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, name));
+    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, m.name));
   } catch (const std::exception& e) {
-    r.fail(*t.get("path"), e.what());
+    r.fail(where, e.what());
   }
   m.spec = m.loaded->weights->spec;
   if (auto ctx_len = r.optional_int(t, "context_len", ctx, 1, m.spec.info.context_len)) {
@@ -66,6 +73,72 @@ ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const to
     loaded->weights = w;
     m.loaded = loaded;
   }
+}
+
+// A path from a manifest: relative to the manifest's folder (the embedded default has none: its
+// relative paths are in the cache folder).
+std::string manifest_path(const TomlReader& r, const std::string& path) {
+  if (fs::path(path).is_absolute()) return fs::path(path).lexically_normal().string();
+  fs::path base = r.file().rfind("<embedded", 0) == 0 ? fs::path(demo_model_dir()) : fs::absolute(r.file()).parent_path();
+  return (base / path).lexically_normal().string();
+}
+
+// source = "demo": a model make-model writes on first use (seeded random weights, a working tokenizer),
+// so the embedded default serves without any download. Its text is fluent-looking noise.
+ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
+  r.check_keys(t, {"source", "preset", "type", "seed", "path", "context_len"}, ctx);
+  MakeModelOptions make;
+  std::string preset = r.optional_string(t, "preset", ctx).value_or("stories260K");
+  try {
+    make.shape = model_shape_preset(preset);
+  } catch (const std::invalid_argument& e) {
+    r.fail(*t.get("preset"), e.what());
+  }
+  std::string type = r.optional_string(t, "type", ctx).value_or("f32");
+  bool known = false;
+  for (th_dtype d : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
+    if (type == quant::dtype_name(d)) {
+      make.type = d;
+      known = true;
+    }
+  }
+  if (!known) r.fail(*t.get("type"), "unknown weight type '" + type + "' in " + ctx + " (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+  make.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
+  ModelDecl m;
+  m.name = name;
+  m.source = "demo";
+  m.seed = make.seed;
+  auto path = r.optional_string(t, "path", ctx);
+  // Without a path the file goes to the cache folder, whichever manifest names it.
+  m.path = path ? manifest_path(r, *path)
+                : (fs::path(demo_model_dir()) / ("demo-" + preset + "-" + type + "-seed" + std::to_string(make.seed) + ".gguf")).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(m.path, ec)) {
+    spdlog::info("model {}: writing a demo model to {} (preset {}, {}, seeded random weights: its text is noise; "
+                 "serve a real model with `tokenhost serve --model FILE.gguf`)", name, m.path, preset, type);
+    fs::create_directories(fs::path(m.path).parent_path(), ec);
+    make.path = m.path;
+    int shown = 0;
+    make.progress = [&](double f) {
+      if (int(f * 4) > shown) spdlog::info("model {}: {}% written", name, 25 * (shown = int(f * 4)));
+    };
+    try {
+      make_model(make);
+    } catch (const std::exception& e) {
+      r.fail(t, ctx + ": could not write the demo model to " + m.path + ": " + e.what());
+    }
+  }
+  load_gguf_decl(r, t, ctx, m);
+  return m;
+}
+
+ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
+  r.check_keys(t, {"source", "path", "context_len"}, ctx + " (a gguf model takes its shape from the file)");
+  ModelDecl m;
+  m.name = name;
+  m.source = "gguf";
+  m.path = manifest_path(r, r.require_string(t, "path", ctx));
+  load_gguf_decl(r, t, ctx, m);
   return m;
 }
 
@@ -75,8 +148,9 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   const toml::table& t = *node.as_table();
   std::string source = r.optional_string(t, "source", ctx).value_or("synthetic");
   if (source == "gguf") return read_gguf_model(r, name, t, ctx);
+  if (source == "demo") return read_demo_model(r, name, t, ctx);
   if (source != "synthetic") {
-    r.fail(*t.get("source"), "unknown model source '" + source + "' in " + ctx + suggestion(source, {"synthetic", "gguf"}));
+    r.fail(*t.get("source"), "unknown model source '" + source + "' in " + ctx + suggestion(source, {"synthetic", "gguf", "demo"}));
   }
   r.check_keys(t, {"source", "seed", "architecture", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
                    "vocab_size", "context_len", "n_experts", "n_experts_used"}, ctx);

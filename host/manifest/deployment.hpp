@@ -42,7 +42,8 @@ struct SlotDecl {
 struct ModelDecl {
   std::string name;
   std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape;
-                                     // "gguf": the model file at `path`
+                                     // "gguf": the model file at `path`;
+                                     // "demo": a file make-model writes on first use, then as gguf
   std::string path;                  // absolute
   uint64_t seed = 1;
   ModelSpec spec;
@@ -73,6 +74,9 @@ const std::vector<std::string>& engine_slot_names();
 // Reads and validates a deployment manifest: syntax, keys, types, ranges, references between models
 // and engines, plugin ids (against the plugin manifests found) and plugin configs. Throws ManifestError.
 Deployment read_deployment(const std::string& file, std::string_view text);
+// Where demo models (source = "demo") and the embedded default's relative paths live:
+// $TOKENHOST_CACHE, else $XDG_CACHE_HOME/tokenhost, else ~/.cache/tokenhost.
+std::string demo_model_dir();
 Deployment read_deployment_file(const std::string& path);
 
 // Validates one slot change (as the admin API receives it): the slot exists, the plugin of manifest

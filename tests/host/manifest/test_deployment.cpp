@@ -2,7 +2,10 @@
 // saying what was expected, an unknown key names the closest known one.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "manifest/deployment.hpp"
+#include "runtime/make_model.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -43,6 +46,36 @@ TEST_CASE("deployment: the test manifest and the embedded default read", "[manif
   REQUIRE(def.engines.count("main") == 1);
   REQUIRE(def.server.listen.port == 8080);
   REQUIRE(def.server.admin_listen.host == "127.0.0.1");
+}
+
+TEST_CASE("deployment: a demo model is written on first use, then reused", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / ("tokenhost-demo-" + std::to_string(fresh_rng("demo model dir")()));
+  ::setenv("TOKENHOST_CACHE", dir.c_str(), 1);
+  const std::string manifest = R"(
+[models.d]
+source = "demo"
+preset = "stories260K"
+type = "f16"
+seed = 3
+[engines.e]
+model = "d"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+)";
+  Deployment first = read_deployment("demo.toml", manifest);
+  const auto file = dir / "demo-stories260K-f16-seed3.gguf";
+  REQUIRE(first.models.at("d").path == file.string());
+  REQUIRE(std::filesystem::is_regular_file(file));
+  REQUIRE(first.models.at("d").spec.info.dim == model_shape_preset("stories260K").dim);
+  REQUIRE(first.models.at("d").loaded->tokenizer.tokens.size() == model_shape_preset("stories260K").vocab_size);
+  const auto written = std::filesystem::last_write_time(file);
+  Deployment second = read_deployment("demo.toml", manifest);
+  REQUIRE(std::filesystem::last_write_time(file) == written);  // not written again
+  REQUIRE(second.models.at("d").spec.info.n_layers == first.models.at("d").spec.info.n_layers);
+  CHECK_THAT(error_of("[models.d]\nsource = \"demo\"\ntype = \"q3\"\n"), Catch::Matchers::Contains("unknown weight type 'q3'"));
+  CHECK_THAT(error_of("[models.d]\nsource = \"demo\"\npreset = \"7B\"\n"), Catch::Matchers::Contains("7B"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("deployment: mistakes are reported at file:line:column with what was expected", "[manifest]") {
