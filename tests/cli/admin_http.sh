@@ -15,7 +15,7 @@ expect() {  # expect METHOD PATH BODY STATUS PATTERN
   echo "ok: $1 $2 -> $status"
 }
 
-expect GET /admin/engines "" 200 '"id": "scheduler.fifo"'
+expect GET /admin/engines "" 200 '"id": "scheduler.continuous"'
 expect GET /admin/plugins "" 200 '"id": "spec_decode.ngram"'
 expect POST /admin/plugins "{\"manifest\": \"$fixtures/router_v2/plugin.toml\"}" 200 '"id": "router.fixture"'
 expect POST /admin/plugins '{"manifest": "/nonexistent/plugin.toml"}' 404 'cannot open the file'
