@@ -1,8 +1,10 @@
 // The compute pool: worker threads, one per core, that split the dense math of a step. Steps run on
 // the engines' worker actors (their own threads), never on CAF's cooperative scheduler; the pool lets
-// one step use every core.
+// one step use every core. Between jobs a thread spins a little ($TOKENHOST_SPIN_US, default 50
+// microseconds) before it sleeps: a step's products come back to back.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -31,8 +33,10 @@ class ComputePool {
   std::mutex call_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  const std::function<void(size_t, size_t)>* job_ = nullptr;
-  size_t n_ = 0, generation_ = 0, pending_ = 0;
+  const std::function<void(size_t, size_t)>* job_ = nullptr;  // guarded by mutex_
+  size_t n_ = 0;
+  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
+  std::atomic<size_t> pending_{0};       // workers still on the current job
   bool stop_ = false;
 };
 
