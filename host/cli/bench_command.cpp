@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -47,6 +48,21 @@ CLI::Validator http_url() {
       "URL");
 }
 
+// CLI::PositiveNumber prints the whole double range in its message; this says what the value is.
+CLI::Validator positive(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string {
+        try {
+          size_t used = 0;
+          double v = std::stod(s, &used);
+          if (used == s.size() && v > 0 && std::isfinite(v)) return "";
+        } catch (const std::exception&) {
+        }
+        return "'" + s + "' is not a positive number of " + what;
+      },
+      "POSITIVE");
+}
+
 std::atomic<bool> g_stop{false};
 // The first interrupt stops sending (requests in flight finish and the figures are printed); a
 // second one ends the process.
@@ -77,7 +93,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
                    ->capture_default_str()
                    ->check(CLI::Range(1u, 100000u));
   auto* rate = cmd->add_option("--rate,-r", o.rate, "Open loop: mean arrivals per second (Poisson process)")
-                   ->check(CLI::PositiveNumber)
+                   ->check(positive("requests per second"))
                    ->excludes(conc);
   cmd->add_option("--max-concurrency", o.max_concurrency, "Open loop: most requests in flight; later arrivals wait (default: no cap)")
       ->check(CLI::Range(1u, 100000u))
@@ -85,7 +101,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--requests,-n", o.requests, "Measured requests in all (default 100, or unbounded with --duration)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 40));
   cmd->add_option("--duration", o.duration_s, "Seconds to send requests for; those in flight then finish and count")
-      ->check(CLI::PositiveNumber);
+      ->check(positive("seconds"));
   cmd->add_option("--warmup", o.warmup, "Requests sent first and left out of the figures")->capture_default_str();
   cmd->add_option("--prompt-tokens", o.prompt_tokens,
                   "Prompt length in tokens (about words): N, LO:HI (uniform) or normal:MEAN:SD")
@@ -103,7 +119,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
   cmd->add_flag("--no-stream", o.no_stream, "Non-streamed requests (TTFT is then the whole response time; no ITL)");
   cmd->add_option("--timeout", o.timeout_s, "Seconds to wait for a response's next bytes")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive("seconds"));
   cmd->add_option("--json", o.json, "Also write the figures as JSON to FILE ('-': stdout)");
   cmd->add_flag("--quiet,-q", o.quiet, "No progress display nor table (errors still go to stderr)");
   return cmd;

@@ -64,8 +64,8 @@ httplib::Headers headers(const EndpointOptions& o) {
 }
 
 std::string transport_error(const EndpointOptions& o, httplib::Error e) {
-  if (e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout)
-    return "cannot connect to " + o.url + " (" + httplib::to_string(e) + ")";
+  if (e == httplib::Error::Connection) return "cannot connect to " + o.url + " (is a server listening there?)";
+  if (e == httplib::Error::ConnectionTimeout) return "cannot connect to " + o.url + " (no answer within 10 s)";
   if (e == httplib::Error::Read) return "reading the response from " + o.url + " failed (closed, or timed out after " +
                                         std::to_string(int(o.timeout_s)) + " s)";
   return "request to " + o.url + " failed: " + httplib::to_string(e);

@@ -25,15 +25,16 @@ expect_error() {  # expect_error PATTERN ARGS...: `tokenhost bench ARGS` exits n
   echo "ok: bench $*: $(head -1 <<<"$out")"
 }
 
-expect_error "^tokenhost bench: cannot connect to http://127\.0\.0\.1:1 " --url http://127.0.0.1:1
+expect_error "^tokenhost bench: cannot connect to http://127\.0\.0\.1:1 \(is a server listening there\?\)$" --url http://127.0.0.1:1
 expect_error "^tokenhost bench: cannot connect to http://127\.0\.0\.1:1 " --url http://127.0.0.1:1 --model m --requests 3
 expect_error "--url is required" --requests 3
 expect_error "--url: 'ftp://x': expected http://HOST\[:PORT\]\[/PREFIX\]" --url ftp://x
 expect_error "--prompt-tokens: '0': token counts must be in \[1, 1000000\]" --url http://127.0.0.1:1 --prompt-tokens 0
 expect_error "--output-tokens: '9:3': LO must not exceed HI" --url http://127.0.0.1:1 --output-tokens 9:3
 expect_error "--output-tokens: 'normal:5': expected normal:MEAN:SD" --url http://127.0.0.1:1 --output-tokens normal:5
-expect_error "--concurrency" --url http://127.0.0.1:1 --concurrency 0
-expect_error "--rate" --url http://127.0.0.1:1 --rate -2
+expect_error "--concurrency: Value 0 not in range 1 to 100000" --url http://127.0.0.1:1 --concurrency 0
+expect_error "--rate: '-2' is not a positive number of requests per second" --url http://127.0.0.1:1 --rate -2
+expect_error "--duration: '0' is not a positive number of seconds" --url http://127.0.0.1:1 --duration 0
 expect_error "--rate excludes --concurrency|--concurrency excludes --rate" --url http://127.0.0.1:1 --rate 5 --concurrency 2
 expect_error "--max-concurrency requires --rate" --url http://127.0.0.1:1 --max-concurrency 4
 expect_error "--shared-prefix-fraction" --url http://127.0.0.1:1 --shared-prefix-fraction 1.5
