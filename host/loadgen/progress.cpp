@@ -63,18 +63,18 @@ void ProgressDisplay::draw(bool last) {
   const double elapsed =
       std::max(0.0, std::chrono::duration<double>(now_ns - std::chrono::nanoseconds(live_.started_ns.load())).count());
   const uint64_t tokens = live_.tokens.load();
-  if (warming != was_warming_ || tokens < window_tokens_ || elapsed < window_t_) {
-    window_t_ = elapsed;
-    window_tokens_ = tokens;
-    rate_ = 0;
+  if (warming != was_warming_ || (!samples_.empty() && (elapsed < samples_.back().first || tokens < samples_.back().second))) {
+    samples_.clear();  // a new phase
     was_warming_ = warming;
-  } else if (elapsed - window_t_ >= (tty_ ? 2.0 : 4.9) || (last && elapsed - window_t_ > 0.5)) {
-    if (elapsed > window_t_) rate_ = double(tokens - window_tokens_) / (elapsed - window_t_);
-    window_t_ = elapsed;
-    window_tokens_ = tokens;
   }
+  if (samples_.empty()) samples_.emplace_back(0.0, 0);  // the counters start at 0 with each phase
+  samples_.emplace_back(elapsed, tokens);
+  const double window = tty_ ? 3.0 : 10.0;
+  while (samples_.size() > 2 && elapsed - samples_[1].first >= window) samples_.pop_front();
+  const auto& [t0, n0] = samples_.front();
+  const double rate = elapsed - t0 > 0.1 ? double(tokens - n0) / (elapsed - t0) : 0.0;
   std::string text = warming ? "warmup " + std::to_string(live_.done.load()) + "/" + std::to_string(warmup_) + " requests"
-                             : line(live_.done.load(), live_.failed.load(), total_, elapsed, duration_s_, rate_, tty_);
+                             : line(live_.done.load(), live_.failed.load(), total_, elapsed, duration_s_, rate, tty_);
   if (tty_)
     std::fprintf(out_, "\r\033[K%s%s", text.c_str(), last ? "\n" : "");
   else

@@ -1,14 +1,16 @@
 // A progress display for a run: requests done / total, elapsed seconds and the current output
-// tokens/s (over the last few seconds). On a terminal it redraws one line four times a second;
+// tokens/s (over the last 3 seconds, or 10 when not on a terminal). On a terminal it redraws one line four times a second;
 // otherwise it writes a line every 5 seconds.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "loadgen/runner.hpp"
 
@@ -40,10 +42,8 @@ class ProgressDisplay {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;
-  // a recent (time, tokens) sample, for the current rate
-  double window_t_ = 0;
-  uint64_t window_tokens_ = 0;
-  double rate_ = 0;
+  // (elapsed seconds, tokens) samples of the last few seconds, for the current rate
+  std::deque<std::pair<double, uint64_t>> samples_;
   bool was_warming_ = false;
 };
 
