@@ -1,5 +1,5 @@
 // tokenhost: the command line. serve runs a deployment; check validates one; plugins lists and
-// inspects the plugins the host can load.
+// inspects the plugins the host can load; bench load-tests an OpenAI-compatible server.
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
 #include "http/http_servers.hpp"
@@ -214,6 +215,8 @@ int main(int argc, char** argv) {
   auto* generate = add_generate_command(app, generate_options);
   MakeModelCommand make_model_options;
   auto* make_model_cmd = add_make_model_command(app, make_model_options);
+  BenchOptions bench_options;
+  auto* bench = add_bench_command(app, bench_options);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -222,6 +225,7 @@ int main(int argc, char** argv) {
     if (*check) return run_check(check_manifest, !no_load);
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);
+    if (*bench) return run_bench(bench_options);
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";

@@ -14,5 +14,6 @@ check "check" "file:line:column"
 check "plugins" "list"
 check "plugins list" "One line per plugin"
 check "plugins inspect" "whether its library loads"
+check "bench" "OpenAI-compatible"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
 echo "all --help pages present"

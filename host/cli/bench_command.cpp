@@ -1,0 +1,222 @@
+#include "cli/bench_command.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/client.hpp"
+#include "loadgen/distribution.hpp"
+#include "loadgen/progress.hpp"
+#include "loadgen/prompts.hpp"
+#include "loadgen/report.hpp"
+#include "loadgen/runner.hpp"
+
+namespace tokenhost {
+namespace {
+
+using namespace loadgen;
+
+CLI::Validator token_count_spec() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_length_distribution(s);
+          return "";
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      "N|LO:HI|normal:MEAN:SD");
+}
+
+CLI::Validator http_url() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_url(s);
+          return "";
+        } catch (const std::invalid_argument& e) {
+          return e.what();
+        }
+      },
+      "URL");
+}
+
+// CLI::PositiveNumber prints the whole double range in its message; this says what the value is.
+CLI::Validator positive(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) -> std::string {
+        try {
+          size_t used = 0;
+          double v = std::stod(s, &used);
+          if (used == s.size() && v > 0 && std::isfinite(v)) return "";
+        } catch (const std::exception&) {
+        }
+        return "'" + s + "' is not a positive number of " + what;
+      },
+      "POSITIVE");
+}
+
+std::atomic<bool> g_stop{false};
+// The first interrupt stops sending (requests in flight finish and the figures are printed); a
+// second one ends the process.
+extern "C" void on_bench_signal(int) {
+  g_stop = true;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Load-test an OpenAI-compatible server (tokenhost, llama-server, vLLM, ...) with streamed requests\n"
+      "and synthetic prompts; report throughput, TTFT, inter-token latency and end-to-end latency.\n"
+      "Closed loop: --concurrency N requests always in flight. Open loop: --rate R Poisson arrivals.\n"
+      "Prompts are words from a fixed list of 100 common English words, about one token each.\n"
+      "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
+      "The table goes to stdout (to stderr with --json -); exits 1 when any request failed.\n"
+      "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.");
+  cmd->add_option("--url", o.url, "Server base URL, http://HOST:PORT (without /v1)")->required()->check(http_url());
+  cmd->add_option("--endpoint", o.endpoint, "completions (/v1/completions) or chat (/v1/chat/completions)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"completions", "chat"}));
+  cmd->add_option("--model", o.model, "Model name to send (default: the first of GET /v1/models; none if that fails)");
+  cmd->add_option("--api-key", o.api_key, "Sent as 'Authorization: Bearer KEY'")->envname("OPENAI_API_KEY");
+  auto* conc = cmd->add_option("--concurrency,-c", o.concurrency, "Closed loop: requests in flight at all times")
+                   ->capture_default_str()
+                   ->check(CLI::Range(1u, 100000u));
+  auto* rate = cmd->add_option("--rate,-r", o.rate, "Open loop: mean arrivals per second (Poisson process)")
+                   ->check(positive("requests per second"))
+                   ->excludes(conc);
+  cmd->add_option("--max-concurrency", o.max_concurrency, "Open loop: most requests in flight; later arrivals wait (default: no cap)")
+      ->check(CLI::Range(1u, 100000u))
+      ->needs(rate);
+  cmd->add_option("--requests,-n", o.requests, "Measured requests in all (default 100, or unbounded with --duration)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 40));
+  cmd->add_option("--duration", o.duration_s, "Seconds to send requests for; those in flight then finish and count")
+      ->check(positive("seconds"));
+  cmd->add_option("--warmup", o.warmup, "Requests sent first and left out of the figures")->capture_default_str();
+  cmd->add_option("--prompt-tokens", o.prompt_tokens,
+                  "Prompt length in tokens (about words): N, LO:HI (uniform) or normal:MEAN:SD")
+      ->capture_default_str()
+      ->check(token_count_spec());
+  cmd->add_option("--output-tokens", o.output_tokens, "Output length in tokens, sent as max_tokens: N, LO:HI or normal:MEAN:SD")
+      ->capture_default_str()
+      ->check(token_count_spec());
+  cmd->add_flag("--ignore-eos", o.ignore_eos, "Send \"ignore_eos\": true (vLLM, llama.cpp) so outputs run to max_tokens");
+  cmd->add_option("--shared-prefix-fraction", o.shared_prefix_fraction,
+                  "Fraction (0..1) of each prompt that is a prefix common to all requests")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", o.seed, "Seed of the prompts, lengths and arrival times")->capture_default_str();
+  cmd->add_flag("--no-stream", o.no_stream, "Non-streamed requests (TTFT is then the whole response time; no ITL)");
+  cmd->add_option("--timeout", o.timeout_s, "Seconds to wait for a response's next bytes")
+      ->capture_default_str()
+      ->check(positive("seconds"));
+  cmd->add_option("--json", o.json, "Also write the figures as JSON to FILE ('-': stdout)");
+  cmd->add_flag("--quiet,-q", o.quiet, "No progress display nor table (errors still go to stderr)");
+  return cmd;
+}
+
+int run_bench(const BenchOptions& o) {
+  EndpointOptions ep;
+  ep.url = o.url;
+  ep.chat = o.endpoint == "chat";
+  ep.model = o.model;
+  ep.api_key = o.api_key;
+  ep.stream = !o.no_stream;
+  ep.ignore_eos = o.ignore_eos;
+  ep.timeout_s = o.timeout_s;
+
+  ModelsProbe probe = probe_models(ep);
+  if (!probe.reachable) {
+    std::cerr << "tokenhost bench: " << probe.error << "\n";
+    return 1;
+  }
+  if (ep.model.empty()) {
+    if (probe.first_model)
+      ep.model = *probe.first_model;
+    else
+      std::cerr << "tokenhost bench: " << probe.error << "; sending no model field\n";
+  }
+
+  LoadOptions load;
+  load.concurrency = o.concurrency;
+  load.rate = o.rate;
+  load.max_concurrency = o.max_concurrency;
+  load.requests = o.requests == 0 && o.duration_s <= 0 ? 100 : o.requests;
+  load.duration_s = o.duration_s;
+  load.warmup = o.warmup;
+  load.seed = o.seed * 0x9e3779b97f4a7c15ULL + 1;
+  load.stop = &g_stop;
+
+  PromptGenerator prompts(parse_length_distribution(o.prompt_tokens), parse_length_distribution(o.output_tokens),
+                          o.shared_prefix_fraction, o.seed);
+  nlohmann::json config = {{"url", o.url},
+                           {"endpoint", ep.chat ? "/v1/chat/completions" : "/v1/completions"},
+                           {"model", ep.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(ep.model)},
+                           {"stream", ep.stream},
+                           {"mode", load.rate > 0 ? "open" : "closed"},
+                           {"concurrency", load.rate > 0 ? nlohmann::json(nullptr) : nlohmann::json(load.concurrency)},
+                           {"rate", load.rate > 0 ? nlohmann::json(load.rate) : nlohmann::json(nullptr)},
+                           {"max_concurrency", load.max_concurrency > 0 ? nlohmann::json(load.max_concurrency) : nlohmann::json(nullptr)},
+                           {"requests", load.requests > 0 ? nlohmann::json(load.requests) : nlohmann::json(nullptr)},
+                           {"duration_s", load.duration_s > 0 ? nlohmann::json(load.duration_s) : nlohmann::json(nullptr)},
+                           {"warmup", load.warmup},
+                           {"prompt_tokens", o.prompt_tokens},
+                           {"output_tokens", o.output_tokens},
+                           {"ignore_eos", o.ignore_eos},
+                           {"shared_prefix_fraction", o.shared_prefix_fraction},
+                           {"seed", o.seed}};
+  if (!o.quiet) {
+    std::cerr << "bench: " << o.url << config["endpoint"].get<std::string>() << ", model "
+              << (ep.model.empty() ? std::string("(none)") : ep.model) << ", "
+              << (load.rate > 0 ? "open loop, " + std::to_string(load.rate) + " req/s" +
+                                      (load.max_concurrency ? ", at most " + std::to_string(load.max_concurrency) + " in flight" : "")
+                                : "closed loop, concurrency " + std::to_string(load.concurrency))
+              << ", prompt " << o.prompt_tokens << " tokens, output " << o.output_tokens << " tokens"
+              << (ep.stream ? "" : ", not streamed") << "\n";
+  }
+
+  g_stop = false;
+  auto old_int = std::signal(SIGINT, on_bench_signal);
+  LiveCounters live;
+  RunResult run;
+  {
+    std::unique_ptr<ProgressDisplay> progress;
+    if (!o.quiet)
+      progress = std::make_unique<ProgressDisplay>(live, load.requests, load.duration_s, load.warmup, isatty(fileno(stderr)) != 0);
+    run = run_load(ep, load, [&] { return prompts.next(); }, &live);
+  }
+  std::signal(SIGINT, old_int);
+  if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";
+
+  Report report = make_report(run);
+  const bool json_stdout = o.json == "-";
+  if (!o.quiet) (json_stdout ? std::cerr : std::cout) << format_table(report) << std::flush;
+  if (!o.json.empty()) {
+    std::string text = to_json(report, config).dump(2) + "\n";
+    if (json_stdout) {
+      std::cout << text << std::flush;
+    } else {
+      std::ofstream f(o.json);
+      f << text;
+      if (!f) {
+        std::cerr << "tokenhost bench: cannot write " << o.json << "\n";
+        return 1;
+      }
+    }
+  }
+  if (report.failed > 0 && o.quiet)
+    for (const auto& [msg, n] : report.errors) std::cerr << "tokenhost bench: " << n << " request(s) failed: " << msg << "\n";
+  return report.failed > 0 || report.ok == 0 ? 1 : 0;
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,41 @@
+// `tokenhost bench`: a load generator for any OpenAI-compatible endpoint (tokenhost, llama-server,
+// vLLM, ...). It sends streamed completion requests with synthetic prompts in a closed loop (fixed
+// concurrency) or an open loop (Poisson arrivals), and reports throughput and latency (TTFT, ITL,
+// end to end) as a table and as JSON. The work is in host/loadgen/.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace tokenhost {
+
+struct BenchOptions {
+  std::string url;
+  std::string endpoint = "completions";
+  std::string model;
+  std::string api_key;
+  uint32_t concurrency = 1;
+  double rate = 0;
+  uint32_t max_concurrency = 0;
+  uint64_t requests = 0;  // 0: 100 unless --duration is given
+  double duration_s = 0;
+  uint32_t warmup = 0;
+  std::string prompt_tokens = "128";
+  std::string output_tokens = "128";
+  bool ignore_eos = false;
+  double shared_prefix_fraction = 0;
+  uint64_t seed = 0;
+  bool no_stream = false;
+  double timeout_s = 600;
+  std::string json;
+  bool quiet = false;
+};
+
+// Adds the bench subcommand and its options to app; run_bench runs it. Exit status: 0 when every
+// measured request succeeded, 1 when some failed or the server could not be reached.
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
+int run_bench(const BenchOptions& options);
+
+}  // namespace tokenhost

@@ -1,0 +1,282 @@
+// The load generator end to end against a fake OpenAI server in the test: a cpp-httplib server on
+// 127.0.0.1 (port chosen by the system) that streams max_tokens SSE chunks, the first after a known
+// delay and each next one after another, then a usage chunk and data: [DONE]. Closed loop with
+// concurrency 4 and 20 requests; an open loop with a cap; a duration-bounded run; and failures: HTTP
+// 400 with a message, malformed SSE data, nothing listening.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "loadgen/client.hpp"
+#include "loadgen/progress.hpp"
+#include "loadgen/prompts.hpp"
+#include "loadgen/report.hpp"
+#include "loadgen/runner.hpp"
+
+using namespace tokenhost::loadgen;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kFirstDelayMs = 50;
+constexpr int kTokenDelayMs = 20;
+
+class FakeServer {
+ public:
+  enum class Mode { ok, bad_request, garbage };
+
+  explicit FakeServer(Mode mode, bool send_usage = true) : mode_(mode), send_usage_(send_usage) {
+    server_.new_task_queue = [] { return new httplib::ThreadPool(16); };
+    server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+    });
+    server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeServer() {
+    server_.stop();
+    thread_.join();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<json> bodies() {
+    std::lock_guard lock(mu_);
+    return bodies_;
+  }
+  int max_in_flight() const { return max_in_flight_; }
+
+ private:
+  void complete(const httplib::Request& req, httplib::Response& res) {
+    json body = json::parse(req.body);
+    {
+      std::lock_guard lock(mu_);
+      bodies_.push_back(body);
+    }
+    if (mode_ == Mode::bad_request) {
+      res.status = 400;
+      res.set_content(R"({"error":{"message":"max_tokens must be at most 4","type":"invalid_request_error"}})", "application/json");
+      return;
+    }
+    const int n = body.at("max_tokens").get<int>();
+    const int now = ++in_flight_;
+    for (int m = max_in_flight_; now > m && !max_in_flight_.compare_exchange_weak(m, now);) {
+    }
+    auto sent = std::make_shared<int>(0);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, n, sent](size_t, httplib::DataSink& sink) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(*sent == 0 ? kFirstDelayMs : kTokenDelayMs));
+          std::string out;
+          if (mode_ == Mode::garbage) {
+            out = "data: {\"choices\": [{\"text\": \"x\"\n\n";
+          } else {
+            json chunk = {{"object", "text_completion"},
+                          {"choices", {{{"index", 0}, {"text", " tok" + std::to_string(*sent)},
+                                        {"finish_reason", *sent + 1 == n ? json("length") : json(nullptr)}}}}};
+            out = "data: " + chunk.dump() + "\n\n";
+          }
+          if (++*sent == n || mode_ == Mode::garbage) {
+            if (send_usage_ && mode_ == Mode::ok)
+              out += "data: " + json{{"choices", json::array()}, {"usage", {{"prompt_tokens", 11}, {"completion_tokens", n}}}}.dump() + "\n\n";
+            out += "data: [DONE]\n\n";
+            sink.write(out.data(), out.size());
+            sink.done();
+          } else {
+            sink.write(out.data(), out.size());
+          }
+          return true;
+        },
+        [this](bool) { --in_flight_; });
+  }
+
+  Mode mode_;
+  bool send_usage_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<json> bodies_;
+  std::atomic<int> in_flight_{0}, max_in_flight_{0};
+};
+
+struct Run {
+  RunResult result;
+  Report report;
+};
+
+Run drive(const std::string& url, LoadOptions load, uint32_t output_tokens = 6, LiveCounters* live = nullptr) {
+  EndpointOptions ep;
+  ep.url = url;
+  ep.timeout_s = 20;
+  ModelsProbe probe = probe_models(ep);
+  REQUIRE(probe.reachable);
+  REQUIRE(probe.first_model == "fake-model");
+  ep.model = *probe.first_model;
+  PromptGenerator prompts(parse_length_distribution("20:40"), parse_length_distribution(std::to_string(output_tokens)), 0.5, 3);
+  Run r;
+  r.result = run_load(ep, load, [&] { return prompts.next(); }, live);
+  r.report = make_report(r.result);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("loadgen: a closed loop against a fake streaming server", "[loadgen]") {
+  FakeServer fake(FakeServer::Mode::ok);
+  LoadOptions load;
+  load.concurrency = 4;
+  load.requests = 20;
+  load.warmup = 2;
+  LiveCounters live;
+  Run run = drive(fake.url(), load, 6, &live);
+  const Report& rep = run.report;
+  INFO(format_table(rep));
+  REQUIRE(rep.ok == 20);
+  CHECK(rep.failed == 0);
+  CHECK(run.result.results.size() == 20);
+  CHECK(fake.bodies().size() == 22);  // the warmup requests too
+  CHECK(fake.max_in_flight() == 4);
+  CHECK(live.done == 20);
+  CHECK(live.tokens == 20 * 6);
+  for (const auto& b : fake.bodies()) {
+    CHECK(b.at("model") == "fake-model");
+    CHECK(b.at("stream") == true);
+    CHECK(b.at("stream_options").at("include_usage") == true);
+    CHECK(b.at("max_tokens") == 6);
+    CHECK_FALSE(b.contains("ignore_eos"));
+  }
+  for (const auto& r : run.result.results) {
+    CHECK(r.output_tokens == 6);
+    CHECK(r.token_times_s.size() == 6);
+    CHECK(r.prompt_tokens == 11u);
+    CHECK(r.token_times_s.front() >= kFirstDelayMs / 1e3);
+    CHECK(r.latency_s >= r.token_times_s.back());
+  }
+  CHECK(rep.output_tokens == 120);
+  CHECK(rep.input_tokens == 20 * 11);
+  CHECK(rep.input_tokens_from_server);
+  CHECK(rep.ttft_ms.count == 20);
+  CHECK(rep.ttft_ms.min >= kFirstDelayMs);
+  CHECK(rep.itl_ms.count == 20 * 5);
+  CHECK(rep.itl_ms.p50 >= 0.75 * kTokenDelayMs);
+  CHECK(rep.itl_ms.p50 <= 2.5 * kTokenDelayMs);
+  CHECK(rep.itl_ms.mean >= 0.9 * kTokenDelayMs);
+  CHECK(rep.itl_ms.mean <= 2.5 * kTokenDelayMs);
+  // Five rounds of about 50 + 5 * 20 ms each.
+  const double one = (kFirstDelayMs + 5 * kTokenDelayMs) / 1e3;
+  CHECK(rep.wall_s >= 5 * one);
+  CHECK(rep.e2e_ms.min >= 1e3 * one);
+  CHECK(rep.request_throughput == Approx(20 / rep.wall_s));
+  CHECK(rep.output_throughput == Approx(120 / rep.wall_s));
+
+  json j = to_json(rep, {{"url", fake.url()}});
+  for (const char* key : {"requests_ok", "requests_failed", "errors", "wall_time_s", "request_throughput", "output_tokens",
+                          "output_throughput", "input_tokens", "input_tokens_source", "ttft_ms", "itl_ms", "e2e_latency_ms",
+                          "per_request_output_throughput", "config"})
+    CHECK(j.contains(key));
+  CHECK(j["ttft_ms"]["p99"].get<double>() == Approx(rep.ttft_ms.p99));
+  CHECK(j["input_tokens_source"] == "server");
+}
+
+TEST_CASE("loadgen: without a usage chunk the tokens are the chunks with text", "[loadgen]") {
+  FakeServer fake(FakeServer::Mode::ok, false);
+  LoadOptions load;
+  load.concurrency = 2;
+  load.requests = 4;
+  Run run = drive(fake.url(), load, 3);
+  REQUIRE(run.report.ok == 4);
+  CHECK(run.report.output_tokens == 12);
+  CHECK_FALSE(run.report.input_tokens_from_server);
+  uint64_t words = 0;
+  for (const auto& r : run.result.results) words += r.prompt_words;
+  CHECK(run.report.input_tokens == words);
+}
+
+TEST_CASE("loadgen: an open loop with a concurrency cap, and a duration-bounded closed loop", "[loadgen]") {
+  FakeServer fake(FakeServer::Mode::ok);
+  LoadOptions open;
+  open.rate = 40;
+  open.max_concurrency = 3;
+  open.requests = 12;
+  open.seed = 5;
+  Run run = drive(fake.url(), open, 4);
+  CHECK(run.report.ok == 12);
+  CHECK(fake.max_in_flight() <= 3);
+
+  FakeServer fake2(FakeServer::Mode::ok);
+  LoadOptions timed;
+  timed.concurrency = 2;
+  timed.duration_s = 0.4;
+  Run run2 = drive(fake2.url(), timed, 2);
+  CHECK(run2.report.failed == 0);
+  CHECK(run2.report.ok >= 2);
+  for (const auto& r : run2.result.results) CHECK(r.start_s < 0.4);
+}
+
+TEST_CASE("loadgen: HTTP errors, malformed SSE and an unreachable server are failures with their message", "[loadgen]") {
+  {
+    FakeServer fake(FakeServer::Mode::bad_request);
+    LoadOptions load;
+    load.concurrency = 4;
+    load.requests = 20;
+    Run run = drive(fake.url(), load);
+    CHECK(run.report.ok == 0);
+    CHECK(run.report.failed == 20);
+    REQUIRE(run.report.errors.size() == 1);
+    CHECK(run.report.errors[0].first == "HTTP 400: max_tokens must be at most 4");
+    CHECK(run.report.errors[0].second == 20);
+    CHECK(run.report.ttft_ms.count == 0);
+    CHECK(to_json(run.report, {})["ttft_ms"]["p50"].is_null());
+    CHECK_THAT(format_table(run.report), Catch::Contains("20 x HTTP 400: max_tokens must be at most 4"));
+  }
+  {
+    FakeServer fake(FakeServer::Mode::garbage);
+    LoadOptions load;
+    load.concurrency = 2;
+    load.requests = 3;
+    Run run = drive(fake.url(), load);
+    CHECK(run.report.failed == 3);
+    REQUIRE_FALSE(run.report.errors.empty());
+    CHECK_THAT(run.report.errors[0].first, Catch::StartsWith("malformed SSE data: not JSON: {\"choices\""));
+  }
+  {
+    // Port 1 (tcpmux): nothing listens there.
+    EndpointOptions ep;
+    ep.url = "http://127.0.0.1:1";
+    ModelsProbe probe = probe_models(ep);
+    CHECK_FALSE(probe.reachable);
+    CHECK(probe.error == "cannot connect to http://127.0.0.1:1 (is a server listening there?)");
+    Client client(ep);
+    Prompt p;
+    p.text = "hello";
+    p.max_tokens = 2;
+    RequestResult r = client.send(p);
+    CHECK_FALSE(r.ok);
+    CHECK_THAT(r.error, Catch::StartsWith("cannot connect to " + ep.url));
+  }
+}
+
+TEST_CASE("loadgen: URLs and progress lines", "[loadgen]") {
+  Target t = parse_url("http://localhost:8080/v1/");
+  CHECK(t.host == "localhost");
+  CHECK(t.port == 8080);
+  CHECK(t.base_path.empty());
+  t = parse_url("http://10.0.0.1/api");
+  CHECK(t.port == 80);
+  CHECK(t.base_path == "/api");
+  CHECK_THROWS_WITH(parse_url("https://x"), "'https://x': https is not supported (use http://)");
+  CHECK_THROWS_WITH(parse_url("localhost:8080"), "'localhost:8080': expected http://HOST[:PORT][/PREFIX]");
+  CHECK_THROWS_WITH(parse_url("http://h:99999"), "'http://h:99999': '99999' is not a port number");
+  CHECK(ProgressDisplay::line(5, 1, 10, 2.5, 0, 123.45, false) == "5/10 requests (1 failed), 2.5 s, 123.5 tokens/s");
+  CHECK(ProgressDisplay::line(5, 0, 0, 30, 60, 1, true) == "[############............] 5 requests, 30.0/60 s, 1.0 tokens/s");
+}
