@@ -54,31 +54,45 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   if (params_.temperature == 0.0f) {
     out.token = *std::min_element(order.begin(), order.end(), by_logit);
   } else {
-    // Candidates in descending order, cut by top-k, then min-p and top-p on the tempered distribution.
-    size_t k = params_.top_k > 0 ? std::min(order.size(), size_t(params_.top_k)) : order.size();
-    std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
-    order.resize(k);
+    // Candidates: the top-k (sorted) when top_k is set, else every token (in id order: sorting the
+    // whole vocabulary per token is what top-p alone needs, and only then is it paid for).
+    size_t k = order.size();
+    if (params_.top_k > 0 && size_t(params_.top_k) < order.size()) {
+      k = size_t(params_.top_k);
+      std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
+      order.resize(k);
+    } else if (params_.top_p < 1.0f) {
+      std::sort(order.begin(), order.end(), by_logit);
+    }
+    const double top = max_logit;
     std::vector<double> probs(k);
-    const double top = logits[size_t(order[0])];
     for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
-    double total = std::accumulate(probs.begin(), probs.end(), 0.0);
-    size_t keep = k;
     if (params_.min_p > 0.0f) {
-      // probs[0] is the best; keep those at least min_p times as likely.
-      keep = 1;
-      while (keep < k && probs[keep] >= params_.min_p * probs[0]) ++keep;
+      // Drop tokens less than min_p times as likely as the best (the best has weight 1 here).
+      size_t kept = 0;
+      for (size_t i = 0; i < k; ++i) {
+        if (probs[i] >= params_.min_p) {
+          probs[kept] = probs[i];
+          order[kept++] = order[i];
+        }
+      }
+      k = kept;
+      probs.resize(k);
+      order.resize(k);
     }
     if (params_.top_p < 1.0f) {
+      // order is sorted here: keep the smallest prefix whose mass reaches top_p.
+      const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
       double sum = 0;
-      for (size_t i = 0; i < keep; ++i) {
+      for (size_t i = 0; i < k; ++i) {
         sum += probs[i] / total;
         if (sum >= params_.top_p) {
-          keep = i + 1;
+          k = i + 1;
           break;
         }
       }
     }
-    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + long(keep));
+    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + long(k));
     out.token = order[pick(rng_)];
   }
   out.logprob = logprob(out.token);
