@@ -422,13 +422,14 @@ struct NoRowDot4 {};
 // Output rows are split across the pool; dot(row, r) is one output, dot4(row, r, out) the outputs of
 // rows r..r+3 (identical arithmetic, the weight row loaded once), when the type has such a kernel.
 template <class RowDot, class RowDot4 = NoRowDot4>
-void for_rows(const WeightView& w, size_t n_rows, float* y, RowDot dot, RowDot4 dot4 = {}) {
+void for_rows(const WeightView& w, size_t n_rows, size_t act_row_bytes, float* y, RowDot dot, RowDot4 dot4 = {}) {
   const size_t rows = size_t(w.rows);
   // Small products are not worth waking the pool.
   const bool parallel = rows * size_t(w.cols) * n_rows >= 32768;
-  // Activation rows go in groups small enough to stay in L1/L2 while the thread's weight rows stream
-  // past them; each output is still one dot product in a fixed order (batch-invariant).
-  const size_t group = std::max<size_t>(4, (16 * 1024) / (size_t(w.cols) * sizeof(float)));
+  // Activation rows go in groups small enough to stay in L2 while the thread's weight rows stream
+  // past them (each weight row is read from memory once per group), in multiples of four for the
+  // four-row kernels; each output is still one dot product in a fixed order (batch-invariant).
+  const size_t group = std::max<size_t>(4, ((64 * 1024) / std::max<size_t>(act_row_bytes, 1)) & ~size_t(3));
   auto body = [&](size_t begin, size_t end) {
     for (size_t r0 = 0; r0 < n_rows; r0 += group) {
       const size_t r1 = std::min(n_rows, r0 + group);
@@ -457,7 +458,7 @@ template <class W, class A>
 void with_kernels(const WeightView& w, size_t n_rows, float* y, float (*one)(const W*, const A*, size_t),
                   void (*four)(const W*, const A*, size_t, size_t, float*), const A* act, size_t stride) {
   for_rows(
-      w, n_rows, y,
+      w, n_rows, stride * sizeof(A), y,
       [&](const uint8_t* row, size_t r) { return one(reinterpret_cast<const W*>(row), act + r * stride, stride); },
       [&](const uint8_t* row, size_t r, float* out) {
         four(reinterpret_cast<const W*>(row), act + r * stride, stride, stride, out);
@@ -498,7 +499,7 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
       // call too: another product may reuse the same address for other data.
       static std::atomic<uint64_t> calls{0};
       const uint64_t call = ++calls;
-      for_rows(w, n_rows, y, [&](const uint8_t* row, size_t r) {
+      for_rows(w, n_rows, cols * sizeof(float), y, [&](const uint8_t* row, size_t r) {
         thread_local std::vector<float> buffer;
         thread_local const uint8_t* buffered = nullptr;
         thread_local uint64_t buffered_call = 0;
