@@ -37,13 +37,6 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block layouts");
 
-// Two activation blocks laid out for 512-bit kernels: their 64 bytes in one load, and each block's
-// scale repeated over the 8 lanes its partial sums land in.
-struct QPair {
-  int8_t q[2 * kBlock];
-  float d[16];
-};
-
 void quantize_activations(const float* x, size_t n, QBlock* out) {
   for (size_t b = 0; b < n / kBlock; ++b) {
     float amax = 0;
@@ -51,18 +44,6 @@ void quantize_activations(const float* x, size_t n, QBlock* out) {
     float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
     out[b].d = d;
     for (size_t i = 0; i < kBlock; ++i) out[b].q[i] = int8_t(std::lround(x[b * kBlock + i] * inv));
-  }
-}
-
-// The same rounding as quantize_activations, into pairs (n a multiple of 64).
-void quantize_activation_pairs(const float* x, size_t n, QPair* out) {
-  QBlock b[2];
-  for (size_t p = 0; p < n / (2 * kBlock); ++p) {
-    quantize_activations(x + p * 2 * kBlock, 2 * kBlock, b);
-    for (size_t h = 0; h < 2; ++h) {
-      std::memcpy(out[p].q + h * kBlock, b[h].q, kBlock);
-      for (size_t i = 0; i < 8; ++i) out[p].d[h * 8 + i] = b[h].d;
-    }
   }
 }
 
@@ -284,92 +265,6 @@ TH_AVX2 void dot_q4_0_x4_avx2(const BlockQ4_0* w, const QBlock* x, size_t stride
   }
   for (size_t k = 0; k < 4; ++k) out[k] = hsum(acc[k]);
 }
-
-// ---- AVX-512 VNNI kernels (Ice Lake and later, Zen 4): two blocks per 512-bit register, the byte
-// products summed by vpdpbusd (unsigned x signed, so |w| against x carrying w's sign). One-row and
-// four-row kernels share the per-row arithmetic, as above. ----
-#define TH_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-// GCC 12's AVX-512 headers build results from _mm512_undefined_*(), which -Wuninitialized flags.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-// Two weight blocks' scales, each over the 8 lanes of its block.
-TH_VNNI inline __m512 pair_scales(uint16_t d0, uint16_t d1) {
-  const __m256 a = _mm256_set1_ps(_cvtsh_ss(d0)), b = _mm256_set1_ps(_cvtsh_ss(d1));
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
-}
-
-// The 16 int32 partial sums of |w| . (x signed like w), as floats.
-TH_VNNI inline __m512 pair_dot(__m512i abs_w, __mmask64 negative, const int8_t* xq) {
-  __m512i x = _mm512_loadu_si512(xq);
-  __m512i sx = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
-  return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, sx));
-}
-
-TH_VNNI inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
-
-// Weight pair p of a q8_0 row as |w| and the mask of its negative bytes.
-TH_VNNI inline void load_q8_0_pair(const BlockQ8_0* w, __m512i& abs_w, __mmask64& negative) {
-  __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[0].q))),
-                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[1].q)), 1);
-  abs_w = _mm512_abs_epi8(v);
-  negative = _mm512_movepi8_mask(v);
-}
-
-// The same for q4_0: nibbles unpacked (element j low nibble of byte j, element j + 16 its high
-// nibble) and 8 subtracted.
-TH_VNNI inline void load_q4_0_pair(const BlockQ4_0* w, __m512i& abs_w, __mmask64& negative) {
-  const __m256i packed = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[1].q)),
-                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[0].q)));
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-  __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(lo, hi, 0x20)),
-                                 _mm256_permute2x128_si256(lo, hi, 0x31), 1);
-  v = _mm512_sub_epi8(v, _mm512_set1_epi8(8));
-  abs_w = _mm512_abs_epi8(v);
-  negative = _mm512_movepi8_mask(v);
-}
-
-template <class Block, void (*LoadPair)(const Block*, __m512i&, __mmask64&)>
-TH_VNNI float dot_pairs_vnni(const Block* w, const QPair* x, size_t n_pairs) {
-  __m512 acc = _mm512_setzero_ps();
-  for (size_t p = 0; p < n_pairs; ++p) {
-    __m512i abs_w;
-    __mmask64 negative;
-    LoadPair(w + 2 * p, abs_w, negative);
-    const __m512 scale = _mm512_mul_ps(pair_scales(w[2 * p].d, w[2 * p + 1].d), _mm512_loadu_ps(x[p].d));
-    acc = _mm512_fmadd_ps(pair_dot(abs_w, negative, x[p].q), scale, acc);
-  }
-  return hsum512(acc);
-}
-
-template <class Block, void (*LoadPair)(const Block*, __m512i&, __mmask64&)>
-TH_VNNI void dot_pairs_x4_vnni(const Block* w, const QPair* x, size_t stride, size_t n_pairs, float* out) {
-  __m512 acc[4];
-  for (size_t k = 0; k < 4; ++k) acc[k] = _mm512_setzero_ps();
-  for (size_t p = 0; p < n_pairs; ++p) {
-    __m512i abs_w;
-    __mmask64 negative;
-    LoadPair(w + 2 * p, abs_w, negative);
-    const __m512 dw = pair_scales(w[2 * p].d, w[2 * p + 1].d);
-    for (size_t k = 0; k < 4; ++k) {
-      const QPair& xp = x[k * stride + p];
-      acc[k] = _mm512_fmadd_ps(pair_dot(abs_w, negative, xp.q), _mm512_mul_ps(dw, _mm512_loadu_ps(xp.d)), acc[k]);
-    }
-  }
-  for (size_t k = 0; k < 4; ++k) out[k] = hsum512(acc[k]);
-}
-
-TH_VNNI float dot_q8_0_vnni(const BlockQ8_0* w, const QPair* x, size_t n) { return dot_pairs_vnni<BlockQ8_0, load_q8_0_pair>(w, x, n); }
-TH_VNNI void dot_q8_0_x4_vnni(const BlockQ8_0* w, const QPair* x, size_t stride, size_t n, float* out) {
-  dot_pairs_x4_vnni<BlockQ8_0, load_q8_0_pair>(w, x, stride, n, out);
-}
-TH_VNNI float dot_q4_0_vnni(const BlockQ4_0* w, const QPair* x, size_t n) { return dot_pairs_vnni<BlockQ4_0, load_q4_0_pair>(w, x, n); }
-TH_VNNI void dot_q4_0_x4_vnni(const BlockQ4_0* w, const QPair* x, size_t stride, size_t n, float* out) {
-  dot_pairs_x4_vnni<BlockQ4_0, load_q4_0_pair>(w, x, stride, n, out);
-}
-#pragma GCC diagnostic pop
 #endif
 
 struct Kernels {
@@ -382,12 +277,6 @@ struct Kernels {
   void (*f16x4)(const uint16_t*, const float*, size_t, size_t, float*);
   void (*q4_0x4)(const BlockQ4_0*, const QBlock*, size_t, size_t, float*);
   const char* name;
-  // Kernels over block pairs (QPair activations), used for rows of an even number of blocks; NULL
-  // where the CPU lacks them.
-  float (*q8_0_pairs)(const BlockQ8_0*, const QPair*, size_t) = nullptr;
-  void (*q8_0_pairs_x4)(const BlockQ8_0*, const QPair*, size_t, size_t, float*) = nullptr;
-  float (*q4_0_pairs)(const BlockQ4_0*, const QPair*, size_t) = nullptr;
-  void (*q4_0_pairs_x4)(const BlockQ4_0*, const QPair*, size_t, size_t, float*) = nullptr;
 };
 
 const Kernels& kernels() {
@@ -395,19 +284,9 @@ const Kernels& kernels() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr) {
-      Kernels k{dot_f32_avx2,     dot_f16_avx2,    dot_q8_0_avx2,    dot_q4_0_avx2, dot_f32_x4_avx2,
-                dot_q8_0_x4_avx2, dot_f16_x4_avx2, dot_q4_0_x4_avx2, "avx2"};
-      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-          __builtin_cpu_supports("avx512vnni") && std::getenv("TOKENHOST_NO_AVX512") == nullptr) {
-        k.name = "avx2+avx512vnni";
-        k.q8_0_pairs = dot_q8_0_vnni;
-        k.q8_0_pairs_x4 = dot_q8_0_x4_vnni;
-        k.q4_0_pairs = dot_q4_0_vnni;
-        k.q4_0_pairs_x4 = dot_q4_0_x4_vnni;
-      }
-      return k;
-    }
+        std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr)
+      return Kernels{dot_f32_avx2,    dot_f16_avx2,     dot_q8_0_avx2,    dot_q4_0_avx2,   dot_f32_x4_avx2,
+                     dot_q8_0_x4_avx2, dot_f16_x4_avx2, dot_q4_0_x4_avx2, "avx2"};
 #endif
     return Kernels{dot_f32_portable,     dot_f16_portable,    dot_q8_0_portable,    dot_q4_0_portable,
                    dot_f32_x4_portable,  dot_q8_0_x4_portable, dot_f16_x4_portable, dot_q4_0_x4_portable,
@@ -480,14 +359,6 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
     case TH_DTYPE_Q8_0:
     case TH_DTYPE_Q4_0: {
       const size_t nb = cols / kBlock;
-      if (k.q8_0_pairs != nullptr && nb % 2 == 0) {
-        const size_t np = nb / 2;
-        thread_local std::vector<QPair> qp;
-        qp.resize(np * n_rows);
-        for (size_t r = 0; r < n_rows; ++r) quantize_activation_pairs(x + r * cols, cols, &qp[r * np]);
-        if (w.type == TH_DTYPE_Q8_0) return with_kernels(w, n_rows, y, k.q8_0_pairs, k.q8_0_pairs_x4, qp.data(), np);
-        return with_kernels(w, n_rows, y, k.q4_0_pairs, k.q4_0_pairs_x4, qp.data(), np);
-      }
       thread_local std::vector<QBlock> qx;
       qx.resize(nb * n_rows);
       for (size_t r = 0; r < n_rows; ++r) quantize_activations(x + r * cols, cols, &qx[r * nb]);
