@@ -15,7 +15,7 @@ struct GenerateOptions {
   std::string prompt;
   uint32_t max_tokens = 128;
   SamplingParams sampling;
-  std::string attention = "attention.reference";
+  std::string attention = "attention.cpu_flash";
   uint32_t block_size = 16;
   uint32_t prefill_chunk = 512;
   bool no_bos = false;

@@ -90,6 +90,13 @@ TEST_CASE("openai: stop strings end the text before them and n gives n choices",
   REQUIRE(a.status == 200);
   REQUIRE(a.body["choices"][0]["text"] == full.substr(0, full.find(stop)));
   REQUIRE(a.body["choices"][0]["finish_reason"] == "stop");
+  // The rest of the sequence is not generated: the engine drops it and frees its blocks.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (metric(*s.server, "tokenhost_requests_total", {"main", "cancelled"}) < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(metric(*s.server, "tokenhost_requests_total", {"main", "cancelled"}) == 1);
+  auto e = s.engine_status();
+  REQUIRE(e["kv"]["free_blocks"] == e["kv"]["total_blocks"]);
 
   auto n = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"n", 3}, {"seed", 5}, {"temperature", 1.0}}.dump());
   REQUIRE(n.status == 200);
