@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/plugin_json.hpp"
+#include "runtime/compute_pool.hpp"
 
 namespace tokenhost {
 namespace {
@@ -28,21 +29,26 @@ void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
   add("moe", s.init.moe, t.moe);
 }
 
-// The next token of each sampled item: its sequence's sampler, or greedy when it has none.
+// The next token of each sampled item: its sequence's sampler, or greedy when it has none. Items are
+// sampled in parallel on the compute pool (each sampler owns its random state, so the result does
+// not depend on the split).
 std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits) {
-  std::vector<SampledToken> out;
-  size_t row = 0;
-  for (const auto& item : batch.items) {
-    if (!item.sample) continue;
-    auto& l = logits.at(row++);
-    if (item.context) {
-      out.push_back(item.context->sampler.sample(std::move(l), item.context->tokens));
-    } else {
-      SampledToken t;
-      t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-      out.push_back(std::move(t));
+  std::vector<const StepItem*> items;
+  for (const auto& item : batch.items)
+    if (item.sample) items.push_back(&item);
+  std::vector<SampledToken> out(items.size());
+  auto sample_range = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      auto& l = logits.at(i);
+      if (items[i]->context) {
+        out[i] = items[i]->context->sampler.sample(std::move(l), items[i]->context->tokens);
+      } else {
+        out[i].token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      }
     }
-  }
+  };
+  if (items.size() > 1) compute_pool().parallel_for(items.size(), sample_range);
+  else sample_range(0, items.size());
   return out;
 }
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Serving benchmarks of the OpenAI gateway with `tokenhost bench`, on the 110M Q8_0 shape (made with
+# make-model once): scheduler.continuous against scheduler.static at 16 and 64 concurrent streams,
+# single-stream and 8-stream throughput, and the gateway's cost against `tokenhost generate` in
+# process. Rounds alternate the schedulers; each figure is reported per round (the tables in
+# bench/RESULTS.md take the median). Usage: bench/serving/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
+set -euo pipefail
+build=${1:-build}
+models=${2:-/tmp/tokenhost-bench-models}
+out=${3:-/tmp/tokenhost-serving-bench}
+rounds=${ROUNDS:-3}
+here=$(cd "$(dirname "$0")" && pwd)
+tokenhost="$build/bin/tokenhost"
+mkdir -p "$models" "$out"
+model="$models/110M-q8_0.gguf"
+[ -f "$model" ] || "$tokenhost" make-model "$model" --preset 110M --type q8_0 --seed 1
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%F)"
+
+pid=""
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
+serve() {  # serve SCHEDULER: starts the server, sets gw
+  sed -e "s|@MODEL@|$model|" -e "s|@SCHEDULER@|$1|" "$here/manifest.toml.in" > "$out/serve.toml"
+  "$tokenhost" serve "$out/serve.toml" > "$out/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do grep -q "gateway listening" "$out/serve.log" && break; sleep 0.1; done
+  gw=$(grep -o "gateway listening on [0-9.]*:[0-9]*" "$out/serve.log" | sed 's/.*://') ||
+    { echo "the server did not start:"; cat "$out/serve.log"; exit 1; }
+}
+stop() { kill -TERM $pid; wait $pid || true; pid=""; }
+load() {  # load NAME CONCURRENCY REQUESTS OUTPUT_TOKENS
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c "$2" -n "$3" --prompt-tokens 64 --output-tokens "$4" \
+    --ignore-eos --seed 7 -q --json "$out/$1.json" > "$out/$1.txt"
+  echo "$1: $(node -e '
+    const r = require(process.argv[1]);
+    const f = (s) => `${s.p50.toFixed(0)}/${s.p99.toFixed(0)} ms`;
+    console.log(`${r.output_throughput.toFixed(1)} output tokens/s | TTFT p50/p99 ${f(r.ttft_ms)} | ITL p50/p99 ${f(r.itl_ms)} | ` +
+                `ok ${r.requests_ok}/${r.requests_ok + r.requests_failed}`);' "$out/$1.json")"
+}
+
+for round in $(seq "$rounds"); do
+  for sched in continuous static; do
+    serve "scheduler.$sched"
+    load "r$round-$sched-c16" 16 32 16:128
+    load "r$round-$sched-c64" 64 64 16:128
+    stop
+  done
+  serve scheduler.continuous
+  load "r$round-continuous-c1" 1 4 128
+  load "r$round-continuous-c8" 8 16 128
+  stop
+  # In process, the same model, prompt length and sampling (temperature 1, the API's default), one stream.
+  prompt=$(for i in $(seq 64); do echo -n "word "; done)
+  "$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
+    | sed "s/^/r$round-generate: /"
+done
