@@ -1,9 +1,13 @@
 #include "http/http_servers.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <random>
 #include <cstring>
 
 #include <httplib.h>
@@ -20,6 +24,35 @@ constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
 
 // Each streaming client holds a socket (and a pool thread) for as long as it reads: raise the soft
 // limit on open files to the hard limit so a thousand of them fit beside the model files and plugins.
+// Equal strings, in a time that does not depend on where they differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// A random token, written to $TOKENHOST_CACHE/admin-token (mode 0600) for `tokenhost admin`.
+std::string make_admin_token() {
+  std::random_device rd;
+  static const char hex[] = "0123456789abcdef";
+  std::string token;
+  for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
+  const std::string dir = demo_model_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = dir + "/admin-token";
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0 && ::write(fd, token.data(), token.size()) == ssize_t(token.size()) && ::close(fd) == 0 &&
+      std::rename(tmp.c_str(), path.c_str()) == 0) {
+    spdlog::info("admin API token generated and written to {} (set TOKENHOST_ADMIN_TOKEN or [server] admin_token to choose one)", path);
+  } else {
+    spdlog::warn("admin API token generated but not written to {}: {}; set TOKENHOST_ADMIN_TOKEN to choose one", path, std::strerror(errno));
+  }
+  return token;
+}
+
 void raise_open_file_limit(size_t wanted) {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= wanted + 256) return;
@@ -117,9 +150,29 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   raise_open_file_limit(size_t(threads));
   gateway_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   admin_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // Streamed tokens are small writes, each wanted at once: no Nagle delay behind the last one's ACK.
+  gateway_->set_tcp_nodelay(true);
+  admin_->set_tcp_nodelay(true);
   gateway_->set_payload_max_length(kGatewayMaxBody);
   admin_->set_payload_max_length(kAdminMaxBody);
   add_openai_routes(*gateway_, server_);
+
+  // Every /admin/ route needs the admin token; /health and /metrics stay open for probes and scrapers.
+  admin_token_ = server_.deployment().server.admin_token.empty() ? make_admin_token() : server_.deployment().server.admin_token;
+  admin_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/admin/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), admin_token_))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_content(json{{"error", {{"message", auth.empty() ? "the admin API needs 'Authorization: Bearer <admin token>'"
+                                                              : "wrong admin token"},
+                                    {"type", "authentication_error"}}}}.dump(),
+                    "application/json");
+    spdlog::warn("admin API: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, auth.empty() ? "no token" : "wrong token");
+    return httplib::Server::HandlerResponse::Handled;
+  });
 
   gateway_->Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) {
     auto body = parse_body(req, res);

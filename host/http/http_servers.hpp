@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "server/server.hpp"
@@ -22,6 +23,8 @@ class HttpServers {
   void start();
   void stop();
   int gateway_port() const { return gateway_port_; }
+  // What the admin API's Authorization header must carry after "Bearer ".
+  const std::string& admin_token() const { return admin_token_; }
   int admin_port() const { return admin_port_; }
 
  private:
@@ -29,6 +32,7 @@ class HttpServers {
   std::unique_ptr<httplib::Server> gateway_, admin_;
   std::thread gateway_thread_, admin_thread_;
   int gateway_port_ = 0, admin_port_ = 0;
+  std::string admin_token_;
 };
 
 // JSON (an admin request's "config") as a TOML table. Throws std::invalid_argument for values TOML

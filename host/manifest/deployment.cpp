@@ -256,7 +256,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
-    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads"}, "[server]");
+    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token"}, "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
     d.server.log_level = r.optional_string(*s, "log_level", "[server]").value_or("info");
@@ -267,7 +267,12 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     for (const auto& p : r.optional_string_array(*s, "plugin_paths", "[server]"))
       d.server.plugin_paths.push_back((base / p).lexically_normal().string());
     d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(1100));
+    if (auto token = r.optional_string(*s, "admin_token", "[server]")) {
+      if (token->size() < 16) r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least 16 characters");
+      d.server.admin_token = *token;
+    }
   }
+  if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) d.server.admin_token = env;
   std::vector<std::string> paths = d.server.plugin_paths;
   for (auto& p : default_plugin_paths()) paths.push_back(p);
   d.catalog = std::make_shared<PluginCatalog>(paths);

@@ -30,6 +30,9 @@ struct ServerDecl {
   std::string log_level = "info";
   std::vector<std::string> plugin_paths;    // absolute; searched before the default paths
   int http_threads = 1100;  // gateway threads: each streaming client holds one while it reads
+  // The admin API's bearer token: $TOKENHOST_ADMIN_TOKEN, else [server] admin_token, else "" (the
+  // server then makes a random one at start and writes it to a file only its user can read).
+  std::string admin_token;
 };
 
 // A plugin chosen for a slot: its manifest and its config (defaults merged with the settings).

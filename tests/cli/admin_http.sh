@@ -8,14 +8,24 @@ start_server "$tokenhost" "$here/../../manifests/default.toml"
 
 expect() {  # expect METHOD PATH BODY STATUS PATTERN
   local status
-  status=$(curl -s -o "$work/out" -w '%{http_code}' -X "$1" "$admin$2" ${3:+-d "$3"})
+  status=$(curl -s -o "$work/out" -w '%{http_code}' "${auth[@]}" -X "$1" "$admin$2" ${3:+-d "$3"})
   if [ "$status" != "$4" ] || ! grep -qE -- "$5" "$work/out"; then
     echo "FAIL: $1 $2 $3 -> $status (expected $4 and /$5/):"; cat "$work/out"; echo; exit 1
   fi
   echo "ok: $1 $2 -> $status"
 }
 
+# Without the token, or with a wrong one, every /admin/ route is refused and nothing changes.
+for route in "GET /admin/engines" "POST /admin/router" "DELETE /admin/engines/main/slots/spec_decode"; do
+  set -- $route
+  status=$(curl -s -o "$work/out" -w '%{http_code}' -X "$1" "$admin$2" -d '{"plugin": "router.round_robin"}')
+  [ "$status" = 401 ] && grep -q "Authorization: Bearer" "$work/out" || { echo "FAIL: $route without a token -> $status"; cat "$work/out"; exit 1; }
+  status=$(curl -s -o "$work/out" -w '%{http_code}' -H "Authorization: Bearer wrong" -X "$1" "$admin$2")
+  [ "$status" = 401 ] && grep -q "wrong admin token" "$work/out" || { echo "FAIL: $route with a wrong token -> $status"; exit 1; }
+done
+echo "ok: /admin/ refused without the token"
 expect GET /admin/engines "" 200 '"id": "scheduler.continuous"'
+expect GET /admin/engines "" 200 '"id": "router.round_robin"'
 expect GET /admin/plugins "" 200 '"id": "spec_decode.ngram"'
 expect POST /admin/plugins "{\"manifest\": \"$fixtures/router_v2/plugin.toml\"}" 200 '"id": "router.fixture"'
 expect POST /admin/plugins '{"manifest": "/nonexistent/plugin.toml"}' 404 'cannot open the file'
@@ -34,6 +44,20 @@ expect GET /metrics "" 200 'tokenhost_sequences_running\{engine="main"\} 0'
 # Still serving, with the swapped plugins.
 curl -sf "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": "still here", "max_tokens": 3}' | grep -q '"finish_reason": "length"'
 expect GET /admin/engines "" 200 '"version": "2.0.0"'
+kill -INT $pid
+wait $pid
+pid=""
+
+# Without a configured token the server makes one, readable by its user only, and logs where it is.
+unset TOKENHOST_ADMIN_TOKEN
+export TOKENHOST_CACHE="$work/cache"
+start_server "$tokenhost" "$here/../../manifests/default.toml"
+grep -q "admin API token generated and written to $TOKENHOST_CACHE/admin-token" "$work/log" || { cat "$work/log"; exit 1; }
+[ "$(stat -c %a "$TOKENHOST_CACHE/admin-token")" = 600 ] || { echo "FAIL: the token file is not mode 600"; exit 1; }
+token=$(cat "$TOKENHOST_CACHE/admin-token")
+[ ${#token} -ge 32 ] || { echo "FAIL: short generated token"; exit 1; }
+curl -sf -H "Authorization: Bearer $token" "$admin/admin/engines" | grep -q '"name": "main"'
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$admin/admin/engines")" = 401 ]
 kill -INT $pid
 wait $pid
 pid=""

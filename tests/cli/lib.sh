@@ -2,6 +2,9 @@
 # ports chosen by the system and sets pid, gw (gateway port), admin (admin API base URL) and work (a
 # temporary folder removed at exit, with the process killed if still running).
 work=$(mktemp -d)
+# The admin API's token: curl "${auth[@]}" "$admin/admin/..." sends it.
+export TOKENHOST_ADMIN_TOKEN=cli-test-admin-token-0123456789
+auth=(-H "Authorization: Bearer $TOKENHOST_ADMIN_TOKEN")
 pid=""
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
 

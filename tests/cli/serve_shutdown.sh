@@ -11,7 +11,7 @@ curl -sf "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": "Hello", "max_tokens"
 grep -q '"finish_reason": "length"' "$work/one.json"
 status=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": ')
 [ "$status" = 400 ] || { echo "FAIL: malformed JSON got HTTP $status"; exit 1; }
-status=$(curl -s -o "$work/bad.json" -w '%{http_code}' "$admin/admin/engines/main/slots/scheduler" \
+status=$(curl -s -o "$work/bad.json" -w '%{http_code}' "${auth[@]}" "$admin/admin/engines/main/slots/scheduler" \
   -d '{"plugin": "scheduler.fifo", "config": {"max_prefill_chunk": "x"}}')
 [ "$status" = 400 ] && grep -q "must be int" "$work/bad.json" || { echo "FAIL: bad admin change got $status"; cat "$work/bad.json"; exit 1; }
 
