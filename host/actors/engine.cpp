@@ -59,6 +59,7 @@ struct EngineState {
   bool draining = false;
   bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
+  uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
   EngineMetrics m;
   static inline const char* name = "tokenhost.engine";
 };
@@ -102,13 +103,19 @@ uint32_t blocks_for(uint32_t positions, uint32_t block_size) {
   return block_size == 0 ? 0 : (positions + block_size - 1) / block_size;
 }
 
+void tick(self_ptr self);
+
 void finish(self_ptr self, size_t index, const std::string& reason, const std::string& error = {}) {
   auto& s = self->state;
   Sequence seq = std::move(s.seqs[index]);
   s.seqs.erase(s.seqs.begin() + long(index));
   if (seq.prefilled > 0 || seq.state == TH_SEQ_RUNNING) {
-    self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id)
-        .then([self](const KvState& kv) { self->state.kv = kv; update_gauges(self->state); });
+    ++s.frees_in_flight;
+    self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
+      self->state.kv = kv;
+      update_gauges(self->state);
+      if (--self->state.frees_in_flight == 0) tick(self);
+    });
   }
   GenerateResult r;
   r.tokens.assign(seq.tokens().begin() + long(seq.request.prompt.size()), seq.tokens().end());
@@ -131,8 +138,11 @@ void preempt(self_ptr self, Sequence& seq) {
   ++s.preemptions;
   if (s.m.preemptions) s.m.preemptions->add({s.init.name}, 1);
   // The worker handles messages in order: this free lands before the next step.
-  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id)
-      .then([self](const KvState& kv) { self->state.kv = kv; });
+  ++s.frees_in_flight;
+  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
+    self->state.kv = kv;
+    if (--self->state.frees_in_flight == 0) tick(self);
+  });
   s.kv.free_blocks += blocks_for(seq.prompt_len(), s.kv.block_size);  // estimate until the reply
 }
 
@@ -224,6 +234,8 @@ void tick(self_ptr self) {
   }
   for (auto id : preempt_ids) preempt(self, *find(s, id));
   if (run.empty()) {
+    // Blocks on their way back: decide again once the worker has freed them.
+    if (s.frees_in_flight > 0) return;
     // The scheduler waits for resources; with nothing running, nothing will free any: a request that
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
@@ -332,6 +344,14 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       }
     }
   }
+  if (result.error.empty() && s.frees_in_flight == 0) {
+    // The step's own account of the pool is current: nothing was freed since the worker took it.
+    s.kv = result.kv;
+    update_gauges(s);
+    tick(self);
+    return;
+  }
+  // Frees are on their way to the worker: ask after them (it handles messages in order).
   self->request(s.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
     self->state.kv = kv;
     update_gauges(self->state);

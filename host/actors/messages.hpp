@@ -47,10 +47,19 @@ struct StepBatch {
   std::vector<StepItem> items;
 };
 
+
+
+// Where a worker's KV memory stands: what the scheduler needs each step.
+struct KvState {
+  uint32_t total_blocks = 0;
+  uint32_t free_blocks = 0;
+  uint32_t block_size = 0;
+};
 struct StepResult {
   std::vector<SampledToken> sampled;  // one per item with sample set, in item order
   std::string error;                  // the step failed as a whole
   double seconds = 0;
+  KvState kv;                         // the KV pool after the step
 };
 
 // Replace the plugin of a slot with a new instance (already checked and created).
@@ -69,12 +78,6 @@ struct StatusJson {
   std::string json;
 };
 
-// Where a worker's KV memory stands: what the scheduler needs each step.
-struct KvState {
-  uint32_t total_blocks = 0;
-  uint32_t free_blocks = 0;
-  uint32_t block_size = 0;
-};
 
 // A plugin library the registry opened (or registered), or why it could not.
 struct LoadReply {

@@ -85,6 +85,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
                                      {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
           result.sampled = sample_all(batch, logits);
+          result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
           result.error = std::string("kv_exhausted: ") + e.what();
