@@ -151,13 +151,6 @@ std::string Server::register_plugin(const std::string& manifest_path) {
   return out.manifest->id;
 }
 
-const Tokenizer* Server::tokenizer() const {
-  // The gateway tokenizes with the first engine's model (deployments serve one model for now).
-  if (engines_.empty()) return nullptr;
-  auto it = tokenizers_.find(engines_.begin()->second.decl.model);
-  return it == tokenizers_.end() ? nullptr : it->second.get();
-}
-
 std::vector<int32_t> ServedModel::encode(const std::string& text, bool add_bos, bool parse_special) const {
   if (tokenizer) return tokenizer->encode(text, add_bos, parse_special);
   std::vector<int32_t> bytes;  // synthetic models: one token per byte
@@ -180,21 +173,17 @@ const ServedModel* Server::find_model(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<int32_t> Server::encode(const std::string& text) const {
-  if (const Tokenizer* t = tokenizer()) return t->encode(text, true);
-  std::vector<int32_t> bytes;  // synthetic models: one token per byte
-  for (unsigned char c : text) bytes.push_back(c);
-  return bytes;
+const ServedModel& Server::default_model() const {
+  static const ServedModel bytes;  // no engine left (stopped): one token per byte
+  const ServedModel* m = find_model("");
+  return m != nullptr ? *m : bytes;
 }
+
+std::vector<int32_t> Server::encode(const std::string& text) const { return default_model().encode(text, true, false); }
 
 std::string Server::decode(const std::vector<int32_t>& tokens) const {
   std::string text;
-  if (const Tokenizer* t = tokenizer()) {
-    for (int32_t id : tokens)
-      if (!t->is_control(id)) text += t->token_text(id);
-    return text;
-  }
-  for (int32_t id : tokens) text.push_back(id < 256 ? char(id) : '?');
+  for (int32_t id : tokens) text += default_model().piece(id);
   return text;
 }
 

@@ -125,7 +125,7 @@ class Server {
   std::unique_ptr<caf::actor_system> system_;
   std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
-  const Tokenizer* tokenizer() const;
+  const ServedModel& default_model() const;
   std::vector<ServedModel> served_;
   std::map<std::string, Engine> engines_;
   router_actor router_;
