@@ -45,9 +45,4 @@ bool TokenStream::cancelled() const {
   return cancelled_;
 }
 
-bool TokenStream::finished() const {
-  std::lock_guard lock(mutex_);
-  return result_ != nullptr;
-}
-
 }  // namespace tokenhost

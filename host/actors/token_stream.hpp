@@ -37,7 +37,6 @@ class TokenStream {
   // sequence with "cancelled" at its next step boundary and frees its KV blocks.
   void cancel();
   bool cancelled() const;
-  bool finished() const;
 
  private:
   mutable std::mutex mutex_;
