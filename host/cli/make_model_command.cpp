@@ -1,6 +1,5 @@
 #include "cli/make_model_command.hpp"
 
-#include <strings.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,9 +46,7 @@ int run_make_model(MakeModelCommand& c) {
     c.options.shape.context_len = pick(given.context_len, defaults.context_len, preset.context_len);
     c.options.shape.tied_output = given.tied_output || preset.tied_output;
   }
-  th_dtype type = -1;
-  for (th_dtype t : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K})
-    if (strcasecmp(c.type.c_str(), quant::dtype_name(t)) == 0) type = t;
+  const th_dtype type = quant::supported_dtype(c.type, true);
   if (type < 0) throw std::invalid_argument("unknown --type '" + c.type + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
   c.options.type = type;
   auto started = std::chrono::steady_clock::now();

@@ -38,7 +38,7 @@ std::string make_admin_token() {
   static const char hex[] = "0123456789abcdef";
   std::string token;
   for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
-  const std::string dir = demo_model_dir();
+  const std::string dir = cache_dir();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string path = dir + "/admin-token";

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 std::string_view embedded_default_manifest() { return kDefaultManifest; }
 
-std::string demo_model_dir() {
+std::string cache_dir() {
   if (const char* dir = std::getenv("TOKENHOST_CACHE"); dir && *dir) return dir;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tokenhost";
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tokenhost";
@@ -79,7 +79,7 @@ void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string
 // relative paths are in the cache folder).
 std::string manifest_path(const TomlReader& r, const std::string& path) {
   if (fs::path(path).is_absolute()) return fs::path(path).lexically_normal().string();
-  fs::path base = r.file().rfind("<embedded", 0) == 0 ? fs::path(demo_model_dir()) : fs::absolute(r.file()).parent_path();
+  fs::path base = r.file().rfind("<embedded", 0) == 0 ? fs::path(cache_dir()) : fs::absolute(r.file()).parent_path();
   return (base / path).lexically_normal().string();
 }
 
@@ -95,14 +95,8 @@ ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const to
     r.fail(*t.get("preset"), e.what());
   }
   std::string type = r.optional_string(t, "type", ctx).value_or("f32");
-  bool known = false;
-  for (th_dtype d : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
-    if (type == quant::dtype_name(d)) {
-      make.type = d;
-      known = true;
-    }
-  }
-  if (!known) r.fail(*t.get("type"), "unknown weight type '" + type + "' in " + ctx + " (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+  make.type = quant::supported_dtype(type);
+  if (make.type < 0) r.fail(*t.get("type"), "unknown weight type '" + type + "' in " + ctx + " (" + quant::supported_dtype_names() + ")");
   make.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
   ModelDecl m;
   m.name = name;
@@ -111,7 +105,7 @@ ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const to
   auto path = r.optional_string(t, "path", ctx);
   // Without a path the file goes to the cache folder, whichever manifest names it.
   m.path = path ? manifest_path(r, *path)
-                : (fs::path(demo_model_dir()) / ("demo-" + preset + "-" + type + "-seed" + std::to_string(make.seed) + ".gguf")).string();
+                : (fs::path(cache_dir()) / ("demo-" + preset + "-" + type + "-seed" + std::to_string(make.seed) + ".gguf")).string();
   std::error_code ec;
   if (!fs::is_regular_file(m.path, ec)) {
     spdlog::info("model {}: writing a demo model to {} (preset {}, {}, seeded random weights: its text is noise; "

@@ -79,7 +79,7 @@ const std::vector<std::string>& engine_slot_names();
 Deployment read_deployment(const std::string& file, std::string_view text);
 // Where demo models (source = "demo") and the embedded default's relative paths live:
 // $TOKENHOST_CACHE, else $XDG_CACHE_HOME/tokenhost, else ~/.cache/tokenhost.
-std::string demo_model_dir();
+std::string cache_dir();
 Deployment read_deployment_file(const std::string& path);
 
 // Validates one slot change (as the admin API receives it): the slot exists, the plugin of manifest

@@ -350,6 +350,20 @@ size_t row_bytes(th_dtype type, int64_t n) {
   return size_t(blocks * bb);
 }
 
+th_dtype supported_dtype(std::string_view name, bool ignore_case) {
+  for (th_dtype t : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
+    const std::string_view known = dtype_name(t);
+    const bool same = known.size() == name.size() &&
+                      std::equal(known.begin(), known.end(), name.begin(), [&](char a, char b) {
+                        return ignore_case ? std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b)) : a == b;
+                      });
+    if (same) return t;
+  }
+  return -1;
+}
+
+const char* supported_dtype_names() { return "f32, f16, bf16, q8_0, q4_0, q4_K, q6_K"; }
+
 const char* dtype_name(th_dtype type) {
   // ggml's type names by number; nullptr where ggml has no type (numbers it retired).
   static const char* const kNames[] = {

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include <tokenhost/th_common.h>
 
@@ -41,6 +42,11 @@ size_t row_bytes(th_dtype type, int64_t n);
 // support, e.g. "q4_1"), or "unknown(N)". The pointer is to static storage for the known names and to
 // a thread-local buffer, valid until the next call on the same thread, for unknown ones.
 const char* dtype_name(th_dtype type);
+
+// The supported type called name (dtype_name's spelling; any letter case when ignore_case), or -1.
+th_dtype supported_dtype(std::string_view name, bool ignore_case = false);
+// The supported types' names, "f32, f16, ..." (for error messages).
+const char* supported_dtype_names();
 
 // Whether this module reads and writes the type.
 bool is_supported(th_dtype type);
