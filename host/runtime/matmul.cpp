@@ -216,14 +216,19 @@ TH_AVX2 void dot_q8_0_x4_avx2(const BlockQ8_0* w, const QBlock* x, size_t stride
   for (size_t k = 0; k < 4; ++k) out[k] = hsum(_mm256_add_ps(a0[k], a1[k]));
 }
 
+// A q4_0 block's 32 weights as signed bytes: element j is the low nibble of q[j], element j + 16
+// its high nibble, each minus 8.
+TH_AVX2 inline __m256i unpack_q4_0(const BlockQ4_0& w) {
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q));
+  const __m128i lo = _mm_and_si128(packed, low), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
 TH_AVX2 float dot_q4_0_avx2(const BlockQ4_0* w, const QBlock* x, size_t nb) {
   __m256 acc = _mm256_setzero_ps();
-  const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i eight = _mm256_set1_epi8(8);
   for (size_t b = 0; b < nb; ++b) {
-    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].q));
-    __m128i lo = _mm_and_si128(packed, low), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-    __m256i wq = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    const __m256i wq = unpack_q4_0(w[b]);
     __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].q));
     __m256 scale = _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d);
     acc = _mm256_fmadd_ps(dot_i8(wq, xq), scale, acc);
@@ -250,12 +255,8 @@ TH_AVX2 void dot_f16_x4_avx2(const uint16_t* w, const float* x, size_t stride, s
 TH_AVX2 void dot_q4_0_x4_avx2(const BlockQ4_0* w, const QBlock* x, size_t stride, size_t nb, float* out) {
   __m256 acc[4];
   for (size_t k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
-  const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i eight = _mm256_set1_epi8(8);
   for (size_t b = 0; b < nb; ++b) {
-    __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].q));
-    __m128i lo = _mm_and_si128(packed, low), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
-    __m256i wq = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    const __m256i wq = unpack_q4_0(w[b]);
     const float d = _cvtsh_ss(w[b].d);
     for (size_t k = 0; k < 4; ++k) {
       const QBlock* xk = x + k * stride;
