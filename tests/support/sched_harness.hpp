@@ -140,6 +140,20 @@ struct SimConfig {
   uint64_t step_bound = 100000;
 };
 
+// A random engine: a pool of min_positions..max_positions token positions in blocks of 1, 4 or 16,
+// tight or roomy step budgets, short or default prefill chunks.
+template <class Rng>
+SimConfig random_sim_config(Rng& rng, uint32_t min_positions, uint32_t max_positions) {
+  auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  SimConfig cfg;
+  cfg.block_size = std::vector<uint32_t>{1, 4, 16}[u(0, 2)];
+  cfg.total_blocks = u(min_positions, max_positions) / cfg.block_size;
+  cfg.max_step_tokens = u(1, 3) == 1 ? u(1, 8) : u(16, 512);
+  cfg.max_step_seqs = u(1, 16);
+  cfg.max_chunk = u(1, 2) == 1 ? u(1, 32) : 256;
+  return cfg;
+}
+
 struct SimResult {
   uint64_t steps = 0;                         // engine steps run (decisions with a non-empty run list)
   uint64_t clock = 0;                         // the step clock when the last request ended

@@ -21,12 +21,7 @@ TEST_CASE("every scheduler finishes every request of random workloads", "[schedu
   auto rng = fresh_rng("scheduler conformance simulation");
   auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
   for (int round = 0; round < 10; ++round) {
-    SimConfig cfg;
-    cfg.block_size = std::vector<uint32_t>{1, 4, 16}[u(0, 2)];
-    cfg.total_blocks = u(300, 1000) / cfg.block_size;
-    cfg.max_step_tokens = u(1, 3) == 1 ? u(1, 8) : u(16, 512);
-    cfg.max_step_seqs = u(1, 16);
-    cfg.max_chunk = u(1, 2) == 1 ? u(1, 32) : 256;
+    SimConfig cfg = random_sim_config(rng, 300, 1000);
     const auto requests = random_requests(rng, u(1, 40), u(0, 5), cfg, u(0, 1) == 1);
     cfg.step_bound = sim_step_bound(requests);
     for (const std::string& id : kSchedulers) {

@@ -269,12 +269,7 @@ TEST_CASE("scheduler.continuous finishes every request of random workloads", "[s
   auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
   uint64_t preemptions = 0;
   for (int round = 0; round < 16; ++round) {
-    SimConfig cfg;
-    cfg.block_size = std::vector<uint32_t>{1, 4, 16}[u(0, 2)];
-    cfg.total_blocks = u(400, 1200) / cfg.block_size;
-    cfg.max_step_tokens = u(1, 3) == 1 ? u(1, 8) : u(16, 512);
-    cfg.max_step_seqs = u(1, 16);
-    cfg.max_chunk = u(1, 2) == 1 ? u(1, 32) : 256;
+    SimConfig cfg = random_sim_config(rng, 400, 1200);
     const bool for_priority = round % 2 == 0;
     Scheduler sched = continuous(cfg.max_chunk, for_priority);
     const auto requests = random_requests(rng, u(1, 40), u(0, 6), cfg, true);
