@@ -57,6 +57,7 @@ struct EngineState {
   KvState kv;
   bool step_in_flight = false;
   bool draining = false;
+  bool retiring = false;  // replaced or removed: finishing what it has, then stopping
   bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
@@ -91,7 +92,8 @@ void register_metrics(EngineState& s) {
 }
 
 void update_gauges(EngineState& s) {
-  if (s.m.running == nullptr) return;
+  // A retiring engine leaves the gauges of its name to the engine that replaced it.
+  if (s.m.running == nullptr || s.retiring) return;
   size_t running = std::count_if(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
   s.m.running->set({s.init.name}, double(running));
   s.m.waiting->set({s.init.name}, double(s.seqs.size() - running));
@@ -218,7 +220,8 @@ void tick(self_ptr self) {
   if (!s.kv_known) return;
   drop_cancelled(self);
   if (s.step_in_flight || s.seqs.empty()) {
-    if (s.draining && s.seqs.empty() && !s.step_in_flight) {
+    if ((s.draining || s.retiring) && s.seqs.empty() && !s.step_in_flight) {
+      if (s.retiring) spdlog::info("engine {} retired: its last request is done", s.init.name);
       self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
       self->quit();
     }
@@ -426,7 +429,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"steps", s.steps},
                             {"tokens_out", s.tokens_out},
                             {"preemptions", s.preemptions},
-                            {"draining", s.draining}};
+                            {"draining", s.draining},
+                            {"retiring", s.retiring}};
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())
             .then([rp, j](const StatusJson& w) mutable {
               nlohmann::json worker = nlohmann::json::parse(w.json);
@@ -448,6 +452,12 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           if (s.seqs[i].state != TH_SEQ_RUNNING) finish(self, i, "error", "the server is shutting down");
           else ++i;
         }
+        tick(self);
+      },
+      [=](retire_atom) {
+        auto& s = self->state;
+        s.retiring = true;
+        spdlog::info("engine {} retiring: {} request(s) to finish", s.init.name, s.seqs.size());
         tick(self);
       },
       [=](tick_atom) { tick(self); },

@@ -32,6 +32,10 @@ using load_atom = caf::atom_constant<caf::atom("load")>;
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
+using engine_add_atom = caf::atom_constant<caf::atom("engadd")>;
+using engine_remove_atom = caf::atom_constant<caf::atom("engremove")>;
+using engine_replace_atom = caf::atom_constant<caf::atom("engreplace")>;
 
 // One sequence's share of a step: feed `tokens` at positions [start, start + tokens.size()); when
 // `sample`, return the next token after the last one.
@@ -105,12 +109,23 @@ using engine_actor = caf::typed_actor<
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
     caf::reacts_to<cancel_atom, uint64_t>,  // request id: finish it as "cancelled", free its KV blocks
-    caf::reacts_to<drain_atom>,  // finish nothing new: fail waiting requests, stop when idle
-    caf::reacts_to<tick_atom>>;  // internal: run the next step
+    caf::reacts_to<drain_atom>,   // finish nothing new: fail waiting requests, stop when idle
+    caf::reacts_to<retire_atom>,  // take nothing new, finish every request already taken, then stop
+    caf::reacts_to<tick_atom>>;   // internal: run the next step
+
+// An engine as the router knows it: its name, the model it serves, its actor.
+struct RoutedEngine {
+  std::string name;
+  std::string model;
+  engine_actor actor;
+};
 
 using router_actor = caf::typed_actor<
     caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
+    caf::replies_to<engine_add_atom, RoutedEngine>::with<SwapResult>,      // route to a new engine too
+    caf::replies_to<engine_replace_atom, RoutedEngine>::with<SwapResult>,  // same name: new requests go to the new one, the old retires
+    caf::replies_to<engine_remove_atom, std::string>::with<SwapResult>,    // route no more to it; it retires
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
     caf::reacts_to<drain_atom>>;
 
@@ -121,6 +136,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::GenerateResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StepBatch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StepResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SlotSwap)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::RoutedEngine)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SwapResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)

@@ -12,10 +12,18 @@
 namespace tokenhost {
 namespace {
 
+// An engine the router forwards to. Requests in flight hold their entry, so an engine removed or
+// replaced while they run is still counted until they are answered.
+struct RoutedEntry {
+  RoutedEngine engine;
+  uint32_t in_flight = 0;
+};
+
 struct RouterState {
-  RouterInit init;
-  std::vector<uint32_t> in_flight;  // per engine
+  std::shared_ptr<PluginInstance> router;
+  std::vector<std::shared_ptr<RoutedEntry>> engines;  // those taking new requests, in name order
   uint64_t routed = 0;
+  uint64_t in_flight = 0;  // over every entry, removed ones included
   bool draining = false;
   static inline const char* name = "tokenhost.router";
 };
@@ -24,21 +32,31 @@ using self_ptr = router_actor::stateful_pointer<RouterState>;
 
 // While draining, the router stays until every request it forwarded has its answer delivered.
 void quit_when_idle(self_ptr self) {
-  const auto& n = self->state.in_flight;
-  if (self->state.draining && std::all_of(n.begin(), n.end(), [](uint32_t x) { return x == 0; })) self->quit();
+  if (self->state.draining && self->state.in_flight == 0) self->quit();
 }
 
-// Runs the router plugin; returns the engine index or an error message.
-std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& req) {
+std::shared_ptr<RoutedEntry>* find_engine(RouterState& s, const std::string& name) {
+  for (auto& e : s.engines)
+    if (e->engine.name == name) return &e;
+  return nullptr;
+}
+
+// The engine stops taking requests from here on; everything already sent to it (the router's
+// messages to it arrive in order) runs to the end, then it stops with its worker.
+void retire(self_ptr self, const RoutedEntry& e) { self->send(e.engine.actor, retire_atom::value); }
+
+// Runs the router plugin; returns the engine or an error message.
+std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, const GenerateRequest& req) {
   std::vector<th_route_candidate> candidates;
   std::vector<size_t> engine_of;  // candidate index -> engine index
-  for (size_t i = 0; i < s.init.engines.size(); ++i) {
-    const auto& e = s.init.engines[i];
-    if (!req.model.empty() && e.model != req.model) continue;
-    candidates.push_back({e.name.c_str(), e.model.c_str(), s.in_flight[i], 0, std::min(1.0, s.in_flight[i] / 64.0), 1.0, 1.0, 1});
+  for (size_t i = 0; i < s.engines.size(); ++i) {
+    const auto& e = *s.engines[i];
+    if (!req.model.empty() && e.engine.model != req.model) continue;
+    candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), 1.0, 1.0, 1});
     engine_of.push_back(i);
   }
-  if (candidates.empty()) return "no engine serves model '" + req.model + "'";
+  if (candidates.empty())
+    return s.engines.empty() ? std::string("no engine is serving") : "no engine serves model '" + req.model + "'";
   th_route_request rr{};
   rr.struct_size = sizeof rr;
   rr.request_id = req.id;
@@ -54,7 +72,7 @@ std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& re
   d.struct_size = sizeof d;
   d.cascade = cascade.data();
   th_error err;
-  auto& r = *s.init.router;
+  auto& r = *s.router;
   th_status st = r.vtable<th_router_vtable>().route(r.handle(), &rr, &d, &err);
   if (st != TH_OK) return r.id() + " route() failed with " + status_name(st) + ": " + err.text();
   size_t target = d.target;
@@ -65,69 +83,95 @@ std::variant<size_t, std::string> pick(RouterState& s, const GenerateRequest& re
     return r.id() + " returned action " + std::to_string(d.action) + ", which this host does not serve yet";
   }
   if (target >= candidates.size()) return r.id() + " chose candidate " + std::to_string(target) + " of " + std::to_string(candidates.size());
-  return engine_of[target];
+  return s.engines[engine_of[target]];
 }
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
-  self->state.init = std::move(init);
-  self->state.in_flight.assign(self->state.init.engines.size(), 0);
+  self->state.router = std::move(init.router);
+  for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
         if (s.draining) return GenerateResult::failed("", "the server is shutting down");
         auto choice = pick(s, req);
         if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
-        size_t index = std::get<size_t>(choice);
-        ++s.in_flight[index];
+        std::shared_ptr<RoutedEntry> entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
+        ++entry->in_flight;
+        ++s.in_flight;
         ++s.routed;
         auto rp = self->make_response_promise<GenerateResult>();
         auto started = std::chrono::steady_clock::now();
         uint64_t id = req.id;
         uint32_t tokens_in = uint32_t(req.prompt.size());
-        self->request(s.init.engines[index].actor, caf::infinite, generate_atom::value, std::move(req))
+        self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(req))
             .then(
-                [self, rp, index, started, id, tokens_in](GenerateResult& r) mutable {
+                [self, rp, entry, started, id, tokens_in](GenerateResult& r) mutable {
                   auto& s = self->state;
-                  --s.in_flight[index];
-                  auto& plugin = *s.init.router;
+                  --entry->in_flight;
+                  --s.in_flight;
+                  auto& plugin = *s.router;
                   if (auto fb = plugin.vtable<th_router_vtable>().feedback) {
                     double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-                    th_route_feedback f{sizeof f, id, s.init.engines[index].name.c_str(), r.finish_reason != "error",
+                    th_route_feedback f{sizeof f, id, entry->engine.name.c_str(), r.finish_reason != "error",
                                         0.0, total, tokens_in, uint32_t(r.tokens.size()), nullptr, 0};
                     fb(plugin.handle(), &f);
                   }
                   rp.deliver(std::move(r));
                   quit_when_idle(self);
                 },
-                [self, rp, index](caf::error& e) mutable {
-                  --self->state.in_flight[index];
-                  rp.deliver(GenerateResult::failed(self->state.init.engines[index].name,
-                                            "engine failed: " + self->system().render(e)));
+                [self, rp, entry](caf::error& e) mutable {
+                  --entry->in_flight;
+                  --self->state.in_flight;
+                  rp.deliver(GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e)));
                   quit_when_idle(self);
                 });
         return rp;
       },
+      [=](engine_add_atom, RoutedEngine engine) -> SwapResult {
+        auto& s = self->state;
+        if (find_engine(s, engine.name)) return {false, "the router already has an engine '" + engine.name + "'"};
+        std::string name = engine.name;
+        auto at = std::find_if(s.engines.begin(), s.engines.end(), [&](const auto& e) { return e->engine.name > name; });
+        s.engines.insert(at, std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0}));
+        return {true, "engine " + name + " takes requests"};
+      },
+      [=](engine_replace_atom, RoutedEngine engine) -> SwapResult {
+        auto* slot = find_engine(self->state, engine.name);
+        if (!slot) return {false, "the router has no engine '" + engine.name + "'"};
+        std::shared_ptr<RoutedEntry> old = *slot;
+        *slot = std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0});
+        retire(self, *old);
+        return {true, "new requests go to the new engine; the old one finishes its " + std::to_string(old->in_flight) + " request(s)"};
+      },
+      [=](engine_remove_atom, const std::string& name) -> SwapResult {
+        auto& s = self->state;
+        auto* slot = find_engine(s, name);
+        if (!slot) return {false, "the router has no engine '" + name + "'"};
+        std::shared_ptr<RoutedEntry> old = *slot;
+        s.engines.erase(s.engines.begin() + (slot - s.engines.data()));
+        retire(self, *old);
+        return {true, "engine " + name + " takes no new requests and finishes its " + std::to_string(old->in_flight) + " request(s)"};
+      },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state;
         if (swap.slot != "router") return {false, "the router has no slot '" + swap.slot + "'"};
-        std::string old = s.init.router->id() + " " + s.init.router->version();
-        s.init.router = std::move(swap.instance);
-        spdlog::info("router swapped {} -> {} {}", old, s.init.router->id(), s.init.router->version());
-        return {true, "router: " + old + " -> " + s.init.router->id() + " " + s.init.router->version()};
+        std::string old = s.router->id() + " " + s.router->version();
+        s.router = std::move(swap.instance);
+        spdlog::info("router swapped {} -> {} {}", old, s.router->id(), s.router->version());
+        return {true, "router: " + old + " -> " + s.router->id() + " " + s.router->version()};
       },
       [=](status_atom, const std::string&) -> StatusJson {
         auto& s = self->state;
         nlohmann::json engines = nlohmann::json::array();
-        for (size_t i = 0; i < s.init.engines.size(); ++i)
-          engines.push_back({{"name", s.init.engines[i].name}, {"in_flight", s.in_flight[i]}});
-        nlohmann::json j = {{"router", plugin_json(s.init.router)},
+        for (const auto& e : s.engines) engines.push_back({{"name", e->engine.name}, {"in_flight", e->in_flight}});
+        nlohmann::json j = {{"router", plugin_json(s.router)},
                             {"routed", s.routed},
                             {"engines", engines}};
         return {j.dump()};
       },
       [=](drain_atom) {
         self->state.draining = true;
-        for (auto& e : self->state.init.engines) self->send(e.actor, drain_atom::value);
+        for (auto& e : self->state.engines) self->send(e->engine.actor, drain_atom::value);
         quit_when_idle(self);
       },
   };

@@ -10,12 +10,6 @@
 
 namespace tokenhost {
 
-struct RoutedEngine {
-  std::string name;
-  std::string model;
-  engine_actor actor;
-};
-
 struct RouterInit {
   std::shared_ptr<PluginInstance> router;
   std::vector<RoutedEngine> engines;

@@ -1,5 +1,6 @@
 // tokenhost: the command line. serve runs a deployment; check validates one; plugins lists and
-// inspects the plugins the host can load; bench load-tests an OpenAI-compatible server.
+// inspects the plugins the host can load; bench load-tests an OpenAI-compatible server; admin
+// operates a running one.
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "cli/admin_command.hpp"
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
@@ -217,6 +219,8 @@ int main(int argc, char** argv) {
   auto* make_model_cmd = add_make_model_command(app, make_model_options);
   BenchOptions bench_options;
   auto* bench = add_bench_command(app, bench_options);
+  AdminOptions admin_options;
+  auto* admin = add_admin_command(app, admin_options);
 
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -226,6 +230,7 @@ int main(int argc, char** argv) {
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);
     if (*bench) return run_bench(bench_options);
+    if (*admin) return run_admin(admin_options);
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";

@@ -252,6 +252,37 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
+  admin_->Post("/admin/engines", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    auto text = body->find("toml");
+    if (text == body->end() || !text->is_string())
+      return reply_error(res, 400, "the body must be {\"toml\": \"[engines.NAME] ...\"} (and optionally \"file\": a name for errors)",
+                         "invalid_request_error");
+    for (const auto& [k, v] : body->items())
+      if (k != "toml" && !(k == "file" && v.is_string()))
+        return reply_error(res, 400, "unknown or mistyped field '" + k + "' (expected 'toml' and 'file')", "invalid_request_error");
+    try {
+      reply_json(res, {{"ok", true}, {"change", server_.add_engines(text->get<std::string>(), body->value("file", "admin request"))}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    }
+  });
+  admin_->Delete(R"(/admin/engines/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    double grace_s = 30;
+    if (req.has_param("grace_s")) {
+      const std::string v = req.get_param_value("grace_s");
+      char* end = nullptr;
+      grace_s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(grace_s >= 0 && grace_s <= 3600))
+        return reply_error(res, 400, "grace_s must be a number of seconds from 0 to 3600, not '" + v + "'", "invalid_request_error");
+    }
+    try {
+      reply_json(res, {{"ok", true}, {"change", server_.remove_engine(req.matches[1], std::chrono::milliseconds(int64_t(grace_s * 1000)))}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    }
+  });
   for (auto [s, limit] : {std::pair{gateway_.get(), kGatewayMaxBody}, std::pair{admin_.get(), kAdminMaxBody}}) {
     s->set_error_handler([limit = limit](const httplib::Request& req, httplib::Response& res) {
       if (res.body.empty()) {

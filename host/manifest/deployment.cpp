@@ -302,6 +302,20 @@ Deployment read_deployment_file(const std::string& path) {
   return read_deployment(path, buffer.str());
 }
 
+std::map<std::string, EngineDecl> read_engine_additions(const Deployment& d, const std::string& source, std::string_view text) {
+  TomlReader r(source, text);
+  r.check_keys(r.root(), {"engines"}, "an engine addition");
+  const toml::table& engines = r.require_table(r.root(), "engines", "an engine addition");
+  std::map<std::string, EngineDecl> out;
+  for (const auto& [key, node] : engines) {
+    std::string name(key.str());
+    if (d.engines.count(name)) r.fail(node, "engine '" + name + "' exists already; remove it first or choose another name");
+    out.emplace(name, read_engine(r, d, name, node));
+  }
+  if (out.empty()) r.fail(engines, "[engines] declares no engine");
+  return out;
+}
+
 SlotDecl read_slot_change(const PluginManifest& manifest, const std::string& slot, const toml::table& config,
                           const std::string& source) {
   std::vector<std::string> slots = engine_slot_names();

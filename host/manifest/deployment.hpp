@@ -88,6 +88,11 @@ Deployment read_deployment_file(const std::string& path);
 SlotDecl read_slot_change(const PluginManifest& manifest, const std::string& slot, const toml::table& config,
                           const std::string& source);
 
+// Engines to add to a running deployment d: a TOML document of [engines.NAME] tables in the manifest
+// format, on d's models and plugins; names d already has are refused. Errors name source:line:column.
+// Throws ManifestError.
+std::map<std::string, EngineDecl> read_engine_additions(const Deployment& d, const std::string& source, std::string_view text);
+
 // The manifest the server runs with no argument (manifests/default.toml, compiled in).
 std::string_view embedded_default_manifest();
 

@@ -44,42 +44,9 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
   try {
     std::vector<RoutedEngine> routed;
     for (const auto& [name, decl] : deployment_.engines) {
-      const ModelDecl& model = deployment_.models.at(decl.model);
-      auto& weights = weights_[decl.model];
-      if (!weights && model.loaded) {
-        weights = model.loaded->weights;
-        tokenizers_[decl.model] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
-        spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path,
-                     model.spec.architecture, double(weights->bytes) / (1 << 20));
-      } else if (!weights) {
-        weights = make_synthetic_weights(model.spec, model.seed);
-        spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
-                     model.seed, double(weights->bytes) / (1 << 20));
-      }
-      WorkerInit w;
-      w.engine = name;
-      w.weights = weights;
-      w.metrics = &metrics_;
-      w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
-      w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
-      if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
-      EngineInit e;
-      e.name = name;
-      e.model = decl.model;
-      e.context_len = model.spec.info.context_len;
-      e.vocab_size = model.spec.info.vocab_size;
-      e.eos = tokenizers_.count(decl.model) ? tokenizers_.at(decl.model)->eos() : -1;
-      e.max_step_tokens = decl.max_step_tokens;
-      e.max_step_seqs = decl.max_step_seqs;
-      e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
-      if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
-      e.metrics = &metrics_;
-      e.worker = spawn_worker(*system_, std::move(w));
-      auto worker = e.worker;
-      auto actor = spawn_engine(*system_, std::move(e));
-      engines_.emplace(name, Engine{decl, actor, worker});
-      routed.push_back({name, decl.model, actor});
-      spdlog::info("engine {} ready: model {} on {}", name, decl.model, decl.device);
+      Engine e = build_engine(decl);
+      routed.push_back({name, decl.model, e.actor});
+      engines_.emplace(name, std::move(e));
     }
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (const auto& [name, w] : weights_) {
@@ -130,6 +97,47 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
   return PluginInstance::create(std::move(library), spec);
 }
 
+Server::Engine Server::build_engine(const EngineDecl& decl) {
+  const std::string& name = decl.name;
+  const ModelDecl& model = deployment_.models.at(decl.model);
+  auto& weights = weights_[decl.model];
+  if (!weights && model.loaded) {
+    weights = model.loaded->weights;
+    tokenizers_[decl.model] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
+    spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path,
+                 model.spec.architecture, double(weights->bytes) / (1 << 20));
+  } else if (!weights) {
+    weights = make_synthetic_weights(model.spec, model.seed);
+    spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
+                 model.seed, double(weights->bytes) / (1 << 20));
+  }
+  // Every instance exists before any actor starts: a plugin that fails leaves nothing running.
+  WorkerInit w;
+  w.engine = name;
+  w.weights = weights;
+  w.metrics = &metrics_;
+  w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
+  w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
+  if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
+  EngineInit e;
+  e.name = name;
+  e.model = decl.model;
+  e.context_len = model.spec.info.context_len;
+  e.vocab_size = model.spec.info.vocab_size;
+  e.eos = tokenizers_.count(decl.model) ? tokenizers_.at(decl.model)->eos() : -1;
+  e.max_step_tokens = decl.max_step_tokens;
+  e.max_step_seqs = decl.max_step_seqs;
+  e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
+  if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
+  e.metrics = &metrics_;
+  e.worker = spawn_worker(*system_, std::move(w));
+  Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
+  out.actor = spawn_engine(*system_, std::move(e));
+  out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
+  spdlog::info("engine {} ready: model {} on {}", name, decl.model, decl.device);
+  return out;
+}
+
 LoadReply Server::load_library(const std::string& id) {
   caf::scoped_actor self{*system_};
   LoadReply out;
@@ -165,8 +173,13 @@ std::string ServedModel::piece(int32_t token) const {
 
 const ServedModel* Server::find_model(const std::string& name) const {
   if (name.empty()) {
-    if (engines_.empty()) return nullptr;
-    return find_model(engines_.begin()->second.decl.model);
+    std::string first;
+    {
+      std::lock_guard lock(engines_mutex_);
+      if (engines_.empty()) return nullptr;
+      first = engines_.begin()->second.decl.model;
+    }
+    return find_model(first);
   }
   for (const auto& m : served_)
     if (m.name == name) return &m;
@@ -212,9 +225,17 @@ std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
   return stream;
 }
 
+std::vector<engine_actor> Server::all_engine_actors() {
+  std::lock_guard lock(engines_mutex_);
+  std::vector<engine_actor> out;
+  for (const auto& [name, e] : engines_) out.push_back(e.actor);
+  for (const auto& e : retired_) out.push_back(e.actor);
+  return out;
+}
+
 void Server::cancel(uint64_t request_id) {
   if (stopped_) return;
-  for (const auto& [name, e] : engines_) caf::anon_send(e.actor, cancel_atom::value, request_id);
+  for (const auto& actor : all_engine_actors()) caf::anon_send(actor, cancel_atom::value, request_id);
 }
 
 TokenStream::Update Server::wait(TokenStream& stream, size_t seen, std::chrono::milliseconds timeout) {
@@ -261,13 +282,22 @@ StatusJson Server::ask_status_of(const Actor& target, Ts... message) {
 }
 
 nlohmann::json Server::status() {
+  std::vector<std::pair<Engine, bool>> all;  // (engine, retiring)
+  {
+    std::lock_guard lock(engines_mutex_);
+    prune_retired();
+    for (const auto& [name, e] : engines_) all.emplace_back(e, false);
+    for (const auto& e : retired_) all.emplace_back(e, true);
+  }
   nlohmann::json engines = nlohmann::json::array();
-  for (const auto& [name, e] : engines_) {
+  nlohmann::json retiring = nlohmann::json::array();
+  for (const auto& [e, old] : all) {
     auto j = nlohmann::json::parse(ask_status_of(e.actor, status_atom::value, std::string()).json);
     j["device"] = e.decl.device;
-    engines.push_back(j);
+    (old ? retiring : engines).push_back(j);
   }
   return {{"engines", engines},
+          {"retiring_engines", retiring},
           {"router", nlohmann::json::parse(ask_status_of(router_, status_atom::value, std::string()).json)},
           {"accepting", accepting_.load()},
           {"in_flight", in_flight_.load()},
@@ -319,6 +349,7 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     throw AdminError(400, e.message());
   }
   if (!loaded.library) throw AdminError(422, loaded.error);
+  if (slot == "kvcache") return replace_engine_for(engine, change);
   std::shared_ptr<PluginInstance> instance;
   try {
     instance = make_instance(decl, slot, change, std::move(loaded.library));
@@ -346,6 +377,138 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   return r.message;
 }
 
+// A kvcache swap changes the KV layout the running sequences' blocks are in: it cannot happen between
+// two steps. A new engine with the new plugin starts beside the old one under the same name, new
+// requests go to it, and the old one finishes the requests it has, then stops.
+std::string Server::replace_engine_for(const std::string& engine, const SlotDecl& change) {
+  EngineDecl decl = engines_.at(engine).decl;
+  std::string old = decl.slots.at("kvcache").plugin + " " + decl.slots.at("kvcache").manifest.version;
+  decl.slots["kvcache"] = change;
+  Engine fresh;
+  try {
+    fresh = build_engine(decl);
+  } catch (const std::exception& e) {
+    throw AdminError(422, std::string("the engine with the new kvcache plugin could not be built: ") + e.what());
+  }
+  SwapResult r = retire_engine(engine, &fresh);
+  if (!r.ok) {
+    caf::anon_send_exit(fresh.actor, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(fresh.worker, caf::exit_reason::user_shutdown);
+    throw AdminError(409, r.message);
+  }
+  std::string what = "kvcache of " + engine + ": " + old + " -> " + change.plugin + " " + change.manifest.version +
+                     " (a new engine; " + r.message + ")";
+  spdlog::info("{}", what);
+  return what;
+}
+
+SwapResult Server::retire_engine(const std::string& name, const Engine* successor) {
+  caf::scoped_actor self{*system_};
+  SwapResult r{false, "the router did not answer"};
+  auto on_error = [&](caf::error& e) { r = SwapResult{false, "router: " + system_->render(e)}; };
+  auto on_reply = [&](SwapResult& x) { r = std::move(x); };
+  if (successor)
+    self->request(router_, std::chrono::seconds(60), engine_replace_atom::value, RoutedEngine{name, successor->decl.model, successor->actor})
+        .receive(on_reply, on_error);
+  else
+    self->request(router_, std::chrono::seconds(60), engine_remove_atom::value, name).receive(on_reply, on_error);
+  if (!r.ok) return r;
+  std::lock_guard lock(engines_mutex_);
+  retired_.push_back(engines_.at(name));
+  if (successor) engines_.at(name) = *successor;
+  else engines_.erase(name);
+  return r;
+}
+
+void Server::prune_retired() {
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), [](const Engine& e) { return e.stopped->load(); }),
+                 retired_.end());
+}
+
+std::string Server::add_engines(const std::string& toml_text, const std::string& source) {
+  std::lock_guard lock(admin_mutex_);
+  if (!accepting_) throw AdminError(503, "the server is shutting down");
+  std::map<std::string, EngineDecl> decls;
+  try {
+    decls = read_engine_additions(deployment_, source, toml_text);
+  } catch (const ManifestError& e) {
+    throw AdminError(400, e.what());
+  }
+  for (const auto& [name, decl] : decls)
+    if (!weights_.count(decl.model))
+      throw AdminError(409, "engine '" + name + "': model '" + decl.model +
+                                "' is declared but no engine served it at start, so it is not loaded; new engines can serve the loaded models only");
+  std::vector<Engine> built;
+  auto discard = [&] {
+    for (auto& e : built) {
+      caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
+    }
+  };
+  try {
+    for (const auto& [name, decl] : decls) built.push_back(build_engine(decl));
+  } catch (const std::exception& e) {
+    discard();
+    throw AdminError(422, std::string("engine not added: ") + e.what());
+  }
+  std::vector<std::string> names;
+  caf::scoped_actor self{*system_};
+  for (size_t i = 0; i < built.size(); ++i) {
+    const Engine& e = built[i];
+    SwapResult r{false, "the router did not answer"};
+    self->request(router_, std::chrono::seconds(60), engine_add_atom::value, RoutedEngine{e.decl.name, e.decl.model, e.actor})
+        .receive([&](SwapResult& x) { r = std::move(x); }, [&](caf::error& err) { r.message = system_->render(err); });
+    if (!r.ok) {
+      // Those already routed stay: each is complete and serving. The rest are stopped.
+      const std::string failed = e.decl.name;
+      built.erase(built.begin(), built.begin() + i);
+      discard();
+      throw AdminError(409, "engine " + failed + " not added: " + r.message +
+                                (names.empty() ? "" : " (added before it: " + join(names, ", ") + ")"));
+    }
+    names.push_back(e.decl.name);
+    deployment_.engines[e.decl.name] = e.decl;
+    std::lock_guard elock(engines_mutex_);
+    engines_.emplace(e.decl.name, e);
+  }
+  std::string what = "added engine" + std::string(names.size() > 1 ? "s " : " ") + join(names, ", ");
+  spdlog::info("admin: {}", what);
+  return what;
+}
+
+std::string Server::remove_engine(const std::string& name, std::chrono::milliseconds grace) {
+  std::unique_lock lock(admin_mutex_);
+  auto it = engines_.find(name);
+  if (it == engines_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, e] : engines_) names.push_back(n);
+    throw AdminError(404, "no engine '" + name + "'" + suggestion(name, names));
+  }
+  const std::string model = it->second.decl.model;
+  if (std::count_if(engines_.begin(), engines_.end(), [&](const auto& kv) { return kv.second.decl.model == model; }) == 1)
+    throw AdminError(409, "engine '" + name + "' is the last engine serving model '" + model +
+                              "'; add another engine for it first");
+  Engine old = it->second;
+  SwapResult r = retire_engine(name, nullptr);
+  if (!r.ok) throw AdminError(409, r.message);
+  deployment_.engines.erase(name);
+  spdlog::info("admin: removing engine {}: {}", name, r.message);
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!old.stopped->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::string what = "removed engine " + name;
+  if (!old.stopped->load()) {
+    spdlog::warn("engine {}: requests still running after {} ms; ending them", name, grace.count());
+    caf::anon_send_exit(old.actor, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(old.worker, caf::exit_reason::user_shutdown);
+    while (!old.stopped->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    what += " (requests still running after the grace period ended with an error)";
+  }
+  std::lock_guard elock(engines_mutex_);
+  prune_retired();
+  return what;
+}
+
 void Server::drain(std::chrono::milliseconds grace) {
   std::call_once(drain_once_, [&] {
     if (!system_) return;
@@ -364,13 +527,25 @@ void Server::stop() {
   drain(std::chrono::milliseconds(0));
   std::call_once(stop_once_, [&] {
     if (!system_) return;
-    for (auto& [name, e] : engines_) {
-      caf::anon_send_exit(e.actor, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(e.worker, caf::exit_reason::user_shutdown);
+    {
+      std::lock_guard lock(engines_mutex_);
+      for (auto* e : [&] {
+             std::vector<Engine*> v;
+             for (auto& [name, x] : engines_) v.push_back(&x);
+             for (auto& x : retired_) v.push_back(&x);
+             return v;
+           }()) {
+        caf::anon_send_exit(e->actor, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(e->worker, caf::exit_reason::user_shutdown);
+      }
     }
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
-    engines_.clear();
+    {
+      std::lock_guard lock(engines_mutex_);
+      engines_.clear();
+      retired_.clear();
+    }
     router_ = nullptr;
     registry_ = nullptr;
     system_->await_all_actors_done();

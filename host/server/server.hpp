@@ -92,6 +92,14 @@ class Server {
                        const toml::table& config);
   // Empties an optional slot (spec_decode). Throws AdminError for required slots.
   std::string unload_slot(const std::string& engine, const std::string& slot);
+  // Starts the engines that `toml_text` declares ([engines.NAME] tables in the manifest format, on
+  // models the server serves) and routes to them. Every one is built before any takes a request; any
+  // failure throws AdminError and leaves the server as it was. Returns a description.
+  std::string add_engines(const std::string& toml_text, const std::string& source);
+  // Routes no more to engine `name`, lets the requests it has finish, and stops it with its worker
+  // and plugins; requests still running after `grace` end with an error. Returns when it has stopped.
+  // Refuses (AdminError) an unknown engine and the last engine of a model.
+  std::string remove_engine(const std::string& name, std::chrono::milliseconds grace);
 
   // Stops taking requests and lets running ones finish (waiting ones end with an error); returns when
   // none is left or grace has passed (then the rest end with an error). Idempotent.
@@ -110,7 +118,17 @@ class Server {
     EngineDecl decl;
     engine_actor actor;
     worker_actor worker;
+    std::shared_ptr<std::atomic<bool>> stopped;  // set when the engine actor has terminated
   };
+  // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
+  // Throws PluginError; nothing of it is left running then.
+  Engine build_engine(const EngineDecl& decl);
+  // Retires engine `name` (replaced by `successor` when given, else removed): the router stops sending
+  // it requests and it stops once the ones it has are done; it stays in retired_ until then.
+  SwapResult retire_engine(const std::string& name, const Engine* successor);
+  std::string replace_engine_for(const std::string& engine, const SlotDecl& kvcache);
+  void prune_retired();  // forget retired engines that have stopped; needs engines_mutex_
+  std::vector<engine_actor> all_engine_actors();  // live and retiring, for cancel and stop
   // An instance for slot; the library is opened through the registry unless given.
   std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl,
                                                 std::shared_ptr<PluginLibrary> library = nullptr);
@@ -127,7 +145,9 @@ class Server {
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
   const ServedModel& default_model() const;
   std::vector<ServedModel> served_;
-  std::map<std::string, Engine> engines_;
+  std::map<std::string, Engine> engines_;  // taking requests, by name
+  std::vector<Engine> retired_;            // removed or replaced, finishing their requests
+  mutable std::mutex engines_mutex_;       // engines_ and retired_: admin changes vs gateway reads
   router_actor router_;
   registry_actor registry_;
   std::mutex admin_mutex_;  // one admin change at a time

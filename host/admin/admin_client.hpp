@@ -1,0 +1,46 @@
+// A client of a running server's admin API (what `tokenhost admin` speaks): JSON over HTTP with the
+// admin bearer token. Every call returns the parsed JSON answer or throws AdminCallError with the
+// server's own message, so callers print one line that says what went wrong.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace httplib {
+class Client;
+}
+
+namespace tokenhost {
+
+struct AdminCallError : std::runtime_error {
+  AdminCallError(int status, const std::string& message) : std::runtime_error(message), http_status(status) {}
+  int http_status;  // 0: the server was not reached
+};
+
+// Where the token comes from, first found: `explicit_token`, $TOKENHOST_ADMIN_TOKEN, the file the
+// server writes when it generates one (cache_dir()/admin-token). "" when none.
+std::string find_admin_token(const std::string& explicit_token);
+
+class AdminClient {
+ public:
+  // url: "http://HOST:PORT" of the admin API. Throws std::invalid_argument for a URL it cannot use.
+  AdminClient(const std::string& url, std::string token);
+  ~AdminClient();
+
+  nlohmann::json get(const std::string& path);
+  nlohmann::json post(const std::string& path, const nlohmann::json& body);
+  nlohmann::json patch(const std::string& path, const nlohmann::json& body);
+  nlohmann::json del(const std::string& path);
+  const std::string& url() const { return url_; }
+
+ private:
+  nlohmann::json call(const std::string& method, const std::string& path, const nlohmann::json* body);
+  std::string url_;
+  std::string token_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+}  // namespace tokenhost

@@ -1,0 +1,189 @@
+#include "cli/admin_command.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "admin/admin_client.hpp"
+
+namespace tokenhost {
+
+nlohmann::json parse_settings(const std::vector<std::string>& items) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& item : items) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--set", "'" + item + "' is not key=value");
+    std::string value = item.substr(eq + 1);
+    nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
+    out[item.substr(0, eq)] = v.is_discarded() || v.is_object() || v.is_array() ? nlohmann::json(value) : v;
+  }
+  return out;
+}
+
+void print_answer(const AdminOptions& options, const nlohmann::json& answer, const std::string& summary) {
+  if (options.json)
+    std::cout << answer.dump(2) << "\n";
+  else
+    std::cout << summary << (summary.empty() || summary.back() == '\n' ? "" : "\n");
+}
+
+namespace {
+
+std::string plugin_text(const nlohmann::json& p) {
+  if (!p.is_object()) return "-";
+  return p.value("id", "?") + " " + p.value("version", "?");
+}
+
+// One block per engine: its model, device, plugins, load; then the router.
+std::string status_text(const nlohmann::json& s) {
+  std::ostringstream out;
+  for (const auto& e : s.value("engines", nlohmann::json::array())) {
+    out << "engine " << e.value("name", "?") << "  model " << e.value("model", "?") << "  device " << e.value("device", "?")
+        << (e.value("draining", false) ? "  (draining)" : "") << "\n";
+    out << "  sequences " << e.value("sequences", 0) << "  steps " << e.value("steps", 0) << "  tokens out "
+        << e.value("tokens_out", 0) << "\n";
+    out << "  scheduler   " << plugin_text(e.value("scheduler", nlohmann::json())) << "\n";
+    if (e.contains("worker") && e["worker"].is_object())
+      for (const auto& [slot, p] : e["worker"].items())
+        if (p.is_object() && p.contains("id")) out << "  " << slot << std::string(12 - std::min<size_t>(slot.size(), 11), ' ') << plugin_text(p) << "\n";
+    if (e.contains("spec_decode") && !e["spec_decode"].is_null()) out << "  spec_decode " << plugin_text(e["spec_decode"]) << "\n";
+  }
+  if (s.contains("router")) out << "router " << plugin_text(s["router"].value("router", nlohmann::json())) << "\n";
+  out << "in flight " << s.value("in_flight", 0) << ", open plugin libraries " << s.value("open_libraries", 0);
+  return out.str();
+}
+
+}  // namespace
+
+CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
+  AdminArgs& a = o.args;
+  auto* admin = app.add_subcommand("admin", "Operate a running server through its admin API: status, plugins, live swaps, "
+                                            "engines, experiments.\nThe token comes from --token, $TOKENHOST_ADMIN_TOKEN, "
+                                            "or the file the server wrote ($TOKENHOST_CACHE/admin-token).");
+  admin->require_subcommand(1);
+  admin->add_option("--url", o.url, "The admin API's base URL")->capture_default_str();
+  admin->add_option("--token", o.token, "The admin token");
+  admin->add_flag("--json", o.json, "Print the server's JSON answers");
+
+  admin->add_subcommand("status", "Engines, their plugins and versions, the router")->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      auto s = c.get("/admin/engines");
+      print_answer(opt, s, status_text(s));
+      return 0;
+    };
+  });
+
+  auto* plugins = admin->add_subcommand("plugins", "Plugins the server knows and the libraries it has open");
+  plugins->require_subcommand(1);
+  plugins->add_subcommand("list", "Every plugin in the server's catalog")->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      auto p = c.get("/admin/plugins");
+      std::ostringstream out;
+      for (const auto& m : p.value("catalog", nlohmann::json::array()))
+        out << m.value("id", "?") << "  " << m.value("version", "?") << "  " << m.value("library", "") << "\n";
+      print_answer(opt, p, out.str().empty() ? p.dump(2) : out.str());
+      return 0;
+    };
+  });
+  auto* load = plugins->add_subcommand("load", "Make a plugin (or a new version of one) known from its plugin.toml; "
+                                               "swap it in with `admin swap`");
+  load->add_option("manifest", a.manifest, "The plugin.toml (a path on the server's machine)")->required();
+  load->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      auto path = std::filesystem::absolute(a.manifest).string();
+      auto r = c.post("/admin/plugins", {{"manifest", path}});
+      print_answer(opt, r, "registered " + r.value("id", "?") + " from " + path);
+      return 0;
+    };
+  });
+
+  auto* swap = admin->add_subcommand("swap", "Put PLUGIN into SLOT of ENGINE while it serves (attention, kvcache, "
+                                             "scheduler, moe, spec_decode). The new plugin is loaded and checked "
+                                             "first; a refusal changes nothing.");
+  swap->add_option("engine", a.engine, "Engine name")->required();
+  swap->add_option("slot", a.slot, "Slot name")->required();
+  swap->add_option("plugin", a.plugin, "Plugin id, e.g. attention.cpu_flash")->required();
+  swap->add_option("--set", a.settings, "A config setting key=value (repeatable)");
+  swap->add_option("--config", a.config_json, "The whole config as a JSON object");
+  swap->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      nlohmann::json config = a.config_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(a.config_json, nullptr, false);
+      if (config.is_discarded() || !config.is_object()) throw CLI::ValidationError("--config", "not a JSON object");
+      config.update(parse_settings(a.settings));
+      auto r = c.post("/admin/engines/" + a.engine + "/slots/" + a.slot, {{"plugin", a.plugin}, {"config", config}});
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+  auto* unload = admin->add_subcommand("unload", "Empty an optional SLOT of ENGINE (spec_decode)");
+  unload->add_option("engine", a.engine, "Engine name")->required();
+  unload->add_option("slot", a.slot, "Slot name")->required();
+  unload->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      auto r = c.del("/admin/engines/" + a.engine + "/slots/" + a.slot);
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+  auto* router = admin->add_subcommand("router", "Swap the router plugin");
+  router->add_option("plugin", a.plugin, "Plugin id, e.g. router.round_robin")->required();
+  router->add_option("--set", a.settings, "A config setting key=value (repeatable)");
+  router->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      auto r = c.post("/admin/router", {{"plugin", a.plugin}, {"config", parse_settings(a.settings)}});
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+
+  auto* engines = admin->add_subcommand("engines", "Add or remove engines while the server runs");
+  engines->require_subcommand(1);
+  auto* add = engines->add_subcommand("add", "Start the engines FILE declares ([engines.NAME] tables in the manifest "
+                                             "format, on models the server has)");
+  add->add_option("file", a.file, "A TOML file with [engines.NAME] tables")->required()->check(CLI::ExistingFile);
+  add->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      std::ifstream in(a.file);
+      std::string text((std::istreambuf_iterator<char>(in)), {});
+      auto r = c.post("/admin/engines", {{"toml", text}, {"file", a.file}});
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+  auto* remove = engines->add_subcommand("remove", "Stop routing to ENGINE, let its running requests finish, then stop it");
+  remove->add_option("engine", a.engine, "Engine name")->required();
+  remove->add_option("--grace", a.grace_s, "Seconds its running requests may take before they end with an error")->capture_default_str();
+  remove->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      auto r = c.del("/admin/engines/" + a.engine + "?grace_s=" + std::to_string(a.grace_s));
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+  return admin;
+}
+
+int run_admin(const AdminOptions& options) {
+  if (!options.action) return 1;
+  try {
+    AdminClient client(options.url, find_admin_token(options.token));
+    return options.action(client, options);
+  } catch (const AdminCallError& e) {
+    std::cerr << "tokenhost admin: " << e.what() << "\n";
+    return 1;
+  } catch (const CLI::ValidationError& e) {
+    std::cerr << "tokenhost admin: " << e.what() << "\n";
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "tokenhost admin: --url: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,44 @@
+// `tokenhost admin ...`: operates a running server through its admin API (host/admin/admin_client):
+// status, plugins, slot swaps and unloads, the router, engines added and removed, experiments (ab).
+// Each leaf command records what to do in AdminOptions::action; run_admin connects and does it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+namespace tokenhost {
+
+class AdminClient;
+
+// The arguments leaf commands take, as CLI11 fills them in.
+struct AdminArgs {
+  std::string engine, slot, plugin, config_json, manifest, file;
+  std::vector<std::string> settings;  // --set key=value
+  double grace_s = 30;
+};
+
+struct AdminOptions {
+  std::string url = "http://127.0.0.1:8081";
+  std::string token;
+  bool json = false;  // print the server's JSON answer instead of a summary
+  AdminArgs args;
+  std::function<int(AdminClient&, const AdminOptions&)> action;
+};
+
+// Adds `admin` and its subcommands to app.
+CLI::App* add_admin_command(CLI::App& app, AdminOptions& options);
+// Exit status: 0 when the server did what was asked, 1 when it refused (its reason printed) or could
+// not be reached.
+int run_admin(const AdminOptions& options);
+
+// `--set key=value` pairs as a JSON object: a value that reads as JSON (number, true/false, "quoted")
+// keeps its type, anything else is a string. Throws CLI::ValidationError for an item without '='.
+nlohmann::json parse_settings(const std::vector<std::string>& items);
+// Prints an answer: JSON when options.json, else the line(s) `summary` gives for it.
+void print_answer(const AdminOptions& options, const nlohmann::json& answer, const std::string& summary);
+
+}  // namespace tokenhost
