@@ -135,6 +135,9 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
 
 void preempt(self_ptr self, Sequence& seq) {
   auto& s = self->state;
+  // The blocks it holds now, counted free until the worker's reply says exactly: the scheduler may
+  // decide the next step before that reply, so this must not count more than will be freed.
+  const uint32_t held = blocks_for(seq.prefilled, s.kv.block_size);
   seq.state = TH_SEQ_PREEMPTED;
   seq.prefilled = 0;
   ++s.preemptions;
@@ -145,7 +148,7 @@ void preempt(self_ptr self, Sequence& seq) {
     self->state.kv = kv;
     if (--self->state.frees_in_flight == 0) tick(self);
   });
-  s.kv.free_blocks += blocks_for(seq.prompt_len(), s.kv.block_size);  // estimate until the reply
+  s.kv.free_blocks = std::min(s.kv.total_blocks, s.kv.free_blocks + held);
 }
 
 Sequence* find(EngineState& s, uint64_t id) {
@@ -347,10 +350,12 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       }
     }
   }
-  if (result.error.empty() && s.frees_in_flight == 0) {
-    // The step's own account of the pool is current: nothing was freed since the worker took it.
-    s.kv = result.kv;
-    update_gauges(s);
+  // The pool as the step left it (a failed step reports it too). Frees sent since are not in it: until
+  // their replies come the free count is low, never high, so a step decided meanwhile (a new request
+  // or a cancel ticks the engine) never reserves blocks that are not there.
+  s.kv = result.kv;
+  update_gauges(s);
+  if (s.frees_in_flight == 0) {
     tick(self);
     return;
   }

@@ -89,8 +89,10 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
           result.error = std::string("kv_exhausted: ") + e.what();
+          result.kv = kv_state(*s.init.kvcache);
         } catch (const std::exception& e) {
           result.error = e.what();
+          result.kv = kv_state(*s.init.kvcache);
         }
         ++s.steps;
         return result;

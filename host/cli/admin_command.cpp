@@ -1,5 +1,6 @@
 #include "cli/admin_command.hpp"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -42,12 +43,15 @@ std::string status_text(const nlohmann::json& s) {
         << (e.value("draining", false) ? "  (draining)" : "") << "\n";
     out << "  sequences " << e.value("sequences", 0) << "  steps " << e.value("steps", 0) << "  tokens out "
         << e.value("tokens_out", 0) << "\n";
-    out << "  scheduler   " << plugin_text(e.value("scheduler", nlohmann::json())) << "\n";
-    if (e.contains("worker") && e["worker"].is_object())
-      for (const auto& [slot, p] : e["worker"].items())
-        if (p.is_object() && p.contains("id")) out << "  " << slot << std::string(12 - std::min<size_t>(slot.size(), 11), ' ') << plugin_text(p) << "\n";
-    if (e.contains("spec_decode") && !e["spec_decode"].is_null()) out << "  spec_decode " << plugin_text(e["spec_decode"]) << "\n";
+    for (const char* slot : {"attention", "kvcache", "scheduler", "moe", "spec_decode"})
+      if (e.contains(slot) && e[slot].is_object())
+        out << "  " << slot << std::string(12 - std::strlen(slot), ' ') << plugin_text(e[slot]) << "\n";
+    if (e.contains("kv") && e["kv"].is_object())
+      out << "  kv blocks   " << e["kv"].value("free_blocks", 0) << " free of " << e["kv"].value("total_blocks", 0) << " ("
+          << e["kv"].value("block_size", 0) << " positions each)\n";
   }
+  for (const auto& e : s.value("retiring_engines", nlohmann::json::array()))
+    out << "engine " << e.value("name", "?") << " (retiring: replaced or removed)  sequences " << e.value("sequences", 0) << "\n";
   if (s.contains("router")) out << "router " << plugin_text(s["router"].value("router", nlohmann::json())) << "\n";
   out << "in flight " << s.value("in_flight", 0) << ", open plugin libraries " << s.value("open_libraries", 0);
   return out.str();

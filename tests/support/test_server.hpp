@@ -2,8 +2,14 @@
 // the system, the fixture plugins searchable.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "harness.hpp"
 #include "manifest/deployment.hpp"
@@ -49,5 +55,72 @@ inline GenerateRequest request_for(Server& server, const std::string& prompt, ui
   r.max_tokens = max_tokens;
   return r;
 }
+
+// Prompts of different lengths, so that sequences join and leave steps at different times.
+inline std::vector<std::string> mixed_prompts() {
+  std::vector<std::string> p;
+  for (int i = 0; i < 12; ++i) p.push_back("prompt number " + std::to_string(i) + std::string(size_t(i * 3), 'x'));
+  return p;
+}
+
+// Greedy outputs of each of mixed_prompts() run alone: what every later run must reproduce.
+inline std::vector<std::vector<int32_t>> outputs_alone(Server& server, uint32_t max_tokens) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : mixed_prompts()) {
+    auto r = server.generate(request_for(server, p, max_tokens));
+    if (r.finish_reason != "length" || r.tokens.size() != max_tokens)
+      throw std::runtime_error("a request alone did not run to max_tokens: " + r.error);
+    out.push_back(r.tokens);
+  }
+  return out;
+}
+
+// `clients` threads each sending mixed_prompts() one after the other until stopped, checking every
+// answer against `expected`: what a live server under load looks like to a swap.
+class SteadyLoad {
+ public:
+  SteadyLoad(Server& server, std::vector<std::vector<int32_t>> expected, int clients, uint32_t max_tokens)
+      : expected_(std::move(expected)) {
+    for (int c = 0; c < clients; ++c) {
+      threads_.emplace_back([this, &server, c, max_tokens] {
+        auto ps = mixed_prompts();
+        for (size_t i = size_t(c) % ps.size(); !stop_; i = (i + 1) % ps.size()) {
+          auto r = server.generate(request_for(server, ps[i], max_tokens));
+          if (r.finish_reason != "length" || r.tokens != expected_[i]) {
+            ++wrong_;
+            std::lock_guard lock(mutex_);
+            if (first_error_.empty()) first_error_ = r.finish_reason + ": " + r.error;
+          }
+          ++done_;
+        }
+      });
+    }
+  }
+  ~SteadyLoad() { stop(); }
+  // Returns once `n` more requests have finished.
+  void wait_for(int n) {
+    int target = done_ + n;
+    while (done_ < target) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  void stop() {
+    stop_ = true;
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  int done() const { return done_; }
+  int wrong() const { return wrong_; }
+  std::string first_error() {
+    std::lock_guard lock(mutex_);
+    return first_error_;
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> expected_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> done_{0}, wrong_{0};
+  std::mutex mutex_;
+  std::string first_error_;
+};
 
 }  // namespace tokenhost::testing
