@@ -4,14 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "model/quant.hpp"
 
 namespace tokenhost {
 
 CLI::App* add_make_model_command(CLI::App& app, MakeModelCommand& c) {
-  auto* cmd = app.add_subcommand("make-model", "Write a GGUF model of any Llama shape (dense or MoE) with seeded random\n"
-                                               "weights of one element type and a working tokenizer, for tests and benchmarks.");
+  auto* cmd = app.add_subcommand("make-model", "Write a GGUF model of any Llama shape (dense or MoE, with an optional shared\n"
+                                               "expert) with seeded random weights of one element type and a working tokenizer,\n"
+                                               "for tests and benchmarks.");
   MakeModelOptions& o = c.options;
   cmd->add_option("output", o.path, "GGUF file to write")->required();
   cmd->add_option("--preset", c.preset, "Start from a shape: stories260K, 110M, 1.1B");
@@ -26,8 +28,18 @@ CLI::App* add_make_model_command(CLI::App& app, MakeModelCommand& c) {
   cmd->add_option("--context", o.shape.context_len, "Context length");
   cmd->add_option("--experts", o.shape.n_experts, "Experts per MoE layer (0 = dense)");
   cmd->add_option("--experts-used", o.shape.n_experts_used, "Experts per token");
+  cmd->add_option("--shared-experts", o.shape.n_shared_experts,
+                  "Shared experts per MoE layer: a SwiGLU expert every token runs, added to the\n"
+                  "routed experts' output (blk.N.ffn_{gate,up,down}_shexp)")
+      ->check(CLI::Range(0, 1));
+  cmd->add_option("--shared-ffn", o.shape.shared_ffn_dim, "Feed-forward width of the shared expert (default: --ffn)");
+  cmd->add_flag("--shared-gate", o.shape.shared_expert_gate,
+                "Scale the shared expert's output per token by sigmoid(w . x) (blk.N.ffn_gate_inp_shexp,\n"
+                "as Qwen2-MoE)");
   cmd->add_flag("--tied", o.shape.tied_output, "No output.weight: the embedding is reused");
-  cmd->add_option("--arch", o.shape.architecture, "llama or qwen2")->capture_default_str();
+  cmd->add_option("--arch", o.shape.architecture,
+                  "llama, qwen2 or qwen2moe (needs --experts, --experts-used, --shared-experts 1 and --shared-gate)")
+      ->capture_default_str();
   return cmd;
 }
 
@@ -58,9 +70,14 @@ int run_make_model(MakeModelCommand& c) {
   };
   make_model(c.options);
   const auto& s = c.options.shape;
+  std::string experts;
+  if (s.n_experts) experts = ", " + std::to_string(s.n_experts) + " experts";
+  if (s.n_shared_experts)
+    experts += " + a shared expert (ffn " + std::to_string(s.shared_ffn_dim ? s.shared_ffn_dim : s.ffn_dim) +
+               (s.shared_expert_gate ? ", gated)" : ")");
   std::fprintf(stderr, "\n%s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u%s, %s, seed %llu: %.1f MiB in %.1f s\n",
                c.options.path.c_str(), s.architecture.c_str(), s.n_layers, s.dim, s.n_heads, s.n_kv_heads, s.ffn_dim,
-               s.vocab_size, s.n_experts ? (", " + std::to_string(s.n_experts) + " experts").c_str() : "", c.type.c_str(),
+               s.vocab_size, experts.c_str(), c.type.c_str(),
                (unsigned long long)c.options.seed, double(std::filesystem::file_size(c.options.path)) / (1 << 20),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return 0;

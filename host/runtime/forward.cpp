@@ -44,6 +44,30 @@ void rope(float* v, size_t n_heads, size_t head_dim, int32_t pos, const RopeSett
   }
 }
 
+// out = down(silu(gate x) * up x) for n_rows rows of x ([n_rows][dim] each).
+void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out) {
+  const size_t ffn = size_t(e.gate.rows);
+  std::vector<float> g(n_rows * ffn), u(n_rows * ffn);
+  matmul(e.gate, x, n_rows, g.data());
+  matmul(e.up, x, n_rows, u.data());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  matmul(e.down, g.data(), n_rows, out);
+}
+
+// out += the layer's shared expert on x, each row scaled by sigmoid(gate . x) when the layer has
+// that gate. Every token runs it, so it is dense math like the MLP's, on the host's kernels (every
+// weight type, the batch's rows at once) rather than routed through the moe plugin.
+void add_shared_expert(const LayerWeights& L, const float* x, size_t n_rows, size_t dim, float* out) {
+  std::vector<float> shared(n_rows * dim), scale(n_rows, 1.0f);
+  swiglu(L.shared_expert, x, n_rows, shared.data());
+  if (!L.shared_expert_gate.empty()) {
+    matmul(L.shared_expert_gate, x, n_rows, scale.data());
+    for (float& s : scale) s = 1.0f / (1.0f + std::exp(-s));
+  }
+  for (size_t r = 0; r < n_rows; ++r)
+    for (size_t i = 0; i < dim; ++i) out[r * dim + i] += scale[r] * shared[r * dim + i];
+}
+
 th_tensor tensor_view(const WeightView& w) {
   th_tensor t{};
   t.struct_size = sizeof(th_tensor);
@@ -132,7 +156,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     for (uint32_t r = seq_start[s]; r < seq_start[s + 1]; ++r) row_seq.push_back(s);
 
   const size_t n_rows = tokens.size();
-  const size_t qdim = nh * hd, kvdim = nkv * hd, ffn = info.ffn_dim;
+  const size_t qdim = nh * hd, kvdim = nkv * hd;
   std::vector<float> x(n_rows * dim), xn(n_rows * dim), q(n_rows * qdim), k(n_rows * kvdim), v(n_rows * kvdim),
       att(n_rows * qdim), tmp(n_rows * dim), ffn_out(n_rows * dim);
   for (size_t r = 0; r < n_rows; ++r) {
@@ -193,11 +217,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     for (size_t i = 0; i < n_rows * dim; ++i) x[i] += tmp[i];
     for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.ffn_norm, w.rms_eps, &xn[r * dim], dim);
     if (info.n_experts == 0) {
-      std::vector<float> g(n_rows * ffn), u(n_rows * ffn);
-      matmul(L.experts[0].gate, xn.data(), n_rows, g.data());
-      matmul(L.experts[0].up, xn.data(), n_rows, u.data());
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SwiGLU
-      matmul(L.experts[0].down, g.data(), n_rows, ffn_out.data());
+      swiglu(L.experts[0], xn.data(), n_rows, ffn_out.data());
     } else {
       const auto& moe_vt = plugins.moe->vtable<th_moe_vtable>();
       const uint32_t ne = info.n_experts, kk = info.n_experts_used;
@@ -213,6 +233,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
       if (th_status s = moe_vt.experts(plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
     }
+    if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
     for (size_t i = 0; i < n_rows * dim; ++i) x[i] += ffn_out[i];
   }
 

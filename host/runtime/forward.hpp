@@ -1,7 +1,8 @@
 // One batched step of a Llama-family model through the engine's plugins: embeddings, RMSNorm, Q/K/V
 // projections (with optional biases), RoPE, keys and values stored through the kvcache plugin's
 // layout, attention by the attention plugin, output projection, a SwiGLU feed-forward (or, for MoE
-// models, the moe plugin's gating and experts), final norm, logits.
+// models, the moe plugin's gating and experts, plus the shared expert on the host's kernels when the
+// model has one), final norm, logits.
 #pragma once
 
 #include <stdexcept>

@@ -52,6 +52,7 @@ struct Reader {
     all.data = all.row(int64_t(e) * rows);
     return all;
   }
+  bool has(const std::string& key) const { return file.has(arch + "." + key); }
   static std::string shape(const std::vector<int64_t>& ne) {
     std::string s = "[";
     for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -59,13 +60,35 @@ struct Reader {
   }
 };
 
+// The shared expert's width, 0 when the model has none. qwen2moe always has one, of
+// expert_shared_feed_forward_length, else feed_forward_length (as llama.cpp reads it). The other
+// architectures have one when the metadata says so: expert_shared_feed_forward_length, or
+// expert_shared_count (DeepSeek's convention: that many shared experts stored merged into one of
+// count times the routed experts' width).
+uint32_t shared_expert_width(const Reader& r, const th_model_info& i, int64_t dense_ffn) {
+  const bool qwen2moe = r.arch == "qwen2moe";
+  const int64_t count = qwen2moe ? 1 : r.hparam("expert_shared_count", 0);
+  if (count < 0) r.fail("'" + r.arch + ".expert_shared_count' is negative");
+  if (count == 0 && !r.has("expert_shared_feed_forward_length")) return 0;
+  if (i.n_experts == 0)
+    r.fail("a shared expert needs an MoE model, but '" + r.arch + ".expert_count' is 0 or missing");
+  const int64_t width = r.hparam("expert_shared_feed_forward_length",
+                                 qwen2moe ? dense_ffn : count * int64_t(i.ffn_dim));
+  if (width <= 0) r.fail("'" + r.arch + ".expert_shared_feed_forward_length' must be positive");
+  return uint32_t(width);
+}
+
+const char* const kSharedExpertTensors[] = {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+                                            "ffn_gate_inp_shexp.weight"};
+
 }  // namespace
 
 LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   std::shared_ptr<gguf::File> file = gguf::File::open(path);
   Reader r{*file, path, file->get_string("general.architecture").value_or("")};
-  if (r.arch != "llama" && r.arch != "qwen2") {
-    r.fail("unsupported architecture '" + r.arch + "' (this runtime serves llama and qwen2)");
+  const bool qwen2moe = r.arch == "qwen2moe";
+  if (r.arch != "llama" && r.arch != "qwen2" && !qwen2moe) {
+    r.fail("unsupported architecture '" + r.arch + "' (this runtime serves llama, qwen2 and qwen2moe)");
   }
   auto w = std::make_shared<ModelWeights>();
   th_model_info& i = w->spec.info;
@@ -79,6 +102,14 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   i.context_len = uint32_t(r.hparam("context_length"));
   i.n_experts = uint32_t(r.hparam("expert_count", 0));
   i.n_experts_used = uint32_t(r.hparam("expert_used_count", 0));
+  if (qwen2moe && (i.n_experts == 0 || i.n_experts_used == 0))
+    r.fail("qwen2moe needs 'qwen2moe.expert_count' and 'qwen2moe.expert_used_count' (it is an MoE architecture)");
+  const int64_t dense_ffn = i.ffn_dim;
+  // Routed experts may have a width of their own; without the key llama.cpp takes feed_forward_length
+  // for llama and divides it among the experts used for qwen2moe.
+  if (i.n_experts > 0)
+    i.ffn_dim = uint32_t(r.hparam("expert_feed_forward_length", qwen2moe ? dense_ffn / i.n_experts_used : dense_ffn));
+  const uint32_t shared_ffn = shared_expert_width(r, i, dense_ffn);
   if (i.n_heads == 0 || i.n_kv_heads == 0 || i.n_heads % i.n_kv_heads != 0 || i.dim % i.n_heads != 0)
     r.fail("inconsistent head counts: " + std::to_string(i.n_heads) + " heads, " + std::to_string(i.n_kv_heads) +
            " KV heads, dim " + std::to_string(i.dim));
@@ -90,7 +121,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   i.vocab_size = uint32_t(embd->ne[1]);
   w->rms_eps = float(r.hparam_float("attention.layer_norm_rms_epsilon", 1e-5));
   w->rope.theta = float(r.hparam_float("rope.freq_base", 10000.0));
-  w->rope.neox = r.arch == "qwen2";
+  w->rope.neox = r.arch == "qwen2" || qwen2moe;
   if (file->get_string(r.arch + ".rope.scaling.type").value_or("none") == "linear")
     w->rope.freq_scale = float(1.0 / r.hparam_float("rope.scaling.factor", 1.0));
 
@@ -122,6 +153,16 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
                              r.expert(b + "ffn_up_exps.weight", i.ffn_dim, dim, e, i.n_experts),
                              r.expert(b + "ffn_down_exps.weight", dim, i.ffn_dim, e, i.n_experts)});
       }
+    }
+    if (shared_ffn > 0) {
+      L.shared_expert = {r.matrix(b + "ffn_gate_shexp.weight", shared_ffn, dim), r.matrix(b + "ffn_up_shexp.weight", shared_ffn, dim),
+                         r.matrix(b + "ffn_down_shexp.weight", dim, shared_ffn)};
+      L.shared_expert_gate = r.matrix(b + "ffn_gate_inp_shexp.weight", 1, dim, qwen2moe);  // optional but for qwen2moe
+    } else {
+      for (const char* t : kSharedExpertTensors)
+        if (file->tensor(b + t))
+          r.fail("tensor '" + b + t + "' belongs to a shared expert, but the metadata declares none ('" + r.arch +
+                 ".expert_shared_feed_forward_length' or '" + r.arch + ".expert_shared_count')");
     }
     if (l == 0) i.weight_dtype = L.wq.type;
     w->layers.push_back(std::move(L));

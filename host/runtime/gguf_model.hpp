@@ -1,6 +1,10 @@
 // Llama-family models from GGUF files: hyperparameters from the metadata, weights used in place from
 // the mapped file, the tokenizer's vocabulary. Llama 2/3, TinyLlama, Mistral and the stories models
-// (architecture "llama"), Qwen2 ("qwen2": QKV biases, NEOX RoPE), dense or MoE.
+// (architecture "llama"), Qwen2 ("qwen2": QKV biases, NEOX RoPE), dense or MoE; Qwen2-MoE ("qwen2moe":
+// Qwen2's attention, routed experts of expert_feed_forward_length, a shared expert with a sigmoid gate).
+// An MoE model of any of them may carry a shared expert (blk.N.ffn_{gate,up,down}_shexp, optionally
+// gated by blk.N.ffn_gate_inp_shexp) declared by <arch>.expert_shared_feed_forward_length or
+// <arch>.expert_shared_count.
 #pragma once
 
 #include <memory>

@@ -81,11 +81,20 @@ void make_model(const MakeModelOptions& o) {
   require(s.vocab_size >= 259, "vocab_size must be at least 259 (3 control and 256 byte tokens)");
   require(s.n_layers > 0 && s.ffn_dim > 0, "n_layers and ffn_dim must be positive");
   require(s.n_experts_used <= s.n_experts, "n_experts_used must not exceed n_experts");
-  require(s.architecture == "llama" || s.architecture == "qwen2", "architecture must be llama or qwen2");
+  const bool qwen2moe = s.architecture == "qwen2moe", biases = s.architecture == "qwen2" || qwen2moe;
+  require(s.architecture == "llama" || biases, "architecture must be llama, qwen2 or qwen2moe");
+  require(s.n_shared_experts <= 1, "n_shared_experts must be 0 or 1");
+  require(s.n_shared_experts == 0 || s.n_experts > 0, "a shared expert needs an MoE shape (n_experts > 0)");
+  require(s.n_shared_experts == 1 || (s.shared_ffn_dim == 0 && !s.shared_expert_gate),
+          "shared_ffn_dim and shared_expert_gate need a shared expert (n_shared_experts = 1)");
+  require(!qwen2moe || (s.n_experts > 0 && s.n_experts_used > 0 && s.n_shared_experts == 1 && s.shared_expert_gate),
+          "architecture qwen2moe needs n_experts and n_experts_used > 0 and a shared expert with its gate");
   require(quant::is_supported(o.type), std::string("unsupported type ") + quant::dtype_name(o.type));
+  const uint32_t shared_ffn = s.n_shared_experts == 0 ? 0 : s.shared_ffn_dim ? s.shared_ffn_dim : s.ffn_dim;
   const size_t block = quant::block_elems(o.type);
-  require(s.dim % block == 0 && s.ffn_dim % block == 0,
-          "dim and ffn_dim must be multiples of " + std::to_string(block) + " for " + quant::dtype_name(o.type));
+  require(s.dim % block == 0 && s.ffn_dim % block == 0 && shared_ffn % block == 0,
+          "dim, ffn_dim and shared_ffn_dim must be multiples of " + std::to_string(block) + " for " +
+              quant::dtype_name(o.type));
 
   std::mt19937_64 rng(o.seed);
   gguf::Writer w;
@@ -104,6 +113,11 @@ void make_model(const MakeModelOptions& o) {
   if (s.n_experts > 0) {
     w.set(a + ".expert_count", s.n_experts);
     w.set(a + ".expert_used_count", s.n_experts_used);
+    if (qwen2moe) w.set(a + ".expert_feed_forward_length", s.ffn_dim);
+  }
+  if (shared_ffn > 0) {
+    if (!qwen2moe) w.set(a + ".expert_shared_count", s.n_shared_experts);  // qwen2moe's is implied
+    w.set(a + ".expert_shared_feed_forward_length", shared_ffn);
   }
   add_tokenizer(w, s.vocab_size, rng);
 
@@ -111,7 +125,8 @@ void make_model(const MakeModelOptions& o) {
   std::vector<float> values;
   std::vector<uint8_t> packed;
   size_t made = 0;
-  const size_t total = 3 + size_t(s.n_layers) * 9;
+  const size_t per_layer = 6 + (s.n_experts ? 4 : 3) + (biases ? 3 : 0) + (shared_ffn ? 3 : 0) + s.shared_expert_gate;
+  const size_t total = (s.tied_output ? 2 : 3) + size_t(s.n_layers) * per_layer;
   auto tensor = [&](const std::string& name, th_dtype type, std::vector<int64_t> ne, bool norm = false) {
     size_t n = 1;
     for (auto d : ne) n *= size_t(d);
@@ -135,7 +150,7 @@ void make_model(const MakeModelOptions& o) {
     tensor(b + "attn_k.weight", o.type, {dim, kv});
     tensor(b + "attn_v.weight", o.type, {dim, kv});
     tensor(b + "attn_output.weight", o.type, {dim, dim});
-    if (a == "qwen2") {
+    if (biases) {
       tensor(b + "attn_q.bias", TH_DTYPE_F32, {dim});
       tensor(b + "attn_k.bias", TH_DTYPE_F32, {kv});
       tensor(b + "attn_v.bias", TH_DTYPE_F32, {kv});
@@ -150,6 +165,12 @@ void make_model(const MakeModelOptions& o) {
       tensor(b + "ffn_gate_exps.weight", o.type, {dim, ffn, s.n_experts});
       tensor(b + "ffn_up_exps.weight", o.type, {dim, ffn, s.n_experts});
       tensor(b + "ffn_down_exps.weight", o.type, {ffn, dim, s.n_experts});
+    }
+    if (shared_ffn > 0) {
+      if (s.shared_expert_gate) tensor(b + "ffn_gate_inp_shexp.weight", TH_DTYPE_F32, {dim});  // one logit per token
+      tensor(b + "ffn_gate_shexp.weight", o.type, {dim, shared_ffn});
+      tensor(b + "ffn_up_shexp.weight", o.type, {dim, shared_ffn});
+      tensor(b + "ffn_down_shexp.weight", o.type, {shared_ffn, dim});
     }
   }
   w.write(o.path);

@@ -25,8 +25,10 @@ struct WeightView {
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + size_t(r) * row_bytes; }
 };
 
+// A SwiGLU feed-forward: down(silu(gate x) * up x).
 struct ExpertWeights {
   WeightView gate, up, down;  // [ffn][dim], [ffn][dim], [dim][ffn]
+  bool empty() const { return gate.empty(); }
 };
 
 struct LayerWeights {
@@ -35,6 +37,11 @@ struct LayerWeights {
   WeightView bq, bk, bv;           // optional biases (Qwen2), f32
   WeightView router;               // [n_experts][dim], MoE only
   std::vector<ExpertWeights> experts;  // one for dense models
+  // MoE only, optional (Qwen2-MoE, DeepSeek): a dense expert of its own width that every token runs,
+  // added to the routed experts' output; with shared_expert_gate ([1][dim], Qwen2-MoE) that output is
+  // scaled per token by sigmoid(shared_expert_gate . x).
+  ExpertWeights shared_expert;
+  WeightView shared_expert_gate;
 };
 
 struct RopeSettings {

@@ -15,5 +15,6 @@ check "plugins" "list"
 check "plugins list" "One line per plugin"
 check "plugins inspect" "whether its library loads"
 check "bench" "OpenAI-compatible"
+check "make-model" "--shared-gate"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
 echo "all --help pages present"

@@ -3,13 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include "models.hpp"
-
-#include <unistd.h>
+#include "files.hpp"
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <random>
 
@@ -19,35 +17,11 @@
 namespace fs = std::filesystem;
 namespace gguf = tokenhost::gguf;
 namespace quant = tokenhost::quant;
+using tokenhost::testing::TempDir;
+using tokenhost::testing::read_file;
+using tokenhost::testing::write_file;
 
 namespace {
-
-// A fresh folder, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("tokenhost_gguf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-void write_file(const std::string& path, const uint8_t* data, size_t n) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(data), std::streamsize(n));
-}
-
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 // The message of the gguf::Error that f throws ("" if it throws nothing, a marker for another type).
 std::string error_of(const std::function<void()>& f) {

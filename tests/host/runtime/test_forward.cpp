@@ -1,11 +1,16 @@
-// The forward pass: RoPE's two layouts agree when the weights are permuted the way converters do,
-// and a batch gives each sequence exactly the logits it gets alone.
+// The forward pass: RoPE's two layouts agree when the weights are permuted the way converters do; MoE
+// models (routed experts through moe.topk, with or without a shared expert, gated or not) match a
+// float64 reference; a batch gives each sequence exactly the logits it gets alone.
 #include <catch2/catch.hpp>
 
 #include <cstring>
 
+#include "files.hpp"
 #include "harness.hpp"
+#include "reference_forward.hpp"
 #include "runtime/forward.hpp"
+#include "runtime/gguf_model.hpp"
+#include "runtime/make_model.hpp"
 #include "runtime/synthetic_model.hpp"
 
 using namespace tokenhost;
@@ -13,19 +18,65 @@ using namespace tokenhost::testing;
 
 namespace {
 
+// The plugins of one engine; moe.topk (renormalizing its top-k weights or not) for MoE models.
 struct Engine {
-  std::shared_ptr<PluginInstance> attention, kvcache;
-  explicit Engine(const ModelSpec& spec) {
+  std::shared_ptr<PluginInstance> attention, kvcache, moe;
+  explicit Engine(const ModelSpec& spec, bool normalize = true) {
     toml::table kv;
     kv.insert("block_size", 8);
     kv.insert("n_blocks", 128);
     attention = make_plugin("attention.reference", spec);
     kvcache = make_plugin("kvcache.paged", spec, kv);
+    if (spec.info.n_experts > 0) {
+      toml::table gating;
+      gating.insert("normalize", normalize);
+      moe = make_plugin("moe.topk", spec, gating);
+    }
   }
   std::vector<std::vector<float>> run(const ModelWeights& w, const StepBatch& b) {
-    return forward_step(w, b, {attention.get(), kvcache.get(), nullptr});
+    return forward_step(w, b, {attention.get(), kvcache.get(), moe.get()});
   }
 };
+
+// A small MoE model written by make-model (f32: moe.topk computes f32 experts) and read back.
+std::shared_ptr<const ModelWeights> moe_model(uint64_t seed, const std::string& arch, uint32_t n_shared, bool gate) {
+  TempDir dir;
+  MakeModelOptions o;
+  o.path = dir.file("moe.gguf");
+  o.seed = seed;
+  o.scale = 0.1f;  // large enough that every part of a layer moves the logits
+  o.shape.dim = 64;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 2;
+  o.shape.ffn_dim = 32;
+  o.shape.vocab_size = 300;
+  o.shape.context_len = 128;
+  o.shape.n_experts = 4;
+  o.shape.n_experts_used = 2;
+  o.shape.n_shared_experts = n_shared;
+  o.shape.shared_ffn_dim = n_shared ? 48 : 0;
+  o.shape.shared_expert_gate = gate;
+  o.shape.architecture = arch;
+  make_model(o);
+  return load_gguf_model(o.path, "moe").weights;  // the mapping outlives the file's removal
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t max_len, uint32_t vocab) {
+  std::vector<int32_t> tokens(1 + rng() % max_len);
+  for (auto& t : tokens) t = int32_t(rng() % vocab);
+  return tokens;
+}
+
+// max |a - b| / max |b|
+double relative_diff(const std::vector<float>& a, const Vec& b) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(double(a[i]) - b[i]));
+    mag = std::max(mag, std::abs(b[i]));
+  }
+  return diff / mag;
+}
+double relative_diff(const Vec& a, const Vec& b) { return relative_diff(std::vector<float>(a.begin(), a.end()), b); }
 
 // Rows of a [n_heads * head_dim][cols] projection reordered within each head so that the pair
 // (2i, 2i+1) of the NORM layout lands at (i, i + head_dim/2) of the NEOX layout.
@@ -39,6 +90,21 @@ std::vector<float> to_neox(const WeightView& w, size_t n_heads, size_t head_dim)
         std::memcpy(&out[to * size_t(w.cols)], &in[from * size_t(w.cols)], size_t(w.cols) * sizeof(float));
       }
   return out;
+}
+
+// Each of a ragged batch of random sequences gets, bit for bit, the logits it gets alone.
+void check_batch_invariance(const ModelWeights& w, std::mt19937_64& rng) {
+  std::vector<StepItem> items;
+  for (uint64_t s = 1; s <= 6; ++s) items.push_back(StepItem{s, 0, random_tokens(rng, 40, w.spec.info.vocab_size), true, nullptr});
+  std::vector<std::vector<float>> alone;
+  for (const auto& item : items) {
+    Engine e(w.spec);
+    alone.push_back(e.run(w, StepBatch{{item}}).at(0));
+  }
+  Engine together(w.spec);
+  auto batched = together.run(w, StepBatch{items});
+  REQUIRE(batched.size() == items.size());
+  for (size_t s = 0; s < items.size(); ++s) REQUIRE(batched[s] == alone[s]);
 }
 
 }  // namespace
@@ -75,22 +141,55 @@ TEST_CASE("forward: NEOX RoPE on permuted weights gives the NORM model's logits"
 
 TEST_CASE("forward: each sequence of a ragged batch gets the logits it gets alone, bit for bit", "[forward]") {
   auto rng = fresh_rng("forward batch");
-  ModelSpec spec = model_spec(4, 1, 16, 2);
-  auto w = make_synthetic_weights(spec, rng());
-  std::vector<StepItem> items;
-  for (uint64_t s = 1; s <= 6; ++s) {
-    StepItem item{s, 0, {}, true, nullptr};
-    size_t len = 1 + rng() % 40;
-    for (size_t i = 0; i < len; ++i) item.tokens.push_back(int32_t(rng() % 256));
-    items.push_back(item);
+  check_batch_invariance(*make_synthetic_weights(model_spec(4, 1, 16, 2), rng()), rng);
+}
+
+TEST_CASE("forward: batch invariance holds for an MoE model with a gated shared expert", "[forward][moe]") {
+  auto rng = fresh_rng("forward moe batch");
+  check_batch_invariance(*moe_model(rng(), "llama", 1, true), rng);
+}
+
+TEST_CASE("forward: MoE models match a float64 reference, with no shared expert, a shared one, a gated one", "[forward][moe]") {
+  auto rng = fresh_rng("forward moe reference");
+  struct Variant {
+    const char* name;
+    std::string arch;
+    uint32_t n_shared;
+    bool gate, normalize;
+  };
+  const Variant variants[] = {{"routed experts only", "llama", 0, false, true},
+                              {"shared expert (DeepSeek-like)", "llama", 1, false, true},
+                              {"gated shared expert", "llama", 1, true, true},
+                              {"qwen2moe (gated shared expert, unnormalized top-k)", "qwen2moe", 1, true, false}};
+  for (const Variant& v : variants) {
+    INFO(v.name);
+    auto w = moe_model(rng(), v.arch, v.n_shared, v.gate);
+    REQUIRE(w->layers[0].shared_expert.empty() == (v.n_shared == 0));
+    REQUIRE(w->layers[0].shared_expert_gate.empty() == !v.gate);
+    // A fresh prompt whose routing is clear: float rounding cannot choose other experts than float64.
+    std::vector<int32_t> tokens;
+    ReferenceOutput ref;
+    for (int tries = 0; tries < 20 && ref.logits.empty(); ++tries) {
+      tokens = random_tokens(rng, 24, w->spec.info.vocab_size);
+      ref = reference_forward(*w, tokens, v.normalize);
+      if (ref.router_margin < 1e-3) ref.logits.clear();
+    }
+    REQUIRE_FALSE(ref.logits.empty());
+    Engine engine(w->spec, v.normalize);
+    auto logits = engine.run(*w, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
+    REQUIRE(logits.size() == 1);
+    INFO(tokens.size() << " tokens");
+    REQUIRE(relative_diff(logits[0], ref.logits) < 1e-5);
+    // The reference sees each part: without the shared expert, or its gate, the logits are others.
+    if (v.n_shared > 0) {
+      ModelWeights without = *w;
+      for (auto& layer : without.layers) layer.shared_expert = {};
+      REQUIRE(relative_diff(reference_forward(without, tokens, v.normalize).logits, ref.logits) > 1e-2);
+    }
+    if (v.gate) {
+      ModelWeights ungated = *w;
+      for (auto& layer : ungated.layers) layer.shared_expert_gate = {};
+      REQUIRE(relative_diff(reference_forward(ungated, tokens, v.normalize).logits, ref.logits) > 1e-2);
+    }
   }
-  std::vector<std::vector<float>> alone;
-  for (const auto& item : items) {
-    Engine e(spec);
-    alone.push_back(e.run(*w, StepBatch{{item}}).at(0));
-  }
-  Engine together(spec);
-  auto batched = together.run(*w, StepBatch{items});
-  REQUIRE(batched.size() == items.size());
-  for (size_t s = 0; s < items.size(); ++s) REQUIRE(batched[s] == alone[s]);
 }

@@ -1,0 +1,233 @@
+// MoE models with a shared expert, written by make_model and read by the GGUF loader: the metadata and
+// tensors GGUF names for them (llama with or without the sigmoid gate, qwen2moe) read back as written;
+// a shared-expert tensor of the wrong shape, missing, or not declared by the metadata is refused with a
+// message naming it; make_model refuses inconsistent shared-expert shapes, naming the field.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "files.hpp"
+#include "harness.hpp"
+#include "model/gguf.hpp"
+#include "model/quant.hpp"
+#include "runtime/gguf_model.hpp"
+#include "runtime/make_model.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+using Catch::Contains;
+
+namespace {
+
+constexpr uint32_t kDim = 64, kExpertFfn = 32, kSharedFfn = 96;
+
+MakeModelOptions shared_expert_model(const std::string& path, const std::string& arch, bool gate, th_dtype type,
+                                     uint64_t seed = 1) {
+  MakeModelOptions o;
+  o.path = path;
+  o.type = type;
+  o.seed = seed;
+  o.shape.dim = kDim;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 2;
+  o.shape.ffn_dim = kExpertFfn;
+  o.shape.vocab_size = 300;
+  o.shape.context_len = 128;
+  o.shape.n_experts = 4;
+  o.shape.n_experts_used = 2;
+  o.shape.n_shared_experts = 1;
+  o.shape.shared_ffn_dim = kSharedFfn;
+  o.shape.shared_expert_gate = gate;
+  o.shape.architecture = arch;
+  return o;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_gguf_model(path, "m");
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+// Where the one occurrence of `text` is in `bytes`.
+size_t find_once(const std::vector<uint8_t>& bytes, const std::string& text) {
+  auto at = std::search(bytes.begin(), bytes.end(), text.begin(), text.end());
+  REQUIRE(at != bytes.end());
+  REQUIRE(std::search(at + 1, bytes.end(), text.begin(), text.end()) == bytes.end());
+  return size_t(at - bytes.begin());
+}
+
+// Renames a key or tensor in place (same length, so the file stays well formed).
+void rename(const std::string& path, const std::string& from, const std::string& to) {
+  REQUIRE(from.size() == to.size());
+  std::vector<uint8_t> bytes = read_file(path);
+  std::copy(to.begin(), to.end(), bytes.begin() + long(find_once(bytes, from)));
+  write_file(path, bytes.data(), bytes.size());
+}
+
+// Swaps the two dimensions in a 2-D tensor's info (its data keeps its size, so the file stays well formed).
+void transpose_shape(const std::string& path, const std::string& tensor) {
+  std::vector<uint8_t> bytes = read_file(path);
+  uint8_t* info = &bytes[find_once(bytes, tensor) + tensor.size()];  // uint32 n_dims, uint64 ne[n_dims]
+  uint32_t n_dims;
+  std::memcpy(&n_dims, info, 4);
+  REQUIRE(n_dims == 2);
+  std::swap_ranges(info + 4, info + 12, info + 12);
+  write_file(path, bytes.data(), bytes.size());
+}
+
+// Mean and standard deviation of a weight's elements, dequantized.
+std::pair<double, double> moments(const WeightView& w) {
+  std::vector<float> row(size_t(w.cols));
+  double sum = 0, sq = 0;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    quant::dequantize_row(w.type, w.row(r), row.data(), w.cols);
+    for (float x : row) sum += x, sq += double(x) * x;
+  }
+  const double n = double(w.rows * w.cols), mean = sum / n;
+  return {mean, std::sqrt(sq / n - mean * mean)};
+}
+
+}  // namespace
+
+TEST_CASE("gguf model: a shared expert reads back as make_model wrote it", "[gguf_model][moe]") {
+  TempDir dir;
+  auto rng = fresh_rng("gguf model shared expert");
+  struct Variant {
+    std::string arch;
+    bool gate;
+    th_dtype type;
+  };
+  for (const Variant& v : {Variant{"llama", false, TH_DTYPE_F16}, Variant{"llama", true, TH_DTYPE_Q8_0},
+                           Variant{"qwen2moe", true, TH_DTYPE_F32}}) {
+    INFO(v.arch << (v.gate ? ", gated, " : ", ungated, ") << quant::dtype_name(v.type));
+    const MakeModelOptions o = shared_expert_model(dir.file(v.arch + std::to_string(v.gate) + ".gguf"), v.arch, v.gate, v.type, rng());
+    make_model(o);
+
+    auto file = gguf::File::open(o.path);
+    const std::string a = v.arch + ".";
+    CHECK(file->get_int(a + "expert_shared_feed_forward_length") == kSharedFfn);
+    if (v.arch == "qwen2moe") {  // as llama.cpp's converter writes it: routed width, no count
+      CHECK(file->get_int(a + "expert_feed_forward_length") == kExpertFfn);
+      CHECK_FALSE(file->has(a + "expert_shared_count"));
+    } else {
+      CHECK(file->get_int(a + "expert_shared_count") == 1);
+    }
+    const gguf::File::Tensor* gate_inp = file->tensor("blk.0.ffn_gate_inp_shexp.weight");
+    CHECK((gate_inp != nullptr) == v.gate);
+    if (gate_inp) CHECK(gate_inp->ne == std::vector<int64_t>{kDim});  // one logit per token
+
+    LoadedModel m = load_gguf_model(o.path, "m");
+    const ModelWeights& w = *m.weights;
+    CHECK(w.spec.architecture == v.arch);
+    CHECK(w.spec.info.n_experts == 4);
+    CHECK(w.spec.info.n_experts_used == 2);
+    CHECK(w.spec.info.ffn_dim == kExpertFfn);
+    CHECK(w.rope.neox == (v.arch == "qwen2moe"));
+    REQUIRE(w.layers.size() == 2);
+    std::vector<double> means;
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      const LayerWeights& L = w.layers[l];
+      const std::string b = "blk." + std::to_string(l) + ".";
+      CHECK(L.bq.empty() == (v.arch == "llama"));
+      struct Expected {
+        const WeightView& view;
+        std::string tensor;
+        int64_t rows, cols;
+      };
+      for (const Expected& e : {Expected{L.shared_expert.gate, "ffn_gate_shexp", kSharedFfn, kDim},
+                                Expected{L.shared_expert.up, "ffn_up_shexp", kSharedFfn, kDim},
+                                Expected{L.shared_expert.down, "ffn_down_shexp", kDim, kSharedFfn}}) {
+        INFO(b + e.tensor);
+        REQUIRE_FALSE(e.view.empty());
+        CHECK(e.view.type == v.type);
+        CHECK(e.view.rows == e.rows);
+        CHECK(e.view.cols == e.cols);
+        const gguf::File::Tensor* t = file->tensor(b + e.tensor + ".weight");
+        REQUIRE(t != nullptr);
+        CHECK(std::memcmp(e.view.data, t->data, t->bytes) == 0);  // the view is of that tensor
+        auto [mean, sd] = moments(e.view);  // seeded normal(0, scale) weights, not a constant
+        CHECK(std::abs(mean) < 0.1 * o.scale);
+        CHECK(sd == Approx(o.scale).epsilon(0.1));
+        means.push_back(mean);
+      }
+      CHECK(L.shared_expert_gate.empty() == !v.gate);
+      if (v.gate) {
+        CHECK(L.shared_expert_gate.type == TH_DTYPE_F32);
+        CHECK(L.shared_expert_gate.rows == 1);
+        CHECK(L.shared_expert_gate.cols == kDim);
+        CHECK(std::memcmp(L.shared_expert_gate.data, file->tensor(b + "ffn_gate_inp_shexp.weight")->data, kDim * 4) == 0);
+      }
+    }
+    std::sort(means.begin(), means.end());
+    CHECK(std::adjacent_find(means.begin(), means.end()) == means.end());  // every tensor drawn afresh
+  }
+}
+
+TEST_CASE("gguf model: a bad shared expert is refused, naming the tensor and the expected shape", "[gguf_model][moe]") {
+  TempDir dir;
+  int files = 0;
+  auto make = [&](const std::string& arch, bool gate) {
+    MakeModelOptions o = shared_expert_model(dir.file("m" + std::to_string(files++) + ".gguf"), arch, gate, TH_DTYPE_F32);
+    make_model(o);
+    REQUIRE(load_error(o.path) == "(loaded)");
+    return o.path;
+  };
+  auto refused = [](const std::string& path, const std::string& message) {
+    const std::string error = load_error(path);
+    INFO(error);
+    CHECK(error.rfind(path + ": ", 0) == 0);
+    CHECK_THAT(error, Contains(message));
+  };
+
+  std::string path = make("llama", true);
+  transpose_shape(path, "blk.1.ffn_up_shexp.weight");
+  refused(path, "tensor 'blk.1.ffn_up_shexp.weight' has shape [96, 64], expected [64, 96]");
+
+  path = make("qwen2moe", true);
+  transpose_shape(path, "blk.0.ffn_down_shexp.weight");
+  refused(path, "tensor 'blk.0.ffn_down_shexp.weight' has shape [64, 96], expected [96, 64]");
+
+  path = make("llama", false);
+  rename(path, "blk.1.ffn_gate_shexp.weight", "blk.1.ffn_gate_shexq.weight");
+  refused(path, "missing tensor 'blk.1.ffn_gate_shexp.weight'");
+
+  // The gate is optional for llama (ungated shared expert) but part of qwen2moe.
+  path = make("qwen2moe", true);
+  rename(path, "blk.1.ffn_gate_inp_shexp.weight", "blk.1.ffn_gate_inp_shexq.weight");
+  refused(path, "missing tensor 'blk.1.ffn_gate_inp_shexp.weight'");
+
+  // Shared-expert tensors the metadata does not declare are not silently left out.
+  path = make("llama", true);
+  rename(path, "llama.expert_shared_count", "llama.expert_shared_counX");
+  rename(path, "llama.expert_shared_feed_forward_length", "llama.expert_shared_feed_forward_lengtX");
+  refused(path, "tensor 'blk.0.ffn_gate_shexp.weight' belongs to a shared expert, but the metadata declares none");
+
+  // A shared expert without routed experts.
+  path = make("llama", false);
+  rename(path, "llama.expert_count", "llama.expert_counX");
+  refused(path, "a shared expert needs an MoE model, but 'llama.expert_count' is 0 or missing");
+}
+
+TEST_CASE("make_model: inconsistent shared-expert shapes are refused, naming the field, and write nothing", "[gguf_model][moe]") {
+  TempDir dir;
+  const std::string path = dir.file("bad.gguf");
+  auto refused = [&](const std::function<void(MakeModelOptions&)>& change, const std::string& message) {
+    MakeModelOptions o = shared_expert_model(path, "llama", true, TH_DTYPE_F32);
+    change(o);
+    CHECK_THROWS_WITH(make_model(o), Contains(message));
+    CHECK_FALSE(std::filesystem::exists(path));
+  };
+  refused([](MakeModelOptions& o) { o.shape.n_shared_experts = 2; }, "n_shared_experts must be 0 or 1");
+  refused([](MakeModelOptions& o) { o.shape.n_experts = o.shape.n_experts_used = 0; }, "a shared expert needs an MoE shape");
+  refused([](MakeModelOptions& o) { o.shape.n_shared_experts = 0; }, "need a shared expert");
+  refused([](MakeModelOptions& o) { o.shape.architecture = "qwen2moe", o.shape.shared_expert_gate = false; },
+          "qwen2moe needs");
+  refused([](MakeModelOptions& o) { o.shape.architecture = "deepseek2"; }, "architecture must be llama, qwen2 or qwen2moe");
+  refused([](MakeModelOptions& o) { o.type = TH_DTYPE_Q4_0, o.shape.shared_ffn_dim = 48; }, "multiples of 32");
+}
