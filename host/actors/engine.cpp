@@ -8,15 +8,13 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/plugin_json.hpp"
+#include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
 
 namespace tokenhost {
 namespace {
 
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+uint64_t now_ns() { return steady_now_ns(); }
 
 struct Sequence {
   GenerateRequest request;
@@ -57,7 +55,8 @@ struct EngineState {
   KvState kv;
   bool step_in_flight = false;
   bool draining = false;
-  bool retiring = false;  // replaced or removed: finishing what it has, then stopping
+  bool retiring = false;
+  SwapLatency swaps;  // scheduler and spec_decode swaps (the worker keeps its own)  // replaced or removed: finishing what it has, then stopping
   bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
@@ -278,6 +277,7 @@ void tick(self_ptr self) {
     batch.items.push_back(std::move(si));
   }
   s.step_in_flight = true;
+  s.swaps.step_started();
   auto started = std::chrono::steady_clock::now();
   self->request(s.init.worker, caf::infinite, step_atom::value, batch)
       .then(
@@ -370,6 +370,8 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
 engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   self->state.init = std::move(init);
   register_metrics(self->state);
+  self->state.swaps.bind(self->state.init.metrics, self->state.init.name);
+  self->state.swaps.applied("kvcache", self->state.init.kvcache_swap_requested_ns);
   self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
     self->state.kv = kv;
     self->state.kv_known = true;
@@ -417,6 +419,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
           // Takes effect at the next decision; the old instance goes when the last reference does.
           slot = std::move(swap.instance);
+          s.swaps.applied(swap.slot, swap.requested_ns);
           std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
           spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
           return SwapResult{true, swap.slot + ": " + old + " -> " + now};
@@ -435,7 +438,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"tokens_out", s.tokens_out},
                             {"preemptions", s.preemptions},
                             {"draining", s.draining},
-                            {"retiring", s.retiring}};
+                            {"retiring", s.retiring},
+                            {"last_engine_swap", s.swaps.last()}};
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())
             .then([rp, j](const StatusJson& w) mutable {
               nlohmann::json worker = nlohmann::json::parse(w.json);

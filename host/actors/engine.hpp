@@ -23,6 +23,7 @@ struct EngineInit {
   std::shared_ptr<PluginInstance> spec_decode;  // may be NULL
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
+  uint64_t kvcache_swap_requested_ns = 0;  // it replaces an engine for a kvcache swap asked for then
 };
 
 engine_actor spawn_engine(caf::actor_system& sys, EngineInit init);

@@ -70,6 +70,7 @@ struct StepResult {
 struct SlotSwap {
   std::string slot;
   std::shared_ptr<PluginInstance> instance;
+  uint64_t requested_ns = 0;  // steady clock when the admin call arrived: for the swap latency
 };
 
 struct SwapResult {

@@ -1,6 +1,7 @@
 #include "actors/router.hpp"
 
 #include "actors/plugin_json.hpp"
+#include "actors/swap_latency.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@ struct RouterState {
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
   bool draining = false;
+  SwapLatency swaps;  // its "first step" is the first request routed by the new plugin
   static inline const char* name = "tokenhost.router";
 };
 
@@ -88,11 +90,13 @@ std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, con
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
+  self->state.swaps.bind(init.metrics, "router");
   for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
         if (s.draining) return GenerateResult::failed("", "the server is shutting down");
+        s.swaps.step_started();
         auto choice = pick(s, req);
         if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
         std::shared_ptr<RoutedEntry> entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
@@ -157,6 +161,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         if (swap.slot != "router") return {false, "the router has no slot '" + swap.slot + "'"};
         std::string old = s.router->id() + " " + s.router->version();
         s.router = std::move(swap.instance);
+        s.swaps.applied("router", swap.requested_ns);
         spdlog::info("router swapped {} -> {} {}", old, s.router->id(), s.router->version());
         return {true, "router: " + old + " -> " + s.router->id() + " " + s.router->version()};
       },
@@ -166,6 +171,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         for (const auto& e : s.engines) engines.push_back({{"name", e->engine.name}, {"in_flight", e->in_flight}});
         nlohmann::json j = {{"router", plugin_json(s.router)},
                             {"routed", s.routed},
+                            {"last_swap", s.swaps.last()},
                             {"engines", engines}};
         return {j.dump()};
       },

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "metrics/metrics.hpp"
 
 namespace tokenhost {
 
 struct RouterInit {
   std::shared_ptr<PluginInstance> router;
   std::vector<RoutedEngine> engines;
+  metrics::Registry* metrics = nullptr;
 };
 
 router_actor spawn_router(caf::actor_system& sys, RouterInit init);

@@ -1,3 +1,4 @@
+#include "actors/swap_latency.hpp"
 #include "actors/worker.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@ struct WorkerState {
   WorkerInit init;
   uint64_t steps = 0;
   metrics::Family* plugin_seconds = nullptr;  // tokenhost_plugin_seconds_total{engine, slot, plugin}
+  SwapLatency swaps;
   static inline const char* name = "tokenhost.worker";
 };
 
@@ -74,10 +76,12 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
   if (auto* r = self->state.init.metrics)
     self->state.plugin_seconds = &r->family(metrics::Type::counter, "tokenhost_plugin_seconds_total",
                                             "Time spent inside each plugin's calls", {"engine", "slot", "plugin"});
+  self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
   return {
       [=](step_atom, const StepBatch& batch) -> StepResult {
         auto& s = self->state;
         StepResult result;
+        s.swaps.step_started();
         try {
           auto started = std::chrono::steady_clock::now();
           PluginSeconds seconds;
@@ -118,6 +122,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         std::string old = (*slot)->id() + " " + (*slot)->version();
         // The old instance is released here, between steps: no step is using it any more.
         *slot = std::move(swap.instance);
+        self->state.swaps.applied(swap.slot, swap.requested_ns);
         spdlog::info("engine {}: {} swapped {} -> {} {}", s.engine, swap.slot, old, (*slot)->id(), (*slot)->version());
         return {true, swap.slot + ": " + old + " -> " + (*slot)->id() + " " + (*slot)->version()};
       },
@@ -129,6 +134,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
                             {"steps", s.steps},
                             {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size}}}};
         if (s.init.moe) j["moe"] = plugin_json(s.init.moe);
+        j["last_worker_swap"] = s.swaps.last();
         return {j.dump()};
       },
   };

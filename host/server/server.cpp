@@ -10,6 +10,7 @@
 #include "actors/engine.hpp"
 #include "actors/registry.hpp"
 #include "actors/router.hpp"
+#include "actors/swap_latency.hpp"
 #include "actors/worker.hpp"
 #include "runtime/synthetic_model.hpp"
 #include "model/tokenizer.hpp"
@@ -63,6 +64,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     RouterInit r;
     r.router = make_instance(nullptr, "router", deployment_.router);
     r.engines = std::move(routed);
+    r.metrics = &metrics_;
     router_ = spawn_router(*system_, std::move(r));
   } catch (...) {
     for (auto& [name, e] : engines_) {
@@ -97,7 +99,7 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
   return PluginInstance::create(std::move(library), spec);
 }
 
-Server::Engine Server::build_engine(const EngineDecl& decl) {
+Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swap_requested_ns) {
   const std::string& name = decl.name;
   const ModelDecl& model = deployment_.models.at(decl.model);
   auto& weights = weights_[decl.model];
@@ -130,6 +132,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl) {
   e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
   if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
   e.metrics = &metrics_;
+  e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));
   Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
   out.actor = spawn_engine(*system_, std::move(e));
@@ -322,6 +325,7 @@ SwapResult Server::send_swap(const std::string& engine, SlotSwap swap) {
 
 std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
                              const toml::table& config) {
+  const uint64_t requested_ns = steady_now_ns();
   std::lock_guard lock(admin_mutex_);
   if (!accepting_) throw AdminError(503, "the server is shutting down");
   const EngineDecl* decl = nullptr;
@@ -349,14 +353,14 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     throw AdminError(400, e.message());
   }
   if (!loaded.library) throw AdminError(422, loaded.error);
-  if (slot == "kvcache") return replace_engine_for(engine, change);
+  if (slot == "kvcache") return replace_engine_for(engine, change, requested_ns);
   std::shared_ptr<PluginInstance> instance;
   try {
     instance = make_instance(decl, slot, change, std::move(loaded.library));
   } catch (const std::exception& e) {
     throw AdminError(422, e.what());
   }
-  SwapResult r = send_swap(engine, SlotSwap{slot, std::move(instance)});
+  SwapResult r = send_swap(engine, SlotSwap{slot, std::move(instance), requested_ns});
   if (!r.ok) throw AdminError(409, r.message);
   if (decl != nullptr) engines_.at(engine).decl.slots[slot] = change;
   else deployment_.router = change;
@@ -380,13 +384,13 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
 // A kvcache swap changes the KV layout the running sequences' blocks are in: it cannot happen between
 // two steps. A new engine with the new plugin starts beside the old one under the same name, new
 // requests go to it, and the old one finishes the requests it has, then stops.
-std::string Server::replace_engine_for(const std::string& engine, const SlotDecl& change) {
+std::string Server::replace_engine_for(const std::string& engine, const SlotDecl& change, uint64_t requested_ns) {
   EngineDecl decl = engines_.at(engine).decl;
   std::string old = decl.slots.at("kvcache").plugin + " " + decl.slots.at("kvcache").manifest.version;
   decl.slots["kvcache"] = change;
   Engine fresh;
   try {
-    fresh = build_engine(decl);
+    fresh = build_engine(decl, requested_ns);
   } catch (const std::exception& e) {
     throw AdminError(422, std::string("the engine with the new kvcache plugin could not be built: ") + e.what());
   }

@@ -122,11 +122,11 @@ class Server {
   };
   // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
   // Throws PluginError; nothing of it is left running then.
-  Engine build_engine(const EngineDecl& decl);
+  Engine build_engine(const EngineDecl& decl, uint64_t kvcache_swap_requested_ns = 0);
   // Retires engine `name` (replaced by `successor` when given, else removed): the router stops sending
   // it requests and it stops once the ones it has are done; it stays in retired_ until then.
   SwapResult retire_engine(const std::string& name, const Engine* successor);
-  std::string replace_engine_for(const std::string& engine, const SlotDecl& kvcache);
+  std::string replace_engine_for(const std::string& engine, const SlotDecl& kvcache, uint64_t requested_ns);
   void prune_retired();  // forget retired engines that have stopped; needs engines_mutex_
   std::vector<engine_actor> all_engine_actors();  // live and retiring, for cancel and stop
   // An instance for slot; the library is opened through the registry unless given.

@@ -67,6 +67,16 @@ TEST_CASE("hot swap: router, scheduler and attention swapped under 64 streams lo
   auto status = server->status();
   REQUIRE(status["engines"][0]["scheduler"]["id"] == "scheduler.fifo");
   REQUIRE(status["router"]["router"]["version"] == "2.0.0");
+  // Each swap's latency, from the call to the first step on the new plugin, is measured and exported.
+  REQUIRE(status["engines"][0]["last_worker_swap"]["slot"] == "attention");
+  REQUIRE(status["engines"][0]["last_engine_swap"]["slot"] == "scheduler");
+  REQUIRE(status["router"]["last_swap"]["slot"] == "router");
+  for (const auto* where : {&status["engines"][0]["last_worker_swap"], &status["engines"][0]["last_engine_swap"], &status["router"]["last_swap"]}) {
+    double seconds = (*where)["seconds"];
+    REQUIRE(seconds > 0);
+    REQUIRE(seconds < 10);
+  }
+  REQUIRE_THAT(server->metrics().prometheus_text(), Contains("tokenhost_swap_latency_seconds_count{engine=\"main\",slot=\"attention\"} 2"));
 }
 
 TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and drains the old one", "[server][swap]") {

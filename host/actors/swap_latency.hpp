@@ -1,0 +1,62 @@
+// How long a swap takes to reach the forward pass: from the admin call that asked for it to the first
+// step that runs on the new plugin. Each actor that applies swaps keeps one; it is the figure the
+// hot-swap benchmark reports, exported as tokenhost_swap_latency_seconds{engine, slot}.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "metrics/metrics.hpp"
+
+namespace tokenhost {
+
+inline uint64_t steady_now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+class SwapLatency {
+ public:
+  void bind(metrics::Registry* registry, std::string engine) {
+    engine_ = std::move(engine);
+    if (registry != nullptr)
+      histogram_ = &registry->family(metrics::Type::histogram, "tokenhost_swap_latency_seconds",
+                                     "From the admin call that swaps a plugin to the first step on the new one",
+                                     {"engine", "slot"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
+  }
+  // The swap of `slot` asked for at requested_ns (steady clock; 0: unknown) is in place.
+  void applied(const std::string& slot, uint64_t requested_ns) {
+    if (requested_ns != 0) pending_.emplace_back(slot, requested_ns);
+  }
+  // A step starts on the plugins in place now.
+  void step_started() {
+    if (pending_.empty()) return;
+    const uint64_t now = steady_now_ns();
+    for (const auto& [slot, requested] : pending_) {
+      last_slot_ = slot;
+      last_seconds_ = double(now - requested) * 1e-9;
+      if (histogram_) histogram_->observe({engine_, slot}, last_seconds_);
+      spdlog::info("engine {}: first step on the new {} plugin {:.1f} ms after the admin call", engine_, slot, last_seconds_ * 1e3);
+    }
+    pending_.clear();
+  }
+  // {"slot", "seconds"} of the latest swap that reached a step; null before any.
+  nlohmann::json last() const {
+    if (last_seconds_ < 0) return nullptr;
+    return {{"slot", last_slot_}, {"seconds", last_seconds_}};
+  }
+
+ private:
+  metrics::Family* histogram_ = nullptr;
+  std::string engine_;
+  std::vector<std::pair<std::string, uint64_t>> pending_;
+  std::string last_slot_;
+  double last_seconds_ = -1;
+};
+
+}  // namespace tokenhost

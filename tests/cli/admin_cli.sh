@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `tokenhost admin` against a running server: status, plugins, a router and a scheduler swap, a kvcache
+# swap (a new engine), engines added and removed; refusals exit 1 with the server's reason; no token
+# and no server are said plainly.
+set -euo pipefail
+tokenhost=$1 here=$2 fixtures=$3
+source "$here/lib.sh"
+start_server "$tokenhost" "$here/../../manifests/default.toml"
+
+ok() {  # ok PATTERN ARGS...: `tokenhost admin ARGS` exits 0 and prints PATTERN
+  local pattern=$1; shift
+  if ! "$tokenhost" admin --url "$admin" "$@" > "$work/out" 2>&1 || ! grep -qE -- "$pattern" "$work/out"; then
+    echo "FAIL: admin $* (expected /$pattern/):"; cat "$work/out"; exit 1
+  fi
+  echo "ok: admin $*"
+}
+refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
+  local pattern=$1; shift
+  local rc=0
+  "$tokenhost" admin --url "$admin" "$@" > "$work/out" 2> "$work/err" || rc=$?
+  if [ "$rc" != 1 ] || ! grep -qE -- "$pattern" "$work/err"; then
+    echo "FAIL: admin $* -> exit $rc (expected 1 and /$pattern/):"; cat "$work/out" "$work/err"; exit 1
+  fi
+  echo "ok: admin $* refused"
+}
+
+ok 'engine main +model demo' status
+ok 'attention +attention.cpu_flash 1.0.0' status
+ok 'router router.round_robin' status
+ok '"engines"' --json status
+ok 'scheduler.continuous' plugins list
+ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"
+ok 'router.round_robin 1.0.0 -> router.fixture 2.0.0' router router.fixture
+ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler scheduler.fifo --set max_prefill_chunk=8
+refused "did you mean 'max_prefill_chunk'" swap main scheduler scheduler.fifo --set max_prefil_chunk=8
+refused "no engine 'mian'.*did you mean 'main'" swap mian scheduler scheduler.fifo
+ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
+ok 'kv blocks +256 free of 256 \(32 positions each\)' status
+
+cat > "$work/second.toml" <<'TOML'
+[engines.second]
+model = "demo"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 128 } }
+scheduler = { plugin = "scheduler.static" }
+TOML
+ok 'added engine second' engines add "$work/second.toml"
+ok 'engine second +model demo' status
+refused "engine 'second' exists already" engines add "$work/second.toml"
+# Both engines serve: round robin sends requests to each.
+for _ in 1 2 3 4; do
+  curl -sf "http://127.0.0.1:$gw/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 4}' | grep -q '"finish_reason"'
+done
+ok 'removed engine second' engines remove second --grace 10
+refused "last engine serving model 'demo'" engines remove main
+refused "no engine 'second'" engines remove second
+
+# No token anywhere: the client says where it looked.
+(unset TOKENHOST_ADMIN_TOKEN; export TOKENHOST_CACHE="$work/empty"
+ refused 'no token found: pass --token' status)
+refused 'wrong admin token' --token wrong-token-0123456789 status
+rc=0; "$tokenhost" admin --url http://127.0.0.1:1 status 2> "$work/err" || rc=$?
+[ "$rc" = 1 ] && grep -q 'cannot reach the admin API at http://127.0.0.1:1' "$work/err" || { echo "FAIL: unreachable server -> $rc"; cat "$work/err"; exit 1; }
+echo "ok: unreachable server said plainly"
+
+curl -sf "http://127.0.0.1:$gw/v1/completions" -d '{"prompt": "still serving", "max_tokens": 3}' | grep -q '"finish_reason":"length"'
+kill -INT $pid
+wait $pid
+pid=""
+echo "tokenhost admin behaves"
