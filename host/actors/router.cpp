@@ -26,7 +26,7 @@ struct RouterState {
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
   bool draining = false;
-  SwapLatency swaps;  // its "first step" is the first request routed by the new plugin
+  SwapLatency swaps;  // the router has no steps: its swap is done once the new plugin is in place
   static inline const char* name = "tokenhost.router";
 };
 
@@ -96,7 +96,6 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
         if (s.draining) return GenerateResult::failed("", "the server is shutting down");
-        s.swaps.step_started();
         auto choice = pick(s, req);
         if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
         std::shared_ptr<RoutedEntry> entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
@@ -162,6 +161,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         std::string old = s.router->id() + " " + s.router->version();
         s.router = std::move(swap.instance);
         s.swaps.applied("router", swap.requested_ns);
+        s.swaps.step_started();
         spdlog::info("router swapped {} -> {} {}", old, s.router->id(), s.router->version());
         return {true, "router: " + old + " -> " + s.router->id() + " " + s.router->version()};
       },

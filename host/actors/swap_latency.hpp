@@ -26,7 +26,7 @@ class SwapLatency {
     engine_ = std::move(engine);
     if (registry != nullptr)
       histogram_ = &registry->family(metrics::Type::histogram, "tokenhost_swap_latency_seconds",
-                                     "From the admin call that swaps a plugin to the first step on the new one",
+                                     "From the admin call that swaps a plugin to the first step on the new one (the router: until it is in place)",
                                      {"engine", "slot"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
   }
   // The swap of `slot` asked for at requested_ns (steady clock; 0: unknown) is in place.
