@@ -37,7 +37,7 @@ swap_loop() {
     sleep "$swap_every"
     case $((i % 4)) in
       0) "$tokenhost" admin --url "$admin" swap main attention attention.cpu_flash ;;
-      1) "$tokenhost" admin --url "$admin" swap main scheduler scheduler.continuous --set max_prefill_chunk=$(( i % 8 == 1 ? 256 : 512 )) ;;
+      1) "$tokenhost" admin --url "$admin" swap main scheduler scheduler.continuous --set max_prefill_chunk=$(( i % 8 == 1 ? 256 : 512 )) --set max_prefill_tokens_with_decodes=64 ;;
       2) "$tokenhost" admin --url "$admin" router router.round_robin ;;
       3) blocks=$(( i % 8 == 3 ? 1700 : 1600 ))
          "$tokenhost" admin --url "$admin" swap main kvcache kvcache.paged --set block_size=16 --set n_blocks=$blocks ;;

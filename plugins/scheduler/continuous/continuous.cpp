@@ -25,11 +25,13 @@ using sdk::Error;
 struct Config {
   uint32_t max_chunk;
   bool preempt_for_priority;
+  uint32_t prefill_with_decodes;  // prompt tokens a step takes while sequences decode; 0: no cap
 };
 
 Config read_config(const th_config* config) {
   const sdk::Config c(config);
-  return Config{uint32_t(c.get_int_in("max_prefill_chunk", 256, 1, 65536)), c.get_bool("preempt_for_priority", true)};
+  return Config{uint32_t(c.get_int_in("max_prefill_chunk", 256, 1, 65536)), c.get_bool("preempt_for_priority", true),
+                uint32_t(c.get_int_in("max_prefill_tokens_with_decodes", 0, 0, 1 << 20))};
 }
 
 th_status check(const th_check_query* query, th_error* err) {
@@ -72,6 +74,9 @@ class Plan {
     for (uint32_t i : order_) {
       if (step_.undecided_running(i) && sdk::is_decoding(step_.seq(i))) ++decodes_left_;
     }
+    // A step's time grows with its prefill tokens, and every decoding sequence waits for the whole
+    // step: capping them while sequences decode bounds the inter-token latency.
+    if (decodes_left_ > 0 && config_.prefill_with_decodes > 0) prefill_left_ = config_.prefill_with_decodes;
     for (size_t p = 0; p < order_.size(); ++p) {
       const uint32_t i = order_[p];
       if (step_.decided(i)) continue;
@@ -97,9 +102,11 @@ class Plan {
       place(i, 1, victims_below(p, all), true);
       return;
     }
-    const uint32_t tokens = spare(step_.tokens_left()), slots = spare(step_.seqs_left());
+    const uint32_t tokens = prefill_tokens(), slots = spare(step_.seqs_left());
     if (tokens == 0 || slots == 0) return;
+    const uint32_t before = step_.tokens_left();
     place(i, step_.step_tokens(i, config_.max_chunk, tokens), victims_below(p, all), true);
+    prefill_left_ -= before - step_.tokens_left();
   }
 
   void admit(size_t p) {
@@ -111,7 +118,7 @@ class Plan {
       admitting_ = false;
       return;
     }
-    const uint32_t tokens = spare(step_.tokens_left()), slots = spare(step_.seqs_left());
+    const uint32_t tokens = prefill_tokens(), slots = spare(step_.seqs_left());
     if (tokens == 0 || slots == 0) {
       admitting_ = false;
       return;
@@ -125,7 +132,9 @@ class Plan {
       for (uint32_t v : victims) reachable += step_.seq(v).kv_blocks;
       if (sdk::kv_blocks_for(sdk::next_token_positions(s), step_.state().block_size) > reachable) victims.clear();
     }
+    const uint32_t before = step_.tokens_left();
     if (!place(i, step_.step_tokens(i, config_.max_chunk, tokens), victims, false)) admitting_ = false;
+    prefill_left_ -= before - step_.tokens_left();
   }
 
   // Runs sequence i with n tokens, or with fewer when only fewer fit the free blocks. Preempts the
@@ -167,6 +176,8 @@ class Plan {
 
   // What a prefill may take of `left` once the undecided running decodes have theirs.
   uint32_t spare(uint32_t left) const { return left > decodes_left_ ? left - decodes_left_ : 0; }
+  // Prompt tokens the next prefill chunk may take.
+  uint32_t prefill_tokens() const { return std::min(spare(step_.tokens_left()), prefill_left_); }
 
   void force_top_running() {
     for (size_t p = 0; p < order_.size(); ++p) {
@@ -189,6 +200,7 @@ class Plan {
   std::vector<uint32_t> order_;  // state indices in rank order
   uint32_t decodes_left_ = 0;    // undecided running decodes not yet reached
   bool admitting_ = true;
+  uint32_t prefill_left_ = std::numeric_limits<uint32_t>::max();  // config prefill_with_decodes
   int64_t admit_floor_ = std::numeric_limits<int64_t>::min();
 };
 

@@ -177,6 +177,38 @@ TEST_CASE("scheduler.continuous mixes decodes and prefill chunks in one step, de
   CHECK(d.run[1].n_tokens == 2);
 }
 
+TEST_CASE("scheduler.continuous caps a step's prefill tokens while sequences decode, when configured", "[scheduler][continuous]") {
+  Scheduler sched("scheduler.continuous", toml::table{{"max_prefill_chunk", 64}, {"max_prefill_tokens_with_decodes", 10}});
+  // R1 prefills (20 prompt tokens left), R2 decodes, W1 and W2 wait with 30 prompt tokens each.
+  std::vector<th_sched_seq> seqs = {seq(1, TH_SEQ_RUNNING, 0, 1, 36, 16, 4), seq(2, TH_SEQ_RUNNING, 0, 2, 8, 8, 3),
+                                    seq(3, TH_SEQ_WAITING, 0, 3, 30, 0, 0), seq(4, TH_SEQ_WAITING, 0, 4, 30, 0, 0)};
+  SchedDecision d = sched.schedule(sched_state(seqs, 100, 4, 512, 8));
+  check_continuous(sched_state(seqs, 100, 4, 512, 8), 64, d);
+  REQUIRE(d.run.size() == 2);
+  CHECK(d.run[0].seq_id == 2);  // the decode
+  CHECK(d.run[1].seq_id == 1);
+  CHECK(d.run[1].n_tokens == 10);  // the cap, though its chunk and the budget allow 20
+  // Split over two prefills: R1 takes 6 of its last 6, W1 the 4 left of the cap.
+  seqs[0].prefilled = 30;
+  seqs[0].kv_blocks = 8;
+  d = sched.schedule(sched_state(seqs, 100, 4, 512, 8));
+  REQUIRE(d.run.size() == 3);
+  CHECK(d.run[1].n_tokens == 6);
+  CHECK(d.run[2].seq_id == 3);
+  CHECK(d.run[2].n_tokens == 4);
+  // Nothing decodes: no cap, each prefill takes its whole chunk.
+  seqs[1].state = TH_SEQ_WAITING;
+  seqs[1].prefilled = 0;
+  seqs[1].kv_blocks = 0;
+  seqs[1].generated = 0;
+  seqs[0].prefilled = 16;
+  seqs[0].kv_blocks = 4;
+  d = sched.schedule(sched_state(seqs, 100, 4, 512, 8));
+  uint32_t prefill = 0;
+  for (const auto& item : d.run) prefill += item.n_tokens;
+  CHECK(prefill == 20 + 8 + 30 + 30);
+}
+
 TEST_CASE("scheduler.continuous preempts the lowest priority, latest arrival", "[scheduler][continuous]") {
   Scheduler sched = continuous(256);
   // All decode at a block boundary (each needs one more block), none free. A (p1), B (p0), C (p0), D (p1).
