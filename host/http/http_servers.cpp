@@ -13,6 +13,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "http/dashboard_route.hpp"
 #include "http/openai_routes.hpp"
 
 namespace tokenhost {
@@ -206,6 +207,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
   });
+  add_dashboard_route(*admin_);
   admin_->Get("/admin/engines", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.status()); });
   admin_->Get("/admin/plugins", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.plugins()); });
   admin_->Post("/admin/plugins", [this](const httplib::Request& req, httplib::Response& res) {
