@@ -41,6 +41,13 @@ scheduler = { plugin = "scheduler.fifo" }
 TOML
 start_server "$tokenhost" "$work/two_engines.toml"
 
+# The page needs no token, and is the source file byte for byte.
+curl -s -D "$work/headers" -o "$work/page.html" "$admin/dashboard"
+grep -qi '^content-type: text/html' "$work/headers" && grep -qi "^content-security-policy: default-src 'none'" "$work/headers" ||
+  { echo "FAIL: GET /dashboard headers:"; cat "$work/headers"; exit 1; }
+cmp "$work/page.html" "$here/../../host/http/dashboard/index.html" || { echo "FAIL: GET /dashboard is not host/http/dashboard/index.html"; exit 1; }
+echo "ok: GET /dashboard serves host/http/dashboard/index.html without a token"
+
 status=0
 ADMIN_URL=$admin GATEWAY_URL="http://127.0.0.1:$gw" ADMIN_TOKEN=$TOKENHOST_ADMIN_TOKEN TOKENHOST=$tokenhost \
   FIXTURES=$fixtures CHROMIUM=$chromium CHROMEDRIVER=$chromedriver SCREENSHOT="$PWD/dashboard.png" SERVER_PID=$pid \
