@@ -8,7 +8,6 @@ import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 
 import { Browser, eventually, sleep } from "./webdriver.mjs";
-import { startStandIn } from "./experiments_stand_in.mjs";
 
 const env = name => {
   if (!process.env[name]) throw new Error(`${name} is not set`);
@@ -20,8 +19,8 @@ const SLOTS = ["attention", "kvcache", "scheduler", "moe", "spec_decode"];
 let checks = 0;
 const ok = what => { ++checks; console.log("ok: " + what); };
 
-async function api(method, path, body, base = ADMIN) {
-  const res = await fetch(base + path, {
+async function api(method, path, body) {
+  const res = await fetch(ADMIN + path, {
     method,
     headers: { Authorization: "Bearer " + TOKEN, "Content-Type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -29,8 +28,8 @@ async function api(method, path, body, base = ADMIN) {
   const json = await res.json();
   return { status: res.status, json };
 }
-async function apiOk(method, path, body, base) {
-  const r = await api(method, path, body, base);
+async function apiOk(method, path, body) {
+  const r = await api(method, path, body);
   if (r.status !== 200) throw new Error(`${method} ${path} -> ${r.status}: ${JSON.stringify(r.json)}`);
   return r.json;
 }
@@ -137,7 +136,8 @@ function experimentMismatches(page, list, reports) {
     for (const arm of exp.arms) {
       const shown = card.arms.find(a => a.name === arm.name), r = report.arms.find(a => a.name === arm.name);
       if (!shown || !r) continue;
-      const expect = { engine: arm.engine, percent: `${arm.percent}%`, requests: String(r.requests), failed: String(r.failed), tokens_out: String(r.tokens_out) };
+      const expect = { engine: arm.engine, percent: `${arm.percent}%`, requests: String(r.requests), failed: String(r.failed),
+                       held_back: r.held_back === undefined ? "–" : String(r.held_back), tokens_out: String(r.tokens_out) };
       for (const [k, v] of Object.entries(expect))
         if (shown.fields[k] !== v) out.push(`${exp.name}/${arm.name}: ${k} shown as '${shown.fields[k]}', the API says '${v}'`);
     }
@@ -168,23 +168,14 @@ function runBench(seconds) {
 }
 
 async function main() {
-  // The experiments API: the server's own, else (where this build has none) a stand-in in front of it.
-  let base = ADMIN, standIn = null;
-  if ((await api("GET", "/admin/experiments")).status === 404) {
-    standIn = await startStandIn(ADMIN, TOKEN);
-    base = standIn.url;
-    console.log(`NOTE: this server has no experiments API: the experiments view is checked against a test double ` +
-                `(experiments_stand_in.mjs) at ${base} that forwards everything else to ${ADMIN}`);
-  } else {
-    await apiOk("POST", "/admin/experiments", {
-      name: "attention", sticky_key: "none",
-      arms: [{ name: "flash", engine: "fast", percent: 50 }, { name: "reference", engine: "ref", percent: 50 }],
-    });
-    ok("experiment 'attention' started through POST /admin/experiments");
-  }
+  await apiOk("POST", "/admin/experiments", {
+    name: "attention", sticky_key: "none",
+    arms: [{ name: "flash", engine: "fast", percent: 50 }, { name: "reference", engine: "ref", percent: 50 }],
+  });
+  ok("experiment 'attention' started through POST /admin/experiments");
   const experiments = async () => {
-    const list = (await apiOk("GET", "/admin/experiments", undefined, base)).experiments;
-    const reports = await Promise.all(list.map(e => apiOk("GET", `/admin/experiments/${encodeURIComponent(e.name)}/report`, undefined, base)));
+    const list = (await apiOk("GET", "/admin/experiments")).experiments;
+    const reports = await Promise.all(list.map(e => apiOk("GET", `/admin/experiments/${encodeURIComponent(e.name)}/report`)));
     return { list, reports };
   };
 
@@ -193,7 +184,7 @@ async function main() {
     const page = () => browser.run(readPage);
 
     // A wrong token: said so, with the form to give another; the token leaves the address bar.
-    await browser.go(`${base}/dashboard#token=not-the-token`);
+    await browser.go(`${ADMIN}/dashboard#token=not-the-token`);
     let p = await eventually("the page says the token was refused", 10000, async () => {
       const p = await page();
       return [p.conn === "unauthorized" && /refused the admin token \(401/.test(p.auth || ""), p];
@@ -217,9 +208,7 @@ async function main() {
     ok("a reload keeps the token (sessionStorage)");
 
     // Load while the page watches, so that its live charts have something to draw.
-    if (standIn) standIn.setLoad(true);
     const bench = await runBench(6);
-    if (standIn) standIn.setLoad(false);
     ok(`load: ${bench.requests_ok} requests, ${bench.output_throughput.toFixed(0)} tokens/s (tokenhost bench, 6 s)`);
 
     // What the page shows agrees with the API (now that the load is over, within a few polls).
@@ -314,9 +303,7 @@ async function main() {
     ok(`a stopped server is reported: "${problem}"`);
   } finally {
     await browser.quit();
-    if (standIn) standIn.close();
   }
-  if (standIn) console.log("NOTE: the experiments view was checked against the stand-in, not the server's own API");
   console.log(`dashboard: ${checks} passed, 0 failed`);
 }
 
