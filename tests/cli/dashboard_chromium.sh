@@ -2,9 +2,8 @@
 # The dashboard at /dashboard in headless Chromium, driven through chromedriver (W3C WebDriver, from
 # Node's built-in fetch: dashboard_chromium/dashboard_test.mjs) against `tokenhost serve` with two
 # engines on stories260K and an A/B experiment between them: what the page shows is compared with the
-# admin API. Saves a screenshot
-# (dashboard.png in the working folder, the build tree under CTest). Skips (77) without chromium,
-# chromedriver or the model file.
+# admin API. Saves a screenshot (dashboard.png in the working folder, the build tree under CTest).
+# Skips (77) without chromium, chromedriver or the model file.
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
