@@ -84,6 +84,25 @@ function swatchColors(selector) {
   return [...document.querySelectorAll(selector)].map(s => getComputedStyle(s).backgroundColor);
 }
 
+// Runs in the page: its windowed rate and mean (what the live charts plot) over given samples.
+function pageWindowed(key, samples) {
+  for (const x of samples) record(key, x.t, { c: x.c, s: x.s, n: x.n });
+  return { rates: windowed(key, rate("c")), means: windowed(key, meanOf("s", "n")) };
+}
+// The same in plain loops: for each sample after the first, against the latest one at least 5 s older
+// (else the first), when at least 0.5 s apart; a mean needs new samples in between.
+function referenceWindowed(samples) {
+  const rates = [], means = [];
+  for (let i = 1; i < samples.length; ++i) {
+    let j = 0;
+    for (let k = 0; k < i; ++k) if (samples[k].t <= samples[i].t - 5) j = k;
+    const a = samples[i], b = samples[j], far = a.t - b.t >= 0.5;
+    rates.push([a.t, far ? (a.c - b.c) / (a.t - b.t) : null]);
+    means.push([a.t, far && a.n > b.n ? (a.s - b.s) / (a.n - b.n) : null]);
+  }
+  return { rates, means };
+}
+
 // Mismatches between the page's engine rows and the API's engines (in the API's order).
 function engineMismatches(rows, engines, where, counters) {
   const out = [];
@@ -224,6 +243,28 @@ async function main() {
     if (p.experiments.some(e => e.arms.some(a => !(Number(a.fields.requests) > 0))))
       throw new Error("an arm served no request under load: " + JSON.stringify(p.experiments));
 
+    // The figures the charts plot: the page's windowed rates and means against plain loops on random samples.
+    for (let run = 0; run < 5; ++run) {
+      const samples = [];
+      let t = 1.7e9 + Math.random() * 1e6, c = 0, sum = 0, n = 0;
+      for (let i = 0; i < 60; ++i) {
+        t += 0.2 + Math.random() * 2;
+        const k = Math.random() < 0.3 ? 0 : Math.floor(Math.random() * 20);
+        n += k; sum += k * Math.random() * 0.05; c += Math.floor(Math.random() * 500);
+        samples.push({ t, c, s: sum, n });
+      }
+      const got = await browser.run(pageWindowed, `check:${run}`, samples), want = referenceWindowed(samples);
+      for (const what of ["rates", "means"]) {
+        const bad = want[what].findIndex(([tw, vw], i) => {
+          const [tg, vg] = got[what][i] || [];
+          return tg !== tw || (vw === null ? vg !== null : !(Math.abs(vg - vw) <= 1e-9 * Math.max(1, Math.abs(vw))));
+        });
+        if (got[what].length !== want[what].length || bad >= 0)
+          throw new Error(`windowed ${what} differ from the reference at ${bad}: page ${JSON.stringify(got[what][bad])}, reference ${JSON.stringify(want[what][bad])}`);
+      }
+    }
+    ok("the charts' windowed rates and means equal a plain-loop reference on random samples");
+
     // Live charts: a line per arm and per engine (points in view, from the canvas's data-points),
     // drawn in the series' colours (their pixels below the legend; lines that coincide may hide one
     // another, so the pixels are counted over all series).
@@ -247,7 +288,7 @@ async function main() {
       await apiOk("POST", "/admin/plugins", { manifest: `${fixtures}/${manifest}/plugin.toml` });
       const t0 = Date.now();
       await apiOk("POST", "/admin/router", { plugin: "router.fixture" });
-      await eventually(`the page shows router.fixture ${version}`, 5000, async () => {
+      await eventually(`the page shows router.fixture ${version}`, 6000, async () => {
         const p = await page();
         return [p.router.id === "router.fixture" && p.router.version === version && p.router.text === `router.fixture ${version}`, p.router];
       });
@@ -255,7 +296,7 @@ async function main() {
     }
     const t0 = Date.now();
     await apiOk("POST", "/admin/engines/fast/slots/attention", { plugin: "attention.reference" });
-    await eventually("the page shows the new attention plugin of engine fast", 5000, async () => {
+    await eventually("the page shows the new attention plugin of engine fast", 6000, async () => {
       const [p, status] = await Promise.all([page(), apiOk("GET", "/admin/engines")]);
       const shown = p.engines.find(e => e.name === "fast")?.slots.find(s => s.slot === "attention");
       const bad = serverMismatches(p, status);
