@@ -73,11 +73,21 @@ std::optional<Problem> ExperimentTable::start(const ExperimentSpec& spec, const 
   x->arms.resize(spec.arms.size());
   for (const auto& arm : spec.arms) x->metrics_at_start.push_back(read_metrics_ ? read_metrics_(arm.engine) : MetricValues{});
   std::lock_guard lock(mutex_);
-  if (auto old = find_locked(spec.name))
-    return Problem{{"name"}, "experiment '" + spec.name + "' exists already (" + (old->running ? "running" : "stopped, its report kept") +
-                                 "); choose another name", 409};
+  if (auto taken = name_taken_locked(spec.name)) return taken;
   experiments_.push_back(std::move(x));
   return std::nullopt;
+}
+
+std::optional<Problem> ExperimentTable::name_taken_locked(const std::string& name) const {
+  if (auto old = find_locked(name))
+    return Problem{{"name"}, "experiment '" + name + "' exists already (" + (old->running ? "running" : "stopped, its report kept") +
+                                 "); choose another name", 409};
+  return std::nullopt;
+}
+
+std::optional<Problem> ExperimentTable::name_taken(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  return name_taken_locked(name);
 }
 
 std::vector<Problem> ExperimentTable::change(const std::string& name, const json& body, const std::vector<EngineView>& engines) {

@@ -62,6 +62,8 @@ class ExperimentTable {
   // Starts spec, which the caller has validated against the server's engines (validate() with
   // engine_views() of the engines). Refuses (Problem, 409) a name in use by a running or stopped one.
   std::optional<Problem> start(const ExperimentSpec& spec, const std::string& model);
+  // A Problem (409) when an experiment, running or stopped, has this name.
+  std::optional<Problem> name_taken(const std::string& name) const;
   // Applies a split change (the admin API's PATCH body) when it is valid against engines. Nothing
   // changes when problems are returned.
   std::vector<Problem> change(const std::string& name, const nlohmann::json& body, const std::vector<EngineView>& engines);
@@ -90,6 +92,7 @@ class ExperimentTable {
 
  private:
   std::shared_ptr<Experiment> find_locked(const std::string& name) const;
+  std::optional<Problem> name_taken_locked(const std::string& name) const;
   MetricReader read_metrics_;
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<Experiment>> experiments_;  // in start order

@@ -63,6 +63,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     experiments_ = std::make_shared<experiments::ExperimentTable>(
         [this](const std::string& engine) { return metrics_.values_where("tokenhost_plugin_", "engine", engine); });
     for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);
+    label_arms();
     RouterInit r;
     r.router = make_instance(nullptr, "router", deployment_.router);
     r.engines = std::move(routed);

@@ -40,6 +40,7 @@ void Server::label_arms() {
 }
 
 void Server::start_experiment_checked(const experiments::ExperimentSpec& spec) {
+  if (auto taken = experiments_->name_taken(spec.name)) refuse({*taken});
   auto views = engine_views();
   std::string model;
   for (const auto& v : views)
@@ -63,7 +64,8 @@ nlohmann::json Server::start_experiment(const nlohmann::json& body) {
   if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) refuse(*problems);
   const auto& spec = std::get<experiments::ExperimentSpec>(parsed);
   start_experiment_checked(spec);
-  for (const auto& x : experiments_->list()["experiments"])
+  const nlohmann::json all = experiments_->list();
+  for (const auto& x : all["experiments"])
     if (x["name"] == spec.name) return x;
   return nullptr;
 }
@@ -74,7 +76,8 @@ std::string Server::change_experiment(const std::string& name, const nlohmann::j
   if (!problems.empty()) refuse(problems);
   label_arms();
   std::string split;
-  for (const auto& x : experiments_->list()["experiments"])
+  const nlohmann::json all = experiments_->list();
+  for (const auto& x : all["experiments"])
     if (x["name"] == name)
       for (const auto& a : x["arms"]) split += (split.empty() ? "" : ", ") + a["name"].get<std::string>() + " " + std::to_string(a["percent"].get<int>()) + "%";
   spdlog::info("experiment {}: split now {}", name, split);

@@ -77,7 +77,11 @@ TEST_CASE("experiment table: a refused change changes nothing; a valid one chang
   for (int i = 0; i < 20; ++i) REQUIRE(routed(t, {"tiny", "k" + std::to_string(i), "", "", "", ""}).engine == "cont");
   // A second experiment on the same engines or model, or under a used name, is refused.
   REQUIRE(t.start(spec(), "tiny")->http_status == 409);
-  REQUIRE_FALSE(validate(spec(), t.engine_views(engine_models()), t.running_on_model("tiny")).empty());
+  auto other = spec();
+  other.name = "other";
+  auto problems = validate(other, t.engine_views(engine_models()), t.running_on_model("tiny"));
+  REQUIRE(problems.size() == 3);  // both engines, and the model
+  for (const auto& p : problems) REQUIRE(p.http_status == 409);
 }
 
 TEST_CASE("experiment table: measurements reach the report with intervals and a verdict", "[experiments]") {

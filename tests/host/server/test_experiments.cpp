@@ -292,7 +292,7 @@ arms = [{ name = "static", engine = "stat", percent = 50 }, { name = "continuous
   std::vector<std::thread> clients;
   for (int c = 0; c < 16; ++c)
     clients.emplace_back([&, c] {
-      std::mt19937 rng(uint32_t(c));
+      std::mt19937 rng{uint32_t(c)};
       while (!stop) {
         GenerateRequest r = request_for(server, "Once upon a time, there was a little", 24 + rng() % 24);
         r.prompt = server.encode("Once upon a time, there was a little " + std::to_string(rng() % 1000));
