@@ -312,8 +312,8 @@ async function main() {
     const busy = await eventually("an engine holds sequences", 5000, async () => {
       const s = await apiOk("GET", "/admin/engines");
       const e = s.engines.find(e => e.sequences > 0);
-      return [e !== undefined, s.engines.map(e => `${e.name}: ${e.sequences}`).join(", ")];
-    }).then(async () => (await apiOk("GET", "/admin/engines")).engines.find(e => e.sequences > 0).name);
+      return [e !== undefined, e ? e.name : s.engines.map(e => `${e.name}: ${e.sequences}`).join(", ")];
+    });
     await apiOk("POST", `/admin/engines/${busy}/slots/kvcache`, { plugin: "kvcache.paged", config: { block_size: 32 } });
     let shot = null;
     p = await eventually(`the page shows engine ${busy} retiring`, 6000, async () => {
