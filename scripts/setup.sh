@@ -8,6 +8,7 @@ packages=(
   libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libcpp-httplib-dev nlohmann-json3-dev libcli11-dev
   curl
   nodejs prometheus  # the tests: the OpenAI Node SDK against the server (npm), promtool on /metrics
+  chromium chromium-driver fonts-dejavu-core  # the dashboard test: headless Chromium through chromedriver
 )
 # Debian's nodejs leaves npm to its own package; NodeSource's nodejs carries npm and conflicts with it.
 if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi

@@ -23,6 +23,7 @@ struct Sequence {
   uint32_t generated = 0;
   th_seq_state state = TH_SEQ_WAITING;
   uint64_t arrival_ns = 0, last_token_ns = 0;
+  uint64_t first_token_ns = 0;  // 0 until the first token
   std::vector<SampledToken> logprobs;  // when the request asked for them
   caf::typed_response_promise<GenerateResult> promise;
   std::vector<int32_t>& tokens() { return context->tokens; }
@@ -124,6 +125,9 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   r.engine = s.init.name;
   r.error = error;
   r.logprobs = std::move(seq.logprobs);
+  if (seq.first_token_ns != 0) r.ttft_s = double(seq.first_token_ns - seq.arrival_ns) * 1e-9;
+  if (seq.generated >= 2) r.itl_s = double(seq.last_token_ns - seq.first_token_ns) * 1e-9 / double(seq.generated - 1);
+  if (reason == "length" || reason == "stop") r.e2e_s = double(now_ns() - seq.arrival_ns) * 1e-9;
   if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
   if (s.m.e2e && reason != "error") s.m.e2e->observe({s.init.name}, double(now_ns() - seq.arrival_ns) * 1e-9);
   const auto& spec = s.init.spec_decode;
@@ -331,6 +335,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (s.m.tokens_out) s.m.tokens_out->add({s.init.name}, 1);
       const uint64_t now = now_ns();
       if (q->generated == 1) {
+        q->first_token_ns = now;
         if (s.m.ttft) s.m.ttft->observe({s.init.name}, double(now - q->arrival_ns) * 1e-9);
       } else if (s.m.itl) {
         s.m.itl->observe({s.init.name}, double(now - q->last_token_ns) * 1e-9);

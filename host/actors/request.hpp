@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,12 @@ struct GenerateRequest {
   uint32_t max_tokens = 16;
   int32_t priority = 0;
   std::string session_key;
+  // What an A/B experiment reads (host/experiments): the `user` field, the gateway request's bearer
+  // token, and the `tokenhost` extension's arm choice and request class ("" when absent).
+  std::string user;
+  std::string api_key;
+  std::string arm;
+  std::string request_class;
   std::string model;          // the model to serve it: engines of other models are not candidates; "" any
   SamplingParams sampling;    // greedy by default
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
@@ -34,6 +41,9 @@ struct GenerateResult {
   std::string engine;
   std::string error;          // set when finish_reason == "error"
   std::vector<SampledToken> logprobs;  // one per token when the request asked for them
+  // As the engine measured them, from the request's arrival there: to the first token, the mean gap
+  // between successive tokens, to the end. Absent when there was no such token or no end.
+  std::optional<double> ttft_s, itl_s, e2e_s;
 
   static GenerateResult failed(std::string engine, std::string error) {
     GenerateResult r;

@@ -23,6 +23,7 @@ struct RoutedEntry {
 struct RouterState {
   std::shared_ptr<PluginInstance> router;
   std::vector<std::shared_ptr<RoutedEntry>> engines;  // those taking new requests, in name order
+  std::shared_ptr<experiments::ExperimentTable> experiments;
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
   bool draining = false;
@@ -88,17 +89,57 @@ std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, con
   return s.engines[engine_of[target]];
 }
 
+// --- A/B experiments: the split before the router plugin, and each request's outcome after it. ---
+
+// The arm's engine for a request whose model has a running experiment; monostate when none runs (the
+// router plugin picks), or why the request is refused.
+using ExperimentPick = std::variant<std::monostate, std::pair<std::shared_ptr<RoutedEntry>, experiments::Routing>, std::string>;
+
+ExperimentPick pick_by_experiment(RouterState& s, const GenerateRequest& req) {
+  if (!s.experiments) return std::monostate{};
+  experiments::RequestKeys keys{req.model, req.session_key, req.user, req.api_key, req.arm, req.request_class};
+  auto routed = s.experiments->route(keys);
+  if (auto* why = std::get_if<std::string>(&routed)) return *why;
+  auto* routing = std::get_if<experiments::Routing>(&routed);
+  if (routing == nullptr) return std::monostate{};
+  auto* entry = find_engine(s, routing->engine);
+  if (entry == nullptr) return "engine '" + routing->engine + "' of the experiment's arm is not taking requests";
+  return std::make_pair(*entry, std::move(*routing));
+}
+
+void record_experiment_outcome(RouterState& s, const std::optional<experiments::Routing>& routing, const GenerateResult& r) {
+  if (!s.experiments || !routing) return;
+  experiments::Outcome o;
+  o.failed = r.finish_reason == "error";
+  o.completed = r.finish_reason == "length" || r.finish_reason == "stop";
+  o.tokens_out = uint32_t(r.tokens.size());
+  o.ttft_s = r.ttft_s;
+  o.itl_s = r.itl_s;
+  o.e2e_s = r.e2e_s;
+  s.experiments->record(*routing, o);
+}
+
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
   self->state.swaps.bind(init.metrics, "router");
+  self->state.experiments = std::move(init.experiments);
   for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;
         if (s.draining) return GenerateResult::failed("", "the server is shutting down");
-        auto choice = pick(s, req);
-        if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
-        std::shared_ptr<RoutedEntry> entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
+        std::shared_ptr<RoutedEntry> entry;
+        std::optional<experiments::Routing> routing;
+        auto arm = pick_by_experiment(s, req);
+        if (auto* e = std::get_if<std::string>(&arm)) return GenerateResult::failed("", *e);
+        if (auto* chosen = std::get_if<1>(&arm)) {
+          entry = chosen->first;
+          routing = std::move(chosen->second);
+        } else {
+          auto choice = pick(s, req);
+          if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
+          entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
+        }
         ++entry->in_flight;
         ++s.in_flight;
         ++s.routed;
@@ -108,10 +149,11 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         uint32_t tokens_in = uint32_t(req.prompt.size());
         self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(req))
             .then(
-                [self, rp, entry, started, id, tokens_in](GenerateResult& r) mutable {
+                [self, rp, entry, started, id, tokens_in, routing](GenerateResult& r) mutable {
                   auto& s = self->state;
                   --entry->in_flight;
                   --s.in_flight;
+                  record_experiment_outcome(s, routing, r);
                   auto& plugin = *s.router;
                   if (auto fb = plugin.vtable<th_router_vtable>().feedback) {
                     double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -122,10 +164,12 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                   rp.deliver(std::move(r));
                   quit_when_idle(self);
                 },
-                [self, rp, entry](caf::error& e) mutable {
+                [self, rp, entry, routing](caf::error& e) mutable {
                   --entry->in_flight;
                   --self->state.in_flight;
-                  rp.deliver(GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e)));
+                  auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
+                  record_experiment_outcome(self->state, routing, r);
+                  rp.deliver(std::move(r));
                   quit_when_idle(self);
                 });
         return rp;

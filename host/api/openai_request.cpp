@@ -100,6 +100,24 @@ Err get_string(const json& v, const std::string& param, std::string& out) {
   return {};
 }
 
+// The `tokenhost` extension object: {"arm": "b"} asks for an arm of the model's running experiment,
+// {"class": "batch"} names the request's class (which arms may be held back from).
+Err parse_tokenhost(const json& v, OpenAIRequest& r) {
+  if (!v.is_object()) return wrong_type("tokenhost", "an object", v);
+  for (const auto& [k, x] : v.items()) {
+    if (k == "arm") {
+      if (auto e = get_string(x, "tokenhost.arm", r.arm)) return e;
+      if (r.arm.empty()) return invalid_request("tokenhost.arm", "'tokenhost.arm' must name an arm, got an empty string");
+    } else if (k == "class") {
+      if (auto e = get_string(x, "tokenhost.class", r.request_class)) return e;
+    } else {
+      return invalid_request("tokenhost." + k, "unknown field 'tokenhost." + k + "' (the tokenhost object takes 'arm' and 'class')");
+    }
+  }
+  r.tokenhost = v;
+  return {};
+}
+
 Err get_token_ids(const json& v, const std::string& param, std::vector<int32_t>& out) {
   for (size_t i = 0; i < v.size(); ++i) {
     int64_t id = 0;
@@ -299,11 +317,7 @@ Err parse_field(Endpoint ep, const std::string& key, const json& v, const Reques
   if (key == "logit_bias") return parse_logit_bias(v, r.logit_bias);
   if (key == "user") return get_string(v, key, r.user);
   if (key == "priority") return get_int(v, key, r.priority);
-  if (key == "tokenhost") {
-    if (!v.is_object()) return wrong_type(key, "an object", v);
-    r.tokenhost = v;
-    return {};
-  }
+  if (key == "tokenhost") return parse_tokenhost(v, r);
   if (!chat && key == "prompt") return parse_prompt(v, limits, r.prompts);
   if (chat && key == "messages") return parse_messages(v, r.messages);
   // Fields that change what the client gets back: ignoring them would give a wrong answer silently.

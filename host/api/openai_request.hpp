@@ -77,7 +77,9 @@ struct OpenAIRequest {
   std::map<int32_t, double> logit_bias;  // token id -> bias in [-100, 100]
   std::string user;
   int64_t priority = 0;  // extension: larger = sooner; scheduler plugins interpret it
-  nlohmann::json tokenhost = nlohmann::json::object();  // the `tokenhost` extension object, unparsed
+  nlohmann::json tokenhost = nlohmann::json::object();  // the `tokenhost` extension object as sent
+  std::string arm;            // tokenhost.arm: an arm of the model's A/B experiment, "" none
+  std::string request_class;  // tokenhost.class: the request's class for experiment hold-backs, "" none
 
   std::vector<std::string> ignored_fields;  // top-level fields not understood, sorted by name
 };

@@ -170,6 +170,7 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
       return 0;
     };
   });
+  add_ab_command(*admin, o);
   return admin;
 }
 

@@ -19,6 +19,12 @@ struct AdminArgs {
   std::string engine, slot, plugin, config_json, manifest, file;
   std::vector<std::string> settings;  // --set key=value
   double grace_s = 30;
+  // ab: the experiment, its arms (ARM=ENGINE:PERCENT to start, ARM=PERCENT to change), hold-backs.
+  std::string experiment;
+  std::vector<std::string> arms, holdbacks, no_holdback;
+  std::string sticky_key = "session";
+  bool allow_request_choice = false;
+  int min_samples = 0;  // 0: the server's default
 };
 
 struct AdminOptions {
@@ -31,6 +37,8 @@ struct AdminOptions {
 
 // Adds `admin` and its subcommands to app.
 CLI::App* add_admin_command(CLI::App& app, AdminOptions& options);
+// Adds `ab` (A/B experiments) under `admin` (admin_ab_command.cpp).
+void add_ab_command(CLI::App& admin, AdminOptions& options);
 // Exit status: 0 when the server did what was asked, 1 when it refused (its reason printed) or could
 // not be reached.
 int run_admin(const AdminOptions& options);

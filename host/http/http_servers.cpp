@@ -13,6 +13,9 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include "http/admin_experiment_routes.hpp"
+#include "http/admin_json.hpp"
+#include "http/dashboard_route.hpp"
 #include "http/openai_routes.hpp"
 
 namespace tokenhost {
@@ -63,30 +66,6 @@ void raise_open_file_limit(size_t wanted) {
     spdlog::warn("open file limit {} is low for {} HTTP threads; raise it (ulimit -n) to serve that many clients",
                  lim.rlim_cur, wanted);
 }
-
-void reply_error(httplib::Response& res, int status, const std::string& message, const std::string& type) {
-  res.status = status;
-  res.set_content(json{{"error", {{"message", message}, {"type", type}}}}.dump(), "application/json");
-}
-
-void reply_json(httplib::Response& res, const json& body) {
-  res.set_content(body.dump(2, ' ', false, json::error_handler_t::replace), "application/json");
-}
-
-std::optional<json> parse_body(const httplib::Request& req, httplib::Response& res) {
-  try {
-    json body = json::parse(req.body);
-    if (!body.is_object()) {
-      reply_error(res, 400, "the request body must be a JSON object", "invalid_request_error");
-      return std::nullopt;
-    }
-    return body;
-  } catch (const json::parse_error& e) {
-    reply_error(res, 400, std::string("malformed JSON: ") + e.what(), "invalid_request_error");
-    return std::nullopt;
-  }
-}
-
 
 void insert_json(toml::table& t, const std::string& key, const json& v);
 
@@ -206,6 +185,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
   });
+  add_dashboard_route(*admin_);
   admin_->Get("/admin/engines", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.status()); });
   admin_->Get("/admin/plugins", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.plugins()); });
   admin_->Post("/admin/plugins", [this](const httplib::Request& req, httplib::Response& res) {
@@ -283,6 +263,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
+  add_experiment_routes(*admin_, server_);
   for (auto [s, limit] : {std::pair{gateway_.get(), kGatewayMaxBody}, std::pair{admin_.get(), kAdminMaxBody}}) {
     s->set_error_handler([limit = limit](const httplib::Request& req, httplib::Response& res) {
       if (res.body.empty()) {

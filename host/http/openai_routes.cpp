@@ -120,7 +120,7 @@ class Generation {
     return std::nullopt;
   }
 
-  void start(const std::string& session_key) {
+  void start(const std::string& session_key, const std::string& api_key) {
     const uint64_t seed = draw_seed();
     for (size_t p = 0; p < prompts_.size(); ++p) {
       for (int64_t k = 0; k < req_.n; ++k) {
@@ -130,6 +130,10 @@ class Generation {
         g.max_tokens = max_new_[p];
         g.priority = int32_t(req_.priority);
         g.session_key = session_key;
+        g.user = req_.user;
+        g.api_key = api_key;
+        g.arm = req_.arm;
+        g.request_class = req_.request_class;
         g.model = model_.name;
         g.sampling = api::sampling_params(req_, seed);
         g.sampling.seed += uint64_t(k);  // n choices of one seeded request differ, reproducibly
@@ -383,12 +387,18 @@ void handle(Server& server, api::Endpoint endpoint, const httplib::Request& http
     if (!it->is_boolean()) return reply_error(res, api::invalid_request("ignore_eos", "'ignore_eos' must be a boolean, got " + std::string(it->type_name())));
     ignore_eos = it->get<bool>();
   }
+  if (!parsed->arm.empty()) {
+    // Refused here, before anything starts, rather than as a failed generation.
+    if (std::string why = server.check_arm_choice(model->name, parsed->arm); !why.empty())
+      return reply_error(res, api::invalid_request("tokenhost.arm", why, "arm_not_available"));
+  }
   auto g = std::make_shared<Generation>(server, std::move(parsed.value()), *model);
   g->set_ignore_eos(ignore_eos);
   if (auto e = g->prepare()) return reply_error(res, *e);
   std::string session = http.get_header_value("X-Session-Key");
   if (session.empty()) session = g->request().user;
-  g->start(session);
+  std::string auth = http.get_header_value("Authorization");
+  g->start(session, auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string());
   if (g->request().stream) answer_streaming(std::move(g), server, res);
   else answer_whole(*g, server, res);
 }

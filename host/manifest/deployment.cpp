@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "manifest/experiment_decl.hpp"
 #include "model/quant.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/make_model.hpp"
@@ -245,7 +246,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
 Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
-  r.check_keys(root, {"server", "models", "engines", "router"}, "the deployment manifest");
+  r.check_keys(root, {"server", "models", "engines", "router", "experiments"}, "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
@@ -291,6 +292,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     implicit.insert("plugin", "router.round_robin");
     d.router = read_slot(r, *d.catalog, "router", implicit, "[router] (default)");
   }
+  if (const toml::table* experiments = r.optional_table(root, "experiments", "the deployment manifest"))
+    d.experiments = read_experiments(r, *experiments, d.engines);
   return d;
 }
 

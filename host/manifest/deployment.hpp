@@ -1,5 +1,5 @@
 // Deployment manifests (manifests/*.toml): the server's addresses, the models, the engines (a model on
-// a device with one plugin per slot) and the router. Read strictly: every error names file:line:column.
+// a device with one plugin per slot), the router and the A/B experiments. Read strictly: every error names file:line:column.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "experiments/experiment.hpp"
 #include "manifest/plugin_manifest.hpp"
 #include "manifest/toml_reader.hpp"
 #include "plugin/catalog.hpp"
@@ -68,6 +69,7 @@ struct Deployment {
   std::map<std::string, ModelDecl> models;
   std::map<std::string, EngineDecl> engines;
   SlotDecl router;
+  std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
 };
 

@@ -252,9 +252,31 @@ std::size_t Family::series_count() const {
   return series_.size();
 }
 
-void Family::write_prometheus(std::string& out) const {
+void Family::write_prometheus(std::string& out, const DerivedLabels* derived) const {
   out += "# HELP " + name_ + ' ' + escape_help(help_) + '\n';
   out += "# TYPE " + name_ + ' ' + type_name(type_) + '\n';
+
+  // Derived labels apply to families with the key label and none of the derived names.
+  std::vector<std::string> names = label_names_;
+  size_t key_index = label_names_.size();
+  if (derived != nullptr && !derived->names.empty()) {
+    auto key = std::find(label_names_.begin(), label_names_.end(), derived->key);
+    bool clash = std::any_of(derived->names.begin(), derived->names.end(), [&](const std::string& n) {
+      return std::find(label_names_.begin(), label_names_.end(), n) != label_names_.end();
+    });
+    if (key != label_names_.end() && !clash) {
+      key_index = size_t(key - label_names_.begin());
+      names.insert(names.end(), derived->names.begin(), derived->names.end());
+    }
+  }
+  auto labelled = [&](const std::vector<std::string>& values) {
+    if (key_index == label_names_.size()) return values;
+    std::vector<std::string> out_values = values;
+    auto it = derived->values_by_key.find(values[key_index]);
+    for (size_t i = 0; i < derived->names.size(); ++i)
+      out_values.push_back(it != derived->values_by_key.end() && i < it->second.size() ? it->second[i] : "");
+    return out_values;
+  };
 
   std::vector<std::string> le_labels;
   if (type_ == Type::histogram) {
@@ -263,10 +285,11 @@ void Family::write_prometheus(std::string& out) const {
   }
 
   std::lock_guard lock(mutex_);
-  for (const auto& [values, s] : series_) {
+  for (const auto& [raw_values, s] : series_) {
+    const std::vector<std::string> values = labelled(raw_values);
     if (type_ != Type::histogram) {
       out += name_;
-      write_labels(out, label_names_, values);
+      write_labels(out, names, values);
       out += ' ' + format_value(s.value) + '\n';
       continue;
     }
@@ -274,14 +297,14 @@ void Family::write_prometheus(std::string& out) const {
     for (std::size_t i = 0; i < le_labels.size(); ++i) {
       cumulative += s.per_bucket[i];
       out += name_ + "_bucket";
-      write_labels(out, label_names_, values, &le_labels[i]);
+      write_labels(out, names, values, &le_labels[i]);
       out += ' ' + std::to_string(cumulative) + '\n';
     }
     out += name_ + "_sum";
-    write_labels(out, label_names_, values);
+    write_labels(out, names, values);
     out += ' ' + format_value(s.sum) + '\n';
     out += name_ + "_count";
-    write_labels(out, label_names_, values);
+    write_labels(out, names, values);
     out += ' ' + std::to_string(s.count) + '\n';
   }
 }
@@ -357,7 +380,46 @@ const Family* Registry::find(const std::string& name) const {
 std::string Registry::prometheus_text() const {
   std::string out;
   std::lock_guard lock(mutex_);  // lock order: registry, then each family in turn
-  for (const auto& [name, family] : families_) family->write_prometheus(out);
+  for (const auto& [name, family] : families_) family->write_prometheus(out, &derived_);
+  return out;
+}
+
+void Registry::set_derived_labels(DerivedLabels labels) {
+  for (const auto& n : labels.names)
+    if (!valid_label_name(n)) throw std::invalid_argument("invalid derived label name '" + n + "'");
+  std::lock_guard lock(mutex_);
+  derived_ = std::move(labels);
+}
+
+std::map<std::string, SeriesValue> Registry::values_where(const std::string& prefix, const std::string& label,
+                                                          const std::string& value) const {
+  std::map<std::string, SeriesValue> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, family] : families_) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const auto& names = family->label_names();
+    auto key = std::find(names.begin(), names.end(), label);
+    if (key == names.end()) continue;
+    const size_t k = size_t(key - names.begin());
+    std::vector<std::string> others;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (i != k) others.push_back(names[i]);
+    std::lock_guard flock(family->mutex_);
+    for (const auto& [values, s] : family->series_) {
+      if (values[k] != value) continue;
+      std::vector<std::string> rest;
+      for (size_t i = 0; i < values.size(); ++i)
+        if (i != k) rest.push_back(values[i]);
+      std::string labels;
+      write_labels(labels, others, rest);
+      if (family->type() == Type::histogram) {
+        out[name + "_count" + labels] = {double(s.count), true};
+        out[name + "_sum" + labels] = {s.sum, true};
+      } else {
+        out[name + labels] = {s.value, family->type() == Type::counter};
+      }
+    }
+  }
   return out;
 }
 

@@ -40,6 +40,21 @@ bool valid_label_name(const std::string& name);
 
 class Registry;
 
+// One series' value as values_where() reads it: cumulative for counters and for histograms' _count and
+// _sum (an interval's share is a difference), not for gauges.
+struct SeriesValue {
+  double value = 0;
+  bool cumulative = false;
+};
+
+// Labels that the exposition adds to every family carrying the label `key` (see
+// Registry::set_derived_labels).
+struct DerivedLabels {
+  std::string key;
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<std::string>> values_by_key;  // key's value -> one value per name
+};
+
 class Family {
  public:
   Family(const Family&) = delete;
@@ -76,8 +91,9 @@ class Family {
   // Number of series currently held.
   std::size_t series_count() const;
 
-  // Appends this family's HELP, TYPE and sample lines to out.
-  void write_prometheus(std::string& out) const;
+  // Appends this family's HELP, TYPE and sample lines to out; with `derived`, each series of a family
+  // that has derived->key (and none of derived->names) also carries derived->names.
+  void write_prometheus(std::string& out, const DerivedLabels* derived = nullptr) const;
 
  private:
   friend class Registry;
@@ -131,7 +147,19 @@ class Registry {
   // label-value order. Families without series still print their HELP and TYPE lines.
   std::string prometheus_text() const;
 
+  // From now on, the exposition adds labels `names` to every series of a family with label `key` (and
+  // none of `names`), valued values_by_key[its key value], or "" for a key value not in the map. The
+  // series themselves are unchanged: this labels what they belong to now (an engine's A/B arm).
+  // Replaces any earlier setting.
+  void set_derived_labels(DerivedLabels labels);
+
+  // Every series of the families named `prefix`* whose label `label` is `value`, keyed
+  // "name{other labels}" in exposition syntax (histograms as name_count and name_sum).
+  std::map<std::string, SeriesValue> values_where(const std::string& prefix, const std::string& label,
+                                                  const std::string& value) const;
+
  private:
+  DerivedLabels derived_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Family>> families_;  // unique_ptr: stable addresses
 };

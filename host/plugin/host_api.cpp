@@ -110,7 +110,15 @@ th_status api_metric_create(th_host_ctx* ctx, const th_metric_desc* desc, th_met
   }
   // Every plugin series is labelled with the engine and plugin of its instance.
   std::vector<std::string> labels = {"engine", "plugin"};
-  for (uint32_t i = 0; i < desc->n_labels; ++i) labels.emplace_back(desc->label_names[i]);
+  for (uint32_t i = 0; i < desc->n_labels; ++i) {
+    const std::string name = desc->label_names[i] != nullptr ? desc->label_names[i] : "";
+    // The exposition adds these to every engine series (the engine's A/B experiment and arm).
+    if (name == "experiment" || name == "arm") {
+      api_error_set(err, ("metric_create: label '" + name + "' is reserved: the host labels every engine series with its experiment and arm").c_str());
+      return TH_ERR_INVALID_ARGUMENT;
+    }
+    labels.push_back(name);
+  }
   std::vector<double> buckets;
   if (desc->buckets != nullptr) buckets.assign(desc->buckets, desc->buckets + desc->n_buckets);
   try {

@@ -61,10 +61,15 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       sm.created = now;
       served_.push_back(std::move(sm));
     }
+    experiments_ = std::make_shared<experiments::ExperimentTable>(
+        [this](const std::string& engine) { return metrics_.values_where("tokenhost_plugin_", "engine", engine); });
+    for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);
+    label_arms();
     RouterInit r;
     r.router = make_instance(nullptr, "router", deployment_.router);
     r.engines = std::move(routed);
     r.metrics = &metrics_;
+    r.experiments = experiments_;
     router_ = spawn_router(*system_, std::move(r));
   } catch (...) {
     for (auto& [name, e] : engines_) {
@@ -210,6 +215,10 @@ std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
     stream->finish(GenerateResult::failed("", "the server is shutting down"));
     return stream;
   }
+  // A request that names no model is for the default one, whose experiment then applies.
+  if (request.model.empty())
+    if (const ServedModel* m = find_model(""); m != nullptr && !experiments_->running_on_model(m->name).empty())
+      request.model = m->name;
   ++in_flight_;
   // A short-lived actor asks the router and finishes the stream with the answer; the engine pushes
   // tokens to the stream meanwhile.
@@ -488,6 +497,8 @@ std::string Server::remove_engine(const std::string& name, std::chrono::millisec
     for (const auto& [n, e] : engines_) names.push_back(n);
     throw AdminError(404, "no engine '" + name + "'" + suggestion(name, names));
   }
+  if (std::string x = experiments_->experiment_of_engine(name); !x.empty())
+    throw AdminError(409, "engine '" + name + "' is an arm of running experiment '" + x + "'; stop the experiment first");
   const std::string model = it->second.decl.model;
   if (std::count_if(engines_.begin(), engines_.end(), [&](const auto& kv) { return kv.second.decl.model == model; }) == 1)
     throw AdminError(409, "engine '" + name + "' is the last engine serving model '" + model +

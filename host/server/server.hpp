@@ -15,6 +15,7 @@
 
 #include "actors/messages.hpp"
 #include "actors/token_stream.hpp"
+#include "experiments/experiment_table.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
 #include "runtime/model_weights.hpp"
@@ -101,6 +102,18 @@ class Server {
   // Refuses (AdminError) an unknown engine and the last engine of a model.
   std::string remove_engine(const std::string& name, std::chrono::milliseconds grace);
 
+  // A/B experiments (server_experiments.cpp). Each change is validated against the engines first; a
+  // refusal throws AdminError (400 malformed, 404 unknown engine or experiment, 409 conflict) and
+  // changes nothing.
+  nlohmann::json experiments() const;  // GET /admin/experiments
+  // Starts the experiment the admin API's JSON body defines; returns its list entry.
+  nlohmann::json start_experiment(const nlohmann::json& body);
+  std::string change_experiment(const std::string& name, const nlohmann::json& body);  // the split
+  std::string stop_experiment(const std::string& name);  // its report stays readable
+  nlohmann::json experiment_report(const std::string& name) const;
+  // Why a request for `model` asking for arm `arm` would be refused; "" when it would not.
+  std::string check_arm_choice(const std::string& model, const std::string& arm) const;
+
   // Stops taking requests and lets running ones finish (waiting ones end with an error); returns when
   // none is left or grace has passed (then the rest end with an error). Idempotent.
   void drain(std::chrono::milliseconds grace = std::chrono::seconds(30));
@@ -133,6 +146,11 @@ class Server {
   std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl,
                                                 std::shared_ptr<PluginLibrary> library = nullptr);
   LoadReply load_library(const std::string& id);
+  // Starts an experiment validated against the engines now; throws AdminError. Needs admin_mutex_
+  // (or the constructor).
+  void start_experiment_checked(const experiments::ExperimentSpec& spec);
+  std::vector<experiments::EngineView> engine_views() const;
+  void label_arms();  // /metrics: every engine series carries its experiment and arm
   SwapResult send_swap(const std::string& engine, SlotSwap swap);
   template <class Actor, class... Ts>
   StatusJson ask_status_of(const Actor& target, Ts... message);
@@ -148,6 +166,7 @@ class Server {
   std::map<std::string, Engine> engines_;  // taking requests, by name
   std::vector<Engine> retired_;            // removed or replaced, finishing their requests
   mutable std::mutex engines_mutex_;       // engines_ and retired_: admin changes vs gateway reads
+  std::shared_ptr<experiments::ExperimentTable> experiments_;
   router_actor router_;
   registry_actor registry_;
   std::mutex admin_mutex_;  // one admin change at a time

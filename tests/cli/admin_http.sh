@@ -39,7 +39,7 @@ expect POST /admin/engines/nope/slots/attention '{"plugin": "attention.reference
 expect POST /admin/engines/main/slots/attention '{"plugin": "attention.reference", "extra": 1}' 400 "unknown field 'extra'"
 expect POST /admin/engines/main/slots/attention 'not json' 400 'malformed JSON'
 expect GET /admin/nothing "" 404 'no route GET /admin/nothing'
-expect GET /metrics "" 200 'tokenhost_sequences_running\{engine="main"\} 0'
+expect GET /metrics "" 200 'tokenhost_sequences_running\{engine="main",experiment="",arm=""\} 0'
 
 # Still serving, with the swapped plugins.
 curl -sf "http://127.0.0.1:$gw/v1/generate" -d '{"prompt": "still here", "max_tokens": 3}' | grep -q '"finish_reason": "length"'

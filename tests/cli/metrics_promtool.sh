@@ -19,9 +19,9 @@ for series in tokenhost_time_to_first_token_seconds_bucket tokenhost_inter_token
     tokenhost_plugin_seconds_total; do
   grep -q "^$series{" "$work/metrics.txt" || { echo "missing series $series"; cat "$work/metrics.txt"; exit 1; }
 done
-grep -q '^tokenhost_plugin_seconds_total{engine="main",slot="attention",plugin="attention.cpu_flash"}' "$work/metrics.txt" \
+grep -q '^tokenhost_plugin_seconds_total{engine="main",slot="attention",plugin="attention.cpu_flash",experiment="",arm=""}' "$work/metrics.txt" \
   || { echo "no time recorded for the attention plugin"; exit 1; }
-grep -q '^tokenhost_time_to_first_token_seconds_count{engine="main"} 4$' "$work/metrics.txt" \
+grep -q '^tokenhost_time_to_first_token_seconds_count{engine="main",experiment="",arm=""} 4$' "$work/metrics.txt" \
   || { echo "expected 4 first tokens"; grep time_to_first "$work/metrics.txt"; exit 1; }
 echo "metrics: promtool check passed"
 kill -TERM $pid

@@ -53,7 +53,7 @@ TEST_CASE("request: the chat example from OpenAI's documentation", "[api][reques
     "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3,
     "seed": 42, "user": "user-1234", "frequency_penalty": 0.5, "presence_penalty": -0.5,
     "logit_bias": {"50256": -100}, "tool_choice": "none", "parallel_tool_calls": false,
-    "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "priority": 3, "tokenhost": {"experiment": "a"}
+    "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "priority": 3, "tokenhost": {"arm": "a", "class": "batch"}
   })");
   auto r = parse_request(kChat, body);
   REQUIRE(r.ok());
@@ -83,7 +83,8 @@ TEST_CASE("request: the chat example from OpenAI's documentation", "[api][reques
   REQUIRE(q.min_p == Approx(0.05));
   REQUIRE(q.repetition_penalty == Approx(1.1));
   REQUIRE(q.priority == 3);
-  REQUIRE(q.tokenhost == json{{"experiment", "a"}});
+  REQUIRE(q.arm == "a");
+  REQUIRE(q.request_class == "batch");
   REQUIRE(q.ignored_fields == std::vector<std::string>{"parallel_tool_calls", "tool_choice"});
 
   auto p = sampling_params(q, 7);

@@ -337,3 +337,43 @@ TEST_CASE("exposition text of a small fixed registry", "[metrics]") {
       "tokenhost_up 1\n";
   CHECK(reg.prometheus_text() == expected);
 }
+
+TEST_CASE("derived labels: every family with the key label gets them at exposition, valued by the key", "[metrics]") {
+  Registry reg;
+  reg.family(Type::counter, "t_tokens_total", "Tokens.", {"engine"}).add({"cont"}, 3);
+  reg.family(Type::counter, "t_tokens_total", "Tokens.", {"engine"}).add({"solo"}, 1);
+  reg.family(Type::histogram, "t_ttft_seconds", "TTFT.", {"engine"}, {0.5}).observe({"cont"}, 0.25);
+  reg.family(Type::gauge, "t_other", "No engine.", {"gpu"}).set({"0"}, 1);
+  reg.family(Type::gauge, "t_own", "Has its own arm.", {"engine", "arm"}).set({"cont", "x"}, 2);
+  reg.set_derived_labels({"engine", {"experiment", "arm"}, {{"cont", {"sched", "b"}}}});
+  const std::string text = reg.prometheus_text();
+  CHECK(text.find("t_tokens_total{engine=\"cont\",experiment=\"sched\",arm=\"b\"} 3\n") != std::string::npos);
+  CHECK(text.find("t_tokens_total{engine=\"solo\",experiment=\"\",arm=\"\"} 1\n") != std::string::npos);
+  CHECK(text.find("t_ttft_seconds_bucket{engine=\"cont\",experiment=\"sched\",arm=\"b\",le=\"0.5\"} 1\n") != std::string::npos);
+  CHECK(text.find("t_ttft_seconds_count{engine=\"cont\",experiment=\"sched\",arm=\"b\"} 1\n") != std::string::npos);
+  CHECK(text.find("t_other{gpu=\"0\"} 1\n") != std::string::npos);
+  CHECK(text.find("t_own{engine=\"cont\",arm=\"x\"} 2\n") != std::string::npos);  // never two labels of one name
+  // The series themselves are unchanged; a new setting replaces the old.
+  CHECK(reg.find("t_tokens_total")->value({"cont"}) == 3);
+  reg.set_derived_labels({"engine", {"experiment", "arm"}, {}});
+  CHECK(reg.prometheus_text().find("t_tokens_total{engine=\"cont\",experiment=\"\",arm=\"\"} 3\n") != std::string::npos);
+  CHECK_THROWS_AS(reg.set_derived_labels({"engine", {"bad-name"}, {}}), std::invalid_argument);
+}
+
+TEST_CASE("values_where: the series of one label value, keyed by name and their other labels", "[metrics]") {
+  Registry reg;
+  reg.family(Type::counter, "p_drafts_total", "", {"engine", "plugin"}).add({"cont", "x"}, 4);
+  reg.family(Type::counter, "p_drafts_total", "", {"engine", "plugin"}).add({"stat", "x"}, 9);
+  reg.family(Type::gauge, "p_depth", "", {"engine", "plugin"}).set({"cont", "x"}, 1.5);
+  reg.family(Type::histogram, "p_len", "", {"engine", "plugin"}, {1.0}).observe({"cont", "x"}, 0.5);
+  reg.family(Type::counter, "q_other_total", "", {"engine"}).add({"cont"}, 1);
+  auto v = reg.values_where("p_", "engine", "cont");
+  REQUIRE(v.size() == 4);
+  CHECK(v.at("p_drafts_total{plugin=\"x\"}").value == 4);
+  CHECK(v.at("p_drafts_total{plugin=\"x\"}").cumulative);
+  CHECK(v.at("p_depth{plugin=\"x\"}").value == 1.5);
+  CHECK_FALSE(v.at("p_depth{plugin=\"x\"}").cumulative);
+  CHECK(v.at("p_len_count{plugin=\"x\"}").value == 1);
+  CHECK(v.at("p_len_sum{plugin=\"x\"}").value == 0.5);
+  CHECK(reg.values_where("p_", "engine", "none").empty());
+}

@@ -1,0 +1,350 @@
+#include "experiments/experiment_table.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "util/text.hpp"
+
+namespace tokenhost::experiments {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct ArmStats {
+  uint64_t requests = 0, failed = 0, tokens_out = 0;  // compared requests
+  uint64_t held_back = 0, chosen = 0;                 // served, not compared
+  Sample ttft, itl, e2e;
+};
+
+// The metrics compared between arms; lower is better for each.
+struct MetricDef {
+  const char* name;
+  Sample ArmStats::*sample;
+};
+constexpr MetricDef kMetrics[] = {{"ttft_s", &ArmStats::ttft}, {"itl_s", &ArmStats::itl}, {"e2e_s", &ArmStats::e2e}};
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string percent_text(double ratio) {
+  const double pct = std::fabs(ratio - 1.0) * 100.0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, pct >= 10 ? "%.0f" : "%.1f", pct);
+  return buf;
+}
+
+json summary_json(const Sample& s) {
+  Summary m = summarize(s);
+  json ci = m.ci95 ? json::array({m.ci95->first, m.ci95->second}) : json(nullptr);
+  auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  return {{"n", m.n}, {"mean", m.n ? num(m.mean) : json(nullptr)}, {"ci95", ci}, {"p50", num(m.p50)}, {"p99", num(m.p99)}};
+}
+
+}  // namespace
+
+struct Experiment {
+  ExperimentSpec spec;
+  std::string model;
+  bool running = true;
+  int64_t started_unix = 0;
+  Clock::time_point started, stopped;
+  std::vector<ArmStats> arms;
+  std::vector<MetricValues> metrics_at_start, metrics_at_stop;  // per arm
+};
+
+ExperimentTable::ExperimentTable(MetricReader read_plugin_metrics) : read_metrics_(std::move(read_plugin_metrics)) {}
+
+std::shared_ptr<Experiment> ExperimentTable::find_locked(const std::string& name) const {
+  for (const auto& e : experiments_)
+    if (e->spec.name == name) return e;
+  return nullptr;
+}
+
+std::optional<Problem> ExperimentTable::start(const ExperimentSpec& spec, const std::string& model) {
+  auto x = std::make_shared<Experiment>();
+  x->spec = spec;
+  x->model = model;
+  x->started_unix = unix_now();
+  x->started = Clock::now();
+  x->arms.resize(spec.arms.size());
+  for (const auto& arm : spec.arms) x->metrics_at_start.push_back(read_metrics_ ? read_metrics_(arm.engine) : MetricValues{});
+  std::lock_guard lock(mutex_);
+  if (auto taken = name_taken_locked(spec.name)) return taken;
+  experiments_.push_back(std::move(x));
+  return std::nullopt;
+}
+
+std::optional<Problem> ExperimentTable::name_taken_locked(const std::string& name) const {
+  if (auto old = find_locked(name))
+    return Problem{{"name"}, "experiment '" + name + "' exists already (" + (old->running ? "running" : "stopped, its report kept") +
+                                 "); choose another name", 409};
+  return std::nullopt;
+}
+
+std::optional<Problem> ExperimentTable::name_taken(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  return name_taken_locked(name);
+}
+
+std::vector<Problem> ExperimentTable::change(const std::string& name, const json& body, const std::vector<EngineView>& engines) {
+  std::lock_guard lock(mutex_);
+  auto x = find_locked(name);
+  if (!x || !x->running) return {{{}, x ? "experiment '" + name + "' is stopped" : "no running experiment '" + name + "'", x ? 409 : 404}};
+  auto changed = apply_change(x->spec, body);
+  if (auto* problems = std::get_if<std::vector<Problem>>(&changed)) return *problems;
+  auto spec = std::get<ExperimentSpec>(changed);
+  auto problems = validate(spec, engines);
+  if (problems.empty()) x->spec = std::move(spec);
+  return problems;
+}
+
+std::optional<Problem> ExperimentTable::stop(const std::string& name) {
+  std::shared_ptr<Experiment> x;
+  {
+    std::lock_guard lock(mutex_);
+    x = find_locked(name);
+    if (!x || !x->running) return Problem{{}, x ? "experiment '" + name + "' is already stopped" : "no experiment '" + name + "'", x ? 409 : 404};
+    x->running = false;
+    x->stopped = Clock::now();
+  }
+  std::vector<MetricValues> at_stop;
+  for (const auto& arm : x->spec.arms) at_stop.push_back(read_metrics_ ? read_metrics_(arm.engine) : MetricValues{});
+  std::lock_guard lock(mutex_);
+  x->metrics_at_stop = std::move(at_stop);
+  return std::nullopt;
+}
+
+std::vector<EngineView> ExperimentTable::engine_views(const std::map<std::string, std::string>& engine_models) const {
+  std::vector<EngineView> out;
+  for (const auto& [name, model] : engine_models) out.push_back({name, model, experiment_of_engine(name)});
+  return out;
+}
+
+std::vector<std::string> ExperimentTable::running_on_model(const std::string& model) const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& x : experiments_)
+    if (x->running && x->model == model) out.push_back(x->spec.name);
+  return out;
+}
+
+std::string ExperimentTable::experiment_of_engine(const std::string& engine) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& x : experiments_)
+    if (x->running)
+      for (const auto& a : x->spec.arms)
+        if (a.engine == engine) return x->spec.name;
+  return "";
+}
+
+namespace {
+
+const Experiment* running_for(const std::vector<std::shared_ptr<Experiment>>& all, const std::string& model) {
+  for (const auto& x : all)
+    if (x->running && x->model == model) return x.get();
+  return nullptr;
+}
+
+std::string choice_problem(const Experiment* x, const std::string& model, const std::string& arm) {
+  if (x == nullptr) return "model '" + model + "' has no running experiment, so there is no arm '" + arm + "' to choose";
+  if (!x->spec.allow_request_choice)
+    return "experiment '" + x->spec.name + "' does not let a request choose its arm (allow_request_choice is false)";
+  std::vector<std::string> names;
+  for (const auto& a : x->spec.arms)
+    if (a.name == arm) return "";
+    else names.push_back(a.name);
+  return "experiment '" + x->spec.name + "' has no arm '" + arm + "'" + suggestion(arm, names);
+}
+
+}  // namespace
+
+std::string ExperimentTable::check_choice(const std::string& model, const std::string& arm) const {
+  std::lock_guard lock(mutex_);
+  return choice_problem(running_for(experiments_, model), model, arm);
+}
+
+std::variant<std::monostate, Routing, std::string> ExperimentTable::route(const RequestKeys& keys) const {
+  std::lock_guard lock(mutex_);
+  std::shared_ptr<Experiment> x;
+  for (const auto& e : experiments_)
+    if (e->running && e->model == keys.model) x = e;
+  if (!x) {
+    if (!keys.arm.empty()) return choice_problem(nullptr, keys.model, keys.arm);
+    return std::monostate{};
+  }
+  Routing r;
+  r.experiment = x;
+  if (!keys.arm.empty()) {
+    std::string problem = choice_problem(x.get(), keys.model, keys.arm);
+    if (!problem.empty()) return problem;
+    for (size_t i = 0; i < x->spec.arms.size(); ++i)
+      if (x->spec.arms[i].name == keys.arm) r.arm = i;
+    r.engine = x->spec.arms[r.arm].engine;
+    r.kind = Routing::Kind::chosen;
+    return r;
+  }
+  const std::string& key = x->spec.sticky_key == StickyKey::session ? keys.session
+                           : x->spec.sticky_key == StickyKey::user  ? keys.user
+                           : x->spec.sticky_key == StickyKey::api_key ? keys.api_key
+                                                                      : std::string();
+  uint32_t bucket;
+  if (key.empty()) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    bucket = uint32_t(rng() % 100);
+  } else {
+    bucket = bucket_of(x->spec.name, key);
+  }
+  Assignment a = assign(x->spec, bucket, keys.request_class);
+  r.arm = a.arm;
+  r.engine = x->spec.arms[a.arm].engine;
+  r.kind = a.held_back ? Routing::Kind::held_back : Routing::Kind::compared;
+  return r;
+}
+
+void ExperimentTable::record(const Routing& routing, const Outcome& o) {
+  if (!routing.experiment) return;
+  std::lock_guard lock(mutex_);
+  ArmStats& s = routing.experiment->arms.at(routing.arm);
+  if (routing.kind == Routing::Kind::held_back) {
+    ++s.held_back;
+    return;
+  }
+  if (routing.kind == Routing::Kind::chosen) {
+    ++s.chosen;
+    return;
+  }
+  ++s.requests;
+  if (o.failed) ++s.failed;
+  s.tokens_out += o.tokens_out;
+  if (o.failed) return;
+  if (o.ttft_s) s.ttft.add(*o.ttft_s);
+  if (o.itl_s) s.itl.add(*o.itl_s);
+  if (o.completed && o.e2e_s) s.e2e.add(*o.e2e_s);
+}
+
+json ExperimentTable::list() const {
+  std::lock_guard lock(mutex_);
+  json out = json::array();
+  for (const auto& x : experiments_) {
+    json arms = json::array();
+    for (const auto& a : x->spec.arms)
+      arms.push_back({{"name", a.name}, {"engine", a.engine}, {"percent", a.percent}, {"holdback_classes", a.holdback_classes}});
+    out.push_back({{"name", x->spec.name},
+                   {"state", x->running ? "running" : "stopped"},
+                   {"model", x->model},
+                   {"sticky_key", sticky_key_name(x->spec.sticky_key)},
+                   {"started_unix", x->started_unix},
+                   {"arms", arms},
+                   {"allow_request_choice", x->spec.allow_request_choice},
+                   {"min_samples", x->spec.min_samples}});
+  }
+  return {{"experiments", out}};
+}
+
+std::optional<json> ExperimentTable::report(const std::string& name) const {
+  std::shared_ptr<Experiment> x;
+  {
+    std::lock_guard lock(mutex_);
+    x = find_locked(name);
+    if (!x) return std::nullopt;
+  }
+  // Plugin metrics are read outside the table's lock (the registry has its own).
+  std::vector<MetricValues> now;
+  bool running;
+  {
+    std::lock_guard lock(mutex_);
+    running = x->running;
+  }
+  if (running)
+    for (const auto& arm : x->spec.arms) now.push_back(read_metrics_ ? read_metrics_(arm.engine) : MetricValues{});
+  std::lock_guard lock(mutex_);
+  if (!running) now = x->metrics_at_stop;
+  const double elapsed = std::chrono::duration<double>((x->running ? Clock::now() : x->stopped) - x->started).count();
+  json arms = json::array();
+  for (size_t i = 0; i < x->spec.arms.size(); ++i) {
+    const ArmSpec& spec = x->spec.arms[i];
+    const ArmStats& s = x->arms[i];
+    json plugin = json::object();
+    if (i < now.size())
+      for (const auto& [key, v] : now[i]) {
+        double value = v.value;
+        if (v.cumulative) {  // counters and histogram counts/sums: what the experiment added
+          auto start = x->metrics_at_start[i].find(key);
+          if (start != x->metrics_at_start[i].end()) value -= start->second.value;
+        }
+        plugin[key] = value;
+      }
+    json a = {{"name", spec.name},
+              {"engine", spec.engine},
+              {"percent", spec.percent},
+              {"requests", s.requests},
+              {"failed", s.failed},
+              {"held_back", s.held_back},
+              {"chosen", s.chosen},
+              {"tokens_out", s.tokens_out},
+              {"throughput_tok_s", elapsed > 0 ? double(s.tokens_out) / elapsed : 0.0},
+              {"plugin_metrics", plugin}};
+    for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
+    arms.push_back(std::move(a));
+  }
+  json comparisons = json::array();
+  const ArmStats& base = x->arms[0];
+  for (size_t i = 1; i < x->arms.size(); ++i) {
+    const std::string& cand = x->spec.arms[i].name;
+    for (const auto& m : kMetrics) {
+      const Sample& a = base.*m.sample;
+      const Sample& b = x->arms[i].*m.sample;
+      Comparison c = welch(a, b, x->spec.min_samples);
+      const uint64_t n = std::min(a.n(), b.n());
+      // Per arm, for a verdict: the minimum, or as many as the observed difference needs.
+      const uint64_t needed = c.significant ? 0 : std::max<uint64_t>(x->spec.min_samples, c.needed_per_arm);
+      std::string verdict;
+      if (c.significant)
+        verdict = cand + (c.diff < 0 ? " is faster (" : " is slower (") + m.name + " " + percent_text(c.ratio) +
+                  (c.diff < 0 ? "% lower)" : "% higher)");
+      else if (!c.enough)
+        verdict = "no significant difference yet (n=" + std::to_string(n) + "/" + std::to_string(needed) + ")";
+      else if (c.needed_per_arm > 0)
+        verdict = "no significant difference yet (n=" + std::to_string(n) + "/" + std::to_string(c.needed_per_arm) +
+                  ": about that many per arm would show a difference of this size)";
+      else
+        verdict = "no difference (n=" + std::to_string(n) + ")";
+      auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+      comparisons.push_back({{"metric", m.name},
+                             {"baseline", x->spec.arms[0].name},
+                             {"candidate", cand},
+                             {"baseline_n", a.n()},
+                             {"candidate_n", b.n()},
+                             {"diff", num(c.diff)},
+                             {"ratio", num(c.ratio)},
+                             {"ci95", json::array({num(c.ci_lo), num(c.ci_hi)})},
+                             {"p_value", num(c.p_value)},
+                             {"significant", c.significant},
+                             {"samples_needed_per_arm", needed ? json(needed) : json(nullptr)},
+                             {"more_samples_needed", needed > n ? needed - n : 0},
+                             {"verdict", verdict}});
+    }
+  }
+  return json{{"name", x->spec.name},
+              {"state", x->running ? "running" : "stopped"},
+              {"model", x->model},
+              {"elapsed_s", elapsed},
+              {"min_samples", x->spec.min_samples},
+              {"arms", arms},
+              {"comparisons", comparisons}};
+}
+
+std::map<std::string, std::vector<std::string>> ExperimentTable::arm_labels() const {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& x : experiments_)
+    if (x->running)
+      for (const auto& a : x->spec.arms) out[a.engine] = {x->spec.name, a.name};
+  return out;
+}
+
+}  // namespace tokenhost::experiments

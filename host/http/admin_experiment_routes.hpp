@@ -1,0 +1,15 @@
+// The admin API's A/B experiment routes: /admin/experiments (list, start), /admin/experiments/NAME
+// (change the split, stop) and /admin/experiments/NAME/report. The token check is the admin server's.
+#pragma once
+
+namespace httplib {
+class Server;
+}
+
+namespace tokenhost {
+
+class Server;
+
+void add_experiment_routes(httplib::Server& admin, Server& server);
+
+}  // namespace tokenhost

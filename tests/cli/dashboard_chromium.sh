@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The dashboard at /dashboard in headless Chromium, driven through chromedriver (W3C WebDriver, from
+# Node's built-in fetch: dashboard_chromium/dashboard_test.mjs) against `tokenhost serve` with two
+# engines on stories260K and an A/B experiment between them: what the page shows is compared with the
+# admin API. Saves a screenshot (dashboard.png in the working folder, the build tree under CTest).
+# Skips (77) without chromium, chromedriver or the model file.
+set -euo pipefail
+tokenhost=$1 here=$2 fixtures=$3
+source "$here/lib.sh"
+models=${TOKENHOST_MODELS:-$here/../../../shared/models}
+if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
+chromium=$(command -v chromium || command -v chromium-browser || true)
+chromedriver=$(command -v chromedriver || true)
+if [ -z "$chromium" ] || [ -z "$chromedriver" ]; then
+  echo "SKIPPED: needs chromium and chromedriver (Debian packages chromium, chromium-driver: scripts/setup.sh installs them)"
+  exit 77
+fi
+command -v node >/dev/null || { echo "node is missing: run scripts/setup.sh"; exit 1; }
+
+cat > "$work/two_engines.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "info"
+
+[models.stories260K]
+source = "gguf"
+path = "$(cd "$models" && pwd)/stories260K.gguf"
+
+[engines.fast]
+model = "stories260K"
+attention = { plugin = "attention.cpu_flash" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.continuous" }
+
+[engines.ref]
+model = "stories260K"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+TOML
+start_server "$tokenhost" "$work/two_engines.toml"
+
+# The page needs no token, and is the source file byte for byte.
+curl -s -D "$work/headers" -o "$work/page.html" "$admin/dashboard"
+grep -qi '^content-type: text/html' "$work/headers" && grep -qi "^content-security-policy: default-src 'none'" "$work/headers" ||
+  { echo "FAIL: GET /dashboard headers:"; cat "$work/headers"; exit 1; }
+cmp "$work/page.html" "$here/../../host/http/dashboard/index.html" || { echo "FAIL: GET /dashboard is not host/http/dashboard/index.html"; exit 1; }
+echo "ok: GET /dashboard serves host/http/dashboard/index.html without a token"
+
+status=0
+ADMIN_URL=$admin GATEWAY_URL="http://127.0.0.1:$gw" ADMIN_TOKEN=$TOKENHOST_ADMIN_TOKEN TOKENHOST=$tokenhost \
+  FIXTURES=$fixtures CHROMIUM=$chromium CHROMEDRIVER=$chromedriver SCREENSHOT="$PWD/dashboard.png" SERVER_PID=$pid \
+  PROFILE_DIR="$work/chromium-profile" node "$here/dashboard_chromium/dashboard_test.mjs" || status=$?
+# The test stops the server itself (to see the page report it gone); it must have exited cleanly.
+if [ $status -eq 0 ]; then
+  wait $pid || { echo "FAIL: tokenhost serve exited $? after SIGTERM"; tail -20 "$work/log"; exit 1; }
+  pid=""
+else
+  tail -30 "$work/log"
+fi
+exit $status

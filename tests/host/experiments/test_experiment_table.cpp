@@ -1,0 +1,142 @@
+// The experiment table as the router and the admin API use it: routing (sticky, chosen, held back),
+// refused changes that change nothing, measurements into the report, plugin metrics per arm.
+#include <catch2/catch.hpp>
+
+#include "experiments/experiment_table.hpp"
+
+using namespace tokenhost::experiments;
+using nlohmann::json;
+
+namespace {
+
+std::map<std::string, std::string> engine_models() { return {{"cont", "tiny"}, {"static", "tiny"}, {"other", "big"}}; }
+
+ExperimentSpec spec(bool allow_choice = true) {
+  ExperimentSpec s;
+  s.name = "sched";
+  s.allow_request_choice = allow_choice;
+  s.min_samples = 5;
+  s.arms = {{"a", "cont", 50, {}}, {"b", "static", 50, {"batch"}}};
+  return s;
+}
+
+Routing routed(const ExperimentTable& t, RequestKeys keys) {
+  auto r = t.route(keys);
+  REQUIRE(std::holds_alternative<Routing>(r));
+  return std::get<Routing>(r);
+}
+
+}  // namespace
+
+TEST_CASE("experiment table: requests route by sticky key, choice and class", "[experiments]") {
+  ExperimentTable t;
+  REQUIRE(std::holds_alternative<std::monostate>(t.route({"tiny", "s1", "", "", "", ""})));
+  REQUIRE_FALSE(t.start(spec(), "tiny"));
+  REQUIRE(t.experiment_of_engine("static") == "sched");
+  REQUIRE(t.experiment_of_engine("other").empty());
+  // Another model is not in the experiment.
+  REQUIRE(std::holds_alternative<std::monostate>(t.route({"big", "s1", "", "", "", ""})));
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "session-" + std::to_string(i);
+    auto r = routed(t, {"tiny", key, "", "", "", ""});
+    REQUIRE(r.kind == Routing::Kind::compared);
+    REQUIRE(r.engine == spec().arms[assign(spec(), bucket_of("sched", key), "").arm].engine);
+    REQUIRE(routed(t, {"tiny", key, "", "", "", ""}).engine == r.engine);
+  }
+  auto chosen = routed(t, {"tiny", "", "", "", "b", ""});
+  REQUIRE(chosen.engine == "static");
+  REQUIRE(chosen.kind == Routing::Kind::chosen);
+  auto held = routed(t, {"tiny", "s", "", "", "", "batch"});
+  REQUIRE(held.engine == "cont");
+  REQUIRE(held.kind == Routing::Kind::held_back);
+  auto missing = t.route({"tiny", "", "", "", "z", ""});
+  REQUIRE(std::holds_alternative<std::string>(missing));
+  REQUIRE_THAT(std::get<std::string>(missing), Catch::Contains("no arm 'z'"));
+  REQUIRE_THAT(t.check_choice("big", "a"), Catch::Contains("no running experiment"));
+  REQUIRE(t.check_choice("tiny", "a").empty());
+}
+
+TEST_CASE("experiment table: a request may choose its arm only when the experiment allows it", "[experiments]") {
+  ExperimentTable t;
+  REQUIRE_FALSE(t.start(spec(false), "tiny"));
+  REQUIRE_THAT(t.check_choice("tiny", "b"), Catch::Contains("allow_request_choice"));
+  REQUIRE(std::holds_alternative<std::string>(t.route({"tiny", "", "", "", "b", ""})));
+}
+
+TEST_CASE("experiment table: a refused change changes nothing; a valid one changes the split", "[experiments]") {
+  ExperimentTable t;
+  REQUIRE_FALSE(t.start(spec(), "tiny"));
+  const json before = t.list();
+  auto views = t.engine_views(engine_models());
+  REQUIRE_FALSE(t.change("sched", {{"arms", {{{"name", "a"}, {"percent", 70}}}}}, views).empty());  // sums to 120
+  REQUIRE_FALSE(t.change("sched", {{"arms", {{{"name", "a"}, {"percent", "70"}}}}}, views).empty());
+  REQUIRE_FALSE(t.change("sched", {{"arms", "a"}}, views).empty());
+  REQUIRE(t.change("nope", {{"arms", {{{"name", "a"}, {"percent", 70}}}}}, views).front().http_status == 404);
+  REQUIRE(t.list() == before);
+  REQUIRE(t.change("sched", {{"arms", {{{"name", "a"}, {"percent", 100}}, {{"name", "b"}, {"percent", 0}}}}}, views).empty());
+  for (int i = 0; i < 20; ++i) REQUIRE(routed(t, {"tiny", "k" + std::to_string(i), "", "", "", ""}).engine == "cont");
+  // A second experiment on the same engines or model, or under a used name, is refused.
+  REQUIRE(t.start(spec(), "tiny")->http_status == 409);
+  auto other = spec();
+  other.name = "other";
+  auto problems = validate(other, t.engine_views(engine_models()), t.running_on_model("tiny"));
+  REQUIRE(problems.size() == 3);  // both engines, and the model
+  for (const auto& p : problems) REQUIRE(p.http_status == 409);
+}
+
+TEST_CASE("experiment table: measurements reach the report with intervals and a verdict", "[experiments]") {
+  std::map<std::string, double> counter = {{"cont", 10}, {"static", 100}};
+  ExperimentTable t([&](const std::string& engine) {
+    return MetricValues{{"tokenhost_plugin_drafts_total{plugin=\"x\"}", {counter[engine], true}},
+                        {"tokenhost_plugin_depth{plugin=\"x\"}", {counter[engine] / 10, false}}};
+  });
+  REQUIRE_FALSE(t.start(spec(), "tiny"));
+  Routing a{routed(t, {"tiny", "", "", "", "a", ""})}, b{routed(t, {"tiny", "", "", "", "b", ""})};
+  a.kind = b.kind = Routing::Kind::compared;
+  auto report = *t.report("sched");
+  REQUIRE(report["comparisons"][0]["verdict"] == "no significant difference yet (n=0/5)");
+  for (int i = 0; i < 8; ++i) {
+    Outcome o;
+    o.completed = true;
+    o.tokens_out = 10;
+    o.ttft_s = 0.010 + 0.001 * i;
+    o.itl_s = 0.002;
+    o.e2e_s = 0.05;
+    t.record(a, o);
+    o.ttft_s = 0.040 + 0.001 * i;  // b is 4x slower to its first token
+    t.record(b, o);
+  }
+  Outcome failed;
+  failed.failed = true;
+  t.record(b, failed);
+  t.record(routed(t, {"tiny", "", "", "", "a", ""}), Outcome{});  // chosen: counted apart
+  counter["cont"] = 25;
+  report = *t.report("sched");
+  const json& arm_a = report["arms"][0];
+  REQUIRE(arm_a["requests"] == 8);
+  REQUIRE(arm_a["chosen"] == 1);
+  REQUIRE(arm_a["tokens_out"] == 80);
+  REQUIRE(arm_a["ttft_s"]["n"] == 8);
+  REQUIRE(arm_a["ttft_s"]["mean"].get<double>() == Approx(0.0135));
+  REQUIRE(arm_a["ttft_s"]["ci95"][0].get<double>() < 0.0135);
+  REQUIRE(arm_a["plugin_metrics"]["tokenhost_plugin_drafts_total{plugin=\"x\"}"] == 15);  // since the start
+  REQUIRE(arm_a["plugin_metrics"]["tokenhost_plugin_depth{plugin=\"x\"}"] == 2.5);      // a gauge: as it is
+  REQUIRE(report["arms"][1]["failed"] == 1);
+  REQUIRE(report["arms"][1]["requests"] == 9);
+  const json& ttft = report["comparisons"][0];
+  REQUIRE(ttft["metric"] == "ttft_s");
+  REQUIRE(ttft["significant"] == true);
+  REQUIRE(ttft["verdict"] == "b is slower (ttft_s 222% higher)");
+  REQUIRE(ttft["ratio"].get<double>() == Approx(0.0435 / 0.0135));
+  const json& e2e = report["comparisons"][2];
+  REQUIRE(e2e["significant"] == false);
+  REQUIRE(e2e["verdict"] == "no difference (n=8)");
+  REQUIRE_FALSE(t.stop("sched"));
+  REQUIRE(t.stop("sched")->http_status == 409);
+  counter["cont"] = 1000;  // after the stop: the report keeps the values at the stop
+  auto stopped = *t.report("sched");
+  REQUIRE(stopped["state"] == "stopped");
+  REQUIRE(stopped["arms"][0]["plugin_metrics"]["tokenhost_plugin_drafts_total{plugin=\"x\"}"] == 15);
+  REQUIRE(std::holds_alternative<std::monostate>(t.route({"tiny", "s", "", "", "", ""})));
+  REQUIRE(t.arm_labels().empty());
+}
