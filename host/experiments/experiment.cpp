@@ -126,6 +126,7 @@ struct JsonReader {
         auto p = path;
         p.push_back(k);
         bad(p, "unknown field '" + k + "'" + suggestion(k, known));
+        problems.back().at_key = true;
         ok = false;
       }
     return ok;

@@ -49,6 +49,7 @@ struct Problem {
   std::vector<std::string> path;
   std::string message;
   int http_status = 400;  // 404: an unknown engine or experiment; 409: a conflict with the running state
+  bool at_key = false;    // about the key at `path` (an unknown field) rather than its value
 };
 
 // "arms[1].percent" for messages.

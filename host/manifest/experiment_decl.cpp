@@ -23,18 +23,26 @@ nlohmann::json to_json(const toml::node& node) {
   return "<" + toml_type_name(node) + ">";  // refused by the JSON reader as the wrong type
 }
 
-// The node a problem's path leads to from the experiment's table, or the deepest one that exists.
-const toml::node& locate(const toml::table& experiment, const std::vector<std::string>& path) {
+// Where a problem's path leads from the experiment's table: the value there, or its key for a problem
+// about the key, or the deepest node that exists.
+toml::source_position locate(const toml::table& experiment, const experiments::Problem& problem) {
   const toml::node* at = &experiment;
-  for (const auto& step : path) {
+  toml::source_position key_at = experiment.source().begin;
+  for (const auto& step : problem.path) {
     const toml::node* next = nullptr;
-    if (auto* t = at->as_table()) next = t->get(step);
-    else if (auto* a = at->as_array(); a && !step.empty() && std::isdigit(static_cast<unsigned char>(step[0])))
+    if (auto* t = at->as_table()) {
+      if (auto it = t->find(step); it != t->end()) {
+        next = &it->second;
+        key_at = it->first.source().begin.line ? it->first.source().begin : next->source().begin;
+      }
+    } else if (auto* a = at->as_array(); a && !step.empty() && std::isdigit(static_cast<unsigned char>(step[0]))) {
       next = a->get(size_t(std::stoul(step)));
+      if (next) key_at = next->source().begin;
+    }
     if (next == nullptr) break;
     at = next;
   }
-  return *at;
+  return problem.at_key ? key_at : at->source().begin;
 }
 
 }  // namespace
@@ -54,7 +62,8 @@ std::vector<experiments::ExperimentSpec> read_experiments(const TomlReader& r, c
     body["name"] = name;
     auto fail = [&](const experiments::Problem& p) {
       std::string where = experiments::path_text(p.path);
-      r.fail(locate(t, p.path), ctx + (where.empty() ? "" : " " + where) + ": " + p.message);
+      auto at = locate(t, p);
+      throw ManifestError(r.file(), at.line ? at.line : 1, at.column ? at.column : 1, ctx + (where.empty() ? "" : " " + where) + ": " + p.message);
     };
     auto parsed = experiments::spec_from_json(body);
     if (auto* problems = std::get_if<std::vector<experiments::Problem>>(&parsed)) fail(problems->front());

@@ -10,6 +10,7 @@ trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
 
 start_server() {  # start_server TOKENHOST MANIFEST
   sed -e 's/^listen = .*/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' "$2" > "$work/serve.toml"
+  rm -f "$work/log"  # a second server in one test must not be taken as started on the first one's log
   "$1" serve "$work/serve.toml" > "$work/log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "gateway listening" "$work/log" && break; sleep 0.1; done

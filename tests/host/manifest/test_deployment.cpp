@@ -128,3 +128,37 @@ kvcache = { plugin = "kvcache.paged" }
 TEST_CASE("deployment: a manifest that cannot be opened names the file", "[manifest]") {
   REQUIRE_THROWS_WITH(read_deployment_file("/nonexistent/dir/x.toml"), "/nonexistent/dir/x.toml:1:1: cannot open the file");
 }
+
+TEST_CASE("deployment: [experiments] tables are read and their mistakes located", "[manifest][experiments]") {
+  const std::string engines = kEngine + R"([engines.f]
+model = "m"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.static" }
+)";
+  // Lines 1-3 the model, 4-8 engine e, 9-13 engine f; the experiment from line 14.
+  auto experiment = [&](const std::string& body) { return kModel + engines + "[experiments.x]\n" + body; };
+  const std::string arms = "arms = [{ name = \"a\", engine = \"e\", percent = 50 },\n"
+                           "        { name = \"b\", engine = \"f\", percent = 50, holdback_classes = [\"batch\"] }]\n";
+  auto d = read_deployment("ok.toml", experiment("sticky_key = \"user\"\n" + arms));
+  REQUIRE(d.experiments.size() == 1);
+  REQUIRE(d.experiments[0].name == "x");
+  REQUIRE(d.experiments[0].sticky_key == experiments::StickyKey::user);
+  REQUIRE(d.experiments[0].arms[1].holdback_classes == std::vector<std::string>{"batch"});
+
+  CHECK(error_of(experiment("stiky_key = \"user\"\n" + arms)) ==
+        "15:1: [experiments.x] stiky_key: unknown field 'stiky_key' (did you mean 'sticky_key'?)");
+  CHECK(error_of(experiment("sticky_key = \"cookie\"\n" + arms)).rfind("15:14: [experiments.x] sticky_key: unknown sticky_key 'cookie'", 0) == 0);
+  CHECK(error_of(experiment("arms = [{ name = \"a\", engine = \"e\", percent = 40 },\n"
+                            "        { name = \"b\", engine = \"f\", percent = 50 }]\n")) ==
+        "15:8: [experiments.x] arms: the arms' percents sum to 90; they must sum to 100");
+  CHECK(error_of(experiment("arms = [{ name = \"a\", engine = \"e\", percent = 50 },\n"
+                            "        { name = \"b\", engine = \"g\", percent = 50 }]\n")) ==
+        "16:32: [experiments.x] arms[1].engine: arm 'b': no engine 'g' (did you mean 'e'?)");
+  CHECK(error_of(experiment("arms = [{ name = \"a\", engine = \"e\", percent = 50.5 },\n"
+                            "        { name = \"b\", engine = \"f\", percent = 49.5 }]\n")) ==
+        "15:47: [experiments.x] arms[0].percent: 'arms[0].percent' must be an integer 0-100, got number");
+  // Two experiments on one model cannot run together.
+  CHECK(error_of(experiment(arms) + "[experiments.y]\n" + arms).find("is an arm of running experiment 'x'") != std::string::npos);
+}
+

@@ -83,6 +83,11 @@ TEST_CASE("host api: plugin metrics are labelled by engine and plugin", "[host_a
   th_metric_desc bad{sizeof(th_metric_desc), TH_METRIC_GAUGE, "bad name", "x", nullptr, 0, nullptr, 0};
   REQUIRE(host_api()->metric_create(&ctx, &bad, &m, &err) == TH_ERR_INVALID_ARGUMENT);
   REQUIRE_THAT(err.text(), Contains("bad name"));
+  // The host labels every engine series with its A/B experiment and arm: a plugin cannot take those names.
+  const char* arm_label[] = {"arm"};
+  th_metric_desc reserved{sizeof(th_metric_desc), TH_METRIC_COUNTER, "by_arm_total", "x", arm_label, 1, nullptr, 0};
+  REQUIRE(host_api()->metric_create(&ctx, &reserved, &m, &err) == TH_ERR_INVALID_ARGUMENT);
+  REQUIRE_THAT(err.text(), Contains("label 'arm' is reserved"));
 }
 
 TEST_CASE("host api: memory is aligned, accounted per instance, and leaks are freed", "[host_api]") {
