@@ -439,6 +439,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"scheduler", plugin_json(s.init.scheduler)},
                             {"spec_decode", plugin_json(s.init.spec_decode)},
                             {"sequences", s.seqs.size()},
+                            {"waiting", std::count_if(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_WAITING; })},
                             {"steps", s.steps},
                             {"tokens_out", s.tokens_out},
                             {"preemptions", s.preemptions},
@@ -471,7 +472,25 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
       [=](retire_atom) {
         auto& s = self->state;
         s.retiring = true;
-        spdlog::info("engine {} retiring: {} request(s) to finish", s.init.name, s.seqs.size());
+        // Requests not started (no KV, no token sent) go back to the router for the engine that
+        // replaces this one; those started finish here.
+        size_t handed_back = 0;
+        for (size_t i = 0; i < s.seqs.size();) {
+          const Sequence& q = s.seqs[i];
+          if (q.state == TH_SEQ_WAITING && q.generated == 0 && q.prefilled == 0) {
+            Sequence seq = std::move(s.seqs[i]);
+            s.seqs.erase(s.seqs.begin() + long(i));
+            GenerateResult r;
+            r.finish_reason = GenerateResult::kRerouted;
+            r.engine = s.init.name;
+            seq.promise.deliver(std::move(r));
+            ++handed_back;
+          } else {
+            ++i;
+          }
+        }
+        spdlog::info("engine {} retiring: {} request(s) to finish, {} not started handed back to the router", s.init.name,
+                     s.seqs.size(), handed_back);
         tick(self);
       },
       [=](tick_atom) { tick(self); },

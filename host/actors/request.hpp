@@ -37,13 +37,17 @@ struct GenerateRequest {
 
 struct GenerateResult {
   std::vector<int32_t> tokens;
-  std::string finish_reason;  // "length", "stop" (end of sequence), "cancelled", "error"
+  std::string finish_reason;  // "length", "stop" (end of sequence), "cancelled", "error"; between
+                              // actors also kRerouted
   std::string engine;
   std::string error;          // set when finish_reason == "error"
   std::vector<SampledToken> logprobs;  // one per token when the request asked for them
   // As the engine measured them, from the request's arrival there: to the first token, the mean gap
   // between successive tokens, to the end. Absent when there was no such token or no end.
   std::optional<double> ttft_s, itl_s, e2e_s;
+
+  // An engine that retires hands back the requests it has not started: the router routes them again.
+  static constexpr const char* kRerouted = "rerouted";
 
   static GenerateResult failed(std::string engine, std::string error) {
     GenerateResult r;

@@ -119,6 +119,70 @@ void record_experiment_outcome(RouterState& s, const std::optional<experiments::
   s.experiments->record(*routing, o);
 }
 
+// Picks the engine for req and forwards it; its answer goes to rp. A request the engine hands back
+// unstarted (it retired first) is routed again, to the engine that took its place.
+void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<GenerateResult> rp) {
+  auto& s = self->state;
+  if (s.draining) {
+    rp.deliver(GenerateResult::failed("", "the server is shutting down"));
+    return;
+  }
+  std::shared_ptr<RoutedEntry> entry;
+  std::optional<experiments::Routing> routing;
+  auto arm = pick_by_experiment(s, req);
+  if (auto* e = std::get_if<std::string>(&arm)) {
+    rp.deliver(GenerateResult::failed("", *e));
+    return;
+  }
+  if (auto* chosen = std::get_if<1>(&arm)) {
+    entry = chosen->first;
+    routing = std::move(chosen->second);
+  } else {
+    auto choice = pick(s, req);
+    if (auto* e = std::get_if<std::string>(&choice)) {
+      rp.deliver(GenerateResult::failed("", *e));
+      return;
+    }
+    entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
+  }
+  ++entry->in_flight;
+  ++s.in_flight;
+  ++s.routed;
+  auto started = std::chrono::steady_clock::now();
+  uint64_t id = req.id;
+  uint32_t tokens_in = uint32_t(req.prompt.size());
+  GenerateRequest again = req;  // to route it again if the engine hands it back
+  self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(req))
+      .then(
+          [self, rp, entry, started, id, tokens_in, routing, again = std::move(again)](GenerateResult& r) mutable {
+            auto& s = self->state;
+            --entry->in_flight;
+            --s.in_flight;
+            if (r.finish_reason == GenerateResult::kRerouted) {
+              dispatch(self, std::move(again), rp);
+              return;
+            }
+            record_experiment_outcome(s, routing, r);
+            auto& plugin = *s.router;
+            if (auto fb = plugin.vtable<th_router_vtable>().feedback) {
+              double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+              th_route_feedback f{sizeof f, id, entry->engine.name.c_str(), r.finish_reason != "error",
+                                  0.0, total, tokens_in, uint32_t(r.tokens.size()), nullptr, 0};
+              fb(plugin.handle(), &f);
+            }
+            rp.deliver(std::move(r));
+            quit_when_idle(self);
+          },
+          [self, rp, entry, routing](caf::error& e) mutable {
+            --entry->in_flight;
+            --self->state.in_flight;
+            auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
+            record_experiment_outcome(self->state, routing, r);
+            rp.deliver(std::move(r));
+            quit_when_idle(self);
+          });
+}
+
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
   self->state.swaps.bind(init.metrics, "router");
@@ -126,52 +190,8 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
   for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
-        auto& s = self->state;
-        if (s.draining) return GenerateResult::failed("", "the server is shutting down");
-        std::shared_ptr<RoutedEntry> entry;
-        std::optional<experiments::Routing> routing;
-        auto arm = pick_by_experiment(s, req);
-        if (auto* e = std::get_if<std::string>(&arm)) return GenerateResult::failed("", *e);
-        if (auto* chosen = std::get_if<1>(&arm)) {
-          entry = chosen->first;
-          routing = std::move(chosen->second);
-        } else {
-          auto choice = pick(s, req);
-          if (auto* e = std::get_if<std::string>(&choice)) return GenerateResult::failed("", *e);
-          entry = std::get<std::shared_ptr<RoutedEntry>>(choice);
-        }
-        ++entry->in_flight;
-        ++s.in_flight;
-        ++s.routed;
         auto rp = self->make_response_promise<GenerateResult>();
-        auto started = std::chrono::steady_clock::now();
-        uint64_t id = req.id;
-        uint32_t tokens_in = uint32_t(req.prompt.size());
-        self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(req))
-            .then(
-                [self, rp, entry, started, id, tokens_in, routing](GenerateResult& r) mutable {
-                  auto& s = self->state;
-                  --entry->in_flight;
-                  --s.in_flight;
-                  record_experiment_outcome(s, routing, r);
-                  auto& plugin = *s.router;
-                  if (auto fb = plugin.vtable<th_router_vtable>().feedback) {
-                    double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-                    th_route_feedback f{sizeof f, id, entry->engine.name.c_str(), r.finish_reason != "error",
-                                        0.0, total, tokens_in, uint32_t(r.tokens.size()), nullptr, 0};
-                    fb(plugin.handle(), &f);
-                  }
-                  rp.deliver(std::move(r));
-                  quit_when_idle(self);
-                },
-                [self, rp, entry, routing](caf::error& e) mutable {
-                  --entry->in_flight;
-                  --self->state.in_flight;
-                  auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
-                  record_experiment_outcome(self->state, routing, r);
-                  rp.deliver(std::move(r));
-                  quit_when_idle(self);
-                });
+        dispatch(self, std::move(req), rp);
         return rp;
       },
       [=](engine_add_atom, RoutedEngine engine) -> SwapResult {

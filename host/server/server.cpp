@@ -394,6 +394,15 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
 // two steps. A new engine with the new plugin starts beside the old one under the same name, new
 // requests go to it, and the old one finishes the requests it has, then stops.
 std::string Server::replace_engine_for(const std::string& engine, const SlotDecl& change, uint64_t requested_ns) {
+  {
+    // One drain at a time per engine: each would hold a whole KV pool and share the cores.
+    std::lock_guard lock(engines_mutex_);
+    prune_retired();
+    for (const auto& e : retired_)
+      if (e.decl.name == engine)
+        throw AdminError(409, "engine '" + engine + "' is still draining the engine its previous kvcache swap replaced; "
+                                  "swap again once that is done (GET /admin/engines lists it under retiring_engines)");
+  }
   EngineDecl decl = engines_.at(engine).decl;
   std::string old = decl.slots.at("kvcache").plugin + " " + decl.slots.at("kvcache").manifest.version;
   decl.slots["kvcache"] = change;

@@ -76,7 +76,7 @@ TEST_CASE("hot swap: router, scheduler and attention swapped under 64 streams lo
     REQUIRE(seconds > 0);
     REQUIRE(seconds < 10);
   }
-  REQUIRE_THAT(server->metrics().prometheus_text(), Contains("tokenhost_swap_latency_seconds_count{engine=\"main\",slot=\"attention\"} 2"));
+  REQUIRE_THAT(server->metrics().prometheus_text(), Contains("tokenhost_swap_latency_seconds_count{engine=\"main\",slot=\"attention\",experiment=\"\",arm=\"\"} 2"));
 }
 
 TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and drains the old one", "[server][swap]") {
@@ -87,10 +87,29 @@ TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and dra
   layout.insert("n_blocks", 160);
   layout.insert("block_size", 16);
   REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", layout), Contains("a new engine"));
+  // A second kvcache swap waits for the first drain to end.
+  try {
+    server->set_slot("main", "kvcache", "kvcache.paged", layout);
+    FAIL("a second kvcache swap started while the first engine drains");
+  } catch (const AdminError& e) {
+    REQUIRE(e.http_status == 409);
+    REQUIRE_THAT(e.what(), Contains("still draining"));
+  }
   auto status = server->status();
+  // The old engine keeps only the requests it started; those waiting went to the new engine.
+  for (int i = 0; i < 500 && !status["retiring_engines"].empty() && !status["retiring_engines"][0]["retiring"].get<bool>(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    status = server->status();
+  }
+  if (!status["retiring_engines"].empty()) REQUIRE(status["retiring_engines"][0]["waiting"] == 0);
   REQUIRE(status["engines"][0]["kv"]["block_size"] == 16);
   REQUIRE(status["engines"][0]["kv"]["total_blocks"] == 160);
   load.wait_for(2 * kStreams);
+  wait_until_no_engine_retires(*server);
+  // Once the drain is over, the next kvcache swap goes through.
+  layout.insert_or_assign("n_blocks", 200);
+  REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", layout), Contains("a new engine"));
+  load.wait_for(kStreams);
   wait_until_no_engine_retires(*server);
   load.stop();
   INFO(load.done() << " requests; first wrong: " << load.first_error());
@@ -98,7 +117,7 @@ TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and dra
   status = server->status();
   REQUIRE(status["engines"].size() == 1);
   REQUIRE(status["engines"][0]["sequences"] == 0);
-  REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 160);
+  REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 200);
 }
 
 TEST_CASE("hot swap: a new version that fails its check leaves the old one serving", "[server][swap]") {
