@@ -11,10 +11,10 @@ out=${3:-/tmp/tokenhost-ab-bench}
 rounds=${ROUNDS:-3}
 requests=${REQUESTS:-64}
 tokenhost="$build/bin/tokenhost"
+source "$(dirname "$0")/../lib.sh"
 mkdir -p "$models" "$out"
-model="$models/110M-q8_0.gguf"
-[ -f "$model" ] || "$tokenhost" make-model "$model" --preset 110M --type q8_0 --seed 1
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%F)"
+model=$(bench_model 110M q8_0)
+machine_line
 export TOKENHOST_ADMIN_TOKEN=ab-bench-admin-token-0123456789
 
 engine() {  # engine NAME SCHEDULER
@@ -35,12 +35,7 @@ engine() {  # engine NAME SCHEDULER
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
 for round in $(seq "$rounds"); do
-  "$tokenhost" serve "$out/serve.toml" > "$out/serve.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 300); do grep -q "gateway listening" "$out/serve.log" && break; sleep 0.1; done
-  line=$(grep "gateway listening" "$out/serve.log") || { echo "the server did not start:"; cat "$out/serve.log"; exit 1; }
-  gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
-  admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+  start_server "$out/serve.toml" "$out/serve.log"
   "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 16 -n "$requests" --prompt-tokens 64 --output-tokens 16:128 \
     --ignore-eos --seed 7 -q --json "$out/r$round-bench.json" > /dev/null
   "$tokenhost" admin --url "$admin" --json ab report sched > "$out/r$round-report.json"

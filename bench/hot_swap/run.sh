@@ -5,7 +5,9 @@
 # prefill chunk, and back), router (round robin, a new instance) and kvcache (paged with another block
 # count: a new engine beside the old, which drains). Reports per run: output tokens/s, ITL p50/p99,
 # failed requests; and per slot the swap latency the server measured (admin call -> first step on the
-# new plugin, tokenhost_swap_latency_seconds). Usage: bench/hot_swap/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
+# new plugin, also exported as tokenhost_swap_latency_seconds). A kvcache swap asked for while the
+# previous one still drains is refused by the server (counted, not a failure).
+# Usage: bench/hot_swap/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
 set -euo pipefail
 build=${1:-build}
 models=${2:-/tmp/tokenhost-bench-models}
@@ -14,21 +16,16 @@ rounds=${ROUNDS:-3}
 swap_every=${SWAP_EVERY:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 tokenhost="$build/bin/tokenhost"
+source "$here/../lib.sh"
 mkdir -p "$models" "$out"
-model="$models/110M-q8_0.gguf"
-[ -f "$model" ] || "$tokenhost" make-model "$model" --preset 110M --type q8_0 --seed 1
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%F)"
+model=$(bench_model 110M q8_0)
+machine_line
 export TOKENHOST_ADMIN_TOKEN=hot-swap-bench-token-0123456789
 
 pid="" swapper=""
 trap '[ -n "$swapper" ] && kill $swapper 2>/dev/null; [ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
 sed -e "s|@MODEL@|$model|" "$here/manifest.toml.in" > "$out/serve.toml"
-"$tokenhost" serve "$out/serve.toml" > "$out/serve.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do grep -q "gateway listening" "$out/serve.log" && break; sleep 0.1; done
-line=$(grep "gateway listening" "$out/serve.log") || { echo "the server did not start:"; cat "$out/serve.log"; exit 1; }
-gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
-admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+start_server "$out/serve.toml" "$out/serve.log"
 
 # One swap after another until killed; each `admin` call must succeed.
 swap_loop() {
@@ -41,7 +38,8 @@ swap_loop() {
       2) "$tokenhost" admin --url "$admin" router router.round_robin ;;
       3) blocks=$(( i % 8 == 3 ? 1700 : 1600 ))
          "$tokenhost" admin --url "$admin" swap main kvcache kvcache.paged --set block_size=16 --set n_blocks=$blocks ;;
-    esac >> "$out/swaps.log" 2>&1 || { echo "swap $i failed: $(tail -1 "$out/swaps.log")"; }
+    esac >> "$out/swaps.log" 2>&1 || grep -q "still draining" <(tail -1 "$out/swaps.log") ||
+      echo "swap $i FAILED: $(tail -1 "$out/swaps.log")"
     i=$((i + 1))
   done
 }
@@ -64,24 +62,10 @@ for round in $(seq "$rounds"); do
   swapper=$!
   load "r$round-swapping"
   kill $swapper; wait $swapper 2>/dev/null || true; swapper=""
-  echo "r$round swaps so far: $(grep -c . "$out/swaps.log") admin calls, $(grep -ci 'tokenhost admin:' "$out/swaps.log" || true) refused"
+  echo "r$round swaps so far: $(grep -c . "$out/swaps.log") admin calls, $(grep -c 'still draining' "$out/swaps.log" || true) kvcache swaps refused while the previous drained, $(grep -v 'still draining' "$out/swaps.log" | grep -c 'tokenhost admin:' || true) other refusals"
 done
 
-# Swap latency per slot, from the server's histogram: count, mean, and the bucket holding the median.
-curl -sf "$admin/metrics" > "$out/metrics.txt"
-node -e '
-  const text = require("fs").readFileSync(process.argv[1], "utf8");
-  const slots = {};
-  for (const line of text.split("\n")) {
-    let m = line.match(/^tokenhost_swap_latency_seconds_(sum|count)\{engine="([^"]+)",slot="([^"]+)"\} (\S+)/);
-    if (m) { const k = m[3]; slots[k] = slots[k] || {buckets: []}; slots[k][m[1]] = (slots[k][m[1]] || 0) + Number(m[4]); continue; }
-    m = line.match(/^tokenhost_swap_latency_seconds_bucket\{engine="([^"]+)",slot="([^"]+)",le="([^"]+)"\} (\S+)/);
-    if (m) { const k = m[2]; slots[k] = slots[k] || {buckets: []}; slots[k].buckets.push([m[3], Number(m[4])]); }
-  }
-  for (const [slot, s] of Object.entries(slots)) {
-    const half = s.count / 2, le = (s.buckets.find(([, c]) => c >= half) || ["?"])[0];
-    console.log(`swap latency ${slot}: ${s.count} swaps, mean ${(1000 * s.sum / s.count).toFixed(1)} ms, median <= ${le} s`);
-  }' "$out/metrics.txt"
+# Swap latency per slot (admin call -> first step on the new plugin), as the server logged each one.
 grep "first step on the new" "$out/serve.log" | sed -E 's/.*new ([a-z_]+) plugin ([0-9.]+) ms.*/\1 \2/' > "$out/latencies.txt" || true
 node -e '
   const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").map((l) => l.split(" "));

@@ -11,20 +11,16 @@ out=${3:-/tmp/tokenhost-serving-bench}
 rounds=${ROUNDS:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 tokenhost="$build/bin/tokenhost"
+source "$here/../lib.sh"
 mkdir -p "$models" "$out"
-model="$models/110M-q8_0.gguf"
-[ -f "$model" ] || "$tokenhost" make-model "$model" --preset 110M --type q8_0 --seed 1
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(date -u +%F)"
+model=$(bench_model 110M q8_0)
+machine_line
 
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
 serve() {  # serve SCHEDULER: starts the server, sets gw
   sed -e "s|@MODEL@|$model|" -e "s|@SCHEDULER@|$1|" "$here/manifest.toml.in" > "$out/serve.toml"
-  "$tokenhost" serve "$out/serve.toml" > "$out/serve.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 300); do grep -q "gateway listening" "$out/serve.log" && break; sleep 0.1; done
-  gw=$(grep -o "gateway listening on [0-9.]*:[0-9]*" "$out/serve.log" | sed 's/.*://') ||
-    { echo "the server did not start:"; cat "$out/serve.log"; exit 1; }
+  start_server "$out/serve.toml" "$out/serve.log"
 }
 stop() { kill -TERM $pid; wait $pid || true; pid=""; }
 load() {  # load NAME CONCURRENCY REQUESTS OUTPUT_TOKENS

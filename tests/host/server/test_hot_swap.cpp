@@ -192,23 +192,17 @@ TEST_CASE("hot swap: malformed engine additions are refused and change nothing",
   refused("[engines.x]\nmodel = \"tine\"\n", "did you mean 'tiny'?");
   refused("[engines.x\n", "add.toml:1");
   refused("[models.y]\ndim = 8\n", "unknown key 'models'");
-  refused(R"(
+  // A plugin the catalog does not know yet, then one whose create() fails once it is registered.
+  const std::string failing = R"(
 [engines.x]
 model = "tiny"
 attention = { plugin = "attention.reference" }
 kvcache = { plugin = "kvcache.paged", config = { block_size = 8, n_blocks = 64 } }
 scheduler = { plugin = "scheduler.create_fails" }
-)",
-          "unknown plugin 'scheduler.create_fails'");
+)";
+  refused(failing, "unknown plugin 'scheduler.create_fails'");
   server->register_plugin(fixture("create_fails"));
-  refused(R"(
-[engines.x]
-model = "tiny"
-attention = { plugin = "attention.reference" }
-kvcache = { plugin = "kvcache.paged", config = { block_size = 8, n_blocks = 64 } }
-scheduler = { plugin = "scheduler.create_fails" }
-)",
-          "the answer must be 42");
+  refused(failing, "the answer must be 42");
   REQUIRE_THROWS_WITH(server->remove_engine("mian", std::chrono::seconds(1)), Contains("did you mean 'main'?"));
   REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
 }
