@@ -1,0 +1,84 @@
+// The dot-product kernels behind matmul: weight block layouts, the activation layout the integer
+// kernels read, and kernel sets (portable loops, AVX2, 256-bit AVX-512 VNNI), each a table of
+// functions that one CPU feature level can run.
+//
+// Every kernel computes a tile of outputs: one or more weight rows against one or four activation
+// rows. Each output of a tile is computed with exactly the arithmetic of the one-row kernel of the
+// same set (same accumulators, same order), so that a product's results do not depend on how its
+// activation rows are grouped (batch invariance). Different sets may round differently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tokenhost::matmul_detail {
+
+constexpr size_t kBlock = 32;
+
+// ggml's weight blocks.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t q[kBlock];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t q[kBlock / 2];  // element j: low nibble of q[j]; element j + 16: high nibble
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block layouts");
+
+// Activation rows quantized to 8 bits per block of 32, consecutive in one buffer: element 32 b + i of
+// row k is d[b * d_stride + k] * blocks[k * nb + b].q[i] (the scales are stored block-major, so that
+// a tile's rows have theirs side by side). bias is filled for kernels that ask for it
+// (TypeKernels::bias_k = K > 0): lane j = -K * (q[4 j] + ... + q[4 j + 3]). A VNNI kernel multiplies
+// unsigned weight bytes (the weight plus K) by q four at a time; starting each lane at the bias removes
+// the K * q terms, so each lane holds exactly the signed 4-element dot product.
+struct alignas(64) QBlock {
+  int8_t q[kBlock];
+  int32_t bias[8];
+};
+struct QRows {
+  const QBlock* blocks;
+  const float* d;
+  size_t d_stride;
+};
+
+// Float activation rows: row k is x + k * stride.
+struct FRows {
+  const float* x;
+  size_t stride;
+};
+
+// The kernels of one weight type. X is a tile's activation rows: FRows for float weights, QRows for
+// quantized ones. `n` counts elements (float weights) or blocks (quantized).
+//   one:  out[0] = dot(w row, row 0 of x)
+//   four: out[k] = dot(w row, row k of x) for k < 4
+//   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows, k < 4; weight row i starts
+//         i * row_bytes after w. Null when the set has no wider tile for this type.
+template <class X>
+struct TypeKernels {
+  using Fn = void (*)(const uint8_t* w, size_t row_bytes, const X& x, size_t n, float* out);
+  Fn one = nullptr;
+  Fn four = nullptr;
+  Fn tile = nullptr;
+  size_t tile_rows = 0;
+  int bias_k = 0;  // quantized types: K of QBlock::bias the kernels read, 0 when they read none
+};
+
+struct KernelSet {
+  const char* name;
+  // Quantizes nb blocks of one row x into blocks[0..nb) and d[b * d_stride] (the same values in every
+  // set: round to nearest, ties to even), with the bias lanes when bias_k is not 0.
+  void (*quantize)(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride);
+  TypeKernels<FRows> f32, f16;
+  TypeKernels<QRows> q8_0, q4_0;
+};
+
+// The sets, each null when this build or this CPU cannot run it.
+const KernelSet* portable_set();
+const KernelSet* avx2_set();        // AVX2 + FMA + F16C
+const KernelSet* avx512vnni_set();  // AVX-512 VL/BW/VNNI on 256-bit registers, + the AVX2 set's needs
+
+// Shared by the portable set and the SIMD sets' tails: the reference quantizer.
+void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride);
+
+}  // namespace tokenhost::matmul_detail
