@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,43 +54,57 @@ std::atomic<const KernelSet*>& current_set() {
   return set;
 }
 
-constexpr size_t kMaxTileRows = 8;
+// Weight rows [o0, o1) as the kernels read them: row o0 + i starts i * row_bytes after data.
+struct WeightBlock {
+  const uint8_t* data;
+  size_t row_bytes;
+};
 
-// The product y[r][o] = dot(weight row o, activation row r) through a type's kernels; rows(r) is the
-// X of the activation rows from r on. Output rows are split across the pool in contiguous ranges.
-// Within a range, activation rows go in groups small enough to stay in L2 while the range's weight
-// rows stream past them (each weight row is read from memory once per group), in multiples of four
-// for the four-row kernels. weight_row(o) is row o as the kernels read it; when rows_contiguous, row
-// o + i lies i * w.row_bytes after it and the wider tiles are used.
-template <class X, class Rows, class WeightRow>
-void product(const WeightView& w, const TypeKernels<X>& k, Rows rows_from, size_t n_rows, size_t n,
-             size_t act_row_bytes, float* y, WeightRow weight_row, bool rows_contiguous) {
-  const size_t rows = size_t(w.rows);
-  const size_t group = std::max<size_t>(4, ((64 * 1024) / std::max<size_t>(act_row_bytes, 1)) & ~size_t(3));
-  const size_t tile_rows = rows_contiguous && k.tile != nullptr ? k.tile_rows : 1;
+// The product y[r][o] = dot(weight row o, activation row r) of out_rows outputs through a type's
+// kernels; rows_from(r) is the X of the activation rows from r on, weight_block(o0, o1) a block of
+// weight rows (valid until the thread's next call). Output rows are split across the pool in
+// contiguous ranges, each range into blocks of block_rows that stay in L2 while every activation row
+// passes them four at a time: the weights are read from memory once per product, and the four rows'
+// activations are reused from L1 across the block.
+template <class X, class Rows, class Block>
+void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_rows, size_t n, size_t block_rows,
+             float* y, Block weight_block) {
+  const size_t tile_rows = k.tile != nullptr ? k.tile_rows : 1;
+  block_rows = std::max(block_rows / tile_rows, size_t(1)) * tile_rows;
   auto body = [&](size_t begin, size_t end) {
     float out[4 * kMaxTileRows];
-    for (size_t r0 = 0; r0 < n_rows; r0 += group) {
-      const size_t r1 = std::min(n_rows, r0 + group);
-      for (size_t o = begin; o < end;) {
-        const size_t width = o + tile_rows <= end ? tile_rows : 1;
-        const uint8_t* row = weight_row(o);
-        size_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-          (width == 1 ? k.four : k.tile)(row, w.row_bytes, rows_from(r), n, out);
+    for (size_t o0 = begin; o0 < end; o0 += block_rows) {
+      const size_t o1 = std::min(end, o0 + block_rows);
+      const WeightBlock wb = weight_block(o0, o1);
+      size_t r = 0;
+      for (; r + 4 <= n_rows; r += 4) {
+        const X x = rows_from(r);
+        for (size_t o = o0; o < o1;) {
+          const size_t width = o + tile_rows <= o1 ? tile_rows : 1;
+          (width == 1 ? k.four : k.tile)(wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, out);
           for (size_t i = 0; i < width; ++i)
-            for (size_t j = 0; j < 4; ++j) y[(r + j) * rows + o + i] = out[i * 4 + j];
+            for (size_t j = 0; j < 4; ++j) y[(r + j) * out_rows + o + i] = out[i * 4 + j];
+          o += width;
         }
-        for (; r < r1; ++r)
-          for (size_t i = 0; i < width; ++i)
-            k.one(row + i * w.row_bytes, w.row_bytes, rows_from(r), n, &y[r * rows + o + i]);
-        o += width;
+      }
+      for (; r < n_rows; ++r) {
+        const X x = rows_from(r);
+        for (size_t o = o0; o < o1; ++o) k.one(wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, &y[r * out_rows + o]);
       }
     }
   };
   // Small products are not worth waking the pool.
-  if (rows * n * n_rows >= 32768) compute_pool().parallel_for(rows, body);
-  else body(0, rows);
+  if (out_rows * n * n_rows >= 32768) compute_pool().parallel_for(out_rows, body);
+  else body(0, out_rows);
+}
+
+// Weight rows per block: about kBlockBytes (a part of L2) of them.
+constexpr size_t kBlockBytes = 256 * 1024;
+size_t block_rows(size_t row_bytes) { return std::max<size_t>(1, kBlockBytes / std::max<size_t>(row_bytes, 1)); }
+
+// The weight rows themselves.
+auto weight_rows(const WeightView& w) {
+  return [&w](size_t o0, size_t) { return WeightBlock{w.row(int64_t(o0)), w.row_bytes}; };
 }
 
 // q8_0 / q4_0: activations quantized once per product (in parallel for large batches).
@@ -108,37 +124,47 @@ void quantized_product(const WeightView& w, const KernelSet& set, const TypeKern
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
   product(
-      w, k, [&](size_t r) { return QRows{blocks + r * nb, scales + r, n_rows}; }, n_rows, nb,
-      nb * (sizeof(QBlock) + sizeof(float)), y, [&](size_t o) { return w.row(int64_t(o)); }, true);
+      k, size_t(w.rows), [&](size_t r) { return QRows{blocks + r * nb, scales + r, n_rows}; }, n_rows, nb,
+      block_rows(w.row_bytes), y, weight_rows(w));
 }
 
-// f32 activations: row r of x from r on.
-auto float_rows(const float* x, size_t cols) {
-  return [x, cols](size_t r) { return FRows{x + r * cols, cols}; };
+// f32 activations, each row starting on a cache line: a 32-byte load that straddles two lines costs
+// two, and the float kernels load an activation vector per multiply-add. Rows that are not aligned
+// (a std::vector's data is 16-byte aligned) are copied, once per product, into the calling thread's
+// buffer (the pool's threads reach it through the pointer).
+struct alignas(64) FloatLine {
+  float v[16];
+};
+constexpr size_t kLine = 16;
+size_t padded(size_t cols) { return (cols + kLine - 1) / kLine * kLine; }
+
+FRows aligned_rows(const float* x, size_t n_rows, size_t cols) {
+  if (reinterpret_cast<uintptr_t>(x) % 64 == 0 && cols % kLine == 0) return FRows{x, cols};
+  thread_local std::vector<FloatLine> buffer;
+  const size_t stride = padded(cols);
+  buffer.resize(n_rows * stride / kLine);
+  float* copy = buffer.data()->v;
+  for (size_t r = 0; r < n_rows; ++r) std::memcpy(copy + r * stride, x + r * cols, cols * sizeof(float));
+  return FRows{copy, stride};
 }
 
-// Other types: each weight row dequantized to f32 once per group of activation rows, then the f32
-// kernels. The buffer is keyed by the call too: another product may reuse the same address.
-void dequantized_product(const WeightView& w, const KernelSet& set, const float* x, size_t n_rows, float* y) {
-  static std::atomic<uint64_t> calls{0};
-  const uint64_t call = ++calls;
-  const size_t cols = size_t(w.cols);
-  product(
-      w, set.f32, float_rows(x, cols), n_rows, cols, cols * sizeof(float), y,
-      [&](size_t o) {
-        thread_local std::vector<float> buffer;
-        thread_local const uint8_t* buffered = nullptr;
-        thread_local uint64_t buffered_call = 0;
-        const uint8_t* row = w.row(int64_t(o));
-        if (row != buffered || call != buffered_call || buffer.size() != cols) {
-          buffer.resize(cols);
-          quant::dequantize_row(w.type, row, buffer.data(), int64_t(cols));
-          buffered = row;
-          buffered_call = call;
-        }
-        return reinterpret_cast<const uint8_t*>(buffer.data());
-      },
-      false);
+auto float_rows(const FRows& x) {
+  return [x](size_t r) { return FRows{x.x + r * x.stride, x.stride}; };
+}
+
+// Other types: each block of weight rows dequantized to f32 (aligned rows) once per product, then
+// the f32 kernels.
+void dequantized_product(const WeightView& w, const KernelSet& set, const FRows& x, size_t n_rows, float* y) {
+  const size_t cols = size_t(w.cols), stride = padded(cols);
+  product(set.f32, size_t(w.rows), float_rows(x), n_rows, cols, block_rows(stride * sizeof(float)), y,
+          [&](size_t o0, size_t o1) {
+            thread_local std::vector<FloatLine> buffer;
+            buffer.resize((o1 - o0) * stride / kLine);
+            float* rows = buffer.data()->v;
+            for (size_t o = o0; o < o1; ++o)
+              quant::dequantize_row(w.type, w.row(int64_t(o)), rows + (o - o0) * stride, int64_t(cols));
+            return WeightBlock{reinterpret_cast<const uint8_t*>(rows), stride * sizeof(float)};
+          });
 }
 
 }  // namespace
@@ -171,14 +197,14 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
     default:
       break;
   }
-  auto row = [&](size_t o) { return w.row(int64_t(o)); };
+  const FRows rows = aligned_rows(x, n_rows, cols);
   switch (w.type) {
     case TH_DTYPE_F32:
-      return product(w, set.f32, float_rows(x, cols), n_rows, cols, cols * sizeof(float), y, row, true);
+      return product(set.f32, size_t(w.rows), float_rows(rows), n_rows, cols, block_rows(w.row_bytes), y, weight_rows(w));
     case TH_DTYPE_F16:
-      return product(w, set.f16, float_rows(x, cols), n_rows, cols, cols * sizeof(float), y, row, true);
+      return product(set.f16, size_t(w.rows), float_rows(rows), n_rows, cols, block_rows(w.row_bytes), y, weight_rows(w));
     default:
-      return dequantized_product(w, set, x, n_rows, y);
+      return dequantized_product(w, set, rows, n_rows, y);
   }
 }
 

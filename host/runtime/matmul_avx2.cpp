@@ -4,59 +4,14 @@
 #include "runtime/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
-#include "model/quant.hpp"
 #include "runtime/matmul_x86.hpp"
 
 namespace tokenhost::matmul_detail {
 namespace {
 
-template <size_t R>
-TH_AVX2 void dot_f32(const uint8_t* wp, size_t, const FRows& xs, size_t n, float* out) {
-  const float* w = reinterpret_cast<const float*>(wp);
-  const float* x[R];
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) x[k] = xs.x + k * xs.stride;
-  __m256 a0[R], a1[R];
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_loadu_ps(w + i), w1 = _mm256_loadu_ps(w + i + 8);
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) {
-      a0[k] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[k] + i), a0[k]);
-      a1[k] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[k] + i + 8), a1[k]);
-    }
-  }
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) {
-    float s = hsum(_mm256_add_ps(a0[k], a1[k]));
-    for (size_t j = i; j < n; ++j) s += w[j] * x[k][j];
-    out[k] = s;
-  }
-}
-
-template <size_t R>
-TH_AVX2 void dot_f16(const uint8_t* wp, size_t, const FRows& xs, size_t n, float* out) {
-  const uint16_t* w = reinterpret_cast<const uint16_t*>(wp);
-  const float* x[R];
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) x[k] = xs.x + k * xs.stride;
-  __m256 acc[R];
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) acc[k] = _mm256_setzero_ps();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) acc[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[k] + i), acc[k]);
-  }
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) {
-    float s = hsum(acc[k]);
-    for (size_t j = i; j < n; ++j) s += quant::fp16_to_f32(w[j]) * x[k][j];
-    out[k] = s;
-  }
+template <class Wt, size_t R>
+TH_AVX2 void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_t n, float* out) {
+  float_tile<Wt, 1, R>(w, row_bytes, x, n, out);
 }
 
 // Sum of 32 products of signed bytes, as 8 float lanes (the sign trick: |w| * (x with w's sign)).
@@ -162,8 +117,8 @@ const KernelSet* avx2_set() {
       return nullptr;
     static const KernelSet s{"avx2",
                              quantize_avx2,
-                             type_kernels<FRows, dot_f32<1>, dot_f32<4>>(),
-                             type_kernels<FRows, dot_f16<1>, dot_f16<4>>(),
+                             type_kernels<FRows, dot_float<F32Weights, 1>, dot_float<F32Weights, 4>>(),
+                             type_kernels<FRows, dot_float<F16Weights, 1>, dot_float<F16Weights, 4>>(),
                              type_kernels<QRows, dot_q8_0<1>, dot_q8_0<4>>(),
                              type_kernels<QRows, dot_q4_0<1>, dot_q4_0<4>>()};
     return &s;

@@ -1,7 +1,8 @@
 // The AVX-512 VNNI kernel set, on 256-bit registers: `vpdpbusd ymm` multiplies unsigned by signed
 // bytes and sums each four into an int32 lane in one instruction, where AVX2 needs sign, maddubs and
 // madd. 512-bit registers are not used: on the Xeons that have VNNI they lower the clock and share
-// one port, and were measured slower. The AVX-512 VL encoding also gives 32 vector registers.
+// one port, and were measured slower. The AVX-512 VL encoding also gives 32 vector registers, which
+// hold the accumulators of a tile of two weight rows by four activation rows.
 //
 // The weights become unsigned by an offset K (q8_0: w + 128, by flipping the sign bit; q4_0: the
 // nibble itself, that is w + 8), and each lane starts at the activation row's bias, -K times the sum
@@ -19,34 +20,6 @@
 namespace tokenhost::matmul_detail {
 namespace {
 
-// The scale of each of R rows at block b, dw * d_k, broadcast to 8 lanes. For four rows the four
-// products are one multiplication (the same rounding as four), each then spread by a permutation.
-template <size_t R>
-TH_VNNI_INLINE void scales(float dw, const QRows& x, size_t b, __m256* s) {
-  static_assert(R == 1 || R == 4, "tiles of one or four rows");
-  if constexpr (R == 1) {
-    s[0] = _mm256_set1_ps(dw * x.d[b * x.d_stride]);
-  } else {
-    const __m256 p = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(x.d + b * x.d_stride)));
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) s[k] = _mm256_permutevar8x32_ps(p, _mm256_set1_epi32(int(k)));
-  }
-}
-
-// acc[k] += (lanes of the unsigned weights wu against row k's block b) * (dw * d_k[b]), k < R.
-template <size_t R>
-TH_VNNI_INLINE void block_vnni(__m256i wu, float dw, const QRows& x, size_t nb, size_t b, __m256* acc) {
-  __m256 s[R];
-  scales<R>(dw, x, b, s);
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) {
-    const QBlock& xb = x.blocks[k * nb + b];
-    const __m256i lanes = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(xb.bias)), wu,
-                                              _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.q)));
-    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), s[k], acc[k]);
-  }
-}
-
 TH_VNNI_INLINE __m256i unsigned_q8_0(const BlockQ8_0& w) {
   return _mm256_xor_si256(load256(w.q), _mm256_set1_epi8(char(0x80)));
 }
@@ -59,30 +32,97 @@ TH_VNNI_INLINE __m256i unsigned_q4_0(const BlockQ4_0& w) {
   return _mm256_and_si256(_mm256_srlv_epi16(packed, shift), _mm256_set1_epi8(0x0F));
 }
 
-// Blocks in pairs, into two accumulators per row (the FMA chains overlap), a last odd block into the
-// first; as the AVX2 q8_0 kernel.
-template <class Block, __m256i (*Unpack)(const Block&), size_t R>
-TH_VNNI void dot_vnni(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) {
-  const Block* w = reinterpret_cast<const Block*>(wp);
-  __m256 a0[R], a1[R];
+// The scales dw_i * d_k of W weight rows and R activation rows at block b, each broadcast to 8
+// lanes: s[i * R + k]. For a tile the products are one multiplication (each rounded as alone), then
+// spread by permutations.
+template <size_t W, size_t R>
+TH_VNNI_INLINE void scales(const float* dw, const QRows& x, size_t b, __m256* s) {
+  static_assert((W == 1 && R == 1) || (W * R <= 8 && R == 4), "tiles of 1 x 1, 1 x 4 or 2 x 4");
+  const float* dx = x.d + b * x.d_stride;
+  if constexpr (R == 1) {
+    s[0] = _mm256_set1_ps(dw[0] * dx[0]);
+  } else {
+    const __m128 d4 = _mm_loadu_ps(dx);
+    __m256 p;
+    if constexpr (W == 1)
+      p = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw[0]), d4));
+    else
+      p = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(dw[1]), _mm_set1_ps(dw[0])), _mm256_set_m128(d4, d4));
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W * R; ++i) s[i] = _mm256_permutevar8x32_ps(p, _mm256_set1_epi32(int(i)));
+  }
+}
+
+// Block b of W weight rows against block b of R activation rows, into acc[i * R + k]: the unsigned
+// weights against the activation bytes, each lane starting at the bias, then scaled.
+template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
+TH_VNNI_INLINE void block_vnni(const Block* const* w, const QRows& x, size_t nb, size_t b, __m256* acc) {
+  __m256i wu[W];
+  float dw[W];
   #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
+  for (size_t i = 0; i < W; ++i) {
+    wu[i] = Unpack(w[i][b]);
+    dw[i] = _cvtsh_ss(w[i][b].d);
+  }
+  __m256 s[W * R];
+  scales<W, R>(dw, x, b, s);
+  #pragma GCC unroll 8
+  for (size_t k = 0; k < R; ++k) {
+    const QBlock& xb = x.blocks[k * nb + b];
+    const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.bias));
+    const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.q));
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W; ++i) {
+      const __m256i lanes = _mm256_dpbusd_epi32(bias, wu[i], q);
+      acc[i * R + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), s[i * R + k], acc[i * R + k]);
+    }
+  }
+}
+
+// Blocks in pairs, into two accumulators per output (the FMA chains overlap), a last odd block into
+// the first; as the AVX2 q8_0 kernel.
+template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
+TH_VNNI void dot_vnni(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+  const Block* w[W];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const Block*>(wp + i * row_bytes);
+  __m256 a0[W * R], a1[W * R];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    block_vnni<R>(Unpack(w[b]), _cvtsh_ss(w[b].d), x, nb, b, a0);
-    block_vnni<R>(Unpack(w[b + 1]), _cvtsh_ss(w[b + 1].d), x, nb, b + 1, a1);
+    block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
+    block_vnni<Block, Unpack, W, R>(w, x, nb, b + 1, a1);
   }
-  if (b < nb) block_vnni<R>(Unpack(w[b]), _cvtsh_ss(w[b].d), x, nb, b, a0);
+  if (b < nb) block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
   #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) out[k] = hsum(_mm256_add_ps(a0[k], a1[k]));
+  for (size_t i = 0; i < W * R; ++i) out[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
 }
 
 template <class Block, __m256i (*Unpack)(const Block&)>
-TypeKernels<QRows> type_kernels(int bias_k) {
+TypeKernels<QRows> quantized_kernels(int bias_k) {
   TypeKernels<QRows> k;
-  k.one = dot_vnni<Block, Unpack, 1>;
-  k.four = dot_vnni<Block, Unpack, 4>;
+  k.one = dot_vnni<Block, Unpack, 1, 1>;
+  k.four = dot_vnni<Block, Unpack, 1, 4>;
+  k.tile = dot_vnni<Block, Unpack, 2, 4>;
+  k.tile_rows = 2;
   k.bias_k = bias_k;
+  return k;
+}
+
+// The float kernels: AVX2's arithmetic, with 32 registers for a tile of two weight rows.
+template <class Wt, size_t W, size_t R>
+TH_VNNI void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_t n, float* out) {
+  float_tile<Wt, W, R>(w, row_bytes, x, n, out);
+}
+
+template <class Wt>
+TypeKernels<FRows> float_kernels() {
+  TypeKernels<FRows> k;
+  k.one = dot_float<Wt, 1, 1>;
+  k.four = dot_float<Wt, 1, 4>;
+  k.tile = dot_float<Wt, 2, 4>;
+  k.tile_rows = 2;
   return k;
 }
 
@@ -94,8 +134,12 @@ const KernelSet* avx512vnni_set() {
     if (avx2 == nullptr || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
         !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
       return nullptr;
-    static const KernelSet s{"avx512vnni", quantize_avx2, avx2->f32, avx2->f16,
-                             type_kernels<BlockQ8_0, unsigned_q8_0>(128), type_kernels<BlockQ4_0, unsigned_q4_0>(8)};
+    static const KernelSet s{"avx512vnni",
+                             quantize_avx2,
+                             float_kernels<F32Weights>(),
+                             float_kernels<F16Weights>(),
+                             quantized_kernels<BlockQ8_0, unsigned_q8_0>(128),
+                             quantized_kernels<BlockQ4_0, unsigned_q4_0>(8)};
     return &s;
   }();
   return set;

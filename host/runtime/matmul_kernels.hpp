@@ -52,8 +52,10 @@ struct FRows {
 // quantized ones. `n` counts elements (float weights) or blocks (quantized).
 //   one:  out[0] = dot(w row, row 0 of x)
 //   four: out[k] = dot(w row, row k of x) for k < 4
-//   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows, k < 4; weight row i starts
-//         i * row_bytes after w. Null when the set has no wider tile for this type.
+//   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows <= kMaxTileRows, k < 4; weight
+//         row i starts i * row_bytes after w. Null when the set has no wider tile for this type.
+constexpr size_t kMaxTileRows = 2;
+
 template <class X>
 struct TypeKernels {
   using Fn = void (*)(const uint8_t* w, size_t row_bytes, const X& x, size_t n, float* out);

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 
+#include "model/quant.hpp"
 #include "runtime/matmul_kernels.hpp"
 
 #define TH_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -23,6 +24,64 @@ TH_AVX2_INLINE float hsum(__m256 v) {
 }
 
 TH_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Float weights, eight at a time as f32 lanes.
+struct F32Weights {
+  using T = float;
+  TH_AVX2_INLINE static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float at(const float* p, size_t j) { return p[j]; }
+};
+struct F16Weights {
+  using T = uint16_t;
+  TH_AVX2_INLINE static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float at(const uint16_t* p, size_t j) { return quant::fp16_to_f32(p[j]); }
+};
+
+// W weight rows (Wt::T elements, row_bytes apart) against R float activation rows: out[i * R + k].
+// Each output sums steps of 16 elements into two accumulators (elements 0-7 and 8-15 of each step),
+// adds them across lanes, then the tail past the last step in order: the same arithmetic whatever W
+// and R. The sets instantiate it inside their own target (the AVX-512 one has 32 registers).
+template <class Wt, size_t W, size_t R>
+TH_AVX2_INLINE void float_tile(const uint8_t* wp, size_t row_bytes, const FRows& xs, size_t n, float* out) {
+  using T = typename Wt::T;
+  const T* w[W];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const T*>(wp + i * row_bytes);
+  const float* x[R];
+  #pragma GCC unroll 8
+  for (size_t k = 0; k < R; ++k) x[k] = xs.x + k * xs.stride;
+  __m256 a0[W][R], a1[W][R];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i)
+    #pragma GCC unroll 8
+    for (size_t k = 0; k < R; ++k) a0[i][k] = a1[i][k] = _mm256_setzero_ps();
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256 x0[R], x1[R];
+    #pragma GCC unroll 8
+    for (size_t k = 0; k < R; ++k) {
+      x0[k] = _mm256_loadu_ps(x[k] + j);
+      x1[k] = _mm256_loadu_ps(x[k] + j + 8);
+    }
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W; ++i) {
+      const __m256 w0 = Wt::load8(w[i] + j), w1 = Wt::load8(w[i] + j + 8);
+      #pragma GCC unroll 8
+      for (size_t k = 0; k < R; ++k) {
+        a0[i][k] = _mm256_fmadd_ps(w0, x0[k], a0[i][k]);
+        a1[i][k] = _mm256_fmadd_ps(w1, x1[k], a1[i][k]);
+      }
+    }
+  }
+  for (size_t i = 0; i < W; ++i)
+    for (size_t k = 0; k < R; ++k) {
+      float s = hsum(_mm256_add_ps(a0[i][k], a1[i][k]));
+      for (size_t t = j; t < n; ++t) s += Wt::at(w[i], t) * x[k][t];
+      out[i * R + k] = s;
+    }
+}
 
 // The AVX2 quantizer (quantize_portable's results, 32 elements at a time).
 void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride);
