@@ -107,7 +107,7 @@ auto weight_rows(const WeightView& w) {
   return [&w](size_t o0, size_t) { return WeightBlock{w.row(int64_t(o0)), w.row_bytes}; };
 }
 
-// q8_0 / q4_0: activations quantized once per product (in parallel for large batches).
+// Integer kernels: activations quantized once per product (in parallel for large batches).
 void quantized_product(const WeightView& w, const KernelSet& set, const TypeKernels<QRows>& k, const float* x,
                        size_t n_rows, float* y) {
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
@@ -115,16 +115,19 @@ void quantized_product(const WeightView& w, const KernelSet& set, const TypeKern
   thread_local std::vector<QBlock> block_buffer;
   thread_local std::vector<float> scale_buffer;
   block_buffer.resize(n_rows * nb);
-  scale_buffer.resize(nb * n_rows);
+  scale_buffer.resize(2 * nb * n_rows);
   QBlock* blocks = block_buffer.data();
   float* scales = scale_buffer.data();
+  float* sums = k.wants_sums ? scales + nb * n_rows : nullptr;
   auto quantize = [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; ++r) set.quantize(x + r * cols, nb, k.bias_k, blocks + r * nb, scales + r, n_rows);
+    for (size_t r = begin; r < end; ++r)
+      set.quantize(x + r * cols, nb, k.bias_k, blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows);
   };
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
   product(
-      k, size_t(w.rows), [&](size_t r) { return QRows{blocks + r * nb, scales + r, n_rows}; }, n_rows, nb,
+      k, size_t(w.rows), [&](size_t r) { return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows}; },
+      n_rows, nb,
       block_rows(w.row_bytes), y, weight_rows(w));
 }
 
@@ -194,6 +197,10 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
       return quantized_product(w, set, set.q8_0, x, n_rows, y);
     case TH_DTYPE_Q4_0:
       return quantized_product(w, set, set.q4_0, x, n_rows, y);
+    case TH_DTYPE_Q4_K:
+      return quantized_product(w, set, set.q4_K, x, n_rows, y);
+    case TH_DTYPE_Q6_K:
+      return quantized_product(w, set, set.q6_K, x, n_rows, y);
     default:
       break;
   }

@@ -1,9 +1,9 @@
 // Dense products of a weight matrix with a batch of activation rows, on every core, with SIMD dot
 // products where the CPU has them (picked at run time) and portable loops otherwise.
 //   f32, f16 weights: f32 activations;
-//   q8_0, q4_0 weights: activations quantized to 8 bits per 32-element block once per product, integer
-//                       dot products (as llama.cpp does);
-//   other types: each weight row dequantized, then an f32 dot product.
+//   q8_0, q4_0, q4_K, q6_K weights: activations quantized to 8 bits per 32-element block once per
+//                       product, integer dot products block by block (as llama.cpp does);
+//   other types (bf16): weight rows dequantized to f32 a block at a time, then f32 dot products.
 // Each output is one dot product summed in an order fixed by the kernel set alone: a row's results
 // do not depend on which other rows share its product (batch invariance).
 #pragma once

@@ -6,6 +6,11 @@
 #if defined(__x86_64__)
 #include "runtime/matmul_x86.hpp"
 
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "runtime/matmul_kquants.hpp"
+#pragma GCC pop_options
+
 namespace tokenhost::matmul_detail {
 namespace {
 
@@ -70,6 +75,14 @@ TH_AVX2 void dot_q4_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   for (size_t k = 0; k < R; ++k) out[k] = hsum(acc[k]);
 }
 
+// Unsigned bytes (at most 128: the pair sums of maddubs must not saturate) by signed bytes.
+struct Avx2Dot {
+  TH_AVX2_INLINE static __m256i lanes(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  }
+  TH_AVX2_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) { return _mm256_add_epi32(bias, lanes(u, s)); }
+};
+
 template <class X, void (*One)(const uint8_t*, size_t, const X&, size_t, float*),
           void (*Four)(const uint8_t*, size_t, const X&, size_t, float*)>
 TypeKernels<X> type_kernels() {
@@ -81,7 +94,8 @@ TypeKernels<X> type_kernels() {
 
 }  // namespace
 
-TH_AVX2 void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride) {
+TH_AVX2 void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,
+                           size_t d_stride) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (size_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kBlock;
@@ -104,9 +118,11 @@ TH_AVX2 void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
     const __m256i qv = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_store_si256(reinterpret_cast<__m256i*>(blocks[b].q), qv);
+    // Sums of each four q (exact in 16 and 32 bits).
+    const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
+    if (sums != nullptr) sums[b * d_stride] = scale * float(hsum_i32(sum4));
     if (bias_k == 0) continue;
-    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(blocks[b].bias), _mm256_mullo_epi32(sums, _mm256_set1_epi32(-bias_k)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(blocks[b].bias), _mm256_mullo_epi32(sum4, _mm256_set1_epi32(-bias_k)));
   }
 }
 
@@ -120,7 +136,9 @@ const KernelSet* avx2_set() {
                              type_kernels<FRows, dot_float<F32Weights, 1>, dot_float<F32Weights, 4>>(),
                              type_kernels<FRows, dot_float<F16Weights, 1>, dot_float<F16Weights, 4>>(),
                              type_kernels<QRows, dot_q8_0<1>, dot_q8_0<4>>(),
-                             type_kernels<QRows, dot_q4_0<1>, dot_q4_0<4>>()};
+                             type_kernels<QRows, dot_q4_0<1>, dot_q4_0<4>>(),
+                             q4_K_kernels<Avx2Dot>(),
+                             q6_K_kernels<Avx2Dot>()};
     return &s;
   }();
   return set;

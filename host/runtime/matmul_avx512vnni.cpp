@@ -17,6 +17,11 @@
 #define TH_VNNI __attribute__((target(TH_VNNI_TARGET)))
 #define TH_VNNI_INLINE __attribute__((target(TH_VNNI_TARGET), always_inline)) inline
 
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")  // TH_VNNI_TARGET
+#include "runtime/matmul_kquants.hpp"
+#pragma GCC pop_options
+
 namespace tokenhost::matmul_detail {
 namespace {
 
@@ -110,6 +115,11 @@ TypeKernels<QRows> quantized_kernels(int bias_k) {
   return k;
 }
 
+struct VnniDot {
+  TH_VNNI_INLINE static __m256i lanes(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  TH_VNNI_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(bias, u, s); }
+};
+
 // The float kernels: AVX2's arithmetic, with 32 registers for a tile of two weight rows.
 template <class Wt, size_t W, size_t R>
 TH_VNNI void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_t n, float* out) {
@@ -139,7 +149,9 @@ const KernelSet* avx512vnni_set() {
                              float_kernels<F32Weights>(),
                              float_kernels<F16Weights>(),
                              quantized_kernels<BlockQ8_0, unsigned_q8_0>(128),
-                             quantized_kernels<BlockQ4_0, unsigned_q4_0>(8)};
+                             quantized_kernels<BlockQ4_0, unsigned_q4_0>(8),
+                             q4_K_kernels<VnniDot>(),
+                             q6_K_kernels<VnniDot>()};
     return &s;
   }();
   return set;

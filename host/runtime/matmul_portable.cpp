@@ -54,6 +54,46 @@ float dot_q4_0_row(const BlockQ4_0* w, const QRows& x, size_t k, size_t nb) {
   return s;
 }
 
+// Sub-block by sub-block, as the SIMD sets (see matmul_kquants.hpp), each in one integer sum.
+float dot_q4_K_row(const BlockQ4_K* w, const QRows& x, size_t k, size_t nb) {
+  const QBlock* xb = x.blocks + k * nb;
+  float s = 0;
+  for (size_t sb = 0; sb < nb / 8; ++sb) {
+    const float d = quant::fp16_to_f32(w[sb].d), dmin = quant::fp16_to_f32(w[sb].dmin);
+    for (size_t j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      quant::q4_K_scale_min(int(j), w[sb].scales, sc, m);
+      const uint8_t* qs = w[sb].qs + 32 * (j / 2);
+      const size_t b = 8 * sb + j;
+      int32_t acc = 0;
+      for (size_t i = 0; i < kBlock; ++i) acc += int32_t(j % 2 ? qs[i] >> 4 : qs[i] & 0x0F) * xb[b].q[i];
+      s += d * float(sc) * x.d[b * x.d_stride + k] * float(acc) - dmin * float(m) * x.sums[b * x.d_stride + k];
+    }
+  }
+  return s;
+}
+
+float dot_q6_K_row(const BlockQ6_K* w, const QRows& x, size_t k, size_t nb) {
+  const QBlock* xb = x.blocks + k * nb;
+  float s = 0;
+  for (size_t sb = 0; sb < nb / 8; ++sb) {
+    const float d = quant::fp16_to_f32(w[sb].d);
+    for (size_t g = 0; g < 8; ++g) {  // element 32 g + i: half g / 4, group g % 4
+      const size_t h = g / 4, gg = g % 4, b = 8 * sb + g;
+      const uint8_t* ql = w[sb].ql + 64 * h + 32 * (gg & 1);
+      const uint8_t* qh = w[sb].qh + 32 * h;
+      int32_t half[2] = {0, 0};
+      for (size_t i = 0; i < kBlock; ++i) {
+        const int q = ((gg < 2 ? ql[i] & 0x0F : ql[i] >> 4) | (((qh[i] >> (2 * gg)) & 3) << 4)) - 32;
+        half[i / 16] += q * xb[b].q[i];
+      }
+      s += d * x.d[b * x.d_stride + k] *
+           (float(w[sb].scales[2 * g]) * float(half[0]) + float(w[sb].scales[2 * g + 1]) * float(half[1]));
+    }
+  }
+  return s;
+}
+
 // R activation rows against one weight row, through the one-row loop.
 template <size_t R, class W, class X, float (*Dot)(const W*, const X&, size_t, size_t)>
 void rows(const uint8_t* w, size_t, const X& x, size_t n, float* out) {
@@ -61,16 +101,18 @@ void rows(const uint8_t* w, size_t, const X& x, size_t n, float* out) {
 }
 
 template <class W, class X, float (*Dot)(const W*, const X&, size_t, size_t)>
-TypeKernels<X> type_kernels() {
+TypeKernels<X> type_kernels(bool wants_sums = false) {
   TypeKernels<X> k;
   k.one = rows<1, W, X, Dot>;
   k.four = rows<4, W, X, Dot>;
+  k.wants_sums = wants_sums;
   return k;
 }
 
 }  // namespace
 
-void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride) {
+void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,
+                       size_t d_stride) {
   for (size_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kBlock;
     float amax = 0;
@@ -79,6 +121,11 @@ void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, fl
     d[b * d_stride] = scale;
     int8_t* q = blocks[b].q;
     for (size_t i = 0; i < kBlock; ++i) q[i] = int8_t(std::nearbyint(xb[i] * inv));
+    if (sums != nullptr) {
+      int32_t sum = 0;
+      for (size_t i = 0; i < kBlock; ++i) sum += q[i];
+      sums[b * d_stride] = scale * float(sum);
+    }
     if (bias_k == 0) continue;
     for (size_t j = 0; j < 8; ++j)
       blocks[b].bias[j] = -bias_k * (int32_t(q[4 * j]) + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
@@ -91,7 +138,9 @@ const KernelSet* portable_set() {
                              type_kernels<float, FRows, dot_f32_row>(),
                              type_kernels<uint16_t, FRows, dot_f16_row>(),
                              type_kernels<BlockQ8_0, QRows, dot_q8_0_row>(),
-                             type_kernels<BlockQ4_0, QRows, dot_q4_0_row>()};
+                             type_kernels<BlockQ4_0, QRows, dot_q4_0_row>(),
+                             type_kernels<BlockQ4_K, QRows, dot_q4_K_row>(true),
+                             type_kernels<BlockQ6_K, QRows, dot_q6_K_row>()};
   return &set;
 }
 

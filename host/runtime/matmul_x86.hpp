@@ -23,6 +23,13 @@ TH_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+TH_AVX2_INLINE int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
 TH_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
 // Float weights, eight at a time as f32 lanes.
@@ -84,7 +91,7 @@ TH_AVX2_INLINE void float_tile(const uint8_t* wp, size_t row_bytes, const FRows&
 }
 
 // The AVX2 quantizer (quantize_portable's results, 32 elements at a time).
-void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, size_t d_stride);
+void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums, size_t d_stride);
 
 }  // namespace tokenhost::matmul_detail
 #endif

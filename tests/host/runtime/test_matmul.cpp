@@ -67,13 +67,14 @@ std::vector<double> int8_rounded(const std::vector<float>& x) {
 }
 
 // matmul(w, x) against the float64 product of w's dequantized rows with x (with x rounded as the
-// integer kernels round it, for q8_0 and q4_0: then the products themselves are exact), within 1e-5
-// of the sum of |products| (f32 accumulation).
+// integer kernels round it, for the quantized types: then the products themselves are exact), within
+// 1e-5 of the sum of |products| (f32 accumulation).
 void check_product(const WeightView& w, const std::vector<float>& x, size_t n_rows) {
   const int64_t rows = w.rows, cols = w.cols;
   std::vector<float> y(n_rows * size_t(rows));
   matmul(w, x.data(), n_rows, y.data());
-  const bool int8_activations = w.type == TH_DTYPE_Q8_0 || w.type == TH_DTYPE_Q4_0;
+  const bool int8_activations = w.type == TH_DTYPE_Q8_0 || w.type == TH_DTYPE_Q4_0 || w.type == TH_DTYPE_Q4_K ||
+                                w.type == TH_DTYPE_Q6_K;
   const std::vector<double> xd = int8_activations ? int8_rounded(x) : std::vector<double>(x.begin(), x.end());
   std::vector<float> deq(static_cast<size_t>(cols));
   for (int64_t o = 0; o < rows; ++o) {
@@ -88,6 +89,21 @@ void check_product(const WeightView& w, const std::vector<float>& x, size_t n_ro
       INFO("output row " << o << ", activation row " << r);
       REQUIRE(std::abs(double(y[r * size_t(rows) + size_t(o)]) - exact) <= 1e-5 * magnitude);
     }
+  }
+}
+
+// Where a quantized block keeps its fp16 scales: byte offsets in the block.
+std::vector<size_t> scale_offsets(th_dtype type) {
+  switch (type) {
+    case TH_DTYPE_Q8_0:
+    case TH_DTYPE_Q4_0:
+      return {0};
+    case TH_DTYPE_Q4_K:
+      return {0, 2};  // d, dmin
+    case TH_DTYPE_Q6_K:
+      return {208};
+    default:
+      return {};
   }
 }
 
@@ -109,27 +125,31 @@ TEST_CASE("matmul: each weight type matches a float64 product within its bound",
   });
 }
 
-TEST_CASE("matmul: q8_0 and q4_0 products are right for every weight byte and extreme activations", "[matmul]") {
-  // ggml's quantizers never write q8_0's -128 or use every nibble alike; files may. The activations
-  // reach +-127 after rounding in every block, and a block of zeros has scale 0.
+TEST_CASE("matmul: quantized products are right for every weight byte and extreme activations", "[matmul]") {
+  // ggml's quantizers never write q8_0's -128 nor use every value of the other types' packed fields
+  // alike; files may. Here every byte but the fp16 scales is random. The activations reach +-127
+  // after rounding in every block, and some blocks are all zeros (scale 0).
   auto rng = fresh_rng("matmul extremes");
   for_each_kernel_set([&] {
-    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0}) {
-      const int64_t rows = 67, cols = 256;
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
+      const int64_t rows = 67, cols = 512;
       const size_t rb = quant::row_bytes(type, cols), block = quant::block_bytes(type);
       std::vector<uint8_t> packed(rb * rows);
       for (auto& byte : packed) byte = uint8_t(rng());
       for (size_t at = 0; at < packed.size(); at += block) {
-        const uint16_t d = quant::f32_to_fp16(std::ldexp(1.0f + float(rng() % 1000) / 1000.0f, -int(rng() % 8)));
-        std::memcpy(&packed[at], &d, sizeof d);  // a finite positive scale
+        for (size_t offset : scale_offsets(type)) {
+          const float scale = std::ldexp(1.0f + float(rng() % 1000) / 1000.0f, -int(rng() % 8));
+          const uint16_t h = quant::f32_to_fp16(scale);
+          std::memcpy(&packed[at + offset], &h, sizeof h);  // a finite positive scale
+        }
       }
       const WeightView w{type, rows, cols, rb, packed.data()};
       for (size_t n_rows : {size_t(1), size_t(4)}) {
         INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
         std::vector<float> x = random_rows(n_rows, cols, rng);
         for (size_t i = 0; i < x.size(); ++i) {
-          if (i % 32 == 0) x[i] = -8.0f;  // this block's amax: -127 after rounding
-          if (i % 32 == 1) x[i] = 8.0f;   // +127
+          if (i % 32 == 0) x[i] = -8.0f;     // this block's amax: -127 after rounding
+          if (i % 32 == 1) x[i] = 8.0f;      // +127
           if (i / 32 % 8 == 7) x[i] = 0.0f;  // a block of zeros
         }
         check_product(w, x, n_rows);
@@ -152,14 +172,15 @@ TEST_CASE("matmul: the compute pool covers every index exactly once", "[matmul]"
 TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its product", "[matmul]") {
   auto rng = fresh_rng("matmul invariance");
   for_each_kernel_set([&] {
-    for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q6_K}) {
+    for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K,
+                          TH_DTYPE_Q6_K}) {
       INFO(quant::dtype_name(type));
       // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks),
       // 0..7 elements after the float kernels' steps; an odd number of output rows.
       const int64_t rows = 97;
-      const int64_t cols = type == TH_DTYPE_Q6_K                           ? 512
-                           : type == TH_DTYPE_F32 || type == TH_DTYPE_F16 ? 256 + int64_t(rng() % 40)
-                                                                          : 256 + 32 * int64_t(rng() % 3);
+      const int64_t cols = type == TH_DTYPE_Q4_K || type == TH_DTYPE_Q6_K ? 512
+                           : type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0 ? 256 + 32 * int64_t(rng() % 3)
+                                                                            : 256 + int64_t(rng() % 40);
       const size_t n_rows = 11;  // groups of four and a remainder
       RandomMatrix m(type, rows, cols, rng);
       const WeightView& w = m.view;
