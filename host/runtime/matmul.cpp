@@ -93,9 +93,12 @@ void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_
       }
     }
   };
-  // Small products are not worth waking the pool.
-  if (out_rows * n * n_rows >= 32768) compute_pool().parallel_for(out_rows, body);
-  else body(0, out_rows);
+  // Small products are not worth waking the pool. Threads claim ranges of weight rows (about four per
+  // thread, at most a block) as they go: one that the OS runs late takes fewer.
+  ComputePool& pool = compute_pool();
+  if (out_rows * n * n_rows < 32768 || pool.threads() == 1) return body(0, out_rows);
+  const size_t grain = std::clamp(out_rows / (4 * pool.threads()), tile_rows, block_rows) / tile_rows * tile_rows;
+  pool.parallel_for(out_rows, body, grain);
 }
 
 // Weight rows per block: about kBlockBytes (a part of L2) of them.

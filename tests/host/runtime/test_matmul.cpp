@@ -160,12 +160,23 @@ TEST_CASE("matmul: quantized products are right for every weight byte and extrem
 
 TEST_CASE("matmul: the compute pool covers every index exactly once", "[matmul]") {
   ComputePool pool(3);
-  for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(7), size_t(1000)}) {
-    std::vector<std::atomic<int>> hits(n);
-    pool.parallel_for(n, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) ++hits[i];
-    });
-    for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
+  for (size_t grain : {size_t(0), size_t(1), size_t(3), size_t(64)}) {
+    for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(7), size_t(1000)}) {
+      INFO("grain " << grain << ", n " << n);
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<size_t> calls{0}, bad_ranges{0};  // checked here: Catch2 asserts on one thread only
+      pool.parallel_for(
+          n,
+          [&](size_t begin, size_t end) {
+            if (begin >= end || (grain != 0 && (begin % grain != 0 || end - begin > grain))) ++bad_ranges;
+            ++calls;
+            for (size_t i = begin; i < end; ++i) ++hits[i];
+          },
+          grain);
+      REQUIRE(bad_ranges == 0);
+      for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
+      if (grain != 0 && grain < n) REQUIRE(calls == (n + grain - 1) / grain);
+    }
   }
 }
 
