@@ -1,16 +1,17 @@
 // bench_matmul_speed: GMAC/s of matmul's kernel sets, side by side in one process.
 //
-//   bench_matmul_speed [--sets avx2,avx512vnni] [--types q8_0,q4_0,f16,f32] [--rows 1,4,16,64,256]
+//   bench_matmul_speed [--sets avx2,avx512vnni] [--types q8_0,q4_0,q4_K,q6_K,f16,f32] [--rows 1,4,16,64,256]
 //                      [--runs 5] [--seconds 0.2] [--cols 2048] [--cache-kib 512] [--memory-rows 5632]
 //                      [--clock wall|cpu]
 //
-// Two working sets per weight type, of --cols columns: "cache", one matrix of about --cache-kib KiB that
-// a core's L2 holds between products (the arithmetic alone), and "memory", copies of a --memory-rows
-// matrix cycled through, 128 MiB in all, so that each product streams its weights from DRAM (decode). Each run times every kernel set in turn (the order
-// alternates between runs) for about --seconds each; the table gives the median of the runs. Threads:
-// $TOKENHOST_THREADS (the compute pool's size); run once per thread count. --clock cpu divides by the
-// process's CPU time instead of the elapsed time: GMAC per CPU-second, a figure per core that time
-// taken by other processes on a shared machine does not lower (the pool's spinning counts as busy).
+// Two working sets per weight type, of --cols columns: "cache", one matrix of about --cache-kib KiB
+// that a core's L2 holds between products (the arithmetic alone), and "memory", copies of a
+// --memory-rows matrix cycled through, 128 MiB in all, so that each product streams its weights from
+// DRAM (decode). Each run times every kernel set in turn (the order alternates between runs) for about
+// --seconds each; the table gives the median of the runs. Threads: $TOKENHOST_THREADS (the compute
+// pool's size); run once per thread count. --clock cpu divides by the process's CPU time instead of
+// the elapsed time: GMAC per CPU-second, a figure per core that time taken by other processes on a
+// shared machine does not lower (the pool's spinning counts as busy).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -96,7 +97,7 @@ double gmacs(const Matrices& m, size_t n_rows, double seconds, bool cpu_clock, c
 
 int main(int argc, char** argv) {
   CLI::App app{"GMAC/s of the matmul kernel sets, side by side"};
-  std::string sets_arg, types_arg = "q8_0,q4_0,f16,f32", rows_arg = "1,4,16,64,256";
+  std::string sets_arg, types_arg = "q8_0,q4_0,q4_K,q6_K,f16,f32", rows_arg = "1,4,16,64,256";
   int64_t cols = 2048, cache_kib = 512, memory_rows = 5632;
   int runs = 5;
   double seconds = 0.2;

@@ -1,6 +1,7 @@
 // The AVX2 kernel set (AVX2 + FMA + F16C): 8 float lanes, integer dot products through
 // maddubs/madd. Each kernel is a template over the number of activation rows R sharing a weight row,
-// so that the four-row kernel is the one-row kernel's arithmetic, row for row.
+// so that the four-row kernel is the one-row kernel's arithmetic, row for row. The float kernels are
+// matmul_x86.hpp's, the K-quant ones matmul_kquants.hpp's.
 #include "runtime/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
@@ -80,7 +81,9 @@ struct Avx2Dot {
   TH_AVX2_INLINE static __m256i lanes(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
   }
-  TH_AVX2_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) { return _mm256_add_epi32(bias, lanes(u, s)); }
+  TH_AVX2_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) {
+    return _mm256_add_epi32(bias, lanes(u, s));
+  }
 };
 
 template <class X, void (*One)(const uint8_t*, size_t, const X&, size_t, float*),
@@ -122,7 +125,8 @@ TH_AVX2 void quantize_avx2(const float* x, size_t nb, int bias_k, QBlock* blocks
     const __m256i sum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), _mm256_set1_epi16(1));
     if (sums != nullptr) sums[b * d_stride] = scale * float(hsum_i32(sum4));
     if (bias_k == 0) continue;
-    _mm256_store_si256(reinterpret_cast<__m256i*>(blocks[b].bias), _mm256_mullo_epi32(sum4, _mm256_set1_epi32(-bias_k)));
+    const __m256i bias = _mm256_mullo_epi32(sum4, _mm256_set1_epi32(-bias_k));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(blocks[b].bias), bias);
   }
 }
 

@@ -116,7 +116,9 @@ TypeKernels<QRows> quantized_kernels(int bias_k) {
 }
 
 struct VnniDot {
-  TH_VNNI_INLINE static __m256i lanes(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  TH_VNNI_INLINE static __m256i lanes(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  }
   TH_VNNI_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(bias, u, s); }
 };
 

@@ -81,7 +81,8 @@ void dot_q4_K(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) 
     const BlockQ4_K& blk = w[sb];
     const __m128i sc_m = q4_K_scales_mins(blk.scales);
     float dsc[8], m[8];  // d * scale, min of each sub-block
-    _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk.d)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m))));
+    const __m256 scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m));
+    _mm256_storeu_ps(dsc, _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(blk.d)), scales));
     _mm256_storeu_ps(m, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sc_m, 8))));
     __m128 m_sums = _mm_setzero_ps();
     #pragma GCC unroll 8
