@@ -7,7 +7,7 @@
 // The weights become unsigned by an offset K (q8_0: w + 128, by flipping the sign bit; q4_0: the
 // nibble itself, that is w + 8), and each lane starts at the activation row's bias, -K times the sum
 // of its four activation bytes: each lane then holds the exact signed dot product of its four
-// elements, the same integers as the AVX2 set's.
+// elements, the same integers as the AVX2 set's. The K-quant kernels are matmul_kquants.hpp's.
 #include "runtime/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
@@ -18,7 +18,7 @@
 #define TH_VNNI_INLINE __attribute__((target(TH_VNNI_TARGET), always_inline)) inline
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")  // TH_VNNI_TARGET
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")  // TH_VNNI_TARGET: no macro here
 #include "runtime/matmul_kquants.hpp"
 #pragma GCC pop_options
 
@@ -119,7 +119,9 @@ struct VnniDot {
   TH_VNNI_INLINE static __m256i lanes(__m256i u, __m256i s) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
   }
-  TH_VNNI_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(bias, u, s); }
+  TH_VNNI_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(bias, u, s);
+  }
 };
 
 // The float kernels: AVX2's arithmetic, with 32 registers for a tile of two weight rows.
@@ -142,8 +144,7 @@ TypeKernels<FRows> float_kernels() {
 
 const KernelSet* avx512vnni_set() {
   static const KernelSet* set = []() -> const KernelSet* {
-    const KernelSet* avx2 = avx2_set();
-    if (avx2 == nullptr || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
+    if (avx2_set() == nullptr || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
         !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
       return nullptr;
     static const KernelSet s{"avx512vnni",
