@@ -31,10 +31,10 @@ TH_AVX2_INLINE __m256 dot_i8(__m256i w, __m256i x) {
 // The signed bytes wq (scale dw) against block b of R rows (nb blocks each), into acc[0..R).
 template <size_t R>
 TH_AVX2_INLINE void block_avx2(__m256i wq, float dw, const QRows& x, size_t nb, size_t b, __m256* acc) {
+  __m256 s[R];
+  block_scales<1, R>(&dw, x, b, s);
   #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k)
-    acc[k] = _mm256_fmadd_ps(dot_i8(wq, load256(x.blocks[k * nb + b].q)), _mm256_set1_ps(dw * x.d[b * x.d_stride + k]),
-                             acc[k]);
+  for (size_t k = 0; k < R; ++k) acc[k] = _mm256_fmadd_ps(dot_i8(wq, load256(x.blocks[k * nb + b].q)), s[k], acc[k]);
 }
 
 // Two blocks per iteration into two accumulators (the FMA chains overlap), a last odd block into the

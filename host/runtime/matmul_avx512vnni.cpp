@@ -37,27 +37,6 @@ TH_VNNI_INLINE __m256i unsigned_q4_0(const BlockQ4_0& w) {
   return _mm256_and_si256(_mm256_srlv_epi16(packed, shift), _mm256_set1_epi8(0x0F));
 }
 
-// The scales dw_i * d_k of W weight rows and R activation rows at block b, each broadcast to 8
-// lanes: s[i * R + k]. For a tile the products are one multiplication (each rounded as alone), then
-// spread by permutations.
-template <size_t W, size_t R>
-TH_VNNI_INLINE void scales(const float* dw, const QRows& x, size_t b, __m256* s) {
-  static_assert((W == 1 && R == 1) || (W * R <= 8 && R == 4), "tiles of 1 x 1, 1 x 4 or 2 x 4");
-  const float* dx = x.d + b * x.d_stride;
-  if constexpr (R == 1) {
-    s[0] = _mm256_set1_ps(dw[0] * dx[0]);
-  } else {
-    const __m128 d4 = _mm_loadu_ps(dx);
-    __m256 p;
-    if constexpr (W == 1)
-      p = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw[0]), d4));
-    else
-      p = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(dw[1]), _mm_set1_ps(dw[0])), _mm256_set_m128(d4, d4));
-    #pragma GCC unroll 8
-    for (size_t i = 0; i < W * R; ++i) s[i] = _mm256_permutevar8x32_ps(p, _mm256_set1_epi32(int(i)));
-  }
-}
-
 // Block b of W weight rows against block b of R activation rows, into acc[i * R + k]: the unsigned
 // weights against the activation bytes, each lane starting at the bias, then scaled.
 template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
@@ -70,7 +49,7 @@ TH_VNNI_INLINE void block_vnni(const Block* const* w, const QRows& x, size_t nb,
     dw[i] = _cvtsh_ss(w[i][b].d);
   }
   __m256 s[W * R];
-  scales<W, R>(dw, x, b, s);
+  block_scales<W, R>(dw, x, b, s);
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) {
     const QBlock& xb = x.blocks[k * nb + b];

@@ -32,6 +32,27 @@ TH_AVX2_INLINE int32_t hsum_i32(__m256i v) {
 
 TH_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+// The scales dw_i * d_k of W weight rows and R activation rows at block b, each broadcast to 8
+// lanes: s[i * R + k]. For a tile the products are one multiplication (each rounded as alone), then
+// spread by permutations.
+template <size_t W, size_t R>
+TH_AVX2_INLINE void block_scales(const float* dw, const QRows& x, size_t b, __m256* s) {
+  static_assert((W == 1 && R == 1) || (W * R <= 8 && R == 4), "tiles of 1 x 1, 1 x 4 or 2 x 4");
+  const float* dx = x.d + b * x.d_stride;
+  if constexpr (R == 1) {
+    s[0] = _mm256_set1_ps(dw[0] * dx[0]);
+  } else {
+    const __m128 d4 = _mm_loadu_ps(dx);
+    __m256 p;
+    if constexpr (W == 1)
+      p = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw[0]), d4));
+    else
+      p = _mm256_mul_ps(_mm256_set_m128(_mm_set1_ps(dw[1]), _mm_set1_ps(dw[0])), _mm256_set_m128(d4, d4));
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W * R; ++i) s[i] = _mm256_permutevar8x32_ps(p, _mm256_set1_epi32(int(i)));
+  }
+}
+
 // Float weights, eight at a time as f32 lanes.
 struct F32Weights {
   using T = float;
