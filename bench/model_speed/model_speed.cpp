@@ -3,9 +3,11 @@
 // is reported against its floor: weight bytes read per token / bandwidth.
 //
 //   bench_model_speed --model A.gguf --model B.gguf [--runs 3] [--decode 64] [--prefill 512]
-//                     [--attention attention.cpu_flash]
+//                     [--attention attention.cpu_flash] [--kernels avx2,avx512vnni]
 // Threads: $TOKENHOST_THREADS (the compute pool's size); run once per thread count. Prints one
-// markdown table row per model; measurements alternate between models and the triad, median of runs.
+// markdown table row per model and matmul kernel set (--kernels: default, the set matmul picks);
+// measurements alternate between models, kernel sets (in turn, the order reversed every other run)
+// and the triad, median of runs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -57,7 +59,8 @@ struct ModelRun {
   LoadedModel model;
   std::unique_ptr<Generator> generator;
   size_t bytes_per_token = 0;
-  std::vector<double> decode, prefill, triad;
+  std::vector<std::vector<double>> decode, prefill;  // per kernel set
+  std::vector<double> triad;
 };
 
 }  // namespace
@@ -68,13 +71,16 @@ int main(int argc, char** argv) {
   int runs = 3;
   uint32_t decode_tokens = 64, prefill_tokens = 512;
   std::string attention = "attention.cpu_flash";
+  std::vector<std::string> kernel_sets{matmul_kernels()};
   app.add_option("--model", models, "GGUF model (repeatable)")->required();
   app.add_option("--runs", runs, "Runs per figure (the median is reported)");
   app.add_option("--decode", decode_tokens, "Tokens generated per decode run");
   app.add_option("--prefill", prefill_tokens, "Prompt tokens per prefill run");
   app.add_option("--attention", attention, "Attention plugin");
+  app.add_option("--kernels", kernel_sets, "Matmul kernel sets to compare, comma-separated")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
+  for (const auto& set : kernel_sets) use_matmul_kernels(set);  // refuses a set this CPU lacks, naming it
 
   const size_t threads = compute_pool().threads();
   PluginCatalog catalog(default_plugin_paths());
@@ -83,6 +89,8 @@ int main(int argc, char** argv) {
   for (const auto& path : models) {
     ModelRun r;
     r.path = path;
+    r.decode.resize(kernel_sets.size());
+    r.prefill.resize(kernel_sets.size());
     r.model = load_gguf_model(path, "bench");
     const auto& w = *r.model.weights;
     // Read per decoded token: every matrix and norm, but only one row of the embedding (unless the
@@ -103,26 +111,32 @@ int main(int argc, char** argv) {
       const uint32_t vocab = r.model.weights->spec.info.vocab_size;
       std::vector<int32_t> prompt(prefill_tokens);
       for (auto& t : prompt) t = int32_t(3 + rng() % (vocab - 3));
-      // Prefill: the prompt in one chunk, timed to the first token.
-      auto stats = r.generator->generate(prompt, 1, -1, Generator::greedy, [](int32_t) { return true; });
-      r.prefill.push_back(prefill_tokens / stats.prefill_seconds);
-      // Decode: a short prompt, then decode_tokens tokens one step each.
-      std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 8);
-      stats = r.generator->generate(short_prompt, decode_tokens, -1, Generator::greedy, [](int32_t) { return true; });
-      r.decode.push_back((stats.generated - 1) / stats.decode_seconds);
-      std::fprintf(stderr, "run %d %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s\n", run + 1,
-                   r.path.c_str(), r.prefill.back(), r.decode.back(), r.triad.back());
+      for (size_t i = 0; i < kernel_sets.size(); ++i) {
+        const size_t k = run % 2 == 0 ? i : kernel_sets.size() - 1 - i;
+        use_matmul_kernels(kernel_sets[k]);
+        // Prefill: the prompt in one chunk, timed to the first token.
+        auto stats = r.generator->generate(prompt, 1, -1, Generator::greedy, [](int32_t) { return true; });
+        r.prefill[k].push_back(prefill_tokens / stats.prefill_seconds);
+        // Decode: a short prompt, then decode_tokens tokens one step each.
+        std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 8);
+        stats = r.generator->generate(short_prompt, decode_tokens, -1, Generator::greedy, [](int32_t) { return true; });
+        r.decode[k].push_back((stats.generated - 1) / stats.decode_seconds);
+        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s\n", run + 1,
+                     r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(), r.triad.back());
+      }
     }
   }
   std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | %% of floor |\n",
               prefill_tokens);
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (auto& r : list) {
-    double triad = median(r.triad), decode = median(r.decode);
-    double floor = triad * 1e9 / double(r.bytes_per_token);
-    std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% |\n", r.path.c_str(), threads,
-                matmul_kernels(), median(r.prefill), decode, double(r.bytes_per_token) / 1e6, triad, floor,
-                100.0 * decode / floor);
+    for (size_t k = 0; k < kernel_sets.size(); ++k) {
+      const double triad = median(r.triad), decode = median(r.decode[k]);
+      const double floor = triad * 1e9 / double(r.bytes_per_token);
+      std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% |\n", r.path.c_str(), threads,
+                  kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
+                  floor, 100.0 * decode / floor);
+    }
   }
   return 0;
 }

@@ -104,17 +104,6 @@ void quantize_q4_0(const float* x, uint8_t* b, int64_t nb) {
 
 // ---- q4_K --------------------------------------------------------------------------------------
 
-// ggml's get_scale_min_k4: sub-block j's 6-bit scale and min out of the 12 packed bytes.
-void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
 void pack_scale_min_k4(int j, uint8_t sc, uint8_t m, uint8_t* q) {
   if (j < 4) {
     q[j] = uint8_t(q[j] | sc);
@@ -133,9 +122,9 @@ void dequantize_q4_K(const uint8_t* b, float* y, int64_t nb) {
     const uint8_t* q = b + 16;
     for (int c = 0; c < 4; ++c, q += 32) {
       uint8_t sc, m;
-      scale_min_k4(2 * c, scales, sc, m);
+      q4_K_scale_min(2 * c, scales, sc, m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min_k4(2 * c + 1, scales, sc, m);
+      q4_K_scale_min(2 * c + 1, scales, sc, m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * float(q[l] & 0x0F) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * float(q[l] >> 4) - m2;

@@ -59,6 +59,18 @@ void dequantize_row(th_dtype type, const void* src, float* dst, int64_t n);
 // bound: see quant.cpp. They assume finite inputs of magnitude below about 1e6.
 void quantize_row(th_dtype type, const float* src, void* dst, int64_t n);
 
+// ggml's get_scale_min_k4: q4_K sub-block j's 6-bit scale and min out of a super-block's 12 packed
+// scale bytes.
+inline void q4_K_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
 // IEEE binary16 and bfloat16. The f32 -> 16-bit conversions round to nearest, ties to even; they map
 // overflow to infinity and keep NaN a (quiet) NaN of the same sign.
 float fp16_to_f32(uint16_t h);

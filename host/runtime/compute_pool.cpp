@@ -59,9 +59,19 @@ ComputePool::~ComputePool() {
   for (auto& t : workers_) t.join();
 }
 
-void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn) {
+void ComputePool::work(size_t index, const std::function<void(size_t, size_t)>& fn, size_t n, size_t grain) {
+  if (grain == 0) {
+    auto [begin, end] = share(n, threads(), index);
+    if (begin < end) fn(begin, end);
+    return;
+  }
+  for (size_t begin; (begin = next_.fetch_add(grain, std::memory_order_relaxed)) < n;)
+    fn(begin, std::min(n, begin + grain));
+}
+
+void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain) {
   if (n == 0) return;
-  if (workers_.empty() || n == 1) {
+  if (workers_.empty() || n == 1 || (grain != 0 && grain >= n)) {
     fn(0, n);
     return;
   }
@@ -70,12 +80,13 @@ void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t
     std::lock_guard lock(mutex_);
     job_ = &fn;
     n_ = n;
+    grain_ = grain;
+    next_.store(0, std::memory_order_relaxed);
     pending_.store(workers_.size(), std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  auto [begin, end] = share(n, threads(), 0);
-  if (begin < end) fn(begin, end);
+  work(0, fn, n, grain);
   if (!spin_until([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock lock(mutex_);
     done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -88,7 +99,7 @@ void ComputePool::run(size_t index) {
   uint64_t seen = 0;
   while (true) {
     const std::function<void(size_t, size_t)>* job;
-    size_t n;
+    size_t n, grain;
     spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mutex_);
@@ -97,9 +108,9 @@ void ComputePool::run(size_t index) {
       seen = generation_.load(std::memory_order_relaxed);
       job = job_;
       n = n_;
+      grain = grain_;
     }
-    auto [begin, end] = share(n, threads(), index);
-    if (begin < end) (*job)(begin, end);
+    work(index, *job, n, grain);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);  // the caller may be between its check and its wait
       done_.notify_one();

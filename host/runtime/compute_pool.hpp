@@ -21,20 +21,24 @@ class ComputePool {
   ComputePool(const ComputePool&) = delete;
   ComputePool& operator=(const ComputePool&) = delete;
 
-  // Calls fn(begin, end) over [0, n) split into about threads() contiguous ranges, the calling thread
-  // taking one; returns when all are done. Calls from several threads take turns.
-  void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& fn);
+  // Calls fn(begin, end) over [0, n) split into contiguous ranges, the calling thread taking part;
+  // returns when all are done. Calls from several threads take turns. With grain 0, one range per
+  // thread, of equal sizes; otherwise ranges of grain indices (the last one shorter), which the
+  // threads claim in order as they finish the previous: a thread that the OS runs late does less.
+  void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& fn, size_t grain = 0);
   size_t threads() const { return workers_.size() + 1; }
 
  private:
   void run(size_t index);
+  void work(size_t index, const std::function<void(size_t, size_t)>& fn, size_t n, size_t grain);
 
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;  // guarded by mutex_
-  size_t n_ = 0;
+  size_t n_ = 0, grain_ = 0;
+  std::atomic<size_t> next_{0};          // the next range to claim, with grain_ > 0
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
   std::atomic<size_t> pending_{0};       // workers still on the current job
   bool stop_ = false;

@@ -1,12 +1,17 @@
 // Dense products of a weight matrix with a batch of activation rows, on every core, with SIMD dot
-// products where the CPU has them (AVX2/FMA/F16C, picked at run time) and portable loops otherwise.
+// products where the CPU has them (picked at run time) and portable loops otherwise.
 //   f32, f16 weights: f32 activations;
-//   q8_0, q4_0 weights: activations quantized to 8 bits per 32-element block once per product, integer
-//                       dot products (as llama.cpp does);
-//   other types: each weight row dequantized, then an f32 dot product.
+//   q8_0, q4_0, q4_K, q6_K weights: activations quantized to 8 bits per 32-element block once per
+//                       product, integer dot products block by block (as llama.cpp does);
+//   other types (bf16): weight rows dequantized to f32 a block at a time, then f32 dot products.
+// Each output is one dot product summed in an order fixed by the kernel set alone: a row's results
+// do not depend on which other rows share its product (batch invariance).
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "runtime/model_weights.hpp"
 
@@ -15,7 +20,16 @@ namespace tokenhost {
 // y[r][o] = sum_c w[o][c] * x[r][c] for r < n_rows: x is [n_rows][w.cols], y is [n_rows][w.rows].
 void matmul(const WeightView& w, const float* x, size_t n_rows, float* y);
 
-// Which kernels this CPU runs: "avx2" or "portable".
+// The kernel sets this CPU runs, preferred first: "avx512vnni" (256-bit AVX-512 VNNI), "avx2",
+// "portable".
+std::vector<std::string> matmul_kernel_sets();
+
+// The set products use: the first of matmul_kernel_sets(), or the one $TOKENHOST_KERNELS names
+// ("portable" when $TOKENHOST_PORTABLE_KERNELS is set).
 const char* matmul_kernels();
+
+// Products use the named set from now on (tests and benchmarks; not while a product runs). Throws
+// std::invalid_argument, naming it and the sets there are, when this CPU does not run it.
+void use_matmul_kernels(std::string_view name);
 
 }  // namespace tokenhost

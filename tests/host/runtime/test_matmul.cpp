@@ -1,10 +1,11 @@
 // matmul: every weight type against a float64 product of the dequantized weights, on fresh random
-// inputs, for one and several activation rows, across the compute pool. CTest also runs these cases
-// with TOKENHOST_PORTABLE_KERNELS=1, so both the SIMD and the portable kernels are checked.
+// inputs, for one and several activation rows, across the compute pool; and batch invariance. Each
+// case runs on every kernel set this CPU has (portable, AVX2, AVX-512 VNNI), each selected in turn.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 
 #include "harness.hpp"
 #include "model/quant.hpp"
@@ -40,79 +41,210 @@ std::vector<float> random_rows(size_t n, int64_t cols, std::mt19937_64& rng) {
   return x;
 }
 
-}  // namespace
+// Runs fn once per kernel set this CPU has, with that set selected; the previous one afterwards, even
+// when fn fails.
+template <class Fn>
+void for_each_kernel_set(Fn fn) {
+  struct Restore {
+    std::string set = matmul_kernels();
+    ~Restore() { use_matmul_kernels(set); }
+  } restore;
+  for (const std::string& set : matmul_kernel_sets()) {
+    use_matmul_kernels(set);
+    INFO("kernels: " << set << ", " << compute_pool().threads() << " threads");
+    fn();
+  }
+}
 
-TEST_CASE("matmul: each weight type matches a float64 product within its bound", "[matmul]") {
-  auto rng = fresh_rng("matmul");
-  std::printf("kernels: %s, %zu threads\n", matmul_kernels(), compute_pool().threads());
-  for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
-    for (size_t n_rows : {size_t(1), size_t(5)}) {
-      const int64_t rows = 300, cols = 512;  // large enough to run on the pool
-      INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
-      RandomMatrix m(type, rows, cols, rng);
-      const WeightView& w = m.view;
-      const size_t rb = w.row_bytes;
-      const std::vector<uint8_t>& packed = m.packed;
-      std::vector<float> x = random_rows(n_rows, cols, rng);
-      std::vector<float> y(n_rows * size_t(rows));
-      matmul(w, x.data(), n_rows, y.data());
+// x rounded as the integer kernels round activations, per block of 32: scale d = amax / 127, each
+// element d * q with q = x / d rounded to nearest, ties to even.
+std::vector<double> int8_rounded(const std::vector<float>& x) {
+  std::vector<double> out(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::abs(x[i]));
+    const float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
+    for (size_t i = b; i < b + 32; ++i) out[i] = double(d) * std::nearbyint(x[i] * inv);
+  }
+  return out;
+}
 
-      const bool int8_activations = type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0;
-      std::vector<float> deq(static_cast<size_t>(cols));
-      for (int64_t o = 0; o < rows; ++o) {
-        quant::dequantize_row(type, &packed[size_t(o) * rb], deq.data(), cols);
-        for (size_t r = 0; r < n_rows; ++r) {
-          const float* xr = &x[r * size_t(cols)];
-          double exact = 0, magnitude = 0, bound = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            exact += double(deq[size_t(c)]) * xr[c];
-            magnitude += std::abs(double(deq[size_t(c)]) * xr[c]);
-          }
-          if (int8_activations) {
-            // Activations are rounded to 8 bits per block of 32: |x - x_q| <= amax / 254.
-            for (int64_t b = 0; b < cols / 32; ++b) {
-              double amax = 0, wsum = 0;
-              for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
-                amax = std::max(amax, double(std::abs(xr[c])));
-                wsum += std::abs(deq[size_t(c)]);
-              }
-              bound += wsum * amax / 254.0 * 1.0001;
-            }
-          }
-          bound += 1e-5 * magnitude;  // f32 accumulation
-          REQUIRE(std::abs(double(y[r * size_t(rows) + size_t(o)]) - exact) <= bound);
-        }
+// matmul(w, x) against the float64 product of w's dequantized rows with x (with x rounded as the
+// integer kernels round it, for the quantized types: then the products themselves are exact), within
+// 1e-5 of the sum of |products| (f32 accumulation).
+void check_product(const WeightView& w, const std::vector<float>& x, size_t n_rows) {
+  const int64_t rows = w.rows, cols = w.cols;
+  std::vector<float> y(n_rows * size_t(rows));
+  matmul(w, x.data(), n_rows, y.data());
+  const bool int8_activations = w.type == TH_DTYPE_Q8_0 || w.type == TH_DTYPE_Q4_0 || w.type == TH_DTYPE_Q4_K ||
+                                w.type == TH_DTYPE_Q6_K;
+  const std::vector<double> xd = int8_activations ? int8_rounded(x) : std::vector<double>(x.begin(), x.end());
+  std::vector<float> deq(static_cast<size_t>(cols));
+  for (int64_t o = 0; o < rows; ++o) {
+    quant::dequantize_row(w.type, w.row(o), deq.data(), cols);
+    for (size_t r = 0; r < n_rows; ++r) {
+      const double* xr = &xd[r * size_t(cols)];
+      double exact = 0, magnitude = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        exact += double(deq[size_t(c)]) * xr[c];
+        magnitude += std::abs(double(deq[size_t(c)]) * xr[c]);
       }
+      INFO("output row " << o << ", activation row " << r);
+      REQUIRE(std::abs(double(y[r * size_t(rows) + size_t(o)]) - exact) <= 1e-5 * magnitude);
     }
   }
 }
 
+// Where a quantized block keeps its fp16 scales: byte offsets in the block.
+std::vector<size_t> scale_offsets(th_dtype type) {
+  switch (type) {
+    case TH_DTYPE_Q8_0:
+    case TH_DTYPE_Q4_0:
+      return {0};
+    case TH_DTYPE_Q4_K:
+      return {0, 2};  // d, dmin
+    case TH_DTYPE_Q6_K:
+      return {208};
+    default:
+      return {};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("matmul: each weight type matches a float64 product within its bound", "[matmul]") {
+  auto rng = fresh_rng("matmul");
+  for_each_kernel_set([&] {
+    for (th_dtype type :
+         {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
+      // 1 row (decode), 5 (a four-row tile and one), 12 (tiles only); 301 output rows: large enough to
+      // run on the pool, odd so that a wider weight tile leaves a row over.
+      for (size_t n_rows : {size_t(1), size_t(5), size_t(12)}) {
+        INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
+        RandomMatrix m(type, 301, 512, rng);
+        check_product(m.view, random_rows(n_rows, 512, rng), n_rows);
+      }
+    }
+  });
+}
+
+TEST_CASE("matmul: quantized products are right for every weight byte and extreme activations", "[matmul]") {
+  // ggml's quantizers never write q8_0's -128 nor use every value of the other types' packed fields
+  // alike; files may. Here every byte but the fp16 scales is random. The activations reach +-127
+  // after rounding in every block, and some blocks are all zeros (scale 0).
+  auto rng = fresh_rng("matmul extremes");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
+      const int64_t rows = 67, cols = 512;
+      const size_t rb = quant::row_bytes(type, cols), block = quant::block_bytes(type);
+      std::vector<uint8_t> packed(rb * rows);
+      for (auto& byte : packed) byte = uint8_t(rng());
+      for (size_t at = 0; at < packed.size(); at += block) {
+        for (size_t offset : scale_offsets(type)) {
+          const float scale = std::ldexp(1.0f + float(rng() % 1000) / 1000.0f, -int(rng() % 8));
+          const uint16_t h = quant::f32_to_fp16(scale);
+          std::memcpy(&packed[at + offset], &h, sizeof h);  // a finite positive scale
+        }
+      }
+      const WeightView w{type, rows, cols, rb, packed.data()};
+      for (size_t n_rows : {size_t(1), size_t(4)}) {
+        INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
+        std::vector<float> x = random_rows(n_rows, cols, rng);
+        for (size_t i = 0; i < x.size(); ++i) {
+          if (i % 32 == 0) x[i] = -8.0f;     // this block's amax: -127 after rounding
+          if (i % 32 == 1) x[i] = 8.0f;      // +127
+          if (i / 32 % 8 == 7) x[i] = 0.0f;  // a block of zeros
+        }
+        check_product(w, x, n_rows);
+      }
+    }
+  });
+}
+
 TEST_CASE("matmul: the compute pool covers every index exactly once", "[matmul]") {
   ComputePool pool(3);
-  for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(7), size_t(1000)}) {
-    std::vector<std::atomic<int>> hits(n);
-    pool.parallel_for(n, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) ++hits[i];
-    });
-    for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
+  for (size_t grain : {size_t(0), size_t(1), size_t(3), size_t(64)}) {
+    for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(7), size_t(1000)}) {
+      INFO("grain " << grain << ", n " << n);
+      std::vector<std::atomic<int>> hits(n);
+      std::atomic<size_t> calls{0}, bad_ranges{0};  // checked here: Catch2 asserts on one thread only
+      pool.parallel_for(
+          n,
+          [&](size_t begin, size_t end) {
+            if (begin >= end || (grain != 0 && (begin % grain != 0 || end - begin > grain))) ++bad_ranges;
+            ++calls;
+            for (size_t i = begin; i < end; ++i) ++hits[i];
+          },
+          grain);
+      REQUIRE(bad_ranges == 0);
+      for (size_t i = 0; i < n; ++i) REQUIRE(hits[i] == 1);
+      if (grain != 0 && grain < n) REQUIRE(calls == (n + grain - 1) / grain);
+    }
   }
 }
 
 TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its product", "[matmul]") {
   auto rng = fresh_rng("matmul invariance");
-  for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q6_K}) {
-    INFO(quant::dtype_name(type));
-    // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks).
-    const int64_t rows = 96, cols = type == TH_DTYPE_Q6_K ? 512 : 256 + 32 * int64_t(rng() % 3);
-    const size_t n_rows = 11;  // groups of four and a remainder
-    RandomMatrix m(type, rows, cols, rng);
-    const WeightView& w = m.view;
-    std::vector<float> x = random_rows(n_rows, cols, rng);
-    std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
-    matmul(w, x.data(), n_rows, together.data());
-    for (size_t r = 0; r < n_rows; ++r) {
-      matmul(w, &x[r * size_t(cols)], 1, alone.data());
-      for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K,
+                          TH_DTYPE_Q6_K}) {
+      INFO(quant::dtype_name(type));
+      // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks),
+      // 0..7 elements after the float kernels' steps; an odd number of output rows.
+      const int64_t rows = 97;
+      const int64_t cols = type == TH_DTYPE_Q4_K || type == TH_DTYPE_Q6_K ? 512
+                           : type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0 ? 256 + 32 * int64_t(rng() % 3)
+                                                                            : 256 + int64_t(rng() % 40);
+      const size_t n_rows = 11;  // groups of four and a remainder
+      RandomMatrix m(type, rows, cols, rng);
+      const WeightView& w = m.view;
+      std::vector<float> x = random_rows(n_rows, cols, rng);
+      std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
+      matmul(w, x.data(), n_rows, together.data());
+      for (size_t r = 0; r < n_rows; ++r) {
+        matmul(w, &x[r * size_t(cols)], 1, alone.data());
+        for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+      }
     }
+  });
+}
+
+TEST_CASE("matmul: every CPU runs the portable set; an unknown set is refused by name", "[matmul]") {
+  const auto sets = matmul_kernel_sets();
+  REQUIRE(std::find(sets.begin(), sets.end(), "portable") != sets.end());
+  REQUIRE(std::find(sets.begin(), sets.end(), std::string(matmul_kernels())) != sets.end());
+  const std::string before = matmul_kernels();
+  try {
+    use_matmul_kernels("sse9");
+    FAIL("an unknown kernel set was accepted");
+  } catch (const std::invalid_argument& e) {
+    REQUIRE(std::string(e.what()).find("'sse9'") != std::string::npos);
+    REQUIRE(std::string(e.what()).find("portable") != std::string::npos);
   }
+  REQUIRE(matmul_kernels() == before);
+}
+
+TEST_CASE("matmul: results do not depend on where the activation rows lie in memory", "[matmul]") {
+  // Rows starting on a cache line are read in place, others copied first: both give the same bits.
+  auto rng = fresh_rng("matmul alignment");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_K}) {
+      INFO(quant::dtype_name(type));
+      const int64_t rows = 40, cols = 256;
+      const size_t n_rows = 6;
+      RandomMatrix m(type, rows, cols, rng);
+      const std::vector<float> x = random_rows(n_rows, cols, rng);
+      struct alignas(64) Line {
+        float v[16];
+      };
+      std::vector<Line> storage(n_rows * cols / 16 + 1);
+      std::vector<float> first(n_rows * rows), y(n_rows * rows);
+      for (size_t offset : {size_t(0), size_t(1), size_t(4), size_t(8)}) {
+        float* at = storage.data()->v + offset;
+        std::copy(x.begin(), x.end(), at);
+        matmul(m.view, at, n_rows, offset == 0 ? first.data() : y.data());
+        if (offset != 0) REQUIRE(y == first);
+      }
+    }
+  });
 }

@@ -1,0 +1,150 @@
+// The AVX-512 VNNI kernel set, on 256-bit registers: `vpdpbusd ymm` multiplies unsigned by signed
+// bytes and sums each four into an int32 lane in one instruction, where AVX2 needs sign, maddubs and
+// madd. 512-bit registers are not used: on the Xeons that have VNNI they lower the clock and share
+// one port, and were measured slower. The AVX-512 VL encoding also gives 32 vector registers, which
+// hold the accumulators of a tile of two weight rows by four activation rows.
+//
+// The weights become unsigned by an offset K (q8_0: w + 128, by flipping the sign bit; q4_0: the
+// nibble itself, that is w + 8), and each lane starts at the activation row's bias, -K times the sum
+// of its four activation bytes: each lane then holds the exact signed dot product of its four
+// elements, the same integers as the AVX2 set's. The K-quant kernels are matmul_kquants.hpp's.
+#include "runtime/matmul_kernels.hpp"
+
+#if defined(__x86_64__)
+#include "runtime/matmul_x86.hpp"
+
+#define TH_VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
+#define TH_VNNI __attribute__((target(TH_VNNI_TARGET)))
+#define TH_VNNI_INLINE __attribute__((target(TH_VNNI_TARGET), always_inline)) inline
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")  // TH_VNNI_TARGET: no macro here
+#include "runtime/matmul_kquants.hpp"
+#pragma GCC pop_options
+
+namespace tokenhost::matmul_detail {
+namespace {
+
+TH_VNNI_INLINE __m256i unsigned_q8_0(const BlockQ8_0& w) {
+  return _mm256_xor_si256(load256(w.q), _mm256_set1_epi8(char(0x80)));
+}
+
+// A q4_0 block's nibbles as bytes 0..15 in element order: the 16 packed bytes in both halves, the
+// upper half shifted right by 4.
+TH_VNNI_INLINE __m256i unsigned_q4_0(const BlockQ4_0& w) {
+  const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q)));
+  const __m256i shift = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+  return _mm256_and_si256(_mm256_srlv_epi16(packed, shift), _mm256_set1_epi8(0x0F));
+}
+
+// Block b of W weight rows against block b of R activation rows, into acc[i * R + k]: the unsigned
+// weights against the activation bytes, each lane starting at the bias, then scaled.
+template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
+TH_VNNI_INLINE void block_vnni(const Block* const* w, const QRows& x, size_t nb, size_t b, __m256* acc) {
+  __m256i wu[W];
+  float dw[W];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) {
+    wu[i] = Unpack(w[i][b]);
+    dw[i] = _cvtsh_ss(w[i][b].d);
+  }
+  __m256 s[W * R];
+  block_scales<W, R>(dw, x, b, s);
+  #pragma GCC unroll 8
+  for (size_t k = 0; k < R; ++k) {
+    const QBlock& xb = x.blocks[k * nb + b];
+    const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.bias));
+    const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.q));
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W; ++i) {
+      const __m256i lanes = _mm256_dpbusd_epi32(bias, wu[i], q);
+      acc[i * R + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), s[i * R + k], acc[i * R + k]);
+    }
+  }
+}
+
+// Blocks in pairs, into two accumulators per output (the FMA chains overlap), a last odd block into
+// the first; as the AVX2 q8_0 kernel.
+template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
+TH_VNNI void dot_vnni(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+  const Block* w[W];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const Block*>(wp + i * row_bytes);
+  __m256 a0[W * R], a1[W * R];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+  size_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
+    block_vnni<Block, Unpack, W, R>(w, x, nb, b + 1, a1);
+  }
+  if (b < nb) block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W * R; ++i) out[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
+}
+
+template <class Block, __m256i (*Unpack)(const Block&)>
+TypeKernels<QRows> quantized_kernels(int bias_k) {
+  TypeKernels<QRows> k;
+  k.one = dot_vnni<Block, Unpack, 1, 1>;
+  k.four = dot_vnni<Block, Unpack, 1, 4>;
+  k.tile = dot_vnni<Block, Unpack, 2, 4>;
+  k.tile_rows = 2;
+  k.bias_k = bias_k;
+  return k;
+}
+
+struct VnniDot {
+  TH_VNNI_INLINE static __m256i lanes(__m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  }
+  TH_VNNI_INLINE static __m256i lanes(__m256i bias, __m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(bias, u, s);
+  }
+};
+
+// The float kernels: AVX2's arithmetic, with 32 registers for a tile of two weight rows.
+template <class Wt, size_t W, size_t R>
+TH_VNNI void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_t n, float* out) {
+  float_tile<Wt, W, R>(w, row_bytes, x, n, out);
+}
+
+template <class Wt>
+TypeKernels<FRows> float_kernels() {
+  TypeKernels<FRows> k;
+  k.one = dot_float<Wt, 1, 1>;
+  k.four = dot_float<Wt, 1, 4>;
+  k.tile = dot_float<Wt, 2, 4>;
+  k.tile_rows = 2;
+  return k;
+}
+
+}  // namespace
+
+const KernelSet* avx512vnni_set() {
+  static const KernelSet* set = []() -> const KernelSet* {
+    if (avx2_set() == nullptr || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vnni"))
+      return nullptr;
+    static const KernelSet s{"avx512vnni",
+                             quantize_avx2,
+                             float_kernels<F32Weights>(),
+                             float_kernels<F16Weights>(),
+                             quantized_kernels<BlockQ8_0, unsigned_q8_0>(128),
+                             quantized_kernels<BlockQ4_0, unsigned_q4_0>(8),
+                             q4_K_kernels<VnniDot>(),
+                             q6_K_kernels<VnniDot>()};
+    return &s;
+  }();
+  return set;
+}
+
+}  // namespace tokenhost::matmul_detail
+
+#else
+
+namespace tokenhost::matmul_detail {
+const KernelSet* avx512vnni_set() { return nullptr; }
+}  // namespace tokenhost::matmul_detail
+
+#endif

@@ -1,0 +1,106 @@
+// The dot-product kernels behind matmul: weight block layouts, the activation layout the integer
+// kernels read, and kernel sets (portable loops, AVX2, 256-bit AVX-512 VNNI), each a table of
+// functions that one CPU feature level can run.
+//
+// Every kernel computes a tile of outputs: one or more weight rows against one or four activation
+// rows. Each output of a tile is computed with exactly the arithmetic of the one-row kernel of the
+// same set (same accumulators, same order), so that a product's results do not depend on how its
+// activation rows are grouped (batch invariance). Different sets may round differently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tokenhost::matmul_detail {
+
+constexpr size_t kBlock = 32;
+
+// ggml's weight blocks.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t q[kBlock];
+};
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t q[kBlock / 2];  // element j: low nibble of q[j]; element j + 16: high nibble
+};
+// 256-element super-blocks of 32-element sub-blocks (see model/quant.hpp for the element order).
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];  // sub-block j's 6-bit scale and min, packed (ggml's get_scale_min_k4)
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];  // one per 16 elements
+  uint16_t d;
+};
+constexpr size_t kSuper = 256;
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
+                  sizeof(BlockQ6_K) == 210,
+              "ggml block layouts");
+
+// Activation rows quantized to 8 bits per block of 32, consecutive in one buffer: element 32 b + i of
+// row k is d[b * d_stride + k] * blocks[k * nb + b].q[i] (the scales are stored block-major, so that
+// a tile's rows have theirs side by side). bias is filled for kernels that ask for it
+// (TypeKernels::bias_k = K > 0): lane j = -K * (q[4 j] + ... + q[4 j + 3]). A VNNI kernel multiplies
+// unsigned weight bytes (the weight plus K) by q four at a time; starting each lane at the bias removes
+// the K * q terms, so each lane holds exactly the signed 4-element dot product. sums, for kernels that
+// ask for it (TypeKernels::wants_sums), holds each block's d times the sum of its q, laid out as d.
+struct alignas(64) QBlock {
+  int8_t q[kBlock];
+  int32_t bias[8];
+};
+struct QRows {
+  const QBlock* blocks;
+  const float* d;
+  const float* sums;
+  size_t d_stride;
+};
+
+// Float activation rows: row k is x + k * stride.
+struct FRows {
+  const float* x;
+  size_t stride;
+};
+
+// The kernels of one weight type. X is a tile's activation rows: FRows for float weights, QRows for
+// quantized ones. `n` counts elements (float weights) or blocks (quantized).
+//   one:  out[0] = dot(w row, row 0 of x)
+//   four: out[k] = dot(w row, row k of x) for k < 4
+//   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows <= kMaxTileRows, k < 4; weight
+//         row i starts i * row_bytes after w. Null when the set has no wider tile for this type.
+constexpr size_t kMaxTileRows = 2;
+
+template <class X>
+struct TypeKernels {
+  using Fn = void (*)(const uint8_t* w, size_t row_bytes, const X& x, size_t n, float* out);
+  Fn one = nullptr;
+  Fn four = nullptr;
+  Fn tile = nullptr;
+  size_t tile_rows = 0;
+  int bias_k = 0;            // quantized types: K of QBlock::bias the kernels read, 0 when they read none
+  bool wants_sums = false;  // quantized types: whether the kernels read QRows::sums
+};
+
+struct KernelSet {
+  const char* name;
+  // Quantizes nb blocks of one row x into blocks[0..nb) and d[b * d_stride] (the same values in every
+  // set: round to nearest, ties to even), with the bias lanes when bias_k is not 0 and the sums at
+  // sums[b * d_stride] when sums is not null.
+  void (*quantize)(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums, size_t d_stride);
+  TypeKernels<FRows> f32, f16;
+  TypeKernels<QRows> q8_0, q4_0, q4_K, q6_K;  // the K-quants' n counts 32-element blocks too
+};
+
+// The sets, each null when this build or this CPU cannot run it.
+const KernelSet* portable_set();
+const KernelSet* avx2_set();        // AVX2 + FMA + F16C
+const KernelSet* avx512vnni_set();  // AVX-512 VL/BW/VNNI on 256-bit registers, + the AVX2 set's needs
+
+// Shared by the portable set and the SIMD sets' tails: the reference quantizer.
+void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,
+                       size_t d_stride);
+
+}  // namespace tokenhost::matmul_detail
