@@ -47,6 +47,7 @@ TH_AVX2 void dot_q8_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   for (size_t k = 0; k < R; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
+    if constexpr (R == 1) prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));
     block_avx2<R>(load256(w[b].q), _cvtsh_ss(w[b].d), x, nb, b, a0);
     block_avx2<R>(load256(w[b + 1].q), _cvtsh_ss(w[b + 1].d), x, nb, b + 1, a1);
   }
@@ -71,7 +72,11 @@ TH_AVX2 void dot_q4_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   __m256 acc[R];
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) acc[k] = _mm256_setzero_ps();
-  for (size_t b = 0; b < nb; ++b) block_avx2<R>(unpack_q4_0(w[b]), _cvtsh_ss(w[b].d), x, nb, b, acc);
+  for (size_t b = 0; b < nb; ++b) {
+    if constexpr (R == 1)
+      if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(BlockQ4_0));
+    block_avx2<R>(unpack_q4_0(w[b]), _cvtsh_ss(w[b].d), x, nb, b, acc);
+  }
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) out[k] = hsum(acc[k]);
 }

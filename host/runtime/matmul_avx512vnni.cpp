@@ -95,6 +95,7 @@ TH_VNNI void dot_vnni_one(const uint8_t* wp, size_t row_bytes, const QRows& x, s
   alignas(32) float s[8];
   size_t b = 0;
   for (; b + 8 <= nb; b += 8) {
+    prefetch_ahead(w + b, 8 * sizeof(Block));
     const __m128i dw = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d),
                                       short(w[b + 4].d), short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
     _mm256_store_ps(s, _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_loadu_ps(x.d + b)));
