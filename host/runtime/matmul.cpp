@@ -125,8 +125,10 @@ void quantized_product(const WeightView& w, const KernelSet& set, const TypeKern
   float* scales = scale_buffer.data();
   float* sums = k.wants_sums ? scales + nb * n_rows : nullptr;
   auto quantize = [&](size_t begin, size_t end) {
-    for (size_t r = begin; r < end; ++r)
+    for (size_t r = begin; r < end; ++r) {
       set.quantize(x + r * cols, nb, k.bias_k, blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows);
+      if (k.pairs) pair_blocks(blocks + r * nb, nb);
+    }
   };
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);

@@ -48,6 +48,12 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // unsigned weight bytes (the weight plus K) by q four at a time; starting each lane at the bias removes
 // the K * q terms, so each lane holds exactly the signed 4-element dot product. sums, for kernels that
 // ask for it (TypeKernels::wants_sums), holds each block's d times the sum of its q, laid out as d.
+//
+// Kernels that ask for pairs (TypeKernels::pairs) read each row's blocks 2p and 2p + 1 rearranged so
+// that one 32-byte load meets two q4_0 blocks' low nibbles and another their high nibbles (see
+// pair_blocks): block 2p's q holds the first 16 q of block 2p then of 2p + 1, block 2p + 1's q the last
+// 16 of each; block 2p's bias lanes 0-3 are block 2p's lanes j + j + 4 (each lane now covers q[4 j..
+// 4 j + 3] and q[16 + 4 j..16 + 4 j + 3]), lanes 4-7 block 2p + 1's. A last odd block stays as it is.
 struct alignas(64) QBlock {
   int8_t q[kBlock];
   int32_t bias[8];
@@ -82,6 +88,7 @@ struct TypeKernels {
   size_t tile_rows = 0;
   int bias_k = 0;            // quantized types: K of QBlock::bias the kernels read, 0 when they read none
   bool wants_sums = false;  // quantized types: whether the kernels read QRows::sums
+  bool pairs = false;       // quantized types: whether the kernels read the blocks paired (see QBlock)
 };
 
 struct KernelSet {
@@ -102,5 +109,8 @@ const KernelSet* avx512vnni_set();  // AVX-512 VL/BW/VNNI on 256-bit registers, 
 // Shared by the portable set and the SIMD sets' tails: the reference quantizer.
 void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,
                        size_t d_stride);
+
+// Rearranges one row's nb quantized blocks (with their bias lanes) into the pair layout (see QBlock).
+void pair_blocks(QBlock* blocks, size_t nb);
 
 }  // namespace tokenhost::matmul_detail

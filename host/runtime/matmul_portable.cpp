@@ -1,6 +1,7 @@
 // The portable kernel set: plain loops, for any CPU. A tile of rows is the one-row loop per row.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "model/quant.hpp"
 #include "runtime/matmul_kernels.hpp"
@@ -129,6 +130,26 @@ void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, fl
     if (bias_k == 0) continue;
     for (size_t j = 0; j < 8; ++j)
       blocks[b].bias[j] = -bias_k * (int32_t(q[4 * j]) + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+  }
+}
+
+void pair_blocks(QBlock* blocks, size_t nb) {
+  constexpr size_t half = kBlock / 2;
+  for (size_t b = 0; b + 2 <= nb; b += 2) {
+    QBlock& first = blocks[b];
+    QBlock& second = blocks[b + 1];
+    QBlock low, high;  // the new blocks b and b + 1
+    std::memcpy(low.q, first.q, half);
+    std::memcpy(low.q + half, second.q, half);
+    std::memcpy(high.q, first.q + half, half);
+    std::memcpy(high.q + half, second.q + half, half);
+    for (size_t j = 0; j < 4; ++j) {
+      low.bias[j] = first.bias[j] + first.bias[j + 4];
+      low.bias[j + 4] = second.bias[j] + second.bias[j + 4];
+    }
+    std::memcpy(high.bias, first.bias, sizeof high.bias);  // unread
+    first = low;
+    second = high;
   }
 }
 

@@ -121,8 +121,12 @@ TEST_CASE("matmul: each weight type matches a float64 product within its bound",
       // run on the pool, odd so that a wider weight tile leaves a row over.
       for (size_t n_rows : {size_t(1), size_t(5), size_t(12)}) {
         INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
-        RandomMatrix m(type, 301, 512, rng);
-        check_product(m.view, random_rows(n_rows, 512, rng), n_rows);
+        // 32-element block types: 16 blocks (two groups of eight) and a tail of 5 for one row (two
+        // pairs and a single block), of 7 for five rows (three pairs and one), none for twelve.
+        const bool blocks_of_32 = type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0;
+        const int64_t cols = blocks_of_32 ? 512 + 32 * int64_t(n_rows == 1 ? 5 : n_rows == 5 ? 7 : 0) : 512;
+        RandomMatrix m(type, 301, cols, rng);
+        check_product(m.view, random_rows(n_rows, cols, rng), n_rows);
       }
     }
   });
@@ -189,21 +193,26 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
     for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K,
                           TH_DTYPE_Q6_K}) {
       INFO(quant::dtype_name(type));
-      // Tails of 0..2 blocks after the pairs the kernels process (K-quants come in 256-element blocks),
-      // 0..7 elements after the float kernels' steps; an odd number of output rows.
+      // Tails of 0..7 blocks after the groups of eight, pairs and single blocks the kernels process
+      // (K-quants come in 256-element blocks), 0..7 elements after the float kernels' steps; an odd
+      // number of output rows.
       const int64_t rows = 97;
-      const int64_t cols = type == TH_DTYPE_Q4_K || type == TH_DTYPE_Q6_K ? 512
-                           : type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0 ? 256 + 32 * int64_t(rng() % 3)
-                                                                            : 256 + int64_t(rng() % 40);
-      const size_t n_rows = 11;  // groups of four and a remainder
-      RandomMatrix m(type, rows, cols, rng);
-      const WeightView& w = m.view;
-      std::vector<float> x = random_rows(n_rows, cols, rng);
-      std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
-      matmul(w, x.data(), n_rows, together.data());
-      for (size_t r = 0; r < n_rows; ++r) {
-        matmul(w, &x[r * size_t(cols)], 1, alone.data());
-        for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+      const bool blocks_of_32 = type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0;
+      for (int64_t tail = 0; tail < (blocks_of_32 ? 8 : 1); ++tail) {
+        const int64_t cols = type == TH_DTYPE_Q4_K || type == TH_DTYPE_Q6_K ? 512
+                             : blocks_of_32                                   ? 256 + 32 * tail
+                                                                              : 256 + int64_t(rng() % 40);
+        INFO(cols << " columns");
+        const size_t n_rows = 11;  // groups of four and a remainder
+        RandomMatrix m(type, rows, cols, rng);
+        const WeightView& w = m.view;
+        std::vector<float> x = random_rows(n_rows, cols, rng);
+        std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
+        matmul(w, x.data(), n_rows, together.data());
+        for (size_t r = 0; r < n_rows; ++r) {
+          matmul(w, &x[r * size_t(cols)], 1, alone.data());
+          for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+        }
       }
     }
   });
