@@ -113,34 +113,44 @@ TH_VNNI void dot_vnni_one(const uint8_t* wp, size_t row_bytes, const QRows& x, s
   out[0] = hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
-// q4_0 in pairs of blocks, against activations in the pair layout (QBlock): the 16 packed bytes of
-// blocks b and b + 1 fill one register, whose low nibbles are elements 0-15 of both and high nibbles
-// elements 16-31; two vpdpbusd sum both into the same lanes (0-3: block b, 4-7: block b + 1), so a pair
-// costs one conversion and one multiply-add where two blocks alone cost two of each, and half the
-// activation loads. Pair p goes to accumulator p % 2; a last odd block, as dot_vnni's, to accumulator
-// (its pair index) % 2. The one-row kernel and the tiles keep this order row for row.
-TH_VNNI_INLINE void pair_nibbles(const BlockQ4_0& w0, const BlockQ4_0& w1, __m256i& low, __m256i& high) {
+// Blocks in pairs, against activations in the pair layout (QBlock): one register holds the first 16
+// elements of blocks b and b + 1 (unsigned, as Unpack makes them), another their last 16; two
+// vpdpbusd sum both into the same lanes (0-3: block b, 4-7: block b + 1), so a pair costs one
+// conversion and one multiply-add per activation row where two blocks alone cost two of each. Pair p
+// goes to accumulator p % 2; a last odd block, as dot_vnni's, to accumulator (its pair index) % 2. The
+// one-row kernels and the tiles keep this order row for row.
+
+// q4_0: the 16 packed bytes of both blocks in one register; low nibbles are elements 0-15, high 16-31.
+TH_VNNI_INLINE void pair_q4_0(const BlockQ4_0& w0, const BlockQ4_0& w1, __m256i& first, __m256i& last) {
   const __m256i packed =
       _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w0.q))),
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(w1.q)), 1);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  low = _mm256_and_si256(packed, mask);
-  high = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+  first = _mm256_and_si256(packed, mask);
+  last = _mm256_and_si256(_mm256_srli_epi16(packed, 4), mask);
+}
+
+// q8_0: the halves of both blocks gathered, made unsigned by flipping the sign bit (w + 128).
+TH_VNNI_INLINE void pair_q8_0(const BlockQ8_0& w0, const BlockQ8_0& w1, __m256i& first, __m256i& last) {
+  const auto half = [](const int8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  first = _mm256_xor_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(half(w0.q)), half(w1.q), 1), flip);
+  last = _mm256_xor_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(half(w0.q + 16)), half(w1.q + 16), 1), flip);
 }
 
 // The exact lanes of a pair: x0 and x1 are the row's paired blocks b and b + 1.
-TH_VNNI_INLINE __m256i pair_lanes(__m256i low, __m256i high, const QBlock& x0, const QBlock& x1) {
+TH_VNNI_INLINE __m256i pair_lanes(__m256i first, __m256i last, const QBlock& x0, const QBlock& x1) {
   const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0.bias));
   const __m256i q0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x0.q));
   const __m256i q1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(x1.q));
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(bias, low, q0), high, q1);
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(bias, first, q0), last, q1);
 }
 
 // Pair (b, b + 1) of W weight rows against R activation rows into acc[i * R + k]. Lanes 0-3 are scaled
 // by dw_b * dx_b, lanes 4-7 by dw_b+1 * dx_b+1 (each product rounded as alone).
-template <size_t W, size_t R>
-TH_VNNI_INLINE void pair_vnni(const BlockQ4_0* const* w, const QRows& x, size_t nb, size_t b, __m256* acc) {
-  __m256i low[W], high[W];
+template <class Block, void (*Pair)(const Block&, const Block&, __m256i&, __m256i&), size_t W, size_t R>
+TH_VNNI_INLINE void pair_vnni(const Block* const* w, const QRows& x, size_t nb, size_t b, __m256* acc) {
+  __m256i first[W], last[W];
   __m256 p[W];  // R = 1: lanes 0-3 dw_b * dx_b, 4-7 dw_b+1 * dx_b+1; R = 4: row k in lanes k and 4 + k
   const float* dx0 = x.d + b * x.d_stride;
   const float* dx1 = x.d + (b + 1) * x.d_stride;
@@ -148,7 +158,7 @@ TH_VNNI_INLINE void pair_vnni(const BlockQ4_0* const* w, const QRows& x, size_t 
                            : _mm256_set_m128(_mm_loadu_ps(dx1), _mm_loadu_ps(dx0));
   #pragma GCC unroll 8
   for (size_t i = 0; i < W; ++i) {
-    pair_nibbles(w[i][b], w[i][b + 1], low[i], high[i]);
+    Pair(w[i][b], w[i][b + 1], first[i], last[i]);
     const __m256 dw = _mm256_set_m128(_mm_set1_ps(_cvtsh_ss(w[i][b + 1].d)), _mm_set1_ps(_cvtsh_ss(w[i][b].d)));
     p[i] = _mm256_mul_ps(dw, dx);
   }
@@ -162,69 +172,72 @@ TH_VNNI_INLINE void pair_vnni(const BlockQ4_0* const* w, const QRows& x, size_t 
                               : _mm256_permutevar8x32_ps(p[i], _mm256_setr_epi32(int(k), int(k), int(k), int(k),
                                                                                  int(4 + k), int(4 + k), int(4 + k),
                                                                                  int(4 + k)));
-      const __m256i lanes = pair_lanes(low[i], high[i], x0, x1);
+      const __m256i lanes = pair_lanes(first[i], last[i], x0, x1);
       acc[i * R + k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), s, acc[i * R + k]);
     }
   }
 }
 
-template <size_t W, size_t R>
-TH_VNNI void dot_q4_0_pairs(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-  const BlockQ4_0* w[W];
+template <class Block, __m256i (*Unpack)(const Block&), void (*Pair)(const Block&, const Block&, __m256i&, __m256i&),
+          size_t W, size_t R>
+TH_VNNI void dot_pairs(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+  const Block* w[W];
   #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const BlockQ4_0*>(wp + i * row_bytes);
+  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const Block*>(wp + i * row_bytes);
   __m256 a0[W * R], a1[W * R];
   #pragma GCC unroll 8
   for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    pair_vnni<W, R>(w, x, nb, b, a0);
-    pair_vnni<W, R>(w, x, nb, b + 2, a1);
+    pair_vnni<Block, Pair, W, R>(w, x, nb, b, a0);
+    pair_vnni<Block, Pair, W, R>(w, x, nb, b + 2, a1);
   }
   if (b + 2 <= nb) {
-    pair_vnni<W, R>(w, x, nb, b, a0);
+    pair_vnni<Block, Pair, W, R>(w, x, nb, b, a0);
     b += 2;
   }
-  if (b < nb) block_vnni<BlockQ4_0, unsigned_q4_0, W, R>(w, x, nb, b, (b / 2) % 2 == 0 ? a0 : a1);
+  if (b < nb) block_vnni<Block, Unpack, W, R>(w, x, nb, b, (b / 2) % 2 == 0 ? a0 : a1);
   #pragma GCC unroll 8
   for (size_t i = 0; i < W * R; ++i) out[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
 }
 
 // The one-row kernel (decode): with the row's scales side by side, eight blocks' weight scales are
 // converted and multiplied by theirs in one instruction each, spread to the pairs by permutations.
-TH_VNNI void dot_q4_0_pairs_one(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-  if (x.d_stride != 1) return dot_q4_0_pairs<1, 1>(wp, row_bytes, x, nb, out);
-  const BlockQ4_0* w = reinterpret_cast<const BlockQ4_0*>(wp);
+template <class Block, __m256i (*Unpack)(const Block&), void (*Pair)(const Block&, const Block&, __m256i&, __m256i&)>
+TH_VNNI void dot_pairs_one(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+  if (x.d_stride != 1) return dot_pairs<Block, Unpack, Pair, 1, 1>(wp, row_bytes, x, nb, out);
+  const Block* w = reinterpret_cast<const Block*>(wp);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   size_t b = 0;
   for (; b + 8 <= nb; b += 8) {
-    prefetch_ahead(w + b, 8 * sizeof(BlockQ4_0));
+    prefetch_ahead(w + b, 8 * sizeof(Block));
     const __m128i dw = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d),
                                       short(w[b + 4].d), short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
     const __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_loadu_ps(x.d + b));
     #pragma GCC unroll 4
     for (size_t p = 0; p < 4; ++p) {
-      __m256i low, high;
-      pair_nibbles(w[b + 2 * p], w[b + 2 * p + 1], low, high);
-      const __m256i lanes = pair_lanes(low, high, x.blocks[b + 2 * p], x.blocks[b + 2 * p + 1]);
+      __m256i first, last;
+      Pair(w[b + 2 * p], w[b + 2 * p + 1], first, last);
+      const __m256i lanes = pair_lanes(first, last, x.blocks[b + 2 * p], x.blocks[b + 2 * p + 1]);
       const int j = int(2 * p);
       const __m256 s = _mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
       acc[p % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), s, acc[p % 2]);
     }
   }
-  const BlockQ4_0* const rows[1] = {w};
-  for (; b + 2 <= nb; b += 2) pair_vnni<1, 1>(rows, x, nb, b, &acc[(b / 2) % 2]);
-  if (b < nb) block_vnni<BlockQ4_0, unsigned_q4_0, 1, 1>(rows, x, nb, b, &acc[(b / 2) % 2]);
+  const Block* const rows[1] = {w};
+  for (; b + 2 <= nb; b += 2) pair_vnni<Block, Pair, 1, 1>(rows, x, nb, b, &acc[(b / 2) % 2]);
+  if (b < nb) block_vnni<Block, Unpack, 1, 1>(rows, x, nb, b, &acc[(b / 2) % 2]);
   out[0] = hsum(_mm256_add_ps(acc[0], acc[1]));
 }
 
-TypeKernels<QRows> q4_0_pair_kernels() {
+template <class Block, __m256i (*Unpack)(const Block&), void (*Pair)(const Block&, const Block&, __m256i&, __m256i&)>
+TypeKernels<QRows> pair_kernels(int bias_k) {
   TypeKernels<QRows> k;
-  k.one = dot_q4_0_pairs_one;
-  k.four = dot_q4_0_pairs<1, 4>;
-  k.tile = dot_q4_0_pairs<2, 4>;
+  k.one = dot_pairs_one<Block, Unpack, Pair>;
+  k.four = dot_pairs<Block, Unpack, Pair, 1, 4>;
+  k.tile = dot_pairs<Block, Unpack, Pair, 2, 4>;
   k.tile_rows = 2;
-  k.bias_k = 8;
+  k.bias_k = bias_k;
   k.pairs = true;
   return k;
 }
@@ -276,8 +289,8 @@ const KernelSet* avx512vnni_set() {
                              quantize_avx2,
                              float_kernels<F32Weights>(),
                              float_kernels<F16Weights>(),
-                             quantized_kernels<BlockQ8_0, unsigned_q8_0>(128),
-                             q4_0_pair_kernels(),
+                             pair_kernels<BlockQ8_0, unsigned_q8_0, pair_q8_0>(128),
+                             pair_kernels<BlockQ4_0, unsigned_q4_0, pair_q4_0>(8),
                              q4_K_kernels<VnniDot>(),
                              q6_K_kernels<VnniDot>()};
     return &s;
