@@ -6,8 +6,9 @@
 //
 // The weights become unsigned by an offset K (q8_0: w + 128, by flipping the sign bit; q4_0: the
 // nibble itself, that is w + 8), and each lane starts at the activation row's bias, -K times the sum
-// of its four activation bytes: each lane then holds the exact signed dot product of its four
-// elements, the same integers as the AVX2 set's. The K-quant kernels are matmul_kquants.hpp's.
+// of its activation bytes: each lane then holds the exact signed dot product of its elements. q8_0 and
+// q4_0 take blocks in pairs (eight elements a lane, against activations laid out in pairs; see
+// QBlock). The K-quant kernels are matmul_kquants.hpp's.
 #include "runtime/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
@@ -38,7 +39,8 @@ TH_VNNI_INLINE __m256i unsigned_q4_0(const BlockQ4_0& w) {
 }
 
 // Block b of W weight rows against block b of R activation rows, into acc[i * R + k]: the unsigned
-// weights against the activation bytes, each lane starting at the bias, then scaled.
+// weights against the activation bytes, each lane starting at the bias, then scaled. The kernels below
+// use it for a last block that has no pair.
 template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
 TH_VNNI_INLINE void block_vnni(const Block* const* w, const QRows& x, size_t nb, size_t b, __m256* acc) {
   __m256i wu[W];
@@ -63,61 +65,11 @@ TH_VNNI_INLINE void block_vnni(const Block* const* w, const QRows& x, size_t nb,
   }
 }
 
-// Blocks in pairs, into two accumulators per output (the FMA chains overlap), a last odd block into
-// the first; as the AVX2 q8_0 kernel.
-template <class Block, __m256i (*Unpack)(const Block&), size_t W, size_t R>
-TH_VNNI void dot_vnni(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-  const Block* w[W];
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const Block*>(wp + i * row_bytes);
-  __m256 a0[W * R], a1[W * R];
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
-  size_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
-    block_vnni<Block, Unpack, W, R>(w, x, nb, b + 1, a1);
-  }
-  if (b < nb) block_vnni<Block, Unpack, W, R>(w, x, nb, b, a0);
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) out[i] = hsum(_mm256_add_ps(a0[i], a1[i]));
-}
-
-// The one-row kernel, with dot_vnni's arithmetic. When the row's block scales lie side by side (a
-// product of one row: decode), the weight scales of eight blocks are converted and multiplied by
-// theirs in one instruction each (the same products as one at a time), which takes two of the
-// per-block instructions off the two vector ports that the others need.
-template <class Block, __m256i (*Unpack)(const Block&)>
-TH_VNNI void dot_vnni_one(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-  if (x.d_stride != 1) return dot_vnni<Block, Unpack, 1, 1>(wp, row_bytes, x, nb, out);
-  const Block* w = reinterpret_cast<const Block*>(wp);
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // even and odd blocks, as dot_vnni
-  alignas(32) float s[8];
-  size_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    prefetch_ahead(w + b, 8 * sizeof(Block));
-    const __m128i dw = _mm_setr_epi16(short(w[b].d), short(w[b + 1].d), short(w[b + 2].d), short(w[b + 3].d),
-                                      short(w[b + 4].d), short(w[b + 5].d), short(w[b + 6].d), short(w[b + 7].d));
-    _mm256_store_ps(s, _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_loadu_ps(x.d + b)));
-    #pragma GCC unroll 8
-    for (size_t j = 0; j < 8; ++j) {
-      const QBlock& xb = x.blocks[b + j];
-      const __m256i bias = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.bias));
-      const __m256i q = _mm256_load_si256(reinterpret_cast<const __m256i*>(xb.q));
-      const __m256i lanes = _mm256_dpbusd_epi32(bias, Unpack(w[b + j]), q);
-      acc[j % 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(s[j]), acc[j % 2]);
-    }
-  }
-  const Block* const rows[1] = {w};
-  for (; b < nb; ++b) block_vnni<Block, Unpack, 1, 1>(rows, x, nb, b, &acc[b % 2]);
-  out[0] = hsum(_mm256_add_ps(acc[0], acc[1]));
-}
-
 // Blocks in pairs, against activations in the pair layout (QBlock): one register holds the first 16
 // elements of blocks b and b + 1 (unsigned, as Unpack makes them), another their last 16; two
 // vpdpbusd sum both into the same lanes (0-3: block b, 4-7: block b + 1), so a pair costs one
 // conversion and one multiply-add per activation row where two blocks alone cost two of each. Pair p
-// goes to accumulator p % 2; a last odd block, as dot_vnni's, to accumulator (its pair index) % 2. The
+// goes to accumulator p % 2, a last odd block (block_vnni) to accumulator (its pair index) % 2: the
 // one-row kernels and the tiles keep this order row for row.
 
 // q4_0: the 16 packed bytes of both blocks in one register; low nibbles are elements 0-15, high 16-31.
@@ -239,17 +191,6 @@ TypeKernels<QRows> pair_kernels(int bias_k) {
   k.tile_rows = 2;
   k.bias_k = bias_k;
   k.pairs = true;
-  return k;
-}
-
-template <class Block, __m256i (*Unpack)(const Block&)>
-TypeKernels<QRows> quantized_kernels(int bias_k) {
-  TypeKernels<QRows> k;
-  k.one = dot_vnni_one<Block, Unpack>;
-  k.four = dot_vnni<Block, Unpack, 1, 4>;
-  k.tile = dot_vnni<Block, Unpack, 2, 4>;
-  k.tile_rows = 2;
-  k.bias_k = bias_k;
   return k;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -41,8 +42,9 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   apply_penalties(logits, history, params_);
   // Log-probabilities under the (penalized) model distribution, for the chosen token and the top-n.
   const float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> weights(logits.size());  // exp(l - max): at temperature 1, also the draw's weights
   double norm = 0;
-  for (float l : logits) norm += std::exp(double(l) - max_logit);
+  for (size_t i = 0; i < logits.size(); ++i) norm += weights[i] = std::exp(double(logits[i]) - max_logit);
   const double log_norm = std::log(norm) + max_logit;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
 
@@ -65,8 +67,13 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
       std::sort(order.begin(), order.end(), by_logit);
     }
     const double top = max_logit;
-    std::vector<double> probs(k);
-    for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
+    std::vector<double> probs;
+    if (params_.temperature == 1.0f && k == logits.size() && params_.top_p == 1.0f) {
+      probs = std::move(weights);  // every token in id order: the weights already computed
+    } else {
+      probs.resize(k);
+      for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
+    }
     if (params_.min_p > 0.0f) {
       // Drop tokens less than min_p times as likely as the best (the best has weight 1 here).
       size_t kept = 0;
@@ -92,8 +99,18 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
         }
       }
     }
-    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + long(k));
-    out.token = order[pick(rng_)];
+    // A point uniform in [0, total weight), then the token whose cumulative weight passes it: what
+    // std::discrete_distribution does, without building and normalizing its table for each token.
+    const double total = std::accumulate(probs.begin(), probs.begin() + long(k), 0.0);
+    const double point = std::generate_canonical<double, 53>(rng_) * total;
+    size_t chosen = k, last_weighted = 0;  // rounding can leave the point at the very end
+    double sum = 0;
+    for (size_t i = 0; i < k && chosen == k; ++i) {
+      if (probs[i] > 0) last_weighted = i;
+      sum += probs[i];
+      if (point < sum) chosen = i;
+    }
+    out.token = order[chosen < k ? chosen : last_weighted];
   }
   out.logprob = logprob(out.token);
   if (params_.top_logprobs > 0) {
