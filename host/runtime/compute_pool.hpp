@@ -1,7 +1,8 @@
 // The compute pool: worker threads, one per core, that split the dense math of a step. Steps run on
 // the engines' worker actors (their own threads), never on CAF's cooperative scheduler; the pool lets
 // one step use every core. Between jobs a thread spins a little ($TOKENHOST_SPIN_US, default 50
-// microseconds) before it sleeps: a step's products come back to back.
+// microseconds), then checks while yielding its core ($TOKENHOST_YIELD_US, default 1000), before it
+// sleeps: a step's products come back to back, and waking a sleeping thread is slow.
 #pragma once
 
 #include <atomic>
