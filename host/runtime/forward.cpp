@@ -48,8 +48,7 @@ void rope(float* v, size_t n_heads, size_t head_dim, int32_t pos, const RopeSett
 void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out) {
   const size_t ffn = size_t(e.gate.rows);
   std::vector<float> g(n_rows * ffn), u(n_rows * ffn);
-  matmul(e.gate, x, n_rows, g.data());
-  matmul(e.up, x, n_rows, u.data());
+  matmul({{e.gate, g.data()}, {e.up, u.data()}}, x, n_rows);
   for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   matmul(e.down, g.data(), n_rows, out);
 }
@@ -169,9 +168,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   for (uint32_t l = 0; l < info.n_layers; ++l) {
     const auto& L = w.layers[l];
     for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.attn_norm, w.rms_eps, &xn[r * dim], dim);
-    matmul(L.wq, xn.data(), n_rows, q.data());
-    matmul(L.wk, xn.data(), n_rows, k.data());
-    matmul(L.wv, xn.data(), n_rows, v.data());
+    matmul({{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}}, xn.data(), n_rows);
     for (size_t r = 0; r < n_rows; ++r) {
       float *qr = &q[r * qdim], *kr = &k[r * kvdim], *vr = &v[r * kvdim];
       add_bias(qr, L.bq, qdim);

@@ -60,22 +60,35 @@ struct WeightBlock {
   size_t row_bytes;
 };
 
-// The product y[r][o] = dot(weight row o, activation row r) of out_rows outputs through a type's
-// kernels; rows_from(r) is the X of the activation rows from r on, weight_block(o0, o1) a block of
-// weight rows (valid until the thread's next call). The pool's threads take contiguous ranges of
-// weight rows, each range in blocks of block_rows that stay in L2 while every activation row passes
-// them four at a time: the weights are read from memory once per product, and the four rows'
-// activations are reused from L1 across the block.
+// One weight's share of a product: its out_rows outputs go to y ([n_rows][out_rows]);
+// weight_block(o0, o1) gives a block of its rows (valid until the thread's next call).
+template <class Block>
+struct Segment {
+  size_t out_rows;
+  float* y;
+  Block weight_block;
+};
+
+// The products y[r][o] = dot(weight row o, activation row r) of one or more weights with the same
+// activation rows, through a type's kernels; rows_from(r) is the X of the activation rows from r on.
+// The weights' output rows are numbered one after the other, and the pool's threads take contiguous
+// ranges of them, each range in blocks of block_rows that stay in L2 while every activation row
+// passes them four at a time: the weights are read from memory once per product, and the four rows'
+// activations are reused from L1 across the block. Several weights in one call cost one start and
+// one join of the pool instead of one each.
 template <class X, class Rows, class Block>
-void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_rows, size_t n,
-             size_t block_rows, float* y, Block weight_block) {
+void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_segments, Rows rows_from,
+             size_t n_rows, size_t n, size_t block_rows) {
   const size_t tile_rows = k.tile != nullptr ? k.tile_rows : 1;
   block_rows = std::max(block_rows / tile_rows, size_t(1)) * tile_rows;
-  auto body = [&](size_t begin, size_t end) {
+  // Rows [begin, end) of one segment.
+  auto rows_of = [&](const Segment<Block>& seg, size_t begin, size_t end) {
     float out[4 * kMaxTileRows];
+    float* y = seg.y;
+    const size_t out_rows = seg.out_rows;
     for (size_t o0 = begin; o0 < end; o0 += block_rows) {
       const size_t o1 = std::min(end, o0 + block_rows);
-      const WeightBlock wb = weight_block(o0, o1);
+      const WeightBlock wb = seg.weight_block(o0, o1);
       size_t r = 0;
       for (; r + 4 <= n_rows; r += 4) {
         const X x = rows_from(r);
@@ -94,12 +107,28 @@ void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_
       }
     }
   };
+  size_t total = 0;
+  for (size_t i = 0; i < n_segments; ++i) total += segments[i].out_rows;
+  auto body = [&](size_t begin, size_t end) {
+    size_t first = 0;  // the segment's first row in the numbering of all
+    for (size_t i = 0; i < n_segments && first < end; first += segments[i++].out_rows) {
+      const size_t last = first + segments[i].out_rows;
+      if (last > begin) rows_of(segments[i], std::max(begin, first) - first, std::min(end, last) - first);
+    }
+  };
   // Small products are not worth waking the pool. Threads claim ranges of weight rows (about four per
   // thread, at most a block) as they go: one that the OS runs late takes fewer.
   ComputePool& pool = compute_pool();
-  if (out_rows * n * n_rows < 32768 || pool.threads() == 1) return body(0, out_rows);
-  const size_t grain = std::clamp(out_rows / (4 * pool.threads()), tile_rows, block_rows) / tile_rows * tile_rows;
-  pool.parallel_for(out_rows, body, grain);
+  if (total * n * n_rows < 32768 || pool.threads() == 1) return body(0, total);
+  const size_t grain = std::clamp(total / (4 * pool.threads()), tile_rows, block_rows) / tile_rows * tile_rows;
+  pool.parallel_for(total, body, grain);
+}
+
+template <class X, class Rows, class Block>
+void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_rows, size_t n,
+             size_t block_rows, float* y, Block weight_block) {
+  const Segment<Block> one{out_rows, y, weight_block};
+  product(k, &one, 1, rows_from, n_rows, n, block_rows);
 }
 
 // Weight rows per block: about kBlockBytes of them, a fifth of this Xeon's L2 (a quarter to half of
@@ -112,10 +141,11 @@ auto weight_rows(const WeightView& w) {
   return [&w](size_t o0, size_t) { return WeightBlock{w.row(int64_t(o0)), w.row_bytes}; };
 }
 
-// Integer kernels: activations quantized once per product (in parallel for large batches).
-void quantized_product(const WeightView& w, const KernelSet& set, const TypeKernels<QRows>& k, const float* x,
-                       size_t n_rows, float* y) {
-  const size_t cols = size_t(w.cols), nb = cols / kBlock;
+// Integer kernels: activations quantized once per product (in parallel for large batches), for every
+// weight of ws (same type and columns), the outputs of weight i going to ys[i].
+void quantized_product(const WeightView* const* ws, float* const* ys, size_t count, const KernelSet& set,
+                       const TypeKernels<QRows>& k, const float* x, size_t n_rows) {
+  const size_t cols = size_t(ws[0]->cols), nb = cols / kBlock;
   // The calling thread's buffers; the pool's threads reach them through these pointers.
   thread_local std::vector<QBlock> block_buffer;
   thread_local std::vector<float> scale_buffer;
@@ -133,7 +163,11 @@ void quantized_product(const WeightView& w, const KernelSet& set, const TypeKern
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
   auto rows_from = [&](size_t r) { return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows}; };
-  product(k, size_t(w.rows), rows_from, n_rows, nb, rows_per_block(w.row_bytes), y, weight_rows(w));
+  using Rows = decltype(weight_rows(*ws[0]));
+  std::vector<Segment<Rows>> segments;
+  segments.reserve(count);
+  for (size_t i = 0; i < count; ++i) segments.push_back({size_t(ws[i]->rows), ys[i], weight_rows(*ws[i])});
+  product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(ws[0]->row_bytes));
 }
 
 // f32 activations, each row starting on a cache line: a 32-byte load that straddles two lines costs
@@ -193,21 +227,31 @@ void use_matmul_kernels(std::string_view name) {
   current_set().store(s);
 }
 
+namespace {
+const TypeKernels<QRows>* integer_kernels(const KernelSet& set, th_dtype type) {
+  switch (type) {
+    case TH_DTYPE_Q8_0:
+      return &set.q8_0;
+    case TH_DTYPE_Q4_0:
+      return &set.q4_0;
+    case TH_DTYPE_Q4_K:
+      return &set.q4_K;
+    case TH_DTYPE_Q6_K:
+      return &set.q6_K;
+    default:
+      return nullptr;
+  }
+}
+}  // namespace
+
 void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   if (n_rows == 0) return;
   const KernelSet& set = *current_set().load();
   const size_t cols = size_t(w.cols);
-  switch (w.type) {
-    case TH_DTYPE_Q8_0:
-      return quantized_product(w, set, set.q8_0, x, n_rows, y);
-    case TH_DTYPE_Q4_0:
-      return quantized_product(w, set, set.q4_0, x, n_rows, y);
-    case TH_DTYPE_Q4_K:
-      return quantized_product(w, set, set.q4_K, x, n_rows, y);
-    case TH_DTYPE_Q6_K:
-      return quantized_product(w, set, set.q6_K, x, n_rows, y);
-    default:
-      break;
+  if (const TypeKernels<QRows>* k = integer_kernels(set, w.type)) {
+    const WeightView* ws[1] = {&w};
+    float* ys[1] = {y};
+    return quantized_product(ws, ys, 1, set, *k, x, n_rows);
   }
   const FRows rows = aligned_rows(x, n_rows, cols);
   const size_t block = rows_per_block(w.row_bytes);
@@ -219,6 +263,27 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
     default:
       return dequantized_product(w, set, rows, n_rows, y);
   }
+}
+
+void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t n_rows) {
+  if (n_rows == 0 || outputs.size() == 0) return;
+  const KernelSet& set = *current_set().load();
+  const WeightView& first = outputs.begin()->w;
+  const TypeKernels<QRows>* k = integer_kernels(set, first.type);
+  const bool shared = k != nullptr && std::all_of(outputs.begin(), outputs.end(), [&](const MatmulOutput& o) {
+    return o.w.type == first.type && o.w.cols == first.cols;
+  });
+  if (!shared) {
+    for (const MatmulOutput& o : outputs) matmul(o.w, x, n_rows, o.y);
+    return;
+  }
+  std::vector<const WeightView*> ws;
+  std::vector<float*> ys;
+  for (const MatmulOutput& o : outputs) {
+    ws.push_back(&o.w);
+    ys.push_back(o.y);
+  }
+  quantized_product(ws.data(), ys.data(), ws.size(), set, *k, x, n_rows);
 }
 
 }  // namespace tokenhost

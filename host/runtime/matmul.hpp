@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,17 @@ namespace tokenhost {
 
 // y[r][o] = sum_c w[o][c] * x[r][c] for r < n_rows: x is [n_rows][w.cols], y is [n_rows][w.rows].
 void matmul(const WeightView& w, const float* x, size_t n_rows, float* y);
+
+// A weight and where its products go ([n_rows][w.rows]), for products that share their input.
+struct MatmulOutput {
+  const WeightView& w;
+  float* y;
+};
+
+// The products of several weights with the same x (Q, K and V; gate and up): the results of one
+// matmul each, but for quantized weights of one type and width the activations are quantized once
+// and the compute pool is started and joined once for all of them. Others run one after the other.
+void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t n_rows);
 
 // The kernel sets this CPU runs, preferred first: "avx512vnni" (256-bit AVX-512 VNNI), "avx2",
 // "portable".

@@ -218,6 +218,38 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
   });
 }
 
+TEST_CASE("matmul: weights sharing an input give the results of one product each", "[matmul]") {
+  auto rng = fresh_rng("matmul shared input");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K, TH_DTYPE_F32}) {
+      const int64_t cols = 512;
+      // Q, K and V of a GQA layer: output rows that are not multiples of the tiles, and enough of them
+      // that the pool's ranges straddle two weights.
+      RandomMatrix q(type, 301, cols, rng), k(type, 77, cols, rng), v(type, 77, cols, rng);
+      RandomMatrix other(TH_DTYPE_F16, 45, cols, rng);  // another type: run on its own
+      for (size_t n_rows : {size_t(1), size_t(5), size_t(12)}) {
+        INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
+        const std::vector<float> x = random_rows(n_rows, cols, rng);
+        std::vector<float> yq(n_rows * 301), yk(n_rows * 77), yv(n_rows * 77), yo(n_rows * 45);
+        matmul({{q.view, yq.data()}, {k.view, yk.data()}, {v.view, yv.data()}, {other.view, yo.data()}}, x.data(),
+               n_rows);
+        const std::pair<const RandomMatrix*, const std::vector<float>*> products[] = {
+            {&q, &yq}, {&k, &yk}, {&v, &yv}, {&other, &yo}};
+        for (const auto& [m, together] : products) {
+          std::vector<float> alone(together->size());
+          matmul(m->view, x.data(), n_rows, alone.data());
+          REQUIRE(*together == alone);
+        }
+        // Same type throughout: one shared product.
+        std::vector<float> sq(yq.size()), sk(yk.size());
+        matmul({{q.view, sq.data()}, {k.view, sk.data()}}, x.data(), n_rows);
+        REQUIRE(sq == yq);
+        REQUIRE(sk == yk);
+      }
+    }
+  });
+}
+
 TEST_CASE("matmul: every CPU runs the portable set; an unknown set is refused by name", "[matmul]") {
   const auto sets = matmul_kernel_sets();
   REQUIRE(std::find(sets.begin(), sets.end(), "portable") != sets.end());
