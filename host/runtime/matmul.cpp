@@ -270,12 +270,22 @@ void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t 
   const KernelSet& set = *current_set().load();
   const WeightView& first = outputs.begin()->w;
   const TypeKernels<QRows>* k = integer_kernels(set, first.type);
-  const bool shared = k != nullptr && std::all_of(outputs.begin(), outputs.end(), [&](const MatmulOutput& o) {
-    return o.w.type == first.type && o.w.cols == first.cols;
-  });
+  const TypeKernels<FRows>* f = first.type == TH_DTYPE_F32 ? &set.f32 : first.type == TH_DTYPE_F16 ? &set.f16 : nullptr;
+  const bool shared = (k != nullptr || f != nullptr) &&
+                      std::all_of(outputs.begin(), outputs.end(), [&](const MatmulOutput& o) {
+                        return o.w.type == first.type && o.w.cols == first.cols;
+                      });
   if (!shared) {
     for (const MatmulOutput& o : outputs) matmul(o.w, x, n_rows, o.y);
     return;
+  }
+  if (f != nullptr) {
+    const size_t cols = size_t(first.cols);
+    using Rows = decltype(weight_rows(first));
+    std::vector<Segment<Rows>> segments;
+    for (const MatmulOutput& o : outputs) segments.push_back({size_t(o.w.rows), o.y, weight_rows(o.w)});
+    return product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), n_rows, cols,
+                   rows_per_block(first.row_bytes));
   }
   std::vector<const WeightView*> ws;
   std::vector<float*> ys;

@@ -28,8 +28,9 @@ struct MatmulOutput {
 };
 
 // The products of several weights with the same x (Q, K and V; gate and up): the results of one
-// matmul each, but for quantized weights of one type and width the activations are quantized once
-// and the compute pool is started and joined once for all of them. Others run one after the other.
+// matmul each, but for weights of one type and width (quantized, f32 or f16) the activations are
+// prepared once and the compute pool is started and joined once for all of them. Others (mixed
+// types, bf16) run one after the other.
 void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t n_rows);
 
 // The kernel sets this CPU runs, preferred first: "avx512vnni" (256-bit AVX-512 VNNI), "avx2",

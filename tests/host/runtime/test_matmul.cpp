@@ -221,12 +221,12 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
 TEST_CASE("matmul: weights sharing an input give the results of one product each", "[matmul]") {
   auto rng = fresh_rng("matmul shared input");
   for_each_kernel_set([&] {
-    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K, TH_DTYPE_F32}) {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K, TH_DTYPE_F32, TH_DTYPE_F16}) {
       const int64_t cols = 512;
       // Q, K and V of a GQA layer: output rows that are not multiples of the tiles, and enough of them
       // that the pool's ranges straddle two weights.
       RandomMatrix q(type, 301, cols, rng), k(type, 77, cols, rng), v(type, 77, cols, rng);
-      RandomMatrix other(TH_DTYPE_F16, 45, cols, rng);  // another type: run on its own
+      RandomMatrix other(type == TH_DTYPE_F16 ? TH_DTYPE_Q8_0 : TH_DTYPE_F16, 45, cols, rng);  // runs on its own
       for (size_t n_rows : {size_t(1), size_t(5), size_t(12)}) {
         INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
         const std::vector<float> x = random_rows(n_rows, cols, rng);
