@@ -51,8 +51,7 @@ std::chrono::microseconds yield_time() {
 
 template <class Ready>
 bool spin_until(Ready ready) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto until = start + spin_time();
+  const auto until = std::chrono::steady_clock::now() + spin_time();
   for (int i = 0;; ++i) {
     if (ready()) return true;
     cpu_relax();

@@ -141,11 +141,21 @@ auto weight_rows(const WeightView& w) {
   return [&w](size_t o0, size_t) { return WeightBlock{w.row(int64_t(o0)), w.row_bytes}; };
 }
 
+// The segments of a product of several weights: each output's weight rows and destination.
+auto segments_of(const MatmulOutput* outputs, size_t count) {
+  std::vector<Segment<decltype(weight_rows(outputs[0].w))>> segments;
+  segments.reserve(count);
+  for (size_t i = 0; i < count; ++i)
+    segments.push_back({size_t(outputs[i].w.rows), outputs[i].y, weight_rows(outputs[i].w)});
+  return segments;
+}
+
 // Integer kernels: activations quantized once per product (in parallel for large batches), for every
-// weight of ws (same type and columns), the outputs of weight i going to ys[i].
-void quantized_product(const WeightView* const* ws, float* const* ys, size_t count, const KernelSet& set,
-                       const TypeKernels<QRows>& k, const float* x, size_t n_rows) {
-  const size_t cols = size_t(ws[0]->cols), nb = cols / kBlock;
+// output's weight (all of one type and width).
+void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSet& set, const TypeKernels<QRows>& k,
+                       const float* x, size_t n_rows) {
+  const WeightView& w = outputs[0].w;
+  const size_t cols = size_t(w.cols), nb = cols / kBlock;
   // The calling thread's buffers; the pool's threads reach them through these pointers.
   thread_local std::vector<QBlock> block_buffer;
   thread_local std::vector<float> scale_buffer;
@@ -163,11 +173,8 @@ void quantized_product(const WeightView* const* ws, float* const* ys, size_t cou
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
   auto rows_from = [&](size_t r) { return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows}; };
-  using Rows = decltype(weight_rows(*ws[0]));
-  std::vector<Segment<Rows>> segments;
-  segments.reserve(count);
-  for (size_t i = 0; i < count; ++i) segments.push_back({size_t(ws[i]->rows), ys[i], weight_rows(*ws[i])});
-  product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(ws[0]->row_bytes));
+  const auto segments = segments_of(outputs, count);
+  product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(w.row_bytes));
 }
 
 // f32 activations, each row starting on a cache line: a 32-byte load that straddles two lines costs
@@ -249,9 +256,8 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   const KernelSet& set = *current_set().load();
   const size_t cols = size_t(w.cols);
   if (const TypeKernels<QRows>* k = integer_kernels(set, w.type)) {
-    const WeightView* ws[1] = {&w};
-    float* ys[1] = {y};
-    return quantized_product(ws, ys, 1, set, *k, x, n_rows);
+    const MatmulOutput one{w, y};
+    return quantized_product(&one, 1, set, *k, x, n_rows);
   }
   const FRows rows = aligned_rows(x, n_rows, cols);
   const size_t block = rows_per_block(w.row_bytes);
@@ -279,21 +285,11 @@ void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t 
     for (const MatmulOutput& o : outputs) matmul(o.w, x, n_rows, o.y);
     return;
   }
-  if (f != nullptr) {
-    const size_t cols = size_t(first.cols);
-    using Rows = decltype(weight_rows(first));
-    std::vector<Segment<Rows>> segments;
-    for (const MatmulOutput& o : outputs) segments.push_back({size_t(o.w.rows), o.y, weight_rows(o.w)});
-    return product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), n_rows, cols,
-                   rows_per_block(first.row_bytes));
-  }
-  std::vector<const WeightView*> ws;
-  std::vector<float*> ys;
-  for (const MatmulOutput& o : outputs) {
-    ws.push_back(&o.w);
-    ys.push_back(o.y);
-  }
-  quantized_product(ws.data(), ys.data(), ws.size(), set, *k, x, n_rows);
+  if (k != nullptr) return quantized_product(outputs.begin(), outputs.size(), set, *k, x, n_rows);
+  const size_t cols = size_t(first.cols);
+  const auto segments = segments_of(outputs.begin(), outputs.size());
+  product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), n_rows, cols,
+          rows_per_block(first.row_bytes));
 }
 
 }  // namespace tokenhost

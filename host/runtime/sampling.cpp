@@ -42,9 +42,17 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   apply_penalties(logits, history, params_);
   // Log-probabilities under the (penalized) model distribution, for the chosen token and the top-n.
   const float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> weights(logits.size());  // exp(l - max): at temperature 1, also the draw's weights
+  const bool top_k_cuts = params_.top_k > 0 && size_t(params_.top_k) < logits.size();
+  // A draw at temperature 1 from every token in id order weighs them by these same exponentials: kept
+  // then, not computed twice.
+  const bool draw_from_all = params_.temperature == 1.0f && !top_k_cuts && params_.top_p == 1.0f;
+  std::vector<double> weights(draw_from_all ? logits.size() : 0);
   double norm = 0;
-  for (size_t i = 0; i < logits.size(); ++i) norm += weights[i] = std::exp(double(logits[i]) - max_logit);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double e = std::exp(double(logits[i]) - max_logit);
+    norm += e;
+    if (draw_from_all) weights[i] = e;
+  }
   const double log_norm = std::log(norm) + max_logit;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
 
@@ -59,7 +67,7 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
     // Candidates: the top-k (sorted) when top_k is set, else every token (in id order: sorting the
     // whole vocabulary per token is what top-p alone needs, and only then is it paid for).
     size_t k = order.size();
-    if (params_.top_k > 0 && size_t(params_.top_k) < order.size()) {
+    if (top_k_cuts) {
       k = size_t(params_.top_k);
       std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
       order.resize(k);
@@ -68,8 +76,8 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
     }
     const double top = max_logit;
     std::vector<double> probs;
-    if (params_.temperature == 1.0f && k == logits.size() && params_.top_p == 1.0f) {
-      probs = std::move(weights);  // every token in id order: the weights already computed
+    if (draw_from_all) {
+      probs = std::move(weights);
     } else {
       probs.resize(k);
       for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
