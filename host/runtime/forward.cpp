@@ -6,7 +6,9 @@
 #include <optional>
 
 #include "model/quant.hpp"
+#include "runtime/compute_pool.hpp"
 #include "runtime/matmul.hpp"
+#include "runtime/vector_ops.hpp"
 
 namespace tokenhost {
 namespace {
@@ -14,42 +16,79 @@ namespace {
 // Elementwise f32 view of a vector weight (norms, biases).
 const float* f32(const WeightView& w) { return static_cast<const float*>(w.data); }
 
-void rmsnorm(const float* x, const WeightView& weight, float eps, float* out, size_t n) {
-  double ss = 0;
-  for (size_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  float scale = float(1.0 / std::sqrt(ss / double(n) + double(eps)));
-  const float* w = f32(weight);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+// Below this many elements in all, a pass over the batch's rows runs on the calling thread: waking the
+// pool costs more than it saves (a decode step's rows are a few thousand elements).
+constexpr size_t kParallelElements = 16384;
+
+// Calls fn(begin, end) over rows [0, n_rows), split over the compute pool when the rows hold enough
+// work. Each row is computed by one thread with the same code whatever the split.
+template <class Fn>
+void for_rows(size_t n_rows, size_t elements_per_row, const Fn& fn) {
+  if (n_rows < 2 || n_rows * elements_per_row < kParallelElements) return fn(size_t(0), n_rows);
+  compute_pool().parallel_for(n_rows, fn);
 }
 
 void add_bias(float* y, const WeightView& b, size_t n) {
-  if (b.empty()) return;
-  for (size_t i = 0; i < n; ++i) y[i] += f32(b)[i];
+  if (!b.empty()) vec::add(y, f32(b), n);
 }
 
-// Rotary position embedding of n_heads vectors of head_dim at position pos.
-void rope(float* v, size_t n_heads, size_t head_dim, int32_t pos, const RopeSettings& r) {
+// The rotation of each row's RoPE pairs: cos and sin of angle i = position * freq_scale *
+// theta^(-2i / head_dim) for i < head_dim / 2, in double, computed once per step for every layer and
+// for both Q and K.
+void rope_angles(const std::vector<int32_t>& positions, size_t head_dim, const RopeSettings& r,
+                 std::vector<double>& cos_sin) {
+  const size_t half = head_dim / 2, n_rows = positions.size();
+  std::vector<double> freq(half);
+  for (size_t i = 0; i < half; ++i) freq[i] = std::pow(double(r.theta), -2.0 * double(i) / double(head_dim));
+  cos_sin.resize(n_rows * half * 2);
+  for_rows(n_rows, 16 * half, [&](size_t begin, size_t end) {
+    for (size_t row = begin; row < end; ++row)
+      for (size_t i = 0; i < half; ++i) {
+        const double a = double(positions[row]) * double(r.freq_scale) * freq[i];
+        cos_sin[(row * half + i) * 2] = std::cos(a);
+        cos_sin[(row * half + i) * 2 + 1] = std::sin(a);
+      }
+  });
+}
+
+// Rotates n_heads vectors of head_dim by one row's angles (rope_angles). NORM rotates adjacent pairs
+// (2i, 2i+1); NEOX rotates (i, i + head_dim/2).
+void rope(float* v, size_t n_heads, size_t head_dim, const double* cos_sin, bool neox) {
   const size_t half = head_dim / 2;
-  for (size_t i = 0; i < half; ++i) {
-    double freq = std::pow(double(r.theta), -2.0 * double(i) / double(head_dim));
-    double a = double(pos) * double(r.freq_scale) * freq, c = std::cos(a), s = std::sin(a);
-    for (size_t h = 0; h < n_heads; ++h) {
-      float* x = v + h * head_dim;
-      // NORM rotates adjacent pairs (2i, 2i+1); NEOX rotates (i, i + head_dim/2).
-      size_t i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half : 2 * i + 1;
-      float x0 = x[i0], x1 = x[i1];
+  for (size_t h = 0; h < n_heads; ++h) {
+    float* x = v + h * head_dim;
+    for (size_t i = 0; i < half; ++i) {
+      const double c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+      const size_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+      const float x0 = x[i0], x1 = x[i1];
       x[i0] = float(x0 * c - x1 * s);
       x[i1] = float(x0 * s + x1 * c);
     }
   }
 }
 
-// out = down(silu(gate x) * up x) for n_rows rows of x ([n_rows][dim] each).
-void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out) {
+// The activations of one step, kept by the calling thread from step to step so that a step does not
+// allocate (and fault in) fresh pages for them: they are megabytes for a prefill chunk.
+struct Workspace {
+  std::vector<float> x, xn, q, k, v, att, tmp, ffn_out, gate, up;
+  std::vector<double> rope;
+};
+Workspace& workspace() {
+  thread_local Workspace w;
+  return w;
+}
+
+// out = down(silu(gate x) * up x) for n_rows rows of x ([n_rows][dim] each); g and u hold the
+// [n_rows][ffn] intermediates.
+void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out, std::vector<float>& g,
+            std::vector<float>& u) {
   const size_t ffn = size_t(e.gate.rows);
-  std::vector<float> g(n_rows * ffn), u(n_rows * ffn);
+  g.resize(n_rows * ffn);
+  u.resize(n_rows * ffn);
   matmul({{e.gate, g.data()}, {e.up, u.data()}}, x, n_rows);
-  for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  for_rows(n_rows, ffn, [&](size_t begin, size_t end) {
+    vec::silu_mul(g.data() + begin * ffn, u.data() + begin * ffn, (end - begin) * ffn);
+  });
   matmul(e.down, g.data(), n_rows, out);
 }
 
@@ -57,8 +96,8 @@ void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out) {
 // that gate. Every token runs it, so it is dense math like the MLP's, on the host's kernels (every
 // weight type, the batch's rows at once) rather than routed through the moe plugin.
 void add_shared_expert(const LayerWeights& L, const float* x, size_t n_rows, size_t dim, float* out) {
-  std::vector<float> shared(n_rows * dim), scale(n_rows, 1.0f);
-  swiglu(L.shared_expert, x, n_rows, shared.data());
+  std::vector<float> shared(n_rows * dim), scale(n_rows, 1.0f), g, u;
+  swiglu(L.shared_expert, x, n_rows, shared.data(), g, u);
   if (!L.shared_expert_gate.empty()) {
     matmul(L.shared_expert_gate, x, n_rows, scale.data());
     for (float& s : scale) s = 1.0f / (1.0f + std::exp(-s));
@@ -156,37 +195,52 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
 
   const size_t n_rows = tokens.size();
   const size_t qdim = nh * hd, kvdim = nkv * hd;
-  std::vector<float> x(n_rows * dim), xn(n_rows * dim), q(n_rows * qdim), k(n_rows * kvdim), v(n_rows * kvdim),
-      att(n_rows * qdim), tmp(n_rows * dim), ffn_out(n_rows * dim);
-  for (size_t r = 0; r < n_rows; ++r) {
-    int32_t tok = tokens[r];
+  for (int32_t tok : tokens)
     if (tok < 0 || uint32_t(tok) >= info.vocab_size)
       throw std::runtime_error("token id " + std::to_string(tok) + " is outside the vocabulary");
-    quant::dequantize_row(w.embed.type, w.embed.row(tok), &x[r * dim], int64_t(dim));
-  }
+  Workspace& ws = workspace();
+  std::vector<float>&x = ws.x, &xn = ws.xn, &q = ws.q, &k = ws.k, &v = ws.v, &att = ws.att, &tmp = ws.tmp,
+                    &ffn_out = ws.ffn_out;
+  for (auto* buffer : {&x, &xn, &tmp, &ffn_out}) buffer->resize(n_rows * dim);
+  for (auto* buffer : {&q, &att}) buffer->resize(n_rows * qdim);
+  for (auto* buffer : {&k, &v}) buffer->resize(n_rows * kvdim);
+  for_rows(n_rows, dim, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r)
+      quant::dequantize_row(w.embed.type, w.embed.row(tokens[r]), &x[r * dim], int64_t(dim));
+  });
+  rope_angles(positions, hd, w.rope, ws.rope);
+  const size_t half = hd / 2;
 
   for (uint32_t l = 0; l < info.n_layers; ++l) {
     const auto& L = w.layers[l];
-    for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.attn_norm, w.rms_eps, &xn[r * dim], dim);
-    matmul({{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}}, xn.data(), n_rows);
-    for (size_t r = 0; r < n_rows; ++r) {
-      float *qr = &q[r * qdim], *kr = &k[r * kvdim], *vr = &v[r * kvdim];
-      add_bias(qr, L.bq, qdim);
-      add_bias(kr, L.bk, kvdim);
-      add_bias(vr, L.bv, kvdim);
-      rope(qr, nh, hd, positions[r], w.rope);
-      rope(kr, nkv, hd, positions[r], w.rope);
-      // Store this row's keys and values through the published layout.
-      uint32_t pos = uint32_t(positions[r]);
-      int32_t block = tables[row_seq[r]][pos / layout->block_size];
-      uint32_t slot = pos % layout->block_size;
-      for (size_t h = 0; h < nkv; ++h) {
-        int64_t off = int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
-                      int64_t(h) * layout->head_stride + int64_t(slot) * layout->token_stride;
-        std::memcpy(static_cast<char*>(layout->k_base) + off, kr + h * hd, hd * sizeof(float));
-        std::memcpy(static_cast<char*>(layout->v_base) + off, vr + h * hd, hd * sizeof(float));
+    // The residual stream takes the previous layer's feed-forward output, then is normalized.
+    for_rows(n_rows, dim, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        if (l > 0) vec::add(&x[r * dim], &ffn_out[r * dim], dim);
+        vec::rmsnorm(&x[r * dim], f32(L.attn_norm), w.rms_eps, &xn[r * dim], dim);
       }
-    }
+    });
+    matmul({{L.wq, q.data()}, {L.wk, k.data()}, {L.wv, v.data()}}, xn.data(), n_rows);
+    for_rows(n_rows, qdim + 2 * kvdim, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        float *qr = &q[r * qdim], *kr = &k[r * kvdim], *vr = &v[r * kvdim];
+        add_bias(qr, L.bq, qdim);
+        add_bias(kr, L.bk, kvdim);
+        add_bias(vr, L.bv, kvdim);
+        rope(qr, nh, hd, &ws.rope[r * half * 2], w.rope.neox);
+        rope(kr, nkv, hd, &ws.rope[r * half * 2], w.rope.neox);
+        // Store this row's keys and values through the published layout.
+        uint32_t pos = uint32_t(positions[r]);
+        int32_t block = tables[row_seq[r]][pos / layout->block_size];
+        uint32_t slot = pos % layout->block_size;
+        for (size_t h = 0; h < nkv; ++h) {
+          int64_t off = int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
+                        int64_t(h) * layout->head_stride + int64_t(slot) * layout->token_stride;
+          std::memcpy(static_cast<char*>(layout->k_base) + off, kr + h * hd, hd * sizeof(float));
+          std::memcpy(static_cast<char*>(layout->v_base) + off, vr + h * hd, hd * sizeof(float));
+        }
+      }
+    });
     th_attention_batch ab{};
     ab.struct_size = sizeof ab;
     ab.layer = l;
@@ -211,16 +265,21 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     }
 
     matmul(L.wo, att.data(), n_rows, tmp.data());
-    for (size_t i = 0; i < n_rows * dim; ++i) x[i] += tmp[i];
-    for (size_t r = 0; r < n_rows; ++r) rmsnorm(&x[r * dim], L.ffn_norm, w.rms_eps, &xn[r * dim], dim);
+    for_rows(n_rows, dim, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        vec::add(&x[r * dim], &tmp[r * dim], dim);
+        vec::rmsnorm(&x[r * dim], f32(L.ffn_norm), w.rms_eps, &xn[r * dim], dim);
+      }
+    });
     if (info.n_experts == 0) {
-      swiglu(L.experts[0], xn.data(), n_rows, ffn_out.data());
+      swiglu(L.experts[0], xn.data(), n_rows, ffn_out.data(), ws.gate, ws.up);
     } else {
       const auto& moe_vt = plugins.moe->vtable<th_moe_vtable>();
       const uint32_t ne = info.n_experts, kk = info.n_experts_used;
       std::vector<float> logits(n_rows * ne), weights(n_rows * kk);
       std::vector<int32_t> ids(n_rows * kk);
       matmul(L.router, xn.data(), n_rows, logits.data());
+      std::fill(ffn_out.begin(), ffn_out.end(), 0.0f);
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
       if (th_status s = moe_vt.gate(plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
@@ -231,15 +290,16 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       if (th_status s = moe_vt.experts(plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
     }
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
-    for (size_t i = 0; i < n_rows * dim; ++i) x[i] += ffn_out[i];
   }
+  if (info.n_layers > 0) vec::add(x.data(), ffn_out.data(), n_rows * dim);
 
   // Logits of the last row of each sampled item, in one product.
   std::vector<size_t> sampled_rows;
   for (size_t s = 0; s < batch.items.size(); ++s)
     if (batch.items[s].sample) sampled_rows.push_back(seq_start[s + 1] - 1);
   std::vector<float> finals(sampled_rows.size() * dim), all(sampled_rows.size() * size_t(info.vocab_size));
-  for (size_t i = 0; i < sampled_rows.size(); ++i) rmsnorm(&x[sampled_rows[i] * dim], w.out_norm, w.rms_eps, &finals[i * dim], dim);
+  for (size_t i = 0; i < sampled_rows.size(); ++i)
+    vec::rmsnorm(&x[sampled_rows[i] * dim], f32(w.out_norm), w.rms_eps, &finals[i * dim], dim);
   matmul(w.output, finals.data(), sampled_rows.size(), all.data());
   std::vector<std::vector<float>> logits;
   for (size_t i = 0; i < sampled_rows.size(); ++i)
