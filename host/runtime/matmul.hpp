@@ -33,7 +33,8 @@ struct MatmulOutput {
 // types, bf16) run one after the other.
 void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t n_rows);
 
-// The kernel sets this CPU runs, preferred first: "avx512vnni" (256-bit AVX-512 VNNI), "avx2",
+// The kernel sets this CPU runs, preferred first: of "avx512" (AVX-512 VNNI on 512-bit registers,
+// first on AMD CPUs), "avx512vnni" (the same on 256-bit registers, first on Intel ones), "avx2" and
 // "portable".
 std::vector<std::string> matmul_kernel_sets();
 

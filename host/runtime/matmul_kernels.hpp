@@ -77,7 +77,7 @@ struct FRows {
 //   four: out[k] = dot(w row, row k of x) for k < 4
 //   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows <= kMaxTileRows, k < 4; weight
 //         row i starts i * row_bytes after w. Null when the set has no wider tile for this type.
-constexpr size_t kMaxTileRows = 2;
+constexpr size_t kMaxTileRows = 4;
 
 template <class X>
 struct TypeKernels {
@@ -105,6 +105,7 @@ struct KernelSet {
 const KernelSet* portable_set();
 const KernelSet* avx2_set();        // AVX2 + FMA + F16C
 const KernelSet* avx512vnni_set();  // AVX-512 VL/BW/VNNI on 256-bit registers, + the AVX2 set's needs
+const KernelSet* avx512_set();      // the same on 512-bit registers, + AVX-512 DQ
 
 // Shared by the portable set and the SIMD sets' tails: the reference quantizer.
 void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,

@@ -289,3 +289,37 @@ TEST_CASE("matmul: results do not depend on where the activation rows lie in mem
     }
   });
 }
+
+TEST_CASE("matmul: the x86 SIMD sets' float products agree bit for bit", "[matmul]") {
+  // avx2, avx512vnni and avx512 run the same float arithmetic lane for lane (avx512's 512-bit
+  // accumulators hold the others' two 256-bit ones), in tiles of different sizes.
+  auto rng = fresh_rng("matmul float sets");
+  std::vector<std::string> sets;
+  for (const std::string& s : matmul_kernel_sets())
+    if (s != "portable") sets.push_back(s);
+  if (sets.size() < 2) {
+    WARN("this CPU runs fewer than two SIMD kernel sets: nothing to compare");
+    return;
+  }
+  struct Restore {
+    std::string set = matmul_kernels();
+    ~Restore() { use_matmul_kernels(set); }
+  } restore;
+  for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16}) {
+    for (size_t n_rows : {size_t(1), size_t(4), size_t(13)}) {
+      const int64_t rows = 103, cols = 256 + int64_t(rng() % 40);
+      INFO(quant::dtype_name(type) << ", " << n_rows << " rows, " << cols << " columns");
+      RandomMatrix m(type, rows, cols, rng);
+      const std::vector<float> x = random_rows(n_rows, cols, rng);
+      std::vector<float> first(n_rows * rows), y(n_rows * rows);
+      use_matmul_kernels(sets[0]);
+      matmul(m.view, x.data(), n_rows, first.data());
+      for (size_t i = 1; i < sets.size(); ++i) {
+        INFO(sets[i] << " against " << sets[0]);
+        use_matmul_kernels(sets[i]);
+        matmul(m.view, x.data(), n_rows, y.data());
+        REQUIRE(y == first);
+      }
+    }
+  }
+}
