@@ -172,23 +172,37 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
                        const float* x, size_t n_rows) {
   const WeightView& w = outputs[0].w;
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
-  // The calling thread's buffers; the pool's threads reach them through these pointers.
+  // The calling thread's buffers; the pool's threads reach them through these pointers. The quad
+  // layout pads each row to whole quads and keeps its scales row-major (see QBlock).
+  const bool quads = k.layout == QLayout::quads;
+  const size_t row_blocks = quads ? quad_blocks(nb) : nb;
   thread_local std::vector<QBlock> block_buffer;
   thread_local std::vector<float> scale_buffer;
-  block_buffer.resize(n_rows * nb);
-  scale_buffer.resize(2 * nb * n_rows);
+  block_buffer.resize(n_rows * row_blocks);
+  scale_buffer.resize(2 * row_blocks * n_rows);
   QBlock* blocks = block_buffer.data();
   float* scales = scale_buffer.data();
-  float* sums = k.wants_sums ? scales + nb * n_rows : nullptr;
+  float* sums = k.wants_sums ? scales + row_blocks * n_rows : nullptr;
   auto quantize = [&](size_t begin, size_t end) {
     for (size_t r = begin; r < end; ++r) {
-      set.quantize(x + r * cols, nb, k.bias_k, blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows);
-      if (k.pairs) pair_blocks(blocks + r * nb, nb);
+      QBlock* row = blocks + r * row_blocks;
+      if (quads) {
+        float* d = scales + r * row_blocks;
+        set.quantize(x + r * cols, nb, k.bias_k, row, d, nullptr, 1);
+        std::fill(d + nb, d + row_blocks, 0.0f);
+        quad_blocks(row, nb);
+        continue;
+      }
+      set.quantize(x + r * cols, nb, k.bias_k, row, scales + r, sums ? sums + r : nullptr, n_rows);
+      if (k.layout == QLayout::pairs) pair_blocks(row, nb);
     }
   };
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
-  auto rows_from = [&](size_t r) { return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows}; };
+  auto rows_from = [&](size_t r) {
+    if (quads) return QRows{blocks + r * row_blocks, scales + r * row_blocks, nullptr, 1};
+    return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows};
+  };
   const auto segments = segments_of(outputs, count);
   product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(w.row_bytes));
 }

@@ -211,7 +211,7 @@ TypeKernels<QRows> pair_kernels(int bias_k) {
   k.tile = dot_pairs<Block, Unpack, Pair, 2, 4>;
   k.tile_rows = 2;
   k.bias_k = bias_k;
-  k.pairs = true;
+  k.layout = QLayout::pairs;
   return k;
 }
 

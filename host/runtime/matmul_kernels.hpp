@@ -54,10 +54,27 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // pair_blocks): block 2p's q holds the first 16 q of block 2p then of 2p + 1, block 2p + 1's q the last
 // 16 of each; block 2p's bias lanes 0-3 are block 2p's lanes j + j + 4 (each lane now covers q[4 j..
 // 4 j + 3] and q[16 + 4 j..16 + 4 j + 3]), lanes 4-7 block 2p + 1's. A last odd block stays as it is.
+//
+// Kernels that ask for quads (TypeKernels::layout = QLayout::quads) read the same rearrangement four
+// blocks wide, for 512-bit registers: each row holds quad_blocks(nb) blocks (nb rounded up to a
+// multiple of 4), and the storage of blocks 4p..4p+3 is one QuadBlock (see quad_blocks); the blocks
+// past nb are zeros, so a last partial quad adds nothing. Their scales are stored row-major instead:
+// row k's scale of block b is d[k * quad_blocks(nb) + b] (d_stride 1), zero past nb, so that one load
+// meets a quad's four.
 struct alignas(64) QBlock {
   int8_t q[kBlock];
   int32_t bias[8];
 };
+struct alignas(64) QuadBlock {
+  int8_t first[64];   // q[0..16) of blocks 4p, 4p + 1, 4p + 2, 4p + 3
+  int8_t last[64];    // q[16..32) of each
+  int32_t bias[16];   // lanes 4m..4m + 3: block 4p + m's bias lanes j + (j + 4), as in the pairs
+  int32_t unused[16];
+};
+static_assert(sizeof(QuadBlock) == 4 * sizeof(QBlock), "a quad is stored in its four blocks");
+enum class QLayout { blocks, pairs, quads };
+inline size_t quad_blocks(size_t nb) { return (nb + 3) / 4 * 4; }
+
 struct QRows {
   const QBlock* blocks;
   const float* d;
@@ -88,7 +105,7 @@ struct TypeKernels {
   size_t tile_rows = 0;
   int bias_k = 0;            // quantized types: K of QBlock::bias the kernels read, 0 when they read none
   bool wants_sums = false;  // quantized types: whether the kernels read QRows::sums
-  bool pairs = false;       // quantized types: whether the kernels read the blocks paired (see QBlock)
+  QLayout layout = QLayout::blocks;  // quantized types: how the kernels read the blocks (see QBlock)
 };
 
 struct KernelSet {
@@ -113,5 +130,8 @@ void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, fl
 
 // Rearranges one row's nb quantized blocks (with their bias lanes) into the pair layout (see QBlock).
 void pair_blocks(QBlock* blocks, size_t nb);
+// Rearranges one row's quad_blocks(nb) blocks, of which the first nb are quantized, into the quad
+// layout (see QBlock), zeroing the blocks past nb first.
+void quad_blocks(QBlock* blocks, size_t nb);
 
 }  // namespace tokenhost::matmul_detail

@@ -153,6 +153,23 @@ void pair_blocks(QBlock* blocks, size_t nb) {
   }
 }
 
+void quad_blocks(QBlock* blocks, size_t nb) {
+  constexpr size_t half = kBlock / 2;
+  const size_t padded = quad_blocks(nb);
+  std::memset(static_cast<void*>(blocks + nb), 0, (padded - nb) * sizeof(QBlock));
+  for (size_t b = 0; b < padded; b += 4) {
+    QuadBlock quad;
+    for (size_t m = 0; m < 4; ++m) {
+      const QBlock& block = blocks[b + m];
+      std::memcpy(quad.first + m * half, block.q, half);
+      std::memcpy(quad.last + m * half, block.q + half, half);
+      for (size_t j = 0; j < 4; ++j) quad.bias[4 * m + j] = block.bias[j] + block.bias[j + 4];
+    }
+    std::memset(quad.unused, 0, sizeof quad.unused);
+    std::memcpy(static_cast<void*>(blocks + b), &quad, sizeof quad);
+  }
+}
+
 const KernelSet* portable_set() {
   static const KernelSet set{"portable",
                              quantize_portable,
