@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -172,10 +173,12 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
                        const float* x, size_t n_rows) {
   const WeightView& w = outputs[0].w;
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
-  // The calling thread's buffers; the pool's threads reach them through these pointers. The quad
-  // layout pads each row to whole quads and keeps its scales row-major (see QBlock).
-  const bool quads = k.layout == QLayout::quads;
-  const size_t row_blocks = quads ? quad_blocks(nb) : nb;
+  // The calling thread's buffers; the pool's threads reach them through these pointers. The 512-bit
+  // layouts pad each row to whole groups and keep its scales row-major (see QBlock).
+  const PackedKernels* packed = k.packed != nullptr && n_rows >= k.packed->min_rows ? k.packed : nullptr;
+  const QLayout layout = packed != nullptr ? QLayout::groups : k.layout;
+  const bool wide = layout == QLayout::quads || layout == QLayout::groups;
+  const size_t row_blocks = wide ? group_blocks(nb) : nb;
   thread_local std::vector<QBlock> block_buffer;
   thread_local std::vector<float> scale_buffer;
   block_buffer.resize(n_rows * row_blocks);
@@ -186,23 +189,43 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
   auto quantize = [&](size_t begin, size_t end) {
     for (size_t r = begin; r < end; ++r) {
       QBlock* row = blocks + r * row_blocks;
-      if (quads) {
+      if (wide) {
         float* d = scales + r * row_blocks;
         set.quantize(x + r * cols, nb, k.bias_k, row, d, nullptr, 1);
-        std::fill(d + nb, d + row_blocks, 0.0f);
-        quad_blocks(row, nb);
+        if (layout == QLayout::quads) to_quad_layout(row, d, nb);
+        else to_group_layout(row, d, nb);
         continue;
       }
       set.quantize(x + r * cols, nb, k.bias_k, row, scales + r, sums ? sums + r : nullptr, n_rows);
-      if (k.layout == QLayout::pairs) pair_blocks(row, nb);
+      if (layout == QLayout::pairs) pair_blocks(row, nb);
     }
   };
   if (n_rows >= 4 && n_rows * cols >= 32768) compute_pool().parallel_for(n_rows, quantize);
   else quantize(0, n_rows);
   auto rows_from = [&](size_t r) {
-    if (quads) return QRows{blocks + r * row_blocks, scales + r * row_blocks, nullptr, 1};
+    if (wide) return QRows{blocks + r * row_blocks, scales + r * row_blocks, nullptr, 1};
     return QRows{blocks + r * nb, scales + r, sums ? sums + r : nullptr, n_rows};
   };
+  if (packed != nullptr) {
+    const size_t packed_bytes = packed->row_bytes(nb);
+    TypeKernels<QRows> pk;
+    pk.one = packed->one;
+    pk.four = packed->four;
+    pk.tile = packed->tile;
+    pk.tile_rows = packed->tile_rows;
+    std::vector<Segment<std::function<WeightBlock(size_t, size_t)>>> segments;
+    for (size_t i = 0; i < count; ++i) {
+      const WeightView& wi = outputs[i].w;
+      segments.push_back({size_t(wi.rows), outputs[i].y, [&wi, packed, packed_bytes, nb](size_t o0, size_t o1) {
+                            thread_local std::vector<QBlock> buffer;  // 64-byte aligned
+                            buffer.resize(((o1 - o0) * packed_bytes + sizeof(QBlock) - 1) / sizeof(QBlock));
+                            uint8_t* dst = reinterpret_cast<uint8_t*>(buffer.data());
+                            packed->repack(wi.row(int64_t(o0)), wi.row_bytes, o1 - o0, nb, dst);
+                            return WeightBlock{dst, packed_bytes};
+                          }});
+    }
+    return product(pk, segments.data(), count, rows_from, n_rows, nb, rows_per_block(packed_bytes));
+  }
   const auto segments = segments_of(outputs, count);
   product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(w.row_bytes));
 }

@@ -55,12 +55,25 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // 16 of each; block 2p's bias lanes 0-3 are block 2p's lanes j + j + 4 (each lane now covers q[4 j..
 // 4 j + 3] and q[16 + 4 j..16 + 4 j + 3]), lanes 4-7 block 2p + 1's. A last odd block stays as it is.
 //
-// Kernels that ask for quads (TypeKernels::layout = QLayout::quads) read the same rearrangement four
-// blocks wide, for 512-bit registers: each row holds quad_blocks(nb) blocks (nb rounded up to a
-// multiple of 4), and the storage of blocks 4p..4p+3 is one QuadBlock (see quad_blocks); the blocks
-// past nb are zeros, so a last partial quad adds nothing. Their scales are stored row-major instead:
-// row k's scale of block b is d[k * quad_blocks(nb) + b] (d_stride 1), zero past nb, so that one load
-// meets a quad's four.
+// The 512-bit kernels (QLayout::quads and ::groups) sum each block's products exactly in int32 lanes,
+// then scale and add them in float 16 blocks at a time: one float lane per block, lane L of group g
+// (blocks 16 g..16 g + 15) holding block 16 g + group_lane_block(L), that is lane 4 m + q block 4 q + m
+// (the order in which four quads' lanes reduce to one per block). Per output row the float work is
+// acc = fma(float(dot of the group's blocks), dw * dx, acc) over the groups in order, then a sum of
+// acc's lanes: the same in every kernel of a set that reads these layouts, whatever the layout.
+// Each row is padded to group_blocks(nb) blocks; blocks past nb are zeros (scales too) and add nothing.
+//
+// QLayout::quads (kernels that read the weights as they are): the pairs' rearrangement four blocks
+// wide. The storage of blocks 4p..4p+3 is one QuadBlock (see to_quad_layout). Scales are row-major and in
+// lane order: row k's scale for lane L of group g is d[k * group_blocks(nb) + 16 g + L] (d_stride 1).
+//
+// QLayout::groups (kernels that read repacked weights, see PackedKernels): the storage of group g, 16
+// blocks, is one GroupBlock: chunk j, lane L holds q[4 j..4 j + 3] of the lane's block, so that one
+// vpdpbusd meets four elements of each of 16 blocks; the lane's bias covers the whole block.
+constexpr size_t kGroup = 16;
+inline size_t group_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
+constexpr size_t group_lane_block(size_t lane) { return 4 * (lane % 4) + lane / 4; }
+
 struct alignas(64) QBlock {
   int8_t q[kBlock];
   int32_t bias[8];
@@ -71,9 +84,15 @@ struct alignas(64) QuadBlock {
   int32_t bias[16];   // lanes 4m..4m + 3: block 4p + m's bias lanes j + (j + 4), as in the pairs
   int32_t unused[16];
 };
-static_assert(sizeof(QuadBlock) == 4 * sizeof(QBlock), "a quad is stored in its four blocks");
-enum class QLayout { blocks, pairs, quads };
-inline size_t quad_blocks(size_t nb) { return (nb + 3) / 4 * 4; }
+struct alignas(64) GroupBlock {
+  int8_t chunk[8][64];  // chunk j, lane L (4 bytes): q[4 j..4 j + 3] of block group_lane_block(L)
+  int32_t bias[16];     // lane L: the sum of that block's bias lanes
+  float d[16];          // lane L: that block's scale
+  uint8_t unused[384];
+};
+static_assert(sizeof(QuadBlock) == 4 * sizeof(QBlock) && sizeof(GroupBlock) == kGroup * sizeof(QBlock),
+              "quads and groups are stored in their blocks");
+enum class QLayout { blocks, pairs, quads, groups };
 
 struct QRows {
   const QBlock* blocks;
@@ -106,6 +125,21 @@ struct TypeKernels {
   int bias_k = 0;            // quantized types: K of QBlock::bias the kernels read, 0 when they read none
   bool wants_sums = false;  // quantized types: whether the kernels read QRows::sums
   QLayout layout = QLayout::blocks;  // quantized types: how the kernels read the blocks (see QBlock)
+  // Quantized types: kernels on repacked weights, used for products of at least packed->min_rows
+  // activation rows (null: none). Their results are those of the kernels above, bit for bit.
+  const struct PackedKernels* packed = nullptr;
+};
+
+// Kernels that read weights repacked, a block of rows at a time, into a layout of their own (made once
+// per product and reused by every activation row), against activations in QLayout::groups. Each
+// repacked row takes row_bytes(nb) bytes; one, four and tile are as in TypeKernels, on repacked rows.
+struct PackedKernels {
+  size_t min_rows;
+  size_t (*row_bytes)(size_t nb);
+  // Repacks rows [0, rows) of weights (src_row_bytes apart, nb blocks each) into dst.
+  void (*repack)(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, uint8_t* dst);
+  TypeKernels<QRows>::Fn one, four, tile;
+  size_t tile_rows;
 };
 
 struct KernelSet {
@@ -123,6 +157,9 @@ const KernelSet* portable_set();
 const KernelSet* avx2_set();        // AVX2 + FMA + F16C
 const KernelSet* avx512vnni_set();  // AVX-512 VL/BW/VNNI on 256-bit registers, + the AVX2 set's needs
 const KernelSet* avx512_set();      // the same on 512-bit registers, + AVX-512 DQ
+// The avx512 set's q8_0 and q4_0 kernels (matmul_avx512_int8.cpp); call only where it runs.
+TypeKernels<QRows> avx512_q8_0_kernels();
+TypeKernels<QRows> avx512_q4_0_kernels();
 
 // Shared by the portable set and the SIMD sets' tails: the reference quantizer.
 void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, float* d, float* sums,
@@ -130,8 +167,11 @@ void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, fl
 
 // Rearranges one row's nb quantized blocks (with their bias lanes) into the pair layout (see QBlock).
 void pair_blocks(QBlock* blocks, size_t nb);
-// Rearranges one row's quad_blocks(nb) blocks, of which the first nb are quantized, into the quad
-// layout (see QBlock), zeroing the blocks past nb first.
-void quad_blocks(QBlock* blocks, size_t nb);
+// Rearrange one row's group_blocks(nb) blocks, of which the first nb are quantized, into the quad or
+// group layout (see QBlock), zeroing the blocks past nb; to_quad_layout also puts the row's scales d
+// (nb of them, in an array group_blocks(nb) long) in lane order, to_group_layout moves them into the
+// groups.
+void to_quad_layout(QBlock* blocks, float* d, size_t nb);
+void to_group_layout(QBlock* blocks, const float* d, size_t nb);
 
 }  // namespace tokenhost::matmul_detail

@@ -153,9 +153,9 @@ void pair_blocks(QBlock* blocks, size_t nb) {
   }
 }
 
-void quad_blocks(QBlock* blocks, size_t nb) {
+void to_quad_layout(QBlock* blocks, float* d, size_t nb) {
   constexpr size_t half = kBlock / 2;
-  const size_t padded = quad_blocks(nb);
+  const size_t padded = group_blocks(nb);
   std::memset(static_cast<void*>(blocks + nb), 0, (padded - nb) * sizeof(QBlock));
   for (size_t b = 0; b < padded; b += 4) {
     QuadBlock quad;
@@ -167,6 +167,31 @@ void quad_blocks(QBlock* blocks, size_t nb) {
     }
     std::memset(quad.unused, 0, sizeof quad.unused);
     std::memcpy(static_cast<void*>(blocks + b), &quad, sizeof quad);
+  }
+  for (size_t g = 0; g < padded; g += kGroup) {
+    float lanes[kGroup];
+    for (size_t lane = 0; lane < kGroup; ++lane) {
+      const size_t b = g + group_lane_block(lane);
+      lanes[lane] = b < nb ? d[b] : 0.0f;
+    }
+    std::memcpy(d + g, lanes, sizeof lanes);
+  }
+}
+
+void to_group_layout(QBlock* blocks, const float* d, size_t nb) {
+  const size_t padded = group_blocks(nb);
+  for (size_t g = 0; g < padded; g += kGroup) {
+    GroupBlock group{};
+    for (size_t lane = 0; lane < kGroup; ++lane) {
+      const size_t b = g + group_lane_block(lane);
+      if (b >= nb) continue;  // zeros
+      for (size_t j = 0; j < 8; ++j) std::memcpy(&group.chunk[j][4 * lane], blocks[b].q + 4 * j, 4);
+      int32_t bias = 0;
+      for (int32_t lane_bias : blocks[b].bias) bias += lane_bias;
+      group.bias[lane] = bias;
+      group.d[lane] = d[b];
+    }
+    std::memcpy(static_cast<void*>(blocks + g), &group, sizeof group);
   }
 }
 

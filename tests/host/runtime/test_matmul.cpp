@@ -117,14 +117,15 @@ TEST_CASE("matmul: each weight type matches a float64 product within its bound",
   for_each_kernel_set([&] {
     for (th_dtype type :
          {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K}) {
-      // 1 row (decode), 5 (a four-row tile and one), 12 (tiles only); 301 output rows: large enough to
-      // run on the pool, odd so that a wider weight tile leaves a row over.
-      for (size_t n_rows : {size_t(1), size_t(5), size_t(12)}) {
+      // 1 row (decode), 5 (a four-row tile and one), 12 (tiles only), 37 (enough rows for the kernels
+      // on repacked weights, where a set has them); 301 output rows: large enough to run on the pool,
+      // odd so that a wider weight tile leaves a row over.
+      for (size_t n_rows : {size_t(1), size_t(5), size_t(12), size_t(37)}) {
         INFO(quant::dtype_name(type) << ", " << n_rows << " rows");
         // 32-element block types: 16 blocks (two groups of eight) and a tail of 5 for one row (two
         // pairs and a single block), of 7 for five rows (three pairs and one), none for twelve.
         const bool blocks_of_32 = type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0;
-        const int64_t cols = blocks_of_32 ? 512 + 32 * int64_t(n_rows == 1 ? 5 : n_rows == 5 ? 7 : 0) : 512;
+        const int64_t cols = blocks_of_32 ? 512 + 32 * int64_t(n_rows == 1 ? 5 : n_rows == 5 ? 7 : n_rows == 37 ? 3 : 0) : 512;
         RandomMatrix m(type, 301, cols, rng);
         check_product(m.view, random_rows(n_rows, cols, rng), n_rows);
       }
@@ -193,17 +194,19 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
     for (th_dtype type : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_BF16, TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K,
                           TH_DTYPE_Q6_K}) {
       INFO(quant::dtype_name(type));
-      // Tails of 0..7 blocks after the groups of eight, pairs and single blocks the kernels process
-      // (K-quants come in 256-element blocks), 0..7 elements after the float kernels' steps; an odd
-      // number of output rows.
+      // 8 to 25 blocks: every tail of 0..7 blocks after the groups of eight, pairs and single blocks the
+      // kernels process, and of 16-block groups 8 short of one to 9 past one (K-quants come in
+      // 256-element blocks); 0..39 elements after the float kernels' steps; an odd number of output rows.
       const int64_t rows = 97;
       const bool blocks_of_32 = type == TH_DTYPE_Q8_0 || type == TH_DTYPE_Q4_0;
-      for (int64_t tail = 0; tail < (blocks_of_32 ? 8 : 1); ++tail) {
+      for (int64_t tail = 0; tail < (blocks_of_32 ? 18 : 1); ++tail) {
         const int64_t cols = type == TH_DTYPE_Q4_K || type == TH_DTYPE_Q6_K ? 512
                              : blocks_of_32                                   ? 256 + 32 * tail
                                                                               : 256 + int64_t(rng() % 40);
         INFO(cols << " columns");
-        const size_t n_rows = 11;  // groups of four and a remainder
+        // Groups of four and a remainder; enough rows for the kernels on repacked weights (whose results
+        // must be the one-row kernel's) where a set has them.
+        const size_t n_rows = 37;
         RandomMatrix m(type, rows, cols, rng);
         const WeightView& w = m.view;
         std::vector<float> x = random_rows(n_rows, cols, rng);
