@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backends/device_memory.hpp"
+#include "runtime/compute_pool.hpp"
 
 std::string th_error::text() const {
   std::string out;
@@ -203,12 +204,21 @@ th_status api_model_run(th_host_ctx*, const th_model_run_request*, th_model_run_
   return TH_ERR_UNSUPPORTED;
 }
 
+// The process's compute pool, the one matmul and the forward pass's elementwise math run on.
+void api_parallel_for(th_host_ctx*, size_t n, size_t grain, uint32_t max_threads,
+                      void (*fn)(void* arg, size_t begin, size_t end), void* arg) {
+  if (fn == nullptr) return;
+  compute_pool().parallel_for(n, [fn, arg](size_t begin, size_t end) { fn(arg, begin, end); }, grain, max_threads);
+}
+
+uint32_t api_compute_threads(th_host_ctx*) { return uint32_t(compute_pool().threads()); }
+
 const th_host_api kHostApi = {
     sizeof(th_host_api),   TH_ABI_VERSION_MAJOR,  TH_ABI_VERSION_MINOR,  TOKENHOST_VERSION,
     api_error_set,         api_log,               api_config_get_int,    api_config_get_double,
     api_config_get_bool,   api_config_get_string, api_metric_create,     api_metric_add,
     api_metric_set,        api_metric_observe,    api_mem_alloc,         api_mem_free,
-    api_model_run,
+    api_model_run,         api_parallel_for,      api_compute_threads,
 };
 
 }  // namespace

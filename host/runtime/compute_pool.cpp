@@ -81,8 +81,9 @@ ComputePool::~ComputePool() {
 }
 
 void ComputePool::work(size_t index, const std::function<void(size_t, size_t)>& fn, size_t n, size_t grain) {
+  if (index >= participants_) return;
   if (grain == 0) {
-    auto [begin, end] = share(n, threads(), index);
+    auto [begin, end] = share(n, participants_, index);
     if (begin < end) fn(begin, end);
     return;
   }
@@ -90,10 +91,12 @@ void ComputePool::work(size_t index, const std::function<void(size_t, size_t)>& 
     fn(begin, std::min(n, begin + grain));
 }
 
-void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain) {
+void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain,
+                               size_t max_threads) {
   if (n == 0) return;
-  if (workers_.empty() || n == 1 || (grain != 0 && grain >= n)) {
-    fn(0, n);
+  if (workers_.empty() || n == 1 || (grain != 0 && grain >= n) || max_threads == 1) {
+    if (grain == 0) return fn(0, n);
+    for (size_t begin = 0; begin < n; begin += grain) fn(begin, std::min(n, begin + grain));
     return;
   }
   std::lock_guard call(call_mutex_);
@@ -102,6 +105,7 @@ void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t
     job_ = &fn;
     n_ = n;
     grain_ = grain;
+    participants_ = max_threads == 0 ? threads() : std::min(max_threads, threads());
     next_.store(0, std::memory_order_relaxed);
     pending_.store(workers_.size(), std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);

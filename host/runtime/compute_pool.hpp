@@ -25,8 +25,10 @@ class ComputePool {
   // Calls fn(begin, end) over [0, n) split into contiguous ranges, the calling thread taking part;
   // returns when all are done. Calls from several threads take turns. With grain 0, one range per
   // thread, of equal sizes; otherwise ranges of grain indices (the last one shorter), which the
-  // threads claim in order as they finish the previous: a thread that the OS runs late does less.
-  void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& fn, size_t grain = 0);
+  // threads claim in order as they finish the previous: a thread that the OS runs late does less. At
+  // most max_threads threads take part, the calling one included (0: all).
+  void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& fn, size_t grain = 0,
+                    size_t max_threads = 0);
   size_t threads() const { return workers_.size() + 1; }
 
  private:
@@ -38,7 +40,7 @@ class ComputePool {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;  // guarded by mutex_
-  size_t n_ = 0, grain_ = 0;
+  size_t n_ = 0, grain_ = 0, participants_ = 0;
   std::atomic<size_t> next_{0};          // the next range to claim, with grain_ > 0
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
   std::atomic<size_t> pending_{0};       // workers still on the current job

@@ -7,9 +7,9 @@
 // layouts): acc = fma(float(dots), dw * dx, acc) per group of 16 blocks, the lanes summed at the end.
 // Two families of kernels compute exactly this:
 //
-//   direct (QLayout::quads): read the weights as they are, four blocks per register (the first 16
-//     bytes of each block in one, the last 16 in another), and reduce each block's four lanes to one;
-//     decode and small batches.
+//   direct (QLayout::quads): one row; reads the weights as they are, four blocks per register (the
+//     first 16 bytes of each block in one, the last 16 in another), and reduces each block's four
+//     lanes to one; decode and products of fewer than four rows.
 //   packed (QLayout::groups): read weights repacked per product (PackedKernels) so that one register
 //     holds four bytes of each of 16 blocks: eight vpdpbusd per group and output, no reduction, the
 //     weight registers shared by four activation rows; prefill and large batches.
@@ -61,10 +61,17 @@ struct QuadWeights {
 struct Q8_0 {
   using Block = BlockQ8_0;
   static constexpr int bias_k = 128;
+  // Each block's 32 bytes in one load; two quadword permutations sort the halves.
   TH_512_INLINE static QuadWeights quad(const BlockQ8_0* w, size_t count) {
+    const auto block = [w](size_t m) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[m].q)); };
+    __m512i pair01 = _mm512_zextsi256_si512(block(0)), pair23 = _mm512_setzero_si512();
+    if (count > 1) pair01 = _mm512_inserti64x4(pair01, block(1), 1);
+    if (count > 2) pair23 = _mm512_zextsi256_si512(block(2));
+    if (count > 3) pair23 = _mm512_inserti64x4(pair23, block(3), 1);
+    const __m512i firsts = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), lasts = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i flip = _mm512_set1_epi8(char(0x80));
-    return {_mm512_xor_si512(gather_quarters([w](size_t m) { return w[m].q; }, count), flip),
-            _mm512_xor_si512(gather_quarters([w](size_t m) { return w[m].q + 16; }, count), flip)};
+    return {_mm512_xor_si512(_mm512_permutex2var_epi64(pair01, firsts, pair23), flip),
+            _mm512_xor_si512(_mm512_permutex2var_epi64(pair01, lasts, pair23), flip)};
   }
 };
 
@@ -119,65 +126,37 @@ TH_512_INLINE __m512i fold64(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
-// The group of blocks g..g+15 (present of them) of W weight rows against R activation rows, into
-// acc[i * R + k]. The quads' lanes are folded as they come (two registers per output).
-template <class Type, size_t W, size_t R>
-TH_512_INLINE void direct_group(const typename Type::Block* const* w, const QRows& x, size_t stride, size_t g,
-                                size_t present, __m512* acc) {
-  __m512i low[W * R], high[W * R];  // fold32 of quads 0 and 1, of quads 2 and 3
+// The group of blocks g..g+15 (present of them) of a weight row against an activation row, added to
+// acc. The quads' lanes are folded as they come.
+template <class Type, bool prefetch>
+TH_512_INLINE __m512 direct_group(const typename Type::Block* w, const QRows& x, size_t g, size_t present, __m512 acc) {
+  __m512i folded[2];  // fold32 of quads 0 and 1, of quads 2 and 3
   #pragma GCC unroll 4
   for (size_t q = 0; q < 4; ++q) {
     const size_t count = 4 * q < present ? std::min<size_t>(4, present - 4 * q) : 0;
-    QuadWeights qw[W];
-    #pragma GCC unroll 8
-    for (size_t i = 0; i < W; ++i) qw[i] = count ? Type::quad(w[i] + g + 4 * q, count) : QuadWeights{};
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) {
-      const QuadBlock& xq = *reinterpret_cast<const QuadBlock*>(x.blocks + k * stride + g + 4 * q);
-      #pragma GCC unroll 8
-      for (size_t i = 0; i < W; ++i) {
-        const size_t o = i * R + k;
-        const __m512i lanes =
-            count ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(load512(xq.bias), qw[i].first, load512(xq.first)),
-                                        qw[i].last, load512(xq.last))
-                  : _mm512_setzero_si512();
-        if (q == 0) low[o] = lanes;
-        else if (q == 1) low[o] = fold32(low[o], lanes);
-        else if (q == 2) high[o] = lanes;
-        else high[o] = fold32(high[o], lanes);
-      }
+    __m512i lanes = _mm512_setzero_si512();
+    if (count) {
+      if (prefetch) prefetch_ahead(w + g + 4 * q, 4 * sizeof(typename Type::Block));
+      const QuadWeights qw = Type::quad(w + g + 4 * q, count);
+      const QuadBlock& xq = *reinterpret_cast<const QuadBlock*>(x.blocks + g + 4 * q);
+      lanes = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(load512(xq.bias), qw.first, load512(xq.first)), qw.last,
+                                  load512(xq.last));
     }
+    folded[q / 2] = q % 2 == 0 ? lanes : fold32(folded[q / 2], lanes);
   }
-  __m512 dw[W];
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) dw[i] = group_scales(w[i] + g, present);
-  #pragma GCC unroll 8
-  for (size_t k = 0; k < R; ++k) {
-    const __m512 dx = _mm512_loadu_ps(x.d + k * stride + g);
-    #pragma GCC unroll 8
-    for (size_t i = 0; i < W; ++i) acc[i * R + k] = scale_add(fold64(low[i * R + k], high[i * R + k]), dw[i], dx, acc[i * R + k]);
-  }
+  return scale_add(fold64(folded[0], folded[1]), group_scales(w + g, present), _mm512_loadu_ps(x.d + g), acc);
 }
 
-// out[i * R + k] = dot(weight row i, activation row k) over nb blocks; the one-row kernel prefetches.
-template <class Type, size_t W, size_t R>
-void dot_direct(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+// out[0] = dot(weight row, activation row) over nb blocks, prefetching the weights.
+template <class Type>
+void dot_direct(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) {
   using Block = typename Type::Block;
-  const size_t stride = group_blocks(nb);
-  const Block* w[W];
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const Block*>(wp + i * row_bytes);
-  __m512 acc[W * R];
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) acc[i] = _mm512_setzero_ps();
+  const Block* w = reinterpret_cast<const Block*>(wp);
+  __m512 acc = _mm512_setzero_ps();
   size_t g = 0;
-  for (; g + kGroup <= nb; g += kGroup) {
-    if constexpr (W == 1 && R == 1) prefetch_ahead(w[0] + g, kGroup * sizeof(Block));
-    direct_group<Type, W, R>(w, x, stride, g, kGroup, acc);
-  }
-  if (g < nb) direct_group<Type, W, R>(w, x, stride, g, nb - g, acc);
-  #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
+  for (; g + kGroup <= nb; g += kGroup) acc = direct_group<Type, true>(w, x, g, kGroup, acc);
+  if (g < nb) acc = direct_group<Type, false>(w, x, g, nb - g, acc);
+  out[0] = hsum512(acc);
 }
 
 // ---- packed kernels ------------------------------------------------------------------------------
@@ -282,11 +261,14 @@ template <class Type>
 TypeKernels<QRows> kernels() {
   static const PackedKernels packed{kPackedMinRows, packed_row_bytes, repack<Type>,
                                     dot_packed<1, 1>, dot_packed<1, 4>, dot_packed<2, 4>, 2};
-  TypeKernels<QRows> k;
-  k.one = dot_direct<Type, 1, 1>;
-  k.four = dot_direct<Type, 1, 4>;
-  k.tile = dot_direct<Type, 2, 4>;
-  k.tile_rows = 2;
+  TypeKernels<QRows> k;  // fewer than kPackedMinRows rows: the direct kernel row by row
+  k.one = dot_direct<Type>;
+  k.four = [](const uint8_t* w, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+    for (size_t r = 0; r < 4; ++r) {
+      const QRows row{x.blocks + r * group_blocks(nb), x.d + r * group_blocks(nb), nullptr, 1};
+      dot_direct<Type>(w, row_bytes, row, nb, out + r);
+    }
+  };
   k.bias_k = Type::bias_k;
   k.layout = QLayout::quads;
   k.packed = &packed;

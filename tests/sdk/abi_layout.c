@@ -117,7 +117,7 @@ TH_PIN_OFFSET(th_model_run_result, struct_size, 0);
 TH_PIN_OFFSET(th_model_run_result, tokens, 8);
 TH_PIN_OFFSET(th_model_run_result, capacity, 16);
 TH_PIN_OFFSET(th_model_run_result, n_tokens, 20);
-TH_PIN_SIZE(th_host_api, 120);
+TH_PIN_SIZE(th_host_api, 136);
 TH_PIN_OFFSET(th_host_api, struct_size, 0);
 TH_PIN_OFFSET(th_host_api, abi_major, 4);
 TH_PIN_OFFSET(th_host_api, abi_minor, 6);
@@ -135,6 +135,8 @@ TH_PIN_OFFSET(th_host_api, metric_observe, 88);
 TH_PIN_OFFSET(th_host_api, mem_alloc, 96);
 TH_PIN_OFFSET(th_host_api, mem_free, 104);
 TH_PIN_OFFSET(th_host_api, model_run, 112);
+TH_PIN_OFFSET(th_host_api, parallel_for, 120); /* 1.1 */
+TH_PIN_OFFSET(th_host_api, compute_threads, 128); /* 1.1 */
 TH_PIN_SIZE(th_kv_layout, 128);
 TH_PIN_OFFSET(th_kv_layout, struct_size, 0);
 TH_PIN_OFFSET(th_kv_layout, block_size, 4);

@@ -6,7 +6,7 @@
 // head's group and every row of the chunk that reaches the block, scores the block's keys, updates a
 // running max and sum (rescaling the accumulator when the max grows) and adds p * v. Each KV block is
 // read once per item while it is hot in cache, and no score row longer than one block exists. Items
-// run on a persistent pool owned by the instance; the calling thread takes part.
+// run on the host's compute threads (th_host_api.parallel_for), the calling thread taking part.
 //
 // Every (row, head) output is computed by one thread with the same operations whatever the chunking
 // and the thread count, so results do not depend on `threads`.
@@ -16,11 +16,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -217,74 +214,6 @@ Kernels pick_kernels() {
   return {scores_portable, accum_portable, exp_sum_portable, "portable"};
 }
 
-// ---- the pool -----------------------------------------------------------------------------------
-
-// n - 1 threads started at construction and joined at destruction; run() uses them and the caller.
-class Pool {
- public:
-  explicit Pool(unsigned n) {
-    for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this, i] { loop(i); });
-  }
-  ~Pool() {
-    std::unique_lock lock(mutex_);
-    stop_ = true;
-    lock.unlock();
-    wake_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
-  Pool(const Pool&) = delete;
-  Pool& operator=(const Pool&) = delete;
-
-  unsigned size() const { return unsigned(workers_.size()) + 1; }
-
-  // Calls fn(participant) once on every participant, the caller being participant 0; returns when all
-  // calls have returned. fn must not throw.
-  template <class F>
-  void run(F& fn) {
-    if (workers_.empty()) return fn(0u);
-    {
-      std::lock_guard lock(mutex_);
-      job_ = [](void* f, unsigned i) { (*static_cast<F*>(f))(i); };
-      ctx_ = &fn;
-      pending_ = workers_.size();
-      ++generation_;
-    }
-    wake_.notify_all();
-    fn(0u);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-  }
-
- private:
-  void loop(unsigned index) {
-    uint64_t seen = 0;
-    for (;;) {
-      void (*job)(void*, unsigned);
-      void* ctx;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
-        ctx = ctx_;
-      }
-      job(ctx, index);
-      std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  void (*job_)(void*, unsigned) = nullptr;
-  void* ctx_ = nullptr;
-  size_t pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-};
-
 // ---- the instance -------------------------------------------------------------------------------
 
 // Rows [r0, r1) of sequence seq against kv head kvh, for every query head of its group.
@@ -298,21 +227,25 @@ struct Scratch {
   std::vector<float> acc, m, l, s;
 };
 
-unsigned thread_count(int64_t configured) {
-  if (configured > 0) return unsigned(configured);
-  return std::clamp(std::thread::hardware_concurrency(), 1u, 256u);
+// The host's compute threads this instance uses at most: the configured count, or all of them.
+unsigned thread_count(th_host_ctx* ctx, int64_t configured) {
+  const unsigned available = std::max(1u, sdk::host().compute_threads(ctx));
+  return configured > 0 ? std::min(unsigned(configured), available) : available;
 }
 
 struct CpuFlash {
   explicit CpuFlash(const th_create_args& args)
-      : kernels(pick_kernels()), pool(thread_count(sdk::Config(args.config).get_int_in("threads", 0, 0, 256))) {
-    scratch.resize(pool.size());
+      : host_ctx(args.host_ctx),
+        kernels(pick_kernels()),
+        threads(thread_count(args.host_ctx, sdk::Config(args.config).get_int_in("threads", 0, 0, 256))) {
+    scratch.resize(threads);
     sdk::log(args.host_ctx, TH_LOG_DEBUG,
-             std::string(kernels.name) + " kernels, " + std::to_string(pool.size()) + " threads");
+             std::string(kernels.name) + " kernels, " + std::to_string(threads) + " of the host's compute threads");
   }
+  th_host_ctx* host_ctx;
   Kernels kernels;
-  Pool pool;
-  std::vector<Scratch> scratch;
+  unsigned threads;
+  std::vector<Scratch> scratch;  // one per participant
   std::vector<Item> items;
 };
 
@@ -378,7 +311,7 @@ th_status forward(th_instance* instance, const th_attention_batch* batch, th_err
     CpuFlash& self = sdk::self<CpuFlash>(instance);
     const th_attention_batch& b = *batch;
     const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim;
-    const unsigned n_threads = self.pool.size();
+    const unsigned n_threads = self.threads;
 
     // Rows per item: the running state of one item (rows x group x d floats) stays within ~64 KiB,
     // and there are a few items per thread when the batch allows it.
@@ -415,17 +348,19 @@ th_status forward(th_instance* instance, const th_attention_batch* batch, th_err
       sc.s.resize(b.kv->block_size);
     }
 
+    // Participant p (one index of the host's parallel_for each) claims items through the counter.
     std::atomic<size_t> next{0};
-    auto participant = [&](unsigned p) noexcept {
-      for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
-           i = next.fetch_add(1, std::memory_order_relaxed)) {
-        run_item(b, self.kernels, items[i], self.scratch[p]);
-      }
+    auto participants = [&](size_t first, size_t last) {
+      for (size_t p = first; p < last; ++p)
+        for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+          run_item(b, self.kernels, items[i], self.scratch[p]);
+        }
     };
     if (parallel) {
-      self.pool.run(participant);
+      sdk::parallel_for(self.host_ctx, n_threads, 0, n_threads, participants);
     } else {
-      participant(0);
+      participants(0, 1);
     }
   });
 }

@@ -6,7 +6,8 @@
 //   - sdk::Error and sdk::guard(): throw inside a plugin, return a th_status + message at the boundary;
 //   - sdk::Config: typed configuration look-up with defaults;
 //   - sdk::create_instance<T> / destroy_instance<T>: a C++ class as th_instance (RAII);
-//   - sdk::log(): logging into the host.
+//   - sdk::log(): logging into the host;
+//   - sdk::parallel_for(): work split over the host's compute threads, exceptions carried back.
 // Build plugins with -fno-gnu-unique (tokenhost_add_plugin does): the inline variable below must not
 // become a GNU unique symbol, or the library could never be unloaded.
 #ifndef TOKENHOST_PLUGIN_HPP
@@ -14,8 +15,10 @@
 
 #include <tokenhost/tokenhost.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <new>
 #include <string>
 #include <type_traits>
@@ -71,6 +74,35 @@ th_status guard(th_error* err, F&& f) noexcept {
 
 inline void log(th_host_ctx* ctx, th_log_level level, const std::string& message) {
   if (g_host != nullptr) g_host->log(ctx, level, message.c_str());
+}
+
+// Runs f(begin, end) over [0, n) on the host's compute threads (th_host_api.parallel_for: pieces of
+// grain indices, at most max_threads threads, 0 meaning defaults). An exception thrown by f stops the
+// pieces not yet started and is rethrown here once the others are done (the first one, if several).
+template <class F>
+void parallel_for(th_host_ctx* ctx, size_t n, size_t grain, uint32_t max_threads, F&& f) {
+  struct Call {
+    explicit Call(F& fn) : f(fn) {}
+    F& f;
+    std::atomic<bool> failed{false};
+    std::mutex mutex;
+    std::exception_ptr error;
+  } call(f);
+  host().parallel_for(
+      ctx, n, grain, max_threads,
+      [](void* arg, size_t begin, size_t end) {
+        Call& c = *static_cast<Call*>(arg);
+        if (c.failed.load(std::memory_order_relaxed)) return;
+        try {
+          c.f(begin, end);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(c.mutex);
+          if (!c.error) c.error = std::current_exception();
+          c.failed.store(true, std::memory_order_relaxed);
+        }
+      },
+      &call);
+  if (call.error) std::rethrow_exception(call.error);
 }
 
 // Typed, read-only view of the plugin's configuration. The get_* functions return the default when the

@@ -30,9 +30,10 @@
 extern "C" {
 #endif
 
-/* ABI version of these headers. A plugin records the version it was built against in its descriptor. */
+/* ABI version of these headers. A plugin records the version it was built against in its descriptor.
+ * History: 1.0 the first; 1.1 appended th_host_api.parallel_for and compute_threads. */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 0
+#define TH_ABI_VERSION_MINOR 1
 
 /* ---- status codes ------------------------------------------------------------------------------- */
 

@@ -113,6 +113,21 @@ typedef struct th_host_api {
    * the host has no model runtime for it. THREADING: the instance's thread; blocks until done. */
   th_status (*model_run)(th_host_ctx *ctx, const th_model_run_request *request,
                          th_model_run_result *result, th_error *err);
+
+  /* ---- compute threads (ABI 1.1) ----
+   * Runs fn(arg, begin, end) over [0, n) on the host's compute pool, the threads its own dense math
+   * (projections, MLP) runs on between plugin calls: a plugin that splits its work there does not
+   * oversubscribe the cores with threads of its own, and finds the threads awake. The range is cut
+   * into pieces of `grain` indices, which the threads claim in order as they finish the previous one
+   * (grain 0: one piece of equal size per thread). At most max_threads threads take part, the calling
+   * thread included (0: all of them). Returns when every piece is done. fn may run on several threads
+   * at once; it must not throw (C++) nor call parallel_for. ctx may be NULL.
+   * OWNERSHIP: arg is the caller's; the host only passes it to fn. THREADING: the thread of the plugin
+   * call it is made from (calls from several instances take turns on the pool). */
+  void (*parallel_for)(th_host_ctx *ctx, size_t n, size_t grain, uint32_t max_threads,
+                       void (*fn)(void *arg, size_t begin, size_t end), void *arg);
+  /* Threads parallel_for runs fn on at most, the calling one included. THREADING: any thread. */
+  uint32_t (*compute_threads)(th_host_ctx *ctx);
 } th_host_api;
 
 #ifdef __cplusplus

@@ -1,10 +1,19 @@
-// The host API table plugins call: errors, typed config look-up, metrics, memory, model_run.
+// The host API table plugins call: errors, typed config look-up, metrics, memory, model_run, the
+// compute pool (with the SDK helper over it).
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "harness.hpp"
 #include "plugin/host_api.hpp"
+#include "runtime/compute_pool.hpp"
+
+#include <tokenhost/plugin.hpp>
 
 using namespace tokenhost;
 using Catch::Matchers::Contains;
@@ -116,4 +125,60 @@ TEST_CASE("host api: model_run answers unsupported until the runtime can run ano
   th_model_run_result res{sizeof(th_model_run_result), out, 4, 0};
   REQUIRE(host_api()->model_run(nullptr, &req, &res, &err) == TH_ERR_UNSUPPORTED);
   REQUIRE_THAT(err.text(), Contains("model_run"));
+}
+
+namespace {
+struct PoolProbe {
+  std::vector<std::atomic<int>> hits;
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+  std::atomic<size_t> bad_ranges{0};
+  size_t grain = 0;
+  explicit PoolProbe(size_t n) : hits(n) {}
+  static void run(void* arg, size_t begin, size_t end) {
+    auto& p = *static_cast<PoolProbe*>(arg);
+    if (begin >= end || (p.grain != 0 && (begin % p.grain != 0 || end - begin > p.grain))) ++p.bad_ranges;
+    for (size_t i = begin; i < end; ++i) ++p.hits[i];
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // long enough that every thread joins in
+    std::lock_guard lock(p.mutex);
+    p.threads.insert(std::this_thread::get_id());
+  }
+};
+}  // namespace
+
+TEST_CASE("host api: parallel_for runs every index once on the compute pool, within max_threads", "[host_api]") {
+  const th_host_api& api = *host_api();
+  const uint32_t threads = api.compute_threads(nullptr);
+  REQUIRE(threads == compute_pool().threads());
+  for (size_t grain : {size_t(0), size_t(1), size_t(7)}) {
+    for (uint32_t max_threads : {0u, 1u, 2u}) {
+      INFO("grain " << grain << ", max_threads " << max_threads);
+      PoolProbe probe(1000);
+      probe.grain = grain;
+      api.parallel_for(nullptr, probe.hits.size(), grain, max_threads, PoolProbe::run, &probe);
+      REQUIRE(probe.bad_ranges == 0);
+      for (const auto& h : probe.hits) REQUIRE(h == 1);
+      const size_t allowed = max_threads == 0 ? threads : std::min<size_t>(max_threads, threads);
+      REQUIRE(probe.threads.size() <= allowed);
+      if (max_threads == 1) REQUIRE(*probe.threads.begin() == std::this_thread::get_id());
+    }
+  }
+  api.parallel_for(nullptr, 0, 0, 0, PoolProbe::run, nullptr);  // nothing to do: fn is not called
+}
+
+TEST_CASE("host api: the SDK's parallel_for carries an exception back to the caller", "[host_api]") {
+  sdk::g_host = host_api();
+  std::vector<std::atomic<int>> hits(500);
+  sdk::parallel_for(nullptr, hits.size(), 3, 0, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) ++hits[i];
+  });
+  for (const auto& h : hits) REQUIRE(h == 1);
+  try {
+    sdk::parallel_for(nullptr, hits.size(), 1, 0, [&](size_t begin, size_t) {
+      if (begin == 250) throw std::runtime_error("piece 250 failed");
+    });
+    FAIL("the exception was lost");
+  } catch (const std::runtime_error& e) {
+    REQUIRE(std::string(e.what()) == "piece 250 failed");
+  }
 }

@@ -29,8 +29,8 @@ struct FailureMode {
 // Each broken fixture, and what the host must say about it.
 const std::vector<FailureMode> kLoadFailures = {
     {"missing_entry", {"has no entry symbol 'tokenhost_plugin_entry'", "fixture_missing_entry.so"}},
-    {"abi_major", {"built for ABI 2.0 but this host speaks ABI 1.0", "major versions must be equal"}},
-    {"abi_minor_newer", {"built for ABI 1.1, newer than this host's ABI 1.0"}},
+    {"abi_major", {"built for ABI 2.1 but this host speaks ABI 1.1", "major versions must be equal"}},
+    {"abi_minor_newer", {"built for ABI 1.2, newer than this host's ABI 1.1"}},
     {"kind_mismatch", {"the library declares kind 'router' but plugin.toml says 'scheduler'"}},
     {"null_vtable_member", {"required vtable member schedule is NULL"}},
     {"missing_file", {"library file '", "fixture_missing_file.so' does not exist"}},
@@ -73,6 +73,21 @@ TEST_CASE("loader: a valid plugin written in C loads, creates, and unloads when 
   REQUIRE_FALSE(PluginLibrary::is_mapped(mapped));
   REQUIRE_FALSE(fs::exists(mapped));
   REQUIRE(PluginLibrary::open_count() == open_before);
+}
+
+TEST_CASE("loader: a plugin built for an older ABI minor loads and runs on this host", "[loader]") {
+  // Vendors' binaries keep working across host releases of the same major: a 1.0 plugin on a 1.1 host.
+  static_assert(TH_ABI_VERSION_MINOR > 0, "the fixture is built for minor 0, older than these headers");
+  auto lib = PluginLibrary::open(read_plugin_manifest(fixture("abi_minor_older")));
+  REQUIRE(lib->abi_major() == TH_ABI_VERSION_MAJOR);
+  REQUIRE(lib->abi_minor() == 0);
+  InstanceSpec spec;
+  spec.engine = "e";
+  spec.slot = "scheduler";
+  spec.model = model_spec();
+  spec.device = devices().front();
+  auto instance = PluginInstance::create(lib, spec);
+  REQUIRE(instance != nullptr);
 }
 
 TEST_CASE("loader: each broken plugin is refused with a message naming the problem, and the host keeps serving",

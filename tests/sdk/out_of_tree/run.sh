@@ -13,5 +13,5 @@ cmake -S "$work/src" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE
 cmake --build "$work/build" >/dev/null
 out=$("$tokenhost" --log-level warn plugins inspect --plugin-path "$work/build" router.out_of_tree)
 echo "$out"
-grep -q "loads: yes (library 0.3.0, ABI 1.0)" <<<"$out"
+grep -q "loads: yes (library 0.3.0, ABI 1.1)" <<<"$out"
 echo "out-of-tree plugin built against the installed SDK and loaded"
