@@ -191,6 +191,7 @@ void repack(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, ui
     PackedGroup* out = reinterpret_cast<PackedGroup*>(dst + r * packed_row_bytes(nb));
     for (size_t g = 0; g < nb; g += kGroup, ++out) {
       const size_t present = std::min(kGroup, nb - g);
+      prefetch_ahead(row + g, present * sizeof(Block));  // the repacking streams the weights from memory
       __m512i first[4], last[4];
       for (size_t q = 0; q < 4; ++q) {
         const size_t count = 4 * q < present ? std::min<size_t>(4, present - 4 * q) : 0;
