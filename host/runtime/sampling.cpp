@@ -8,6 +8,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "runtime/vector_ops.hpp"
+
 namespace tokenhost {
 
 void validate(const SamplingParams& p) {
@@ -46,13 +48,13 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   // A draw at temperature 1 from every token in id order weighs them by these same exponentials: kept
   // then, not computed twice.
   const bool draw_from_all = params_.temperature == 1.0f && !top_k_cuts && params_.top_p == 1.0f;
-  std::vector<double> weights(draw_from_all ? logits.size() : 0);
+  // exp(logit - max) for every token, through the vectorized exponential (the vocabulary's exponentials
+  // were the sampler's main cost), summed in double.
+  std::vector<float> exps(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) exps[i] = logits[i] - max_logit;
+  vec::exp(exps.data(), exps.data(), exps.size());
   double norm = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double e = std::exp(double(logits[i]) - max_logit);
-    norm += e;
-    if (draw_from_all) weights[i] = e;
-  }
+  for (float e : exps) norm += e;
   const double log_norm = std::log(norm) + max_logit;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
 
@@ -74,13 +76,15 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
     } else if (params_.top_p < 1.0f) {
       std::sort(order.begin(), order.end(), by_logit);
     }
-    const double top = max_logit;
-    std::vector<double> probs;
+    std::vector<double> probs(k);
     if (draw_from_all) {
-      probs = std::move(weights);
+      std::copy(exps.begin(), exps.end(), probs.begin());
     } else {
-      probs.resize(k);
-      for (size_t i = 0; i < k; ++i) probs[i] = std::exp((double(logits[size_t(order[i])]) - top) / params_.temperature);
+      const float inv_t = 1.0f / params_.temperature;
+      exps.resize(k);
+      for (size_t i = 0; i < k; ++i) exps[i] = (logits[size_t(order[i])] - max_logit) * inv_t;
+      vec::exp(exps.data(), exps.data(), k);
+      std::copy(exps.begin(), exps.end(), probs.begin());
     }
     if (params_.min_p > 0.0f) {
       // Drop tokens less than min_p times as likely as the best (the best has weight 1 here).
