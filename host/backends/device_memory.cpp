@@ -1,7 +1,9 @@
 #include "backends/device_memory.hpp"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -92,11 +94,22 @@ Inventory& inventory() {
 const std::vector<DeviceInfo>& devices() { return inventory().devices; }
 const std::string& cuda_unavailable_reason() { return inventory().cuda_reason; }
 
+// Host allocations from this size on are placed on 2 MiB boundaries and asked to be backed by huge
+// pages (transparent huge pages, where the kernel offers them for madvise'd memory): a KV cache of
+// gigabytes is filled in 512 times fewer page faults (a 1.9 GB pool took ~4 s to zero in 4 KiB pages),
+// and attention, which walks its blocks all over the pool, misses the TLB far less.
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugeFrom = size_t(8) << 20;
+
 void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why) {
   if (kind == TH_DEVICE_CPU) {
+    if (bytes >= kHugeFrom) alignment = std::max(alignment, kHugePage);
     size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
     void* p = std::aligned_alloc(alignment, rounded);
     if (p == nullptr) why = "out of host memory allocating " + std::to_string(bytes) + " bytes";
+#if defined(MADV_HUGEPAGE)
+    else if (bytes >= kHugeFrom) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure changes nothing
+#endif
     return p;
   }
   if (kind == TH_DEVICE_CUDA) {
