@@ -58,14 +58,30 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   const double log_norm = std::log(norm) + max_logit;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
 
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+  // The token whose cumulative weight (weights[0..k) in candidate order) passes a point uniform in
+  // [0, total): what std::discrete_distribution does, without building and normalizing its table for
+  // each token. Rounding can leave the point at the very end: then the last token with any weight.
+  auto draw = [&](const auto& weights, size_t k, double total) {
+    const double point = std::generate_canonical<double, 53>(rng_) * total;
+    size_t last_weighted = 0;
+    double sum = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (weights[i] > 0) last_weighted = i;
+      sum += weights[i];
+      if (point < sum) return i;
+    }
+    return last_weighted;
+  };
 
   SampledToken out;
   if (params_.temperature == 0.0f) {
-    out.token = *std::min_element(order.begin(), order.end(), by_logit);
+    out.token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // the first best
+  } else if (draw_from_all && params_.min_p == 0.0f) {
+    out.token = int32_t(draw(exps, exps.size(), norm));  // every token, in id order, by its exponential
   } else {
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
     // Candidates: the top-k (sorted) when top_k is set, else every token (in id order: sorting the
     // whole vocabulary per token is what top-p alone needs, and only then is it paid for).
     size_t k = order.size();
@@ -111,18 +127,7 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
         }
       }
     }
-    // A point uniform in [0, total weight), then the token whose cumulative weight passes it: what
-    // std::discrete_distribution does, without building and normalizing its table for each token.
-    const double total = std::accumulate(probs.begin(), probs.begin() + long(k), 0.0);
-    const double point = std::generate_canonical<double, 53>(rng_) * total;
-    size_t chosen = k, last_weighted = 0;  // rounding can leave the point at the very end
-    double sum = 0;
-    for (size_t i = 0; i < k && chosen == k; ++i) {
-      if (probs[i] > 0) last_weighted = i;
-      sum += probs[i];
-      if (point < sum) chosen = i;
-    }
-    out.token = order[chosen < k ? chosen : last_weighted];
+    out.token = order[draw(probs, k, std::accumulate(probs.begin(), probs.begin() + long(k), 0.0))];
   }
   out.logprob = logprob(out.token);
   if (params_.top_logprobs > 0) {
