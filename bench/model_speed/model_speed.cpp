@@ -3,7 +3,10 @@
 // is reported against its floor: weight bytes read per token / bandwidth.
 //
 //   bench_model_speed --model A.gguf --model B.gguf [--runs 3] [--decode 64] [--prefill 512]
-//                     [--attention attention.cpu_flash] [--kernels avx2,avx512vnni]
+//                     [--attention attention.cpu_flash] [--kernels avx2,avx512vnni] [--batches 4,16]
+// --batches adds batched decode, as llama.cpp's llama-batched-bench measures it: B sequences of
+// --batch-prompt tokens prefilled in one step, then --batch-generate tokens each, one step of B rows
+// per token; the figure is B x generated tokens / decode time (a second table).
 // Threads: $TOKENHOST_THREADS (the compute pool's size); run once per thread count. Prints one
 // markdown table row per model and matmul kernel set (--kernels: default, the set matmul picks);
 // measurements alternate between models, kernel sets (in turn, the order reversed every other run)
@@ -21,6 +24,7 @@
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "runtime/compute_pool.hpp"
+#include "runtime/forward.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
 #include "runtime/matmul.hpp"
@@ -58,10 +62,45 @@ struct ModelRun {
   std::string path;
   LoadedModel model;
   std::unique_ptr<Generator> generator;
+  std::shared_ptr<PluginInstance> attention, batch_kvcache;  // for batched decode
   size_t bytes_per_token = 0;
   std::vector<std::vector<double>> decode, prefill;  // per kernel set
+  std::vector<std::vector<double>> batched;          // per batch size
   std::vector<double> triad;
 };
+
+int32_t argmax(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Decode tokens/s of `batch` sequences together: their prompts in one step, then one step of `batch`
+// decode rows per generated token (greedy), timed from the first decode step.
+double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t generate, std::mt19937& rng) {
+  const auto& w = *r.model.weights;
+  const StepPlugins plugins{r.attention.get(), r.batch_kvcache.get(), nullptr};
+  StepBatch step;
+  for (size_t s = 0; s < batch; ++s) {
+    StepItem item;
+    item.seq_id = s + 1;
+    item.sample = true;
+    for (uint32_t t = 0; t < prompt; ++t) item.tokens.push_back(int32_t(3 + rng() % (w.spec.info.vocab_size - 3)));
+    step.items.push_back(std::move(item));
+  }
+  auto logits = forward_step(w, step, plugins);
+  const auto started = clock_type::now();
+  for (uint32_t g = 1; g < generate; ++g) {
+    for (size_t s = 0; s < batch; ++s) {
+      StepItem& item = step.items[s];
+      item.start = prompt + g - 1;
+      item.tokens.assign(1, argmax(logits[s]));
+    }
+    logits = forward_step(w, step, plugins);
+  }
+  const double seconds = seconds_since(started);
+  const auto& kv = r.batch_kvcache->vtable<th_kvcache_vtable>();
+  for (size_t s = 0; s < batch; ++s) kv.seq_free(r.batch_kvcache->handle(), s + 1);
+  return double(batch) * (generate - 1) / seconds;
+}
 
 }  // namespace
 
@@ -78,6 +117,11 @@ int main(int argc, char** argv) {
   app.add_option("--prefill", prefill_tokens, "Prompt tokens per prefill run");
   app.add_option("--attention", attention, "Attention plugin");
   app.add_option("--kernels", kernel_sets, "Matmul kernel sets to compare, comma-separated")->delimiter(',');
+  std::vector<size_t> batches;
+  uint32_t batch_prompt = 128, batch_generate = 128;
+  app.add_option("--batches", batches, "Batch sizes for batched decode, comma-separated (none by default)")->delimiter(',');
+  app.add_option("--batch-prompt", batch_prompt, "Prompt tokens per sequence in batched decode");
+  app.add_option("--batch-generate", batch_generate, "Tokens generated per sequence in batched decode");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
   for (const auto& set : kernel_sets) use_matmul_kernels(set);  // refuses a set this CPU lacks, naming it
@@ -100,8 +144,17 @@ int main(int argc, char** argv) {
     toml::table kv;
     kv.insert("block_size", 16);
     kv.insert("n_blocks", int64_t((prefill_tokens + decode_tokens + 16) / 16 + 2));
-    r.generator = std::make_unique<Generator>(r.model.weights, instantiate(catalog, attention, "bench", w.spec),
+    r.attention = instantiate(catalog, attention, "bench", w.spec);
+    r.generator = std::make_unique<Generator>(r.model.weights, r.attention,
                                               instantiate(catalog, "kvcache.paged", "bench", w.spec, kv), prefill_tokens);
+    r.batched.resize(batches.size());
+    if (!batches.empty()) {
+      const size_t most = *std::max_element(batches.begin(), batches.end());
+      toml::table bkv;
+      bkv.insert("block_size", 16);
+      bkv.insert("n_blocks", int64_t(most * ((batch_prompt + batch_generate) / 16 + 2)));
+      r.batch_kvcache = instantiate(catalog, "kvcache.paged", "bench", w.spec, bkv);
+    }
     list.push_back(std::move(r));
   }
   std::mt19937 rng(7);
@@ -124,6 +177,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s\n", run + 1,
                      r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(), r.triad.back());
       }
+      use_matmul_kernels(kernel_sets[0]);
+      for (size_t i = 0; i < batches.size(); ++i) {
+        r.batched[i].push_back(batched_decode(r, batches[i], batch_prompt, batch_generate, rng));
+        std::fprintf(stderr, "run %d %s: batch %zu decode %.1f tok/s\n", run + 1, r.path.c_str(), batches[i],
+                     r.batched[i].back());
+      }
     }
   }
   std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | %% of floor |\n",
@@ -137,6 +196,14 @@ int main(int argc, char** argv) {
                   kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
                   floor, 100.0 * decode / floor);
     }
+  }
+  if (!batches.empty()) {
+    std::printf("\n| model | threads | kernels | batch | prompt + generated per sequence | decode tok/s (all sequences) |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (auto& r : list)
+      for (size_t i = 0; i < batches.size(); ++i)
+        std::printf("| %s | %zu | %s | %zu | %u + %u | %.1f |\n", r.path.c_str(), threads, kernel_sets[0].c_str(),
+                    batches[i], batch_prompt, batch_generate, median(r.batched[i]));
   }
   return 0;
 }

@@ -251,6 +251,17 @@ struct CpuFlash {
 
 constexpr float kLazyMax = 8.0f;
 
+// Asks for the keys and values of kv head kvh in block `block` while the current block is computed:
+// blocks lie anywhere in the pool, so the hardware prefetchers, which follow one stream at a time and
+// stop at page boundaries, do not find them, and a decode row would wait on memory at every block.
+void prefetch_block(const th_kv_layout& kv, uint32_t layer, int32_t block, uint32_t kvh) {
+  const int64_t bytes = int64_t(kv.block_size) * kv.token_stride;
+  for (const void* base : {kv.k_base, kv.v_base}) {
+    const char* p = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, base, layer, block, 0, kvh));
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
+  }
+}
+
 void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Scratch& sc) {
   const th_kv_layout& kv = *b.kv;
   const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim, bs = kv.block_size;
@@ -266,6 +277,7 @@ void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Sc
     const uint32_t p0 = blk * bs;
     const char* kb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.k_base, b.layer, table[blk], 0, it.kvh));
     const char* vb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.v_base, b.layer, table[blk], 0, it.kvh));
+    if (blk < max_pos / bs) prefetch_block(kv, b.layer, table[blk + 1], it.kvh);
     for (uint32_t r = 0; r < n_rows; ++r) {
       const uint32_t pos = uint32_t(b.positions[it.r0 + r]);
       if (pos < p0) continue;  // causal: this row ends before the block
