@@ -1,6 +1,6 @@
 // bench_matmul_speed: GMAC/s of matmul's kernel sets, side by side in one process.
 //
-//   bench_matmul_speed [--sets avx2,avx512vnni] [--types q8_0,q4_0,q4_K,q6_K,f16,f32] [--rows 1,4,16,64,256]
+//   bench_matmul_speed [--sets avx2,avx512vnni,avx512+packed] [--types q8_0,q4_0,q4_K,q6_K,f16,f32] [--rows 1,4,16,64,256]
 //                      [--runs 5] [--seconds 0.2] [--cols 2048] [--cache-kib 512] [--memory-rows 5632]
 //                      [--clock wall|cpu]
 //
@@ -11,7 +11,8 @@
 // --seconds each; the table gives the median of the runs. Threads: $TOKENHOST_THREADS (the compute
 // pool's size); run once per thread count. --clock cpu divides by the process's CPU time instead of
 // the elapsed time: GMAC per CPU-second, a figure per core that time taken by other processes on a
-// shared machine does not lower (the pool's spinning counts as busy).
+// shared machine does not lower (the pool's spinning counts as busy). A set named SET+packed is SET on
+// weights packed once beforehand (pack_weight), as models are at load, where SET has a packed layout.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -75,17 +76,17 @@ double cpu_seconds() {
 
 // GMAC/s of products of n_rows activation rows with the matrices, cycled, for about `seconds`
 // (elapsed), per elapsed or CPU second.
-double gmacs(const Matrices& m, size_t n_rows, double seconds, bool cpu_clock, const std::vector<float>& x,
-             std::vector<float>& y) {
-  const WeightView& first = m.views.front();
+double gmacs(const std::vector<WeightView>& views, size_t n_rows, double seconds, bool cpu_clock,
+             const std::vector<float>& x, std::vector<float>& y) {
+  const WeightView& first = views.front();
   const double macs = double(first.rows) * double(first.cols) * double(n_rows);
   size_t calls = 0, next = 0;
   const auto started = clock_type::now();
   const double cpu_started = cpu_seconds();
   double elapsed = 0;
   do {
-    matmul(m.views[next], x.data(), n_rows, y.data());
-    next = (next + 1) % m.views.size();
+    matmul(views[next], x.data(), n_rows, y.data());
+    next = (next + 1) % views.size();
     ++calls;
     elapsed = std::chrono::duration<double>(clock_type::now() - started).count();
   } while (elapsed < seconds);
@@ -115,7 +116,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::string> sets = sets_arg.empty() ? matmul_kernel_sets() : split(sets_arg);
-  for (const auto& s : sets) use_matmul_kernels(s);  // refuses a set this CPU does not run, naming it
+  const std::string suffix = "+packed";
+  auto base_set = [&](const std::string& s) {
+    const bool packed = s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return std::make_pair(packed ? s.substr(0, s.size() - suffix.size()) : s, packed);
+  };
+  for (const auto& s : sets) use_matmul_kernels(base_set(s).first);  // refuses a set this CPU does not run
   std::vector<size_t> row_counts;
   for (const auto& r : split(rows_arg)) row_counts.push_back(std::stoul(r));
   const size_t threads = compute_pool().threads();
@@ -135,6 +141,14 @@ int main(int argc, char** argv) {
       const int64_t rows = from_memory ? memory_rows
                                        : std::max<int64_t>(4, cache_kib * 1024 / int64_t(quant::row_bytes(type, cols)));
       const Matrices m(type, rows, cols, from_memory ? size_t(128) << 20 : 0, rng);
+      std::vector<std::vector<WeightView>> views(sets.size(), m.views);  // per set: packed where asked
+      std::vector<std::shared_ptr<void>> packed_copies;
+      for (size_t i = 0; i < sets.size(); ++i) {
+        const auto [base, packed] = base_set(sets[i]);
+        if (!packed) continue;
+        use_matmul_kernels(base);
+        for (auto& v : views[i]) packed_copies.push_back(pack_weight(v));
+      }
       for (size_t n_rows : row_counts) {
         std::normal_distribution<float> normal(0.0f, 1.0f);
         std::vector<float> x(n_rows * size_t(cols)), y(n_rows * size_t(rows));
@@ -143,8 +157,8 @@ int main(int argc, char** argv) {
         for (int run = 0; run < runs; ++run) {
           for (size_t i = 0; i < sets.size(); ++i) {
             const size_t s = run % 2 == 0 ? i : sets.size() - 1 - i;
-            use_matmul_kernels(sets[s]);
-            figures[s].push_back(gmacs(m, n_rows, seconds, cpu_clock, x, y));
+            use_matmul_kernels(base_set(sets[s]).first);
+            figures[s].push_back(gmacs(views[s], n_rows, seconds, cpu_clock, x, y));
           }
         }
         std::printf("| %s | %s | %lldx%lld | %zu | %zu |", type_name.c_str(), from_memory ? "memory" : "cache",

@@ -4,6 +4,7 @@
 
 #include "model/gguf.hpp"
 #include "model/quant.hpp"
+#include "runtime/weight_packing.hpp"
 
 namespace tokenhost {
 namespace {
@@ -195,6 +196,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
            std::to_string(i.vocab_size) + " rows");
 
   w->storage = std::shared_ptr<const void>(file, file.get());  // the mapping lives as long as the weights
+  pack_model_weights(*w);
   out.weights = w;
   return out;
 }

@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backends/device_memory.hpp"
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
 #include "runtime/matmul_kernels.hpp"
@@ -174,8 +175,14 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
   const WeightView& w = outputs[0].w;
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
   // The calling thread's buffers; the pool's threads reach them through these pointers. The 512-bit
-  // layouts pad each row to whole groups and keep its scales row-major (see QBlock).
+  // layouts pad each row to whole groups and keep its scales row-major (see QBlock). From
+  // packed->min_rows rows on, the packed kernels: on the copy made at load when there is one, else on
+  // blocks of rows packed here. Fewer rows read the weights as they are (decode): streaming them from
+  // memory, the direct kernel keeps more loads in flight than the packed one-row kernel does.
   const PackedKernels* packed = k.packed != nullptr && n_rows >= k.packed->min_rows ? k.packed : nullptr;
+  const bool prepacked = packed != nullptr && std::all_of(outputs, outputs + count, [&](const MatmulOutput& o) {
+                           return o.w.packed != nullptr && o.w.packed_for == &set;
+                         });
   const QLayout layout = packed != nullptr ? QLayout::groups : k.layout;
   const bool wide = layout == QLayout::quads || layout == QLayout::groups;
   const size_t row_blocks = wide ? group_blocks(nb) : nb;
@@ -216,7 +223,9 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
     std::vector<Segment<std::function<WeightBlock(size_t, size_t)>>> segments;
     for (size_t i = 0; i < count; ++i) {
       const WeightView& wi = outputs[i].w;
-      segments.push_back({size_t(wi.rows), outputs[i].y, [&wi, packed, packed_bytes, nb](size_t o0, size_t o1) {
+      segments.push_back({size_t(wi.rows), outputs[i].y, [&wi, packed, packed_bytes, nb, prepacked](size_t o0, size_t o1) {
+                            if (prepacked)
+                              return WeightBlock{static_cast<const uint8_t*>(wi.packed) + o0 * packed_bytes, packed_bytes};
                             thread_local std::vector<QBlock> buffer;  // 64-byte aligned
                             buffer.resize(((o1 - o0) * packed_bytes + sizeof(QBlock) - 1) / sizeof(QBlock));
                             uint8_t* dst = reinterpret_cast<uint8_t*>(buffer.data());
@@ -303,6 +312,29 @@ const TypeKernels<QRows>* integer_kernels(const KernelSet& set, th_dtype type) {
   }
 }
 }  // namespace
+
+std::shared_ptr<void> pack_weight(WeightView& w) {
+  const KernelSet& set = *current_set().load();
+  const TypeKernels<QRows>* k = integer_kernels(set, w.type);
+  if (k == nullptr || k->packed == nullptr || w.rows <= 0 || w.empty()) return nullptr;
+  const size_t nb = size_t(w.cols) / kBlock, row_bytes = k->packed->row_bytes(nb);
+  const size_t bytes = row_bytes * size_t(w.rows);
+  std::string why;
+  uint8_t* dst = static_cast<uint8_t*>(device_alloc(TH_DEVICE_CPU, 0, bytes, 64, why));
+  if (dst == nullptr) throw std::bad_alloc();
+  std::shared_ptr<void> owner(dst, [](void* p) { device_free(TH_DEVICE_CPU, p); });
+  const PackedKernels& packed = *k->packed;
+  compute_pool().parallel_for(
+      size_t(w.rows),
+      [&](size_t begin, size_t end) {
+        packed.repack(w.row(int64_t(begin)), w.row_bytes, end - begin, nb, dst + begin * row_bytes);
+      },
+      64);
+  w.packed = dst;
+  w.packed_for = &set;
+  w.packed_row_bytes = row_bytes;
+  return owner;
+}
 
 void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   if (n_rows == 0) return;

@@ -17,6 +17,7 @@
 
 #if defined(__x86_64__)
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/matmul_x86.hpp"
 
@@ -58,9 +59,13 @@ struct QuadWeights {
   __m512i first, last;
 };
 
+// Each type: its blocks, K, the direct kernels' quads, and its packed form: `stored` registers per
+// group of 16 blocks, each a chunk-major 4-byte column per block, of which raw() makes one quad's share
+// (128-bit lane m: block m of the quad) and unpack() the eight unsigned weight chunks.
 struct Q8_0 {
   using Block = BlockQ8_0;
   static constexpr int bias_k = 128;
+  static constexpr size_t stored = 8;  // the eight chunks, unsigned
   // Each block's 32 bytes in one load; two quadword permutations sort the halves.
   TH_512_INLINE static QuadWeights quad(const BlockQ8_0* w, size_t count) {
     const auto block = [w](size_t m) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[m].q)); };
@@ -73,28 +78,49 @@ struct Q8_0 {
     return {_mm512_xor_si512(_mm512_permutex2var_epi64(pair01, firsts, pair23), flip),
             _mm512_xor_si512(_mm512_permutex2var_epi64(pair01, lasts, pair23), flip)};
   }
+  TH_512_INLINE static void raw(const BlockQ8_0* w, size_t count, __m512i* out) {
+    const QuadWeights q = quad(w, count);
+    out[0] = q.first;  // chunks 0-3
+    out[1] = q.last;   // chunks 4-7
+  }
+  TH_512_INLINE static void unpack(const __m512i* stored_regs, __m512i* chunks) {
+    #pragma GCC unroll 8
+    for (size_t j = 0; j < 8; ++j) chunks[j] = stored_regs[j];
+  }
 };
 
 struct Q4_0 {
   using Block = BlockQ4_0;
   static constexpr int bias_k = 8;
+  static constexpr size_t stored = 4;  // packed bytes: chunk c's low nibbles are elements 4c.., high 16+4c..
   TH_512_INLINE static QuadWeights quad(const BlockQ4_0* w, size_t count) {
     const __m512i packed = gather_quarters([w](size_t m) { return w[m].q; }, count);
     const __m512i low = _mm512_set1_epi8(0x0F);
     return {_mm512_and_si512(packed, low), _mm512_and_si512(_mm512_srli_epi16(packed, 4), low)};
   }
+  TH_512_INLINE static void raw(const BlockQ4_0* w, size_t count, __m512i* out) {
+    out[0] = gather_quarters([w](size_t m) { return w[m].q; }, count);
+  }
+  TH_512_INLINE static void unpack(const __m512i* stored_regs, __m512i* chunks) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    #pragma GCC unroll 4
+    for (size_t c = 0; c < 4; ++c) {
+      chunks[c] = _mm512_and_si512(stored_regs[c], low);
+      chunks[c + 4] = _mm512_and_si512(_mm512_srli_epi16(stored_regs[c], 4), low);
+    }
+  }
 };
 
-// The fp16 scales of the blocks of a group from w (present of them, 1..16), in lane order (lane 4m+q:
-// block 4q+m), zeros for missing blocks: per quad, one word permutation of the bytes its blocks span,
-// read with masks that stop at their end, merged into the quad's lanes.
+// The fp16 scales of the blocks of a group from w (present of them, 1..16), lane L block L's, zeros for
+// missing blocks: per quad, one word permutation of the bytes its blocks span, read with masks that
+// stop at their end, merged into the quad's four lanes.
 template <class Block>
-TH_512_INLINE __m512 group_scales(const Block* w, size_t present) {
+TH_512_INLINE __m256i group_scale_words(const Block* w, size_t present) {
   constexpr short words = sizeof(Block) / 2;  // a block's stride in 16-bit words; its scale is word 0
   static_assert(sizeof(Block) % 2 == 0 && 3 * words < 64, "a quad's scales within 128 bytes");
-  constexpr short w1 = words, w2 = 2 * words, w3 = 3 * words;  // lane 4m + q takes word `words` * m
-  const __m512i index = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, w3, w3, w3, w3, w2, w2, w2, w2,
-                                         w1, w1, w1, w1, 0, 0, 0, 0);
+  constexpr short w1 = words, w2 = 2 * words, w3 = 3 * words;  // lane 4q + m takes word `words` * m
+  const __m512i index = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, w3, w2, w1, 0, w3, w2, w1, 0,
+                                         w3, w2, w1, 0, w3, w2, w1, 0);
   __m512i picked = _mm512_setzero_si512();
   #pragma GCC unroll 4
   for (size_t q = 0; q < 4; ++q) {
@@ -104,14 +130,19 @@ TH_512_INLINE __m512 group_scales(const Block* w, size_t present) {
     const __m512i low = _mm512_maskz_loadu_epi8(first_bytes(bytes), p);
     const __m512i high = 3 * words < 32 || bytes <= 64 ? _mm512_setzero_si512()
                                                        : _mm512_maskz_loadu_epi8(first_bytes(bytes - 64), p + 64);
-    picked = _mm512_mask_mov_epi16(picked, __mmask32(0x1111u << q), _mm512_permutex2var_epi16(low, index, high));
+    picked = _mm512_mask_mov_epi16(picked, __mmask32(0xFu << (4 * q)), _mm512_permutex2var_epi16(low, index, high));
   }
-  return _mm512_cvtph_ps(_mm512_castsi512_si256(picked));
+  return _mm512_castsi512_si256(picked);
 }
 
 // acc += float(dots) * (dw * dx): the float step of every kernel, per output and group.
 TH_512_INLINE __m512 scale_add(__m512i dots, __m512 dw, __m512 dx, __m512 acc) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(dw, dx), acc);
+}
+
+// Lane 4m + q to lane 4q + m: the 4 x 4 transposition of a register's 32-bit lanes (its own inverse).
+TH_512_INLINE __m512i transpose_lanes(__m512i v) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
 }
 
 // ---- direct kernels ------------------------------------------------------------------------------
@@ -127,7 +158,7 @@ TH_512_INLINE __m512i fold64(__m512i a, __m512i b) {
 }
 
 // The group of blocks g..g+15 (present of them) of a weight row against an activation row, added to
-// acc. The quads' lanes are folded as they come.
+// acc. The quads' lanes are folded as they come, then put in block order.
 template <class Type, bool prefetch>
 TH_512_INLINE __m512 direct_group(const typename Type::Block* w, const QRows& x, size_t g, size_t present, __m512 acc) {
   __m512i folded[2];  // fold32 of quads 0 and 1, of quads 2 and 3
@@ -144,7 +175,8 @@ TH_512_INLINE __m512 direct_group(const typename Type::Block* w, const QRows& x,
     }
     folded[q / 2] = q % 2 == 0 ? lanes : fold32(folded[q / 2], lanes);
   }
-  return scale_add(fold64(folded[0], folded[1]), group_scales(w + g, present), _mm512_loadu_ps(x.d + g), acc);
+  const __m512 dw = _mm512_cvtph_ps(group_scale_words(w + g, present));
+  return scale_add(transpose_lanes(fold64(folded[0], folded[1])), dw, _mm512_loadu_ps(x.d + g), acc);
 }
 
 // out[0] = dot(weight row, activation row) over nb blocks, prefetching the weights.
@@ -161,18 +193,29 @@ void dot_direct(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out
 
 // ---- packed kernels ------------------------------------------------------------------------------
 
-// A repacked row: per group of 16 blocks, eight 64-byte chunks of unsigned weights (chunk j, lane L:
-// elements 4j..4j+3 of the lane's block) and the 16 scales as floats, in lane order.
-struct PackedGroup {
-  uint8_t chunk[8][64];
-  float dw[16];
+// A packed row of nb blocks: groups of 16 blocks, the last one half wide (8 blocks) when at most 8 are
+// left; each group `stored` registers of 64 bytes (32 for a half group: lanes 0-7), register r's lane
+// L the 4-byte column r of block L of the group; then every block's fp16 scale (groups padded with
+// zeros); the row padded to a cache line. As many bytes as the blocks themselves, but for that padding.
+struct PackedShape {
+  size_t groups, full, chunk_bytes, scale_offset, row_bytes;
 };
-static_assert(sizeof(PackedGroup) == 576, "a packed group is 9 cache lines");
-size_t packed_row_bytes(size_t nb) { return group_blocks(nb) / kGroup * sizeof(PackedGroup); }
+template <class Type>
+PackedShape packed_shape(size_t nb) {
+  const size_t rest = nb % kGroup, full = nb / kGroup + (rest > kGroup / 2 ? 1 : 0);
+  const size_t half = rest > 0 && rest <= kGroup / 2 ? 1 : 0;
+  const size_t chunk_bytes = (full * 64 + half * 32) * Type::stored;
+  const size_t padded = full * kGroup + half * kGroup / 2;
+  return {full + half, full, chunk_bytes, chunk_bytes, (chunk_bytes + 2 * padded + 63) / 64 * 64};
+}
+template <class Type>
+size_t packed_row_bytes(size_t nb) {
+  return packed_shape<Type>(nb).row_bytes;
+}
 
 // Transposes the 4 x 4 matrices of 32-bit lanes in each 128-bit lane of v[0..3]: lane j of v[q] goes
-// to lane q of v[j]. Four quads' registers (lane 4m + j: block 4q + m's 4-byte chunk j) become four
-// chunks in lane order (lane 4m + q: block 4q + m).
+// to lane q of v[j]. Four quads' registers (lane 4m + j: block 4q + m's 4-byte column j) become four
+// columns with lane 4m + q holding block 4q + m.
 TH_512_INLINE void transpose_quads(__m512i* v) {
   const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
   const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
@@ -182,86 +225,132 @@ TH_512_INLINE void transpose_quads(__m512i* v) {
   v[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// Each group: its four quads as the direct kernels read them, transposed into chunks.
+// Packs rows [0, rows) of weights (src_row_bytes apart, nb blocks each) into dst, packed_row_bytes
+// apart: per group, its quads as raw() makes them, transposed into columns and put in block order.
 template <class Type>
 void repack(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, uint8_t* dst) {
   using Block = typename Type::Block;
+  constexpr size_t per_quad = Type::stored / 4;
+  const PackedShape shape = packed_shape<Type>(nb);
   for (size_t r = 0; r < rows; ++r) {
     const Block* row = reinterpret_cast<const Block*>(src + r * src_row_bytes);
-    PackedGroup* out = reinterpret_cast<PackedGroup*>(dst + r * packed_row_bytes(nb));
-    for (size_t g = 0; g < nb; g += kGroup, ++out) {
-      const size_t present = std::min(kGroup, nb - g);
+    uint8_t* out = dst + r * shape.row_bytes;
+    uint8_t* chunks = out;
+    for (size_t gi = 0; gi < shape.groups; ++gi) {
+      const size_t g = gi * kGroup, present = std::min(kGroup, nb - g);
+      const bool half = gi >= shape.full;
       prefetch_ahead(row + g, present * sizeof(Block));  // the repacking streams the weights from memory
-      __m512i first[4], last[4];
+      __m512i quads[4][per_quad];  // quads[q][i]: register i of quad q
       for (size_t q = 0; q < 4; ++q) {
         const size_t count = 4 * q < present ? std::min<size_t>(4, present - 4 * q) : 0;
-        const QuadWeights quad = count ? Type::quad(row + g + 4 * q, count) : QuadWeights{};
-        first[q] = quad.first;
-        last[q] = quad.last;
+        if (count) Type::raw(row + g + 4 * q, count, quads[q]);
+        else for (size_t i = 0; i < per_quad; ++i) quads[q][i] = _mm512_setzero_si512();
       }
-      transpose_quads(first);
-      transpose_quads(last);
-      for (size_t j = 0; j < 4; ++j) {
-        _mm512_store_si512(out->chunk[j], first[j]);
-        _mm512_store_si512(out->chunk[4 + j], last[j]);
+      for (size_t i = 0; i < per_quad; ++i) {
+        __m512i columns[4] = {quads[0][i], quads[1][i], quads[2][i], quads[3][i]};
+        transpose_quads(columns);
+        for (size_t c = 0; c < 4; ++c) {
+          const __m512i v = transpose_lanes(columns[c]);
+          if (half) _mm256_store_si256(reinterpret_cast<__m256i*>(chunks), _mm512_castsi512_si256(v));
+          else _mm512_store_si512(chunks, v);
+          chunks += half ? 32 : 64;
+        }
       }
-      _mm512_store_ps(out->dw, group_scales(row + g, present));
+      const __m256i scales = group_scale_words(row + g, present);
+      uint8_t* at = out + shape.scale_offset + 2 * g;
+      if (half) _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(scales));
+      else _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), scales);
+    }
+    const size_t used = shape.scale_offset + 2 * (shape.full * kGroup + (shape.groups - shape.full) * kGroup / 2);
+    std::memset(out + used, 0, shape.row_bytes - used);
+  }
+}
+
+// Group gi of W packed weight rows (chunks: the group's in row 0, row i's i * row_bytes further;
+// scales: row 0's) against R activation rows, into acc[i * R + k]. Half: the row's last, 8-block group.
+template <class Type, size_t W, size_t R, bool Half>
+TH_512_INLINE void packed_group(const uint8_t* chunks, const uint8_t* scales, size_t row_bytes, const QRows& x,
+                                size_t stride, size_t gi, __m512* acc) {
+  const GroupBlock* xg[R];
+  #pragma GCC unroll 8
+  for (size_t k = 0; k < R; ++k) xg[k] = reinterpret_cast<const GroupBlock*>(x.blocks + k * stride) + gi;
+  // Per output, P partial sums of its chunks (chunk j into partial j % P), so that one row's eight
+  // vpdpbusd are not one chain of dependent instructions; integer sums, so the split changes nothing.
+  constexpr size_t P = W * R >= 4 ? 1 : 4 / (W * R);
+  __m512i dots[P][W * R];
+  #pragma GCC unroll 8
+  for (size_t o = 0; o < W * R; ++o) {
+    dots[0][o] = load512(xg[o % R]->bias);
+    #pragma GCC unroll 4
+    for (size_t p = 1; p < P; ++p) dots[p][o] = _mm512_setzero_si512();
+  }
+  __m512i w8[W][8];
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) {
+    const uint8_t* p = chunks + i * row_bytes;
+    // Weights packed at load stream from memory (the first activation rows of a product): the group's
+    // columns and its scales, which lie apart, each ahead of where they are read.
+    prefetch_ahead(p, (Half ? 32 : 64) * Type::stored);
+    prefetch_ahead(scales + i * row_bytes + 2 * gi * kGroup, 1);
+    __m512i regs[Type::stored];
+    #pragma GCC unroll 8
+    for (size_t c = 0; c < Type::stored; ++c)
+      regs[c] = Half ? _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * c)))
+                     : load512(p + 64 * c);
+    Type::unpack(regs, w8[i]);
+  }
+  #pragma GCC unroll 8
+  for (size_t j = 0; j < 8; ++j)
+    #pragma GCC unroll 8
+    for (size_t k = 0; k < R; ++k) {
+      const __m512i xj = load512(xg[k]->chunk[j]);
+      #pragma GCC unroll 8
+      for (size_t i = 0; i < W; ++i) dots[j % P][i * R + k] = _mm512_dpbusd_epi32(dots[j % P][i * R + k], w8[i][j], xj);
+    }
+  #pragma GCC unroll 8
+  for (size_t i = 0; i < W; ++i) {
+    const uint8_t* at = scales + i * row_bytes + 2 * gi * kGroup;
+    const __m512 dw = _mm512_cvtph_ps(Half ? _mm256_zextsi128_si256(load128(at))
+                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+    #pragma GCC unroll 8
+    for (size_t k = 0; k < R; ++k) {
+      __m512i sum = dots[0][i * R + k];
+      #pragma GCC unroll 4
+      for (size_t p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, dots[p][i * R + k]);
+      acc[i * R + k] = scale_add(sum, dw, _mm512_load_ps(xg[k]->d), acc[i * R + k]);
     }
   }
 }
 
-template <size_t W, size_t R>
+template <class Type, size_t W, size_t R>
 void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-  const size_t stride = group_blocks(nb), groups = stride / kGroup;
+  const PackedShape shape = packed_shape<Type>(nb);
+  const size_t stride = group_blocks(nb);
   __m512 acc[W * R];
   #pragma GCC unroll 8
   for (size_t i = 0; i < W * R; ++i) acc[i] = _mm512_setzero_ps();
-  for (size_t g = 0; g < groups; ++g) {
-    const PackedGroup* w[W];
-    #pragma GCC unroll 8
-    for (size_t i = 0; i < W; ++i) w[i] = reinterpret_cast<const PackedGroup*>(wp + i * row_bytes) + g;
-    const GroupBlock* xg[R];
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) xg[k] = reinterpret_cast<const GroupBlock*>(x.blocks + k * stride) + g;
-    __m512i dots[W * R];
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k)
-      #pragma GCC unroll 8
-      for (size_t i = 0; i < W; ++i) dots[i * R + k] = load512(xg[k]->bias);
-    #pragma GCC unroll 8
-    for (size_t j = 0; j < 8; ++j) {
-      __m512i wj[W];
-      #pragma GCC unroll 8
-      for (size_t i = 0; i < W; ++i) wj[i] = load512(w[i]->chunk[j]);
-      #pragma GCC unroll 8
-      for (size_t k = 0; k < R; ++k) {
-        const __m512i xj = load512(xg[k]->chunk[j]);
-        #pragma GCC unroll 8
-        for (size_t i = 0; i < W; ++i) dots[i * R + k] = _mm512_dpbusd_epi32(dots[i * R + k], wj[i], xj);
-      }
-    }
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) {
-      const __m512 dx = _mm512_load_ps(xg[k]->d);
-      #pragma GCC unroll 8
-      for (size_t i = 0; i < W; ++i)
-        acc[i * R + k] = scale_add(dots[i * R + k], _mm512_load_ps(w[i]->dw), dx, acc[i * R + k]);
-    }
-  }
+  const uint8_t* scales = wp + shape.scale_offset;
+  size_t gi = 0;
+  for (; gi < shape.full; ++gi)
+    packed_group<Type, W, R, false>(wp + gi * 64 * Type::stored, scales, row_bytes, x, stride, gi, acc);
+  if (gi < shape.groups)
+    packed_group<Type, W, R, true>(wp + gi * 64 * Type::stored, scales, row_bytes, x, stride, gi, acc);
   #pragma GCC unroll 8
   for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
 }
 
-// Products of at least this many activation rows repack their weights (a pass over them per product,
-// in L2-sized blocks): from one four-row tile on, the packed tiles save more than that (q8_0 weights
-// streamed from memory, one core of Zen 4: 4 rows 34 against 33 GMAC/s, 8 rows 55 against 48, 64 rows
-// 110 against 80). Fewer rows take the one-row kernel, which reads the weights as they are.
+// Products of at least this many activation rows repack weights that were not packed at load (a pass
+// over them per product, in L2-sized blocks): from one four-row tile on, the packed tiles save more
+// than that (q8_0 weights streamed from memory, one core of Zen 4: 4 rows 34 against 33 GMAC/s, 8 rows
+// 55 against 48, 64 rows 110 against 80). Fewer rows take the direct kernel, which reads the weights
+// as they are.
 constexpr size_t kPackedMinRows = 4;
 
 template <class Type>
 TypeKernels<QRows> kernels() {
-  static const PackedKernels packed{kPackedMinRows, packed_row_bytes, repack<Type>,
-                                    dot_packed<1, 1>, dot_packed<1, 4>, dot_packed<2, 4>, 2};
+  static const PackedKernels packed{kPackedMinRows,         packed_row_bytes<Type>, repack<Type>,
+                                    dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
+                                    2};
   TypeKernels<QRows> k;  // fewer than kPackedMinRows rows: the direct kernel row by row
   k.one = dot_direct<Type>;
   k.four = [](const uint8_t* w, size_t row_bytes, const QRows& x, size_t nb, float* out) {

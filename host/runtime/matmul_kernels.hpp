@@ -56,23 +56,22 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // 4 j + 3] and q[16 + 4 j..16 + 4 j + 3]), lanes 4-7 block 2p + 1's. A last odd block stays as it is.
 //
 // The 512-bit kernels (QLayout::quads and ::groups) sum each block's products exactly in int32 lanes,
-// then scale and add them in float 16 blocks at a time: one float lane per block, lane L of group g
-// (blocks 16 g..16 g + 15) holding block 16 g + group_lane_block(L), that is lane 4 m + q block 4 q + m
-// (the order in which four quads' lanes reduce to one per block). Per output row the float work is
-// acc = fma(float(dot of the group's blocks), dw * dx, acc) over the groups in order, then a sum of
-// acc's lanes: the same in every kernel of a set that reads these layouts, whatever the layout.
-// Each row is padded to group_blocks(nb) blocks; blocks past nb are zeros (scales too) and add nothing.
+// then scale and add them in float 16 blocks at a time, one float lane per block: lane L of group g
+// holds block 16 g + L. Per output row the float work is acc = fma(float(dot of the group's blocks),
+// dw * dx, acc) over the groups in order, then a sum of acc's lanes: the same in every kernel of a set
+// that reads these layouts, whatever the layout of the activations or of the weights (as they are, or
+// packed). Each activation row is padded to group_blocks(nb) blocks; blocks past nb are zeros (scales
+// too) and add nothing.
 //
 // QLayout::quads (kernels that read the weights as they are): the pairs' rearrangement four blocks
-// wide. The storage of blocks 4p..4p+3 is one QuadBlock (see to_quad_layout). Scales are row-major and in
-// lane order: row k's scale for lane L of group g is d[k * group_blocks(nb) + 16 g + L] (d_stride 1).
+// wide. The storage of blocks 4p..4p+3 is one QuadBlock (see to_quad_layout). Scales are row-major:
+// row k's scale of block b is d[k * group_blocks(nb) + b] (d_stride 1).
 //
-// QLayout::groups (kernels that read repacked weights, see PackedKernels): the storage of group g, 16
-// blocks, is one GroupBlock: chunk j, lane L holds q[4 j..4 j + 3] of the lane's block, so that one
+// QLayout::groups (kernels that read packed weights, see PackedKernels): the storage of group g, 16
+// blocks, is one GroupBlock: chunk j, lane L holds q[4 j..4 j + 3] of block 16 g + L, so that one
 // vpdpbusd meets four elements of each of 16 blocks; the lane's bias covers the whole block.
 constexpr size_t kGroup = 16;
 inline size_t group_blocks(size_t nb) { return (nb + kGroup - 1) / kGroup * kGroup; }
-constexpr size_t group_lane_block(size_t lane) { return 4 * (lane % 4) + lane / 4; }
 
 struct alignas(64) QBlock {
   int8_t q[kBlock];
@@ -85,7 +84,7 @@ struct alignas(64) QuadBlock {
   int32_t unused[16];
 };
 struct alignas(64) GroupBlock {
-  int8_t chunk[8][64];  // chunk j, lane L (4 bytes): q[4 j..4 j + 3] of block group_lane_block(L)
+  int8_t chunk[8][64];  // chunk j, lane L (4 bytes): q[4 j..4 j + 3] of the group's block L
   int32_t bias[16];     // lane L: the sum of that block's bias lanes
   float d[16];          // lane L: that block's scale
   uint8_t unused[384];
@@ -130,9 +129,10 @@ struct TypeKernels {
   const struct PackedKernels* packed = nullptr;
 };
 
-// Kernels that read weights repacked, a block of rows at a time, into a layout of their own (made once
-// per product and reused by every activation row), against activations in QLayout::groups. Each
-// repacked row takes row_bytes(nb) bytes; one, four and tile are as in TypeKernels, on repacked rows.
+// Kernels that read weights packed into a layout of their own, against activations in QLayout::groups:
+// packed once at load (pack_weight in matmul.hpp), or else a block of rows at a time by each product of
+// at least min_rows rows and reused by all its activation rows. A packed row takes row_bytes(nb) bytes;
+// one, four and tile are as in TypeKernels, on packed rows.
 struct PackedKernels {
   size_t min_rows;
   size_t (*row_bytes)(size_t nb);
@@ -168,9 +168,8 @@ void quantize_portable(const float* x, size_t nb, int bias_k, QBlock* blocks, fl
 // Rearranges one row's nb quantized blocks (with their bias lanes) into the pair layout (see QBlock).
 void pair_blocks(QBlock* blocks, size_t nb);
 // Rearrange one row's group_blocks(nb) blocks, of which the first nb are quantized, into the quad or
-// group layout (see QBlock), zeroing the blocks past nb; to_quad_layout also puts the row's scales d
-// (nb of them, in an array group_blocks(nb) long) in lane order, to_group_layout moves them into the
-// groups.
+// group layout (see QBlock), zeroing the blocks past nb; to_quad_layout also zeroes the row's scales d
+// past nb (an array group_blocks(nb) long), to_group_layout moves them into the groups.
 void to_quad_layout(QBlock* blocks, float* d, size_t nb);
 void to_group_layout(QBlock* blocks, const float* d, size_t nb);
 

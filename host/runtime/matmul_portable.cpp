@@ -168,14 +168,7 @@ void to_quad_layout(QBlock* blocks, float* d, size_t nb) {
     std::memset(quad.unused, 0, sizeof quad.unused);
     std::memcpy(static_cast<void*>(blocks + b), &quad, sizeof quad);
   }
-  for (size_t g = 0; g < padded; g += kGroup) {
-    float lanes[kGroup];
-    for (size_t lane = 0; lane < kGroup; ++lane) {
-      const size_t b = g + group_lane_block(lane);
-      lanes[lane] = b < nb ? d[b] : 0.0f;
-    }
-    std::memcpy(d + g, lanes, sizeof lanes);
-  }
+  std::fill(d + nb, d + padded, 0.0f);
 }
 
 void to_group_layout(QBlock* blocks, const float* d, size_t nb) {
@@ -183,7 +176,7 @@ void to_group_layout(QBlock* blocks, const float* d, size_t nb) {
   for (size_t g = 0; g < padded; g += kGroup) {
     GroupBlock group{};
     for (size_t lane = 0; lane < kGroup; ++lane) {
-      const size_t b = g + group_lane_block(lane);
+      const size_t b = g + lane;
       if (b >= nb) continue;  // zeros
       for (size_t j = 0; j < 8; ++j) std::memcpy(&group.chunk[j][4 * lane], blocks[b].q + 4 * j, 4);
       int32_t bias = 0;

@@ -10,7 +10,9 @@
 #include "reference_forward.hpp"
 #include "runtime/forward.hpp"
 #include "runtime/gguf_model.hpp"
+#include "model/quant.hpp"
 #include "runtime/make_model.hpp"
+#include "runtime/matmul.hpp"
 #include "runtime/synthetic_model.hpp"
 
 using namespace tokenhost;
@@ -190,6 +192,41 @@ TEST_CASE("forward: MoE models match a float64 reference, with no shared expert,
       ModelWeights ungated = *w;
       for (auto& layer : ungated.layers) layer.shared_expert_gate = {};
       REQUIRE(relative_diff(reference_forward(ungated, tokens, v.normalize).logits, ref.logits) > 1e-2);
+    }
+  }
+}
+
+TEST_CASE("forward: a quantized model packed at load gives the logits it gives unpacked, bit for bit", "[forward]") {
+  auto rng = fresh_rng("forward packed weights");
+  for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0}) {
+    TempDir dir;
+    MakeModelOptions o;
+    o.path = dir.file("q.gguf");
+    o.seed = rng();
+    o.type = type;
+    o.shape.dim = 256;  // 8 blocks: a half group per row; the FFN's 768 (24 blocks) a group and a half
+    o.shape.n_heads = 4;
+    o.shape.n_kv_heads = 2;
+    o.shape.ffn_dim = 768;
+    o.shape.vocab_size = 300;
+    o.shape.context_len = 128;
+    make_model(o);
+    auto packed = load_gguf_model(o.path, "packed").weights;
+    ::setenv("TOKENHOST_PACK_WEIGHTS", "0", 1);
+    auto plain = load_gguf_model(o.path, "plain").weights;
+    ::unsetenv("TOKENHOST_PACK_WEIGHTS");
+    REQUIRE(plain->packed_bytes == 0);
+    if (packed->packed_bytes == 0) {
+      WARN("the kernel set " << matmul_kernels() << " has no packed layout for " << quant::dtype_name(type));
+      continue;
+    }
+    std::vector<StepItem> items;
+    for (uint64_t s = 1; s <= 3; ++s) items.push_back(StepItem{s, 0, random_tokens(rng, 20, 300), true, nullptr});
+    for (size_t batch : {size_t(1), items.size()}) {  // one row of logits, and a batch of prompts
+      INFO(quant::dtype_name(type) << ", " << batch << " sequences");
+      const StepBatch b{std::vector<StepItem>(items.begin(), items.begin() + long(batch))};
+      Engine e1(packed->spec), e2(plain->spec);
+      REQUIRE(e1.run(*packed, b) == e2.run(*plain, b));
     }
   }
 }

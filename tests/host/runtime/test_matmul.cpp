@@ -326,3 +326,32 @@ TEST_CASE("matmul: the x86 SIMD sets' float products agree bit for bit", "[matmu
     }
   }
 }
+
+TEST_CASE("matmul: weights packed once give the products of the weights as they are, bit for bit", "[matmul]") {
+  auto rng = fresh_rng("matmul packed weights");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0}) {
+      // 8 to 25 blocks: a half and a full last group, one group and some.
+      for (int64_t blocks : {8, 13, 16, 24, 25}) {
+        RandomMatrix m(type, 67, 32 * blocks, rng), second(type, 29, 32 * blocks, rng);
+        WeightView packed = m.view, packed_second = second.view;
+        const auto owner = pack_weight(packed), owner_second = pack_weight(packed_second);
+        if (!owner) continue;  // this set has no packed layout for the type
+        REQUIRE(packed.packed != nullptr);
+        REQUIRE(packed.packed_for != nullptr);
+        for (size_t n_rows : {size_t(1), size_t(3), size_t(5), size_t(37)}) {
+          INFO(quant::dtype_name(type) << ", " << blocks << " blocks, " << n_rows << " rows");
+          const std::vector<float> x = random_rows(n_rows, m.view.cols, rng);
+          std::vector<float> want(n_rows * 67), got(want.size()), want2(n_rows * 29), got2(want2.size());
+          matmul(m.view, x.data(), n_rows, want.data());
+          matmul(packed, x.data(), n_rows, got.data());
+          REQUIRE(got == want);
+          matmul(second.view, x.data(), n_rows, want2.data());
+          matmul({{packed, got.data()}, {packed_second, got2.data()}}, x.data(), n_rows);  // shared input
+          REQUIRE(got == want);
+          REQUIRE(got2 == want2);
+        }
+      }
+    }
+  });
+}
