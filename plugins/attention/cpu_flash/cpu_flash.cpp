@@ -13,6 +13,8 @@
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv.hpp>
 
+#include "kernels.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -20,199 +22,13 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define TH_AVX2 __attribute__((target("avx2,fma")))
-#endif
-
 namespace {
 
 namespace sdk = tokenhost::sdk;
+using cpu_flash::Kernels;
 using sdk::Error;
 
 constexpr const char* kId = "attention.cpu_flash";
-
-// ---- kernels ------------------------------------------------------------------------------------
-// Key/value vectors of one block lie `stride` bytes apart (th_kv_layout.token_stride).
-
-inline const float* at(const char* base, int64_t stride, uint32_t t) {
-  return reinterpret_cast<const float*>(base + int64_t(t) * stride);
-}
-
-// s[t] = scale * (q . k_t) for t < n.
-void scores_portable(const float* __restrict q, const char* k, int64_t stride, uint32_t n, uint32_t d,
-                     float scale, float* __restrict s) {
-  for (uint32_t t = 0; t < n; ++t) {
-    const float* __restrict kt = at(k, stride, t);
-    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes: vectorizes without reassociating
-    size_t e = 0;  // size_t indices: contiguous for the vectorizer (uint32_t ones may wrap)
-    for (; e + 8 <= d; e += 8)
-      for (size_t j = 0; j < 8; ++j) part[j] += q[e + j] * kt[e + j];
-    float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    for (; e < d; ++e) sum += q[e] * kt[e];
-    s[t] = scale * sum;
-  }
-}
-
-// acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
-// error grows with the number of blocks, not of positions.
-void accum_portable(float* __restrict acc, const float* __restrict p, const char* v, int64_t stride, uint32_t n,
-                    uint32_t d) {
-  size_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (uint32_t t = 0; t < n; ++t) {
-      const float* __restrict vt = at(v, stride, t) + e;
-      for (size_t j = 0; j < 8; ++j) x[j] += p[t] * vt[j];
-    }
-    for (size_t j = 0; j < 8; ++j) acc[e + j] += x[j];
-  }
-  for (; e < d; ++e) {
-    float x = 0;
-    for (uint32_t t = 0; t < n; ++t) x += p[t] * at(v, stride, t)[e];
-    acc[e] += x;
-  }
-}
-
-// x = f * y (x may be y).
-void scale_into(float* x, const float* y, float f, uint32_t d) {
-  size_t e = 0;
-  for (; e + 8 <= d; e += 8) {
-    float z[8];
-    for (size_t j = 0; j < 8; ++j) z[j] = f * y[e + j];
-    for (size_t j = 0; j < 8; ++j) x[e + j] = z[j];
-  }
-  for (; e < d; ++e) x[e] = f * y[e];
-}
-
-// s[t] = exp(s[t] - m) for t < n; returns their sum.
-float exp_sum_portable(float* s, uint32_t n, float m) {
-  float sum = 0.0f;
-  for (uint32_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - m));
-  return sum;
-}
-
-#if defined(__x86_64__)
-TH_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// Cephes' expf, 8 lanes: x = g ln2 + r with |r| <= ln2 / 2, exp(r) by a polynomial, 2^g in the exponent.
-TH_AVX2 inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.3f));
-  const __m256 g = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(g, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(g, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
-  }
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(g), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
-
-TH_AVX2 float exp_sum_avx2(float* s, uint32_t n, float m) {
-  __m256 sum8 = _mm256_setzero_ps();
-  uint32_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    const __m256 p = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + t), _mm256_set1_ps(m)));
-    _mm256_storeu_ps(s + t, p);
-    sum8 = _mm256_add_ps(sum8, p);
-  }
-  float sum = hsum(sum8);
-  for (; t < n; ++t) sum += (s[t] = std::exp(s[t] - m));
-  return sum;
-}
-
-// Four keys at a time, one load of q feeding four FMAs (head sizes that are a multiple of 8; other
-// sizes and the last keys of a block go one key at a time).
-TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale,
-                         float* s) {
-  const uint32_t d8 = d & ~7u;
-  uint32_t t = 0;
-  for (; d8 == d && t + 4 <= n; t += 4) {
-    const float* k0 = at(k, stride, t);
-    const float* k1 = at(k, stride, t + 1);
-    const float* k2 = at(k, stride, t + 2);
-    const float* k3 = at(k, stride, t + 3);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (uint32_t e = 0; e < d8; e += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + e);
-      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + e), a0);
-      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + e), a1);
-      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + e), a2);
-      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + e), a3);
-    }
-    // Lane j of the result is the sum of a_j.
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s + t, _mm_mul_ps(sum, _mm_set1_ps(scale)));
-  }
-  for (; t < n; ++t) {
-    const float* kt = at(k, stride, t);
-    __m256 a = _mm256_setzero_ps();
-    for (uint32_t e = 0; e < d8; e += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), _mm256_loadu_ps(kt + e), a);
-    float sum = hsum(a);
-    for (uint32_t e = d8; e < d; ++e) sum += q[e] * kt[e];
-    s[t] = scale * sum;
-  }
-}
-
-// 32 floats of the block's sum stay in registers over its n values, then go into acc.
-TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d) {
-  uint32_t e = 0;
-  for (; e + 32 <= d; e += 32) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (uint32_t t = 0; t < n; ++t) {
-      const float* vt = at(v, stride, t) + e;
-      const __m256 w = _mm256_set1_ps(p[t]);
-      a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt), a0);
-      a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8), a1);
-      a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 16), a2);
-      a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 24), a3);
-    }
-    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a0));
-    _mm256_storeu_ps(acc + e + 8, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8), a1));
-    _mm256_storeu_ps(acc + e + 16, _mm256_add_ps(_mm256_loadu_ps(acc + e + 16), a2));
-    _mm256_storeu_ps(acc + e + 24, _mm256_add_ps(_mm256_loadu_ps(acc + e + 24), a3));
-  }
-  for (; e + 8 <= d; e += 8) {
-    __m256 a = _mm256_setzero_ps();
-    for (uint32_t t = 0; t < n; ++t)
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(at(v, stride, t) + e), a);
-    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a));
-  }
-  for (; e < d; ++e) {
-    float a = 0;
-    for (uint32_t t = 0; t < n; ++t) a += p[t] * at(v, stride, t)[e];
-    acc[e] += a;
-  }
-}
-#endif
-
-struct Kernels {
-  void (*scores)(const float*, const char*, int64_t, uint32_t, uint32_t, float, float*);
-  void (*accum)(float*, const float*, const char*, int64_t, uint32_t, uint32_t);
-  float (*exp_sum)(float*, uint32_t, float);
-  const char* name;
-};
-
-// AVX2 + FMA when the CPU has them, unless TOKENHOST_PORTABLE_KERNELS is set (as for the host's matmul).
-Kernels pick_kernels() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      std::getenv("TOKENHOST_PORTABLE_KERNELS") == nullptr) {
-    return {scores_avx2, accum_avx2, exp_sum_avx2, "avx2"};
-  }
-#endif
-  return {scores_portable, accum_portable, exp_sum_portable, "portable"};
-}
 
 // ---- the instance -------------------------------------------------------------------------------
 
@@ -233,21 +49,40 @@ unsigned thread_count(th_host_ctx* ctx, int64_t configured) {
   return configured > 0 ? std::min(unsigned(configured), available) : available;
 }
 
+// The `kernels` setting: a level this CPU runs, or "auto". Throws TH_ERR_INVALID_ARGUMENT naming it.
+const Kernels& configured_kernels(const th_config* config) {
+  const std::string name = sdk::Config(config).get_string("kernels", "auto");
+  if (const Kernels* k = cpu_flash::find_kernels(name)) return *k;
+  throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": config 'kernels' = '" + name +
+                                           "' is not one of auto, avx2, portable that this CPU runs");
+}
+
 struct CpuFlash {
   explicit CpuFlash(const th_create_args& args)
       : host_ctx(args.host_ctx),
-        kernels(pick_kernels()),
+        kernels(configured_kernels(args.config)),
         threads(thread_count(args.host_ctx, sdk::Config(args.config).get_int_in("threads", 0, 0, 256))) {
     scratch.resize(threads);
     sdk::log(args.host_ctx, TH_LOG_DEBUG,
              std::string(kernels.name) + " kernels, " + std::to_string(threads) + " of the host's compute threads");
   }
   th_host_ctx* host_ctx;
-  Kernels kernels;
+  const Kernels& kernels;
   unsigned threads;
   std::vector<Scratch> scratch;  // one per participant
   std::vector<Item> items;
 };
+
+// x = f * y (x may be y).
+void scale_into(float* x, const float* y, float f, uint32_t d) {
+  size_t e = 0;
+  for (; e + 8 <= d; e += 8) {
+    float z[8];
+    for (size_t j = 0; j < 8; ++j) z[j] = f * y[e + j];
+    for (size_t j = 0; j < 8; ++j) x[e + j] = z[j];
+  }
+  for (; e < d; ++e) x[e] = f * y[e];
+}
 
 constexpr float kLazyMax = 8.0f;
 
@@ -383,6 +218,7 @@ th_status check(const th_check_query* query, th_error* err) {
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": check() needs a model");
     }
     sdk::Config(query->config).get_int_in("threads", 0, 0, 256);  // TH_ERR_INVALID_ARGUMENT when out of range
+    configured_kernels(query->config);
     th_status status = TH_OK;
     for (const std::string& why : sdk::attention_f32_cpu_refusals(*query->model, query->device)) {
       sdk::set_error(err, std::string(kId) + ": " + why);

@@ -1,6 +1,6 @@
 // attention.cpu_flash against attention.reference and the float64 attention of the tests
 // (tests/support/attention_batch.hpp): thread counts agree with each other, long contexts, ragged
-// batches of prefill chunks and decodes, both kernel sets, and the reference's refusals and messages.
+// batches of prefill chunks and decodes, every kernel level, and the reference's refusals and messages.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -110,20 +110,34 @@ TEST_CASE("attention.cpu_flash: a ragged batch of prefill chunks and decodes, od
   }
 }
 
-TEST_CASE("attention.cpu_flash: portable and SIMD kernels both match the reference", "[attention][cpu_flash]") {
+TEST_CASE("attention.cpu_flash: every kernel level this CPU runs matches the reference", "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash kernels");
-  const ModelSpec spec = model_spec(8, 2, 72, 1);
-  const FilledKv kv = fill_kv("kvcache.paged", spec, 16, random_shapes(rng, 16, 10, 3), rng);
-  const AttentionBatch batch = make_batch(kv, 8, 0, rng);
-  const std::vector<double> ref = reference_attention(batch, kv);
-  const bool had = std::getenv("TOKENHOST_PORTABLE_KERNELS") != nullptr;
-  ::setenv("TOKENHOST_PORTABLE_KERNELS", "1", 1);  // read by create()
-  auto portable = flash(spec, 2);
-  if (!had) ::unsetenv("TOKENHOST_PORTABLE_KERNELS");
-  auto simd = flash(spec, 2);
-  const std::vector<float> p = run(*portable, batch), s = run(*simd, batch);
-  CHECK(max_relative_error(batch, p, ref) < 1e-5);
-  CHECK(max_relative_error(batch, s, ref) < 1e-5);
+  // Head sizes that the vector width divides and one (72) that leaves a tail; blocks of 16 positions and
+  // of 4; prefill chunks beside decodes.
+  for (uint32_t head_dim : {16u, 64u, 72u, 128u}) {
+    const ModelSpec spec = model_spec(8, 2, head_dim, 1);
+    for (uint32_t block : {4u, 16u}) {
+      const FilledKv kv = fill_kv("kvcache.paged", spec, block, random_shapes(rng, 16, 10, 3), rng);
+      const AttentionBatch batch = make_batch(kv, 8, 0, rng);
+      const std::vector<double> ref = reference_attention(batch, kv);
+      size_t levels = 0;
+      for (const char* level : {"portable", "avx2"}) {
+        std::shared_ptr<PluginInstance> attn;
+        try {
+          attn = make_plugin("attention.cpu_flash", spec, toml::table{{"kernels", level}, {"threads", 2}});
+        } catch (const PluginError& e) {
+          CHECK(contains(e.what(), std::string("'kernels' = '") + level + "'"));  // this CPU lacks it
+          continue;
+        }
+        INFO(level << " kernels, head size " << head_dim << ", blocks of " << block);
+        CHECK(max_relative_error(batch, run(*attn, batch), ref) < 1e-5);
+        ++levels;
+      }
+      CHECK(levels >= 1);  // the portable level runs everywhere
+    }
+  }
+  CHECK_THROWS_WITH(make_plugin("attention.cpu_flash", model_spec(), toml::table{{"kernels", "sse9"}}),
+                    Catch::Matchers::Contains("'kernels' = 'sse9' is not one of auto, avx2, portable"));
 }
 
 TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and a bad thread count",

@@ -1,0 +1,37 @@
+// attention.cpu_flash's kernels: the dot products of a query with a block's keys, the weighted sum of
+// its values and the exponentials of the scores, in a portable version and SIMD ones, chosen at run
+// time. Keys and values of one block lie `stride` bytes apart (th_kv_layout.token_stride).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace cpu_flash {
+
+inline const float* at(const char* base, int64_t stride, uint32_t t) {
+  return reinterpret_cast<const float*>(base + int64_t(t) * stride);
+}
+
+struct Kernels {
+  // s[t] = scale * (q . k_t) for t < n (d elements each).
+  void (*scores)(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale, float* s);
+  // acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
+  // error grows with the number of blocks, not of positions.
+  void (*accum)(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d);
+  // s[t] = exp(s[t] - m) for t < n; returns their sum.
+  float (*exp_sum)(float* s, uint32_t n, float m);
+  const char* name;
+};
+
+// The kernels of a level: "portable", "avx2" (AVX2 + FMA); null where the CPU (or the build) lacks it.
+// (512-bit versions were measured: a decode row reads each key and value once, and they were no
+// faster than the AVX2 ones on Zen 4; the time goes to memory, which prefetch_block addresses.)
+const Kernels* portable_kernels();
+const Kernels* avx2_kernels();
+
+// The kernels called `name`, or for "auto" the fastest level this CPU runs (the portable ones when
+// $TOKENHOST_PORTABLE_KERNELS is set). Null for an unknown name or a level this CPU lacks.
+const Kernels* find_kernels(const std::string& name);
+
+}  // namespace cpu_flash
