@@ -43,7 +43,7 @@ Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) { v
 SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history, params_);
   // Log-probabilities under the (penalized) model distribution, for the chosen token and the top-n.
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  const float max_logit = vec::max(logits.data(), logits.size());
   const bool top_k_cuts = params_.top_k > 0 && size_t(params_.top_k) < logits.size();
   // A draw at temperature 1 from every token in id order weighs them by these same exponentials: kept
   // then, not computed twice.
@@ -53,8 +53,7 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   std::vector<float> exps(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) exps[i] = logits[i] - max_logit;
   vec::exp(exps.data(), exps.data(), exps.size());
-  double norm = 0;
-  for (float e : exps) norm += e;
+  const double norm = vec::sum(exps.data(), exps.size());
   const double log_norm = std::log(norm) + max_logit;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
 

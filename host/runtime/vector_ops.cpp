@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "runtime/matmul.hpp"
 
@@ -31,6 +32,17 @@ void silu_mul_portable(float* g, const float* u, size_t n) {
 
 void exp_portable(const float* x, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = exp1(x[i]);
+}
+
+float max_portable(const float* x, size_t n) { return *std::max_element(x, x + n); }
+
+double sum_portable(const float* x, size_t n) {
+  double lanes[4] = {0, 0, 0, 0};  // four chains of additions instead of one
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t j = 0; j < 4; ++j) lanes[j] += x[i + j];
+  for (; i < n; ++i) lanes[0] += x[i];
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
 }
 
 // ---- AVX2 + FMA ----------------------------------------------------------------------------------
@@ -111,6 +123,33 @@ void rmsnorm_avx2(const float* x, const float* w, float eps, float* out, size_t 
     store_part(out + i, _mm256_mul_ps(_mm256_mul_ps(load_part(x + i, count), scale), load_part(w + i, count)), count);
   });
 }
+TH_VEC_INLINE __m256 lowest8() { return _mm256_set1_ps(-std::numeric_limits<float>::infinity()); }
+
+float max_avx2(const float* x, size_t n) {
+  __m256 m = lowest8();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float best = *std::max_element(lanes, lanes + 8);
+  for (; i < n; ++i) best = std::max(best, x[i]);
+  return best;
+}
+
+double sum_avx2(const float* x, size_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(a0, a1));
+  double total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) total += x[i];
+  return total;
+}
 #pragma GCC pop_options
 #endif
 
@@ -118,12 +157,14 @@ struct Ops {
   void (*rmsnorm)(const float*, const float*, float, float*, size_t);
   void (*silu_mul)(float*, const float*, size_t);
   void (*exp)(const float*, float*, size_t);
+  float (*max)(const float*, size_t);
+  double (*sum)(const float*, size_t);
 };
 
 const Ops& ops() {
-  static const Ops portable{rmsnorm_portable, silu_mul_portable, exp_portable};
+  static const Ops portable{rmsnorm_portable, silu_mul_portable, exp_portable, max_portable, sum_portable};
 #if defined(__x86_64__)
-  static const Ops avx2{rmsnorm_avx2, silu_mul_avx2, exp_avx2};
+  static const Ops avx2{rmsnorm_avx2, silu_mul_avx2, exp_avx2, max_avx2, sum_avx2};
   // Every kernel set but the portable one needs AVX2 + FMA.
   if (std::strcmp(matmul_kernels(), "portable") != 0) return avx2;
 #endif
@@ -135,6 +176,8 @@ const Ops& ops() {
 void rmsnorm(const float* x, const float* w, float eps, float* out, size_t n) { ops().rmsnorm(x, w, eps, out, n); }
 void silu_mul(float* g, const float* u, size_t n) { ops().silu_mul(g, u, n); }
 void exp(const float* x, float* out, size_t n) { ops().exp(x, out, n); }
+float max(const float* x, size_t n) { return ops().max(x, n); }
+double sum(const float* x, size_t n) { return ops().sum(x, n); }
 
 void add(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];

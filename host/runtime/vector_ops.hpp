@@ -23,6 +23,11 @@ void silu_mul(float* g, const float* u, size_t n);
 // x[i] += y[i].
 void add(float* x, const float* y, size_t n);
 
+// The largest x[i] (n > 0), and the sum of x[i] in double (summed in lanes, then across them): a pass
+// over a vocabulary's logits each, for the sampler.
+float max(const float* x, size_t n);
+double sum(const float* x, size_t n);
+
 // exp(x[i]) for i < n into out (out may be x): the exponential silu_mul uses, for its tests. x is
 // clamped to [-87.3, 88.3] first, so that the result is always a finite normal float.
 void exp(const float* x, float* out, size_t n);

@@ -102,3 +102,17 @@ TEST_CASE("vector ops: an element's result does not depend on its offset or the 
       }
   });
 }
+
+TEST_CASE("vector ops: max and a double sum over a vocabulary-sized row", "[vector_ops]") {
+  auto rng = fresh_rng("vector ops max sum");
+  for (size_t n : {1, 7, 8, 9, 32000, 32003}) {
+    const auto x = uniform(n, -30.0f, 30.0f, rng);
+    for_each_level([&] {
+      INFO("n = " << n);
+      REQUIRE(vec::max(x.data(), n) == *std::max_element(x.begin(), x.end()));
+      double want = 0;
+      for (float v : x) want += v;
+      REQUIRE(vec::sum(x.data(), n) == Approx(want).epsilon(1e-12).margin(1e-9));
+    });
+  }
+}
