@@ -39,6 +39,7 @@ struct EngineMetrics {
   metrics::Family* tokens_in = nullptr;
   metrics::Family* requests = nullptr;
   metrics::Family* step_seconds = nullptr;
+  metrics::Family* step_compute_seconds = nullptr;
   metrics::Family* running = nullptr;
   metrics::Family* waiting = nullptr;
   metrics::Family* kv_free = nullptr;
@@ -75,6 +76,10 @@ void register_metrics(EngineState& s) {
   s.m.tokens_in = &r->family(Type::counter, "tokenhost_tokens_in_total", "Prompt tokens received", {"engine"});
   s.m.requests = &r->family(Type::counter, "tokenhost_requests_total", "Requests finished, by outcome", {"engine", "finish_reason"});
   s.m.step_seconds = &r->family(Type::histogram, "tokenhost_step_seconds", "Wall time of one engine step", {"engine"});
+  s.m.step_compute_seconds = &r->family(Type::histogram, "tokenhost_step_compute_seconds",
+                                        "Time the worker spent computing one step (the rest of a step's wall time "
+                                        "is messages between the engine and its worker)",
+                                        {"engine"});
   s.m.running = &r->family(Type::gauge, "tokenhost_sequences_running", "Sequences with KV blocks", {"engine"});
   s.m.waiting = &r->family(Type::gauge, "tokenhost_sequences_waiting", "Sequences waiting or preempted", {"engine"});
   s.m.kv_free = &r->family(Type::gauge, "tokenhost_kv_blocks_free", "Free KV cache blocks", {"engine"});
@@ -289,6 +294,8 @@ void tick(self_ptr self) {
             if (self->state.m.step_seconds)
               self->state.m.step_seconds->observe({self->state.init.name},
                                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+            if (self->state.m.step_compute_seconds && r.error.empty())
+              self->state.m.step_compute_seconds->observe({self->state.init.name}, r.seconds);
             on_step_done(self, batch, r);
           },
           [self, batch](caf::error& e) {

@@ -152,3 +152,20 @@ moe = { plugin = "moe.topk" }
   std::string without = moe_manifest.substr(0, moe_manifest.find("moe = {"));
   REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));
 }
+
+TEST_CASE("server: each step's compute time is exported beside its wall time, and within it", "[server][metrics]") {
+  auto server = make_test_server();
+  for (const auto& p : mixed_prompts()) REQUIRE(server->generate(request_for(*server, p, 6)).finish_reason == "length");
+  const std::string text = server->metrics().prometheus_text();
+  auto value = [&](const std::string& series) {
+    const size_t at = text.find(series + "{engine=\"main\"");
+    INFO(series << " in:\n" << text);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  const double steps = value("tokenhost_step_seconds_count");
+  REQUIRE(steps > 0);
+  REQUIRE(value("tokenhost_step_compute_seconds_count") == steps);
+  REQUIRE(value("tokenhost_step_compute_seconds_sum") > 0);
+  REQUIRE(value("tokenhost_step_compute_seconds_sum") <= value("tokenhost_step_seconds_sum"));
+}
