@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes the benchmark models with `tokenhost make-model` (once; they are large) and measures decode
-# and prefill speed at 1 and 2 threads, memory bandwidth alongside. Usage: bench/model_speed/run.sh
+# and prefill speed at 1 and 2 threads, memory bandwidth alongside, then batched decode of the 110M
+# Q8_0 shape (1, 4 and 16 sequences of 128 + 128 tokens, as ANCHORS.md's llama-batched-bench figures). Usage: bench/model_speed/run.sh
 # [BUILD_DIR] [MODEL_DIR]; prints markdown tables for bench/RESULTS.md. KERNELS=avx2,avx512vnni compares
 # matmul kernel sets in the same runs.
 set -euo pipefail
@@ -21,4 +22,8 @@ for threads in 1 2; do
   TOKENHOST_THREADS=$threads "$build/bin/bench_model_speed" --runs "$runs" ${KERNELS:+--kernels "$KERNELS"} \
     --model "$models/110M-f32.gguf" --model "$models/110M-f16.gguf" --model "$models/110M-q8_0.gguf" \
     ${SMALL_ONLY:+} $( [ -n "${SMALL_ONLY:-}" ] || echo --model "$models/1.1B-q8_0.gguf" --model "$models/1.1B-q4_0.gguf" )
+done
+for threads in 1 2; do
+  TOKENHOST_THREADS=$threads "$build/bin/bench_model_speed" --runs "$runs" --prefill 16 --decode 8 --batches 1,4,16 \
+    --model "$models/110M-q8_0.gguf" | sed -n '/| batch |/,$p'
 done

@@ -49,9 +49,9 @@ static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(Block
 // the K * q terms, so each lane holds exactly the signed 4-element dot product. sums, for kernels that
 // ask for it (TypeKernels::wants_sums), holds each block's d times the sum of its q, laid out as d.
 //
-// Kernels that ask for pairs (TypeKernels::pairs) read each row's blocks 2p and 2p + 1 rearranged so
-// that one 32-byte load meets two q4_0 blocks' low nibbles and another their high nibbles (see
-// pair_blocks): block 2p's q holds the first 16 q of block 2p then of 2p + 1, block 2p + 1's q the last
+// Kernels that ask for pairs (TypeKernels::layout = QLayout::pairs) read each row's blocks 2p and
+// 2p + 1 rearranged so that one 32-byte load meets two q4_0 blocks' low nibbles and another their high
+// nibbles (see pair_blocks): block 2p's q holds the first 16 q of block 2p then of 2p + 1, block 2p + 1's q the last
 // 16 of each; block 2p's bias lanes 0-3 are block 2p's lanes j + j + 4 (each lane now covers q[4 j..
 // 4 j + 3] and q[16 + 4 j..16 + 4 j + 3]), lanes 4-7 block 2p + 1's. A last odd block stays as it is.
 //
