@@ -87,6 +87,13 @@ struct Segment {
   Block weight_block;
 };
 
+// Products of 8 to this many x 4 activation rows take each tile of weight rows through all the groups
+// of four before the next tile: the weights streamed from memory are used by every group while they
+// are in L1, instead of by the first group (the others reading them again from L2). 8 rows of q8_0 at
+// 2 threads, weights from memory: 768 columns 107 -> 145 GMAC/s, 2048 columns 122 -> 130; q4_0 -3%
+// to +3%. Beyond 16 rows the activations no longer stay in L1.
+constexpr size_t kTileMajorGroups = 4;
+
 // The products y[r][o] = dot(weight row o, activation row r) of one or more weights with the same
 // activation rows, through a type's kernels; rows_from(r) is the X of the activation rows from r on.
 // The weights' output rows are numbered one after the other, and the pool's threads take contiguous
@@ -107,17 +114,25 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
     for (size_t o0 = begin; o0 < end; o0 += block_rows) {
       const size_t o1 = std::min(end, o0 + block_rows);
       const WeightBlock wb = seg.weight_block(o0, o1);
-      size_t r = 0;
-      for (; r + 4 <= n_rows; r += 4) {
-        const X x = rows_from(r);
-        for (size_t o = o0; o < o1;) {
-          const size_t width = o + tile_rows <= o1 ? tile_rows : 1;
-          (width == 1 ? k.four : k.tile)(wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, out);
+      // Groups of four activation rows: each passes the whole block (its weights from L2 after the
+      // first), or, for a few groups, each tile of weight rows passes every group while it is in L1.
+      const size_t groups = n_rows / 4;
+      auto tiles = [&](size_t o, size_t g_begin, size_t g_end) {
+        const size_t width = o + tile_rows <= o1 ? tile_rows : 1;
+        for (size_t g = g_begin; g < g_end; ++g) {
+          (width == 1 ? k.four : k.tile)(wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, rows_from(4 * g), n, out);
           for (size_t i = 0; i < width; ++i)
-            for (size_t j = 0; j < 4; ++j) y[(r + j) * out_rows + o + i] = out[i * 4 + j];
-          o += width;
+            for (size_t j = 0; j < 4; ++j) y[(4 * g + j) * out_rows + o + i] = out[i * 4 + j];
         }
+        return width;
+      };
+      if (groups >= 2 && groups <= kTileMajorGroups) {
+        for (size_t o = o0; o < o1;) o += tiles(o, 0, groups);
+      } else {
+        for (size_t g = 0; g < groups; ++g)
+          for (size_t o = o0; o < o1;) o += tiles(o, g, g + 1);
       }
+      size_t r = 4 * groups;
       for (; r < n_rows; ++r) {
         const X x = rows_from(r);
         for (size_t o = o0; o < o1; ++o)
