@@ -10,31 +10,19 @@
 #include "runtime/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
-#include "runtime/matmul_x86.hpp"
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")
-#define TH_512_INLINE __attribute__((always_inline)) inline
-// GCC 12's 512-bit intrinsics start their results from _mm*_undefined_*(), a self-initialized local
-// that -Wuninitialized reports at every use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "runtime/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
 
 namespace tokenhost::matmul_detail {
 namespace {
 
-// Sixteen float weights as f32 lanes.
-struct F32Weights16 {
-  using T = float;
+// The float weights, sixteen at a time as f32 lanes.
+struct F32Weights16 : F32Weights {
   TH_512_INLINE static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-  static float at(const float* p, size_t j) { return p[j]; }
 };
-struct F16Weights16 {
-  using T = uint16_t;
+struct F16Weights16 : F16Weights {
   TH_512_INLINE static __m512 load16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static float at(const uint16_t* p, size_t j) { return quant::fp16_to_f32(p[j]); }
 };
 
 // W weight rows against R activation rows: out[i * R + k], as float_tile<Wt, W, R> computes it.
@@ -66,8 +54,7 @@ void float_tile_512(const uint8_t* wp, size_t row_bytes, const FRows& xs, size_t
   }
   for (size_t i = 0; i < W; ++i)
     for (size_t k = 0; k < R; ++k) {
-      const __m512 a = acc[i][k];
-      float s = hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+      float s = hsum512(acc[i][k]);
       for (size_t t = j; t < n; ++t) s += Wt::at(w[i], t) * x[k][t];
       out[i * R + k] = s;
     }
@@ -75,12 +62,7 @@ void float_tile_512(const uint8_t* wp, size_t row_bytes, const FRows& xs, size_t
 
 template <class Wt>
 TypeKernels<FRows> float_kernels() {
-  TypeKernels<FRows> k;
-  k.one = float_tile_512<Wt, 1, 1>;
-  k.four = float_tile_512<Wt, 1, 4>;
-  k.tile = float_tile_512<Wt, 4, 4>;
-  k.tile_rows = 4;
-  return k;
+  return tile_kernels<FRows>(float_tile_512<Wt, 1, 1>, float_tile_512<Wt, 1, 4>, float_tile_512<Wt, 4, 4>, 4);
 }
 
 }  // namespace

@@ -19,25 +19,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/matmul_x86.hpp"
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")
-#define TH_512_INLINE __attribute__((always_inline)) inline
-// GCC 12's 512-bit intrinsics start their results from _mm*_undefined_*(), a self-initialized local
-// that -Wuninitialized reports at every use.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "runtime/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
 
 namespace tokenhost::matmul_detail {
 namespace {
 
 TH_512_INLINE __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 TH_512_INLINE __m512i load512(const void* p) { return _mm512_load_si512(p); }
-
-TH_512_INLINE float hsum512(__m512 a) {
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
-}
 
 // Bytes [0, n) of a mask over 64 bytes.
 TH_512_INLINE __mmask64 first_bytes(size_t n) { return n >= 64 ? ~__mmask64(0) : (__mmask64(1) << n) - 1; }

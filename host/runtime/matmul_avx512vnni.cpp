@@ -232,12 +232,7 @@ TH_VNNI void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_
 
 template <class Wt>
 TypeKernels<FRows> float_kernels() {
-  TypeKernels<FRows> k;
-  k.one = dot_float<Wt, 1, 1>;
-  k.four = dot_float<Wt, 1, 4>;
-  k.tile = dot_float<Wt, 2, 4>;
-  k.tile_rows = 2;
-  return k;
+  return tile_kernels<FRows>(dot_float<Wt, 1, 1>, dot_float<Wt, 1, 4>, dot_float<Wt, 2, 4>, 2);
 }
 
 }  // namespace

@@ -129,6 +129,18 @@ struct TypeKernels {
   const struct PackedKernels* packed = nullptr;
 };
 
+// The kernels of a type with a tile of tile_rows weight rows.
+template <class X>
+TypeKernels<X> tile_kernels(typename TypeKernels<X>::Fn one, typename TypeKernels<X>::Fn four,
+                            typename TypeKernels<X>::Fn tile, size_t tile_rows) {
+  TypeKernels<X> k;
+  k.one = one;
+  k.four = four;
+  k.tile = tile;
+  k.tile_rows = tile_rows;
+  return k;
+}
+
 // Kernels that read weights packed into a layout of their own, against activations in QLayout::groups:
 // packed once at load (pack_weight in matmul.hpp), or else a block of rows at a time by each product of
 // at least min_rows rows and reused by all its activation rows. A packed row takes row_bytes(nb) bytes;

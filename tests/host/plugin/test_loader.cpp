@@ -38,6 +38,16 @@ const std::vector<FailureMode> kLoadFailures = {
     {"unresolved_symbol", {"undefined symbol: tokenhost_fixture_undefined_function"}},
 };
 
+// What an engine's scheduler slot asks of a plugin instance, on the first device.
+InstanceSpec scheduler_spec() {
+  InstanceSpec spec;
+  spec.engine = "e";
+  spec.slot = "scheduler";
+  spec.model = model_spec();
+  spec.device = devices().front();
+  return spec;
+}
+
 std::string load_error(const std::string& manifest_path) {
   try {
     PluginLibrary::open(read_plugin_manifest(manifest_path));
@@ -59,11 +69,7 @@ TEST_CASE("loader: a valid plugin written in C loads, creates, and unloads when 
   REQUIRE(PluginLibrary::is_mapped(mapped));
   REQUIRE(mapped.find(fixture_dir()) == std::string::npos);  // a private copy, not the file itself
 
-  InstanceSpec spec;
-  spec.engine = "e";
-  spec.slot = "scheduler";
-  spec.model = model_spec();
-  spec.device = devices().front();
+  const InstanceSpec spec = scheduler_spec();
   auto a = PluginInstance::create(lib, spec);
   auto b = PluginInstance::create(lib, spec);
   lib.reset();
@@ -81,11 +87,7 @@ TEST_CASE("loader: a plugin built for an older ABI minor loads and runs on this 
   auto lib = PluginLibrary::open(read_plugin_manifest(fixture("abi_minor_older")));
   REQUIRE(lib->abi_major() == TH_ABI_VERSION_MAJOR);
   REQUIRE(lib->abi_minor() == 0);
-  InstanceSpec spec;
-  spec.engine = "e";
-  spec.slot = "scheduler";
-  spec.model = model_spec();
-  spec.device = devices().front();
+  const InstanceSpec spec = scheduler_spec();
   auto instance = PluginInstance::create(lib, spec);
   REQUIRE(instance != nullptr);
 }
@@ -111,11 +113,7 @@ TEST_CASE("loader: each broken plugin is refused with a message naming the probl
 
 TEST_CASE("loader: create() failing reports the plugin's own message", "[loader]") {
   auto lib = PluginLibrary::open(read_plugin_manifest(fixture("create_fails")));
-  InstanceSpec spec;
-  spec.engine = "e";
-  spec.slot = "scheduler";
-  spec.model = model_spec();
-  spec.device = devices().front();
+  const InstanceSpec spec = scheduler_spec();
   REQUIRE_THROWS_WITH(PluginInstance::create(lib, spec),
                       Contains("scheduler.create_fails: create() failed with TH_ERR_INVALID_ARGUMENT: "
                                "fixture refuses to start: the answer must be 42"));

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "harness.hpp"
+#include "kernel_sets.hpp"
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
 #include "runtime/matmul.hpp"
@@ -39,21 +40,6 @@ std::vector<float> random_rows(size_t n, int64_t cols, std::mt19937_64& rng) {
   std::vector<float> x(n * size_t(cols));
   for (auto& v : x) v = normal(rng);
   return x;
-}
-
-// Runs fn once per kernel set this CPU has, with that set selected; the previous one afterwards, even
-// when fn fails.
-template <class Fn>
-void for_each_kernel_set(Fn fn) {
-  struct Restore {
-    std::string set = matmul_kernels();
-    ~Restore() { use_matmul_kernels(set); }
-  } restore;
-  for (const std::string& set : matmul_kernel_sets()) {
-    use_matmul_kernels(set);
-    INFO("kernels: " << set << ", " << compute_pool().threads() << " threads");
-    fn();
-  }
 }
 
 // x rounded as the integer kernels round activations, per block of 32: scale d = amax / 127, each

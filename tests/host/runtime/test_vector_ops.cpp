@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "harness.hpp"
+#include "kernel_sets.hpp"
 #include "runtime/matmul.hpp"
 #include "runtime/vector_ops.hpp"
 
@@ -13,19 +14,6 @@ using namespace tokenhost;
 using namespace tokenhost::testing;
 
 namespace {
-
-template <class Fn>
-void for_each_level(Fn fn) {
-  struct Restore {
-    std::string set = matmul_kernels();
-    ~Restore() { use_matmul_kernels(set); }
-  } restore;
-  for (const std::string& set : matmul_kernel_sets()) {
-    use_matmul_kernels(set);
-    INFO("kernels: " << set);
-    fn();
-  }
-}
 
 std::vector<float> uniform(size_t n, float lo, float hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> d(lo, hi);
@@ -41,7 +29,7 @@ double silu(double v) { return v / (1.0 + std::exp(-v)); }
 TEST_CASE("vector ops: exp is within 2 ulp of the float64 exponential over the float range", "[vector_ops]") {
   auto rng = fresh_rng("vector ops exp");
   const auto x = uniform(4099, -87.0f, 88.0f, rng);
-  for_each_level([&] {
+  for_each_kernel_set([&] {
     std::vector<float> y(x.size());
     vec::exp(x.data(), y.data(), x.size());
     double worst = 0;
@@ -55,7 +43,7 @@ TEST_CASE("vector ops: exp is within 2 ulp of the float64 exponential over the f
 }
 
 TEST_CASE("vector ops: exp saturates instead of overflowing or flushing to zero", "[vector_ops]") {
-  for_each_level([&] {
+  for_each_kernel_set([&] {
     const std::vector<float> x = {-1000.0f, -87.3f, 88.3f, 1000.0f};
     std::vector<float> y(x.size());
     vec::exp(x.data(), y.data(), x.size());
@@ -71,7 +59,7 @@ TEST_CASE("vector ops: silu_mul and rmsnorm match float64 formulas", "[vector_op
   for (size_t n : {1, 7, 8, 9, 64, 768, 2051}) {
     const auto g0 = uniform(n, -20.0f, 20.0f, rng), u = uniform(n, -3.0f, 3.0f, rng);
     const auto w = uniform(n, 0.5f, 1.5f, rng), x = uniform(n, -4.0f, 4.0f, rng);
-    for_each_level([&] {
+    for_each_kernel_set([&] {
       INFO("n = " << n);
       std::vector<float> g = g0;
       vec::silu_mul(g.data(), u.data(), n);
@@ -91,7 +79,7 @@ TEST_CASE("vector ops: an element's result does not depend on its offset or the 
   auto rng = fresh_rng("vector ops invariance");
   const size_t n = 53;
   const auto g0 = uniform(n, -30.0f, 30.0f, rng), u = uniform(n, -2.0f, 2.0f, rng);
-  for_each_level([&] {
+  for_each_kernel_set([&] {
     std::vector<float> whole = g0;
     vec::silu_mul(whole.data(), u.data(), n);
     for (size_t begin = 0; begin < n; begin += 5)
@@ -107,7 +95,7 @@ TEST_CASE("vector ops: max and a double sum over a vocabulary-sized row", "[vect
   auto rng = fresh_rng("vector ops max sum");
   for (size_t n : {1, 7, 8, 9, 32000, 32003}) {
     const auto x = uniform(n, -30.0f, 30.0f, rng);
-    for_each_level([&] {
+    for_each_kernel_set([&] {
       INFO("n = " << n);
       REQUIRE(vec::max(x.data(), n) == *std::max_element(x.begin(), x.end()));
       double want = 0;
