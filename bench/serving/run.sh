@@ -3,7 +3,9 @@
 # make-model once): scheduler.continuous against scheduler.static at 16 and 64 concurrent streams,
 # single-stream and 8-stream throughput, and the gateway's cost against `tokenhost generate` in
 # process. Rounds alternate the schedulers; each figure is reported per round (the tables in
-# bench/RESULTS.md take the median). Usage: bench/serving/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
+# bench/RESULTS.md take the median). Then, on one more server: the load of ANCHORS.md's llama-server
+# figure (8 and 64 streams, 15-token prompts, 128 tokens out) and five alternating pairs of one
+# stream through HTTP and `generate` in process (the gateway's cost). Usage: bench/serving/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
 set -euo pipefail
 build=${1:-build}
 models=${2:-/tmp/tokenhost-bench-models}
@@ -49,3 +51,24 @@ for round in $(seq "$rounds"); do
   "$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
     | sed "s/^/r$round-generate: /"
 done
+
+# ANCHORS.md's llama-server load, then the gateway pairs, on one server.
+serve scheduler.continuous
+for c in 8 8 8 64 64; do
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c "$c" -n $((2 * c)) --prompt-tokens 15 --output-tokens 128 \
+    --ignore-eos --seed 7 -q --json "$out/anchor-c$c.json" > /dev/null
+  echo "anchor-c$c: $(node -e '
+    const r = require(process.argv[1]);
+    console.log(`${r.output_throughput.toFixed(1)} output tokens/s | TTFT p50 ${r.ttft_ms.p50.toFixed(0)} ms | ` +
+                `ITL p50 ${r.itl_ms.p50.toFixed(1)} ms | ok ${r.requests_ok}/${r.requests_ok + r.requests_failed}`);' \
+    "$out/anchor-c$c.json")"
+done
+for pair in 1 2 3 4 5; do
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 1 -n 2 --prompt-tokens 64 --output-tokens 128 --ignore-eos \
+    --seed 7 -q --json "$out/gateway.json" > /dev/null
+  http=$(node -e 'console.log((1000 / require(process.argv[1]).itl_ms.mean).toFixed(1))' "$out/gateway.json")
+  gen=$("$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
+        | sed -E 's/.*\(([0-9.]+) tokens.*/\1/')
+  echo "gateway pair $pair: HTTP $http tokens/s, generate $gen tokens/s"
+done
+stop
