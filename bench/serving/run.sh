@@ -18,6 +18,7 @@ mkdir -p "$models" "$out"
 model=$(bench_model 110M q8_0)
 machine_line
 
+prompt=$(for i in $(seq 64); do echo -n "word "; done)  # generate's prompt: 64 words, as the bench's
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
 serve() {  # serve SCHEDULER: starts the server, sets gw
@@ -47,7 +48,6 @@ for round in $(seq "$rounds"); do
   load "r$round-continuous-c8" 8 16 128
   stop
   # In process, the same model, prompt length and sampling (temperature 1, the API's default), one stream.
-  prompt=$(for i in $(seq 64); do echo -n "word "; done)
   "$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
     | sed "s/^/r$round-generate: /"
 done
