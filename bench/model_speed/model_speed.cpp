@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode", decode_tokens, "Tokens generated per decode run");
   app.add_option("--prefill", prefill_tokens, "Prompt tokens per prefill run");
   app.add_option("--attention", attention, "Attention plugin");
+  std::string kv_dtype = "f16";
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type (f16 or f32), as an engine's kv_dtype")
+      ->check(CLI::IsMember({"f16", "f32"}));
   app.add_option("--kernels", kernel_sets, "Matmul kernel sets to compare, comma-separated")->delimiter(',');
   std::vector<size_t> batches;
   uint32_t batch_prompt = 128, batch_generate = 128;
@@ -144,16 +147,18 @@ int main(int argc, char** argv) {
     toml::table kv;
     kv.insert("block_size", 16);
     kv.insert("n_blocks", int64_t((prefill_tokens + decode_tokens + 16) / 16 + 2));
-    r.attention = instantiate(catalog, attention, "bench", w.spec);
+    ModelSpec spec = w.spec;  // as the plugins see it: with the KV cache's element type
+    spec.info.kv_dtype = kv_dtype == "f32" ? TH_DTYPE_F32 : TH_DTYPE_F16;
+    r.attention = instantiate(catalog, attention, "bench", spec);
     r.generator = std::make_unique<Generator>(r.model.weights, r.attention,
-                                              instantiate(catalog, "kvcache.paged", "bench", w.spec, kv), prefill_tokens);
+                                              instantiate(catalog, "kvcache.paged", "bench", spec, kv), prefill_tokens);
     r.batched.resize(batches.size());
     if (!batches.empty()) {
       const size_t most = *std::max_element(batches.begin(), batches.end());
       toml::table bkv;
       bkv.insert("block_size", 16);
       bkv.insert("n_blocks", int64_t(most * ((batch_prompt + batch_generate) / 16 + 2)));
-      r.batch_kvcache = instantiate(catalog, "kvcache.paged", "bench", w.spec, bkv);
+      r.batch_kvcache = instantiate(catalog, "kvcache.paged", "bench", spec, bkv);
     }
     list.push_back(std::move(r));
   }
@@ -195,6 +200,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  std::printf("KV cache %s, attention %s\n\n", kv_dtype.c_str(), attention.c_str());
   std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | %% of floor |\n",
               prefill_tokens);
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

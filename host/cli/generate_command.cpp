@@ -31,6 +31,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->capture_default_str();
   cmd->add_option("--attention", o.attention, "Attention plugin id")->capture_default_str();
   cmd->add_option("--block-size", o.block_size, "KV cache block size (kvcache.paged)")->capture_default_str();
+  cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f16 (half the memory and reads) or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
   cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
   cmd->add_flag("--no-bos", o.no_bos, "Do not add the beginning-of-sequence token");
   return cmd;
@@ -55,8 +58,10 @@ int run_generate(const GenerateOptions& o) {
   toml::table kv;
   kv.insert("block_size", int64_t(o.block_size));
   kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
-  Generator generator(model.weights, instantiate(catalog, o.attention, "generate", model.weights->spec),
-                      instantiate(catalog, "kvcache.paged", "generate", model.weights->spec, kv), o.prefill_chunk);
+  ModelSpec spec = model.weights->spec;  // as plugins see it: with the KV cache's element type
+  spec.info.kv_dtype = o.kv_dtype == "f32" ? TH_DTYPE_F32 : TH_DTYPE_F16;
+  Generator generator(model.weights, instantiate(catalog, o.attention, "generate", spec),
+                      instantiate(catalog, "kvcache.paged", "generate", spec, kv), o.prefill_chunk);
 
   Sampler sampler(o.sampling);
   std::vector<int32_t> history = prompt;

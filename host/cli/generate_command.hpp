@@ -17,6 +17,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   std::string attention = "attention.cpu_flash";
   uint32_t block_size = 16;
+  std::string kv_dtype = "f16";  // the KV cache's elements, as an engine's kv_dtype
   uint32_t prefill_chunk = 512;
   bool no_bos = false;
   bool show_logprobs = false;

@@ -67,13 +67,13 @@ Deployment load_deployment_with_model(const std::string& path, const std::string
 // Loads each plugin the deployment names and asks it whether it can serve its engine.
 std::vector<std::string> check_plugins(const Deployment& d) {
   std::vector<std::string> problems;
-  auto check_slot = [&](const std::string& engine, const std::string& model, const std::string& slot, const SlotDecl& s) {
+  auto check_slot = [&](const std::string& engine, const ModelSpec& model, const std::string& slot, const SlotDecl& s) {
     try {
       auto lib = d.catalog->load(s.manifest);
       InstanceSpec spec;
       spec.engine = engine;
       spec.slot = slot;
-      spec.model = d.models.at(model).spec;
+      spec.model = model;
       spec.device = devices().front();
       spec.config = s.config;
       for (auto& r : check_plugin(*lib, spec)) problems.push_back(engine + "." + slot + " (" + s.plugin + "): " + r);
@@ -82,8 +82,8 @@ std::vector<std::string> check_plugins(const Deployment& d) {
     }
   };
   for (const auto& [name, e] : d.engines)
-    for (const auto& [slot, s] : e.slots) check_slot(name, e.model, slot, s);
-  check_slot("router", d.models.begin()->first, "router", d.router);
+    for (const auto& [slot, s] : e.slots) check_slot(name, engine_model(d, e), slot, s);
+  check_slot("router", d.models.begin()->second.spec, "router", d.router);
   return problems;
 }
 

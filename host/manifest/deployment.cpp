@@ -209,7 +209,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   std::string ctx = "[engines." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
-  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs"};
+  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -227,6 +227,11 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   }
   e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(512));
   e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(1100));
+  if (auto kv = r.optional_string(t, "kv_dtype", ctx)) {
+    if (*kv == "f32") e.kv_dtype = TH_DTYPE_F32;
+    else if (*kv == "f16") e.kv_dtype = TH_DTYPE_F16;
+    else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of f32, f16" + suggestion(*kv, {"f32", "f16"}));
+  }
   for (const auto& slot : engine_slot_names()) {
     const toml::node* s = t.get(slot);
     bool required = slot == "attention" || slot == "kvcache" || slot == "scheduler" ||
@@ -242,6 +247,12 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
 }
 
 }  // namespace
+
+ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
+  ModelSpec spec = d.models.at(engine.model).spec;
+  spec.info.kv_dtype = engine.kv_dtype;
+  return spec;
+}
 
 Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);

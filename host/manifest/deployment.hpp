@@ -54,12 +54,19 @@ struct ModelDecl {
   std::shared_ptr<const LoadedModel> loaded;  // gguf: the mapped file's weights and tokenizer
 };
 
+// An engine's kv_dtype when its manifest names none.
+constexpr th_dtype kDefaultKvDtype = TH_DTYPE_F16;
+
 struct EngineDecl {
   std::string name;
   std::string model;
   std::string device = "cpu";  // "cpu" or "cuda:N"
   uint32_t max_step_tokens = 512;
   uint32_t max_step_seqs = 64;
+  // Element type of the engine's KV cache (TH_DTYPE_F32 or TH_DTYPE_F16): the forward pass writes it,
+  // the kvcache plugin allocates it and the attention plugin reads it, so all three see it as the
+  // model's th_model_info.kv_dtype (engine_model()).
+  th_dtype kv_dtype = kDefaultKvDtype;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
 };
 
@@ -72,6 +79,9 @@ struct Deployment {
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
 };
+
+// The model an engine serves as its plugins see it: its model's spec with the engine's kv_dtype.
+ModelSpec engine_model(const Deployment& d, const EngineDecl& engine);
 
 // The slots an engine has, required first.
 const std::vector<std::string>& engine_slot_names();

@@ -1,5 +1,7 @@
 #include "model/quant.hpp"
 
+#include <tokenhost/fp16.hpp>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -8,6 +10,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 static_assert(std::endian::native == std::endian::little, "GGUF blocks are read in place: little-endian hosts only");
 
@@ -45,6 +51,50 @@ uint16_t fp16_at_least(float v) {
 }
 
 void check_row(th_dtype type, int64_t n) { (void)row_bytes(type, n); }
+
+// ---- f16 rows: F16C where the CPU has it (an f16 KV cache converts every key and value it stores) --
+// F16C rounds to nearest, ties to even, as f32_to_fp16 does, and its fp16 -> f32 is exact: both
+// paths give the same bits (the tests compare them).
+
+#if defined(__x86_64__)
+__attribute__((target("avx,f16c"))) void f32_to_fp16_f16c(const float* x, uint8_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), h);
+  }
+  for (; i < n; ++i) store_u16(d + 2 * i, f32_to_fp16(x[i]));
+}
+
+__attribute__((target("avx,f16c"))) void fp16_to_f32_f16c(const uint8_t* s, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 2 * i))));
+  for (; i < n; ++i) y[i] = fp16_to_f32(load_u16(s + 2 * i));
+}
+
+bool has_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
+#endif
+
+void f32_to_fp16_row(const float* x, uint8_t* d, int64_t n) {
+#if defined(__x86_64__)
+  if (has_f16c()) return f32_to_fp16_f16c(x, d, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) store_u16(d + 2 * i, f32_to_fp16(x[i]));
+}
+
+void fp16_to_f32_row(const uint8_t* s, float* y, int64_t n) {
+#if defined(__x86_64__)
+  if (has_f16c()) return fp16_to_f32_f16c(s, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(load_u16(s + 2 * i));
+}
 
 // ---- q8_0 / q4_0 -------------------------------------------------------------------------------
 
@@ -377,8 +427,7 @@ void dequantize_row(th_dtype type, const void* src, float* dst, int64_t n) {
       if (n > 0) std::memcpy(dst, s, size_t(n) * sizeof(float));
       return;
     case TH_DTYPE_F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(load_u16(s + 2 * i));
-      return;
+      return fp16_to_f32_row(s, dst, n);
     case TH_DTYPE_BF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(s + 2 * i));
       return;
@@ -403,8 +452,7 @@ void quantize_row(th_dtype type, const float* src, void* dst, int64_t n) {
       if (n > 0) std::memcpy(d, src, size_t(n) * sizeof(float));
       return;
     case TH_DTYPE_F16:
-      for (int64_t i = 0; i < n; ++i) store_u16(d + 2 * i, f32_to_fp16(src[i]));
-      return;
+      return f32_to_fp16_row(src, d, n);
     case TH_DTYPE_BF16:
       for (int64_t i = 0; i < n; ++i) store_u16(d + 2 * i, f32_to_bf16(src[i]));
       return;
@@ -432,40 +480,9 @@ double dot_row_reference(th_dtype type, const void* w, const float* x, int64_t n
 
 // ---- fp16 / bf16 -------------------------------------------------------------------------------
 
-float fp16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  const uint32_t mant = h & 0x3FF;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in f32
-    const float v = std::ldexp(float(mant), -24);
-    return sign ? -v : v;
-  }
-  const uint32_t bits = exp == 0x1F ? sign | 0x7F800000u | (mant << 13)          // inf / nan
-                                    : sign | ((exp + 112) << 23) | (mant << 13);  // rebias 15 -> 127
-  return std::bit_cast<float>(bits);
-}
-
-uint16_t f32_to_fp16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const auto sign = uint16_t((u >> 16) & 0x8000);
-  const uint32_t a = u & 0x7FFFFFFF;
-  if (a > 0x7F800000) return uint16_t(sign | 0x7E00 | ((a >> 13) & 0x3FF));  // nan stays (quiet) nan
-  if (a >= 0x477FF000) return uint16_t(sign | 0x7C00);  // >= 65520 rounds (ties to even) to inf
-  if (a < 0x38800000) {                                 // below 2^-14: subnormal or zero, units of 2^-24
-    const uint32_t exp = a >> 23;
-    const uint32_t shift = 126 - exp;  // value = mant * 2^(exp - 150) = (mant >> shift) * 2^-24
-    if (exp == 0 || shift > 24) return sign;
-    const uint32_t mant = (a & 0x7FFFFF) | 0x800000;
-    uint32_t q = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) ++q;  // may carry into the smallest normal: correct
-    return uint16_t(sign | q);
-  }
-  uint32_t h = ((a >> 23) - 112) << 10 | ((a >> 13) & 0x3FF);
-  const uint32_t rem = a & 0x1FFF;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // a carry into the exponent is correct too
-  return uint16_t(sign | h);
-}
+// The SDK's conversions (plugins that read or write f16 data use the same ones).
+float fp16_to_f32(uint16_t h) { return sdk::fp16_to_f32(h); }
+uint16_t f32_to_fp16(float f) { return sdk::f32_to_fp16(f); }
 
 float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
 

@@ -161,7 +161,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
 
   const th_kv_layout* layout = nullptr;
   if (th_status s = kv_vt.get_layout(kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
-  if (layout->dtype != TH_DTYPE_F32) throw std::runtime_error("the CPU runtime writes f32 KV caches only");
+  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16) {
+    throw std::runtime_error(std::string("the CPU runtime writes f32 and f16 KV caches only, the kvcache's layout is ") +
+                             quant::dtype_name(layout->dtype));
+  }
 
   // Rows of the batch: every token of every item, in order.
   std::vector<uint32_t> seq_start = {0}, kv_len;
@@ -229,15 +232,15 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
         add_bias(vr, L.bv, kvdim);
         rope(qr, nh, hd, &ws.rope[r * half * 2], w.rope.neox);
         rope(kr, nkv, hd, &ws.rope[r * half * 2], w.rope.neox);
-        // Store this row's keys and values through the published layout.
+        // Store this row's keys and values through the published layout, in its element type.
         uint32_t pos = uint32_t(positions[r]);
         int32_t block = tables[row_seq[r]][pos / layout->block_size];
         uint32_t slot = pos % layout->block_size;
         for (size_t h = 0; h < nkv; ++h) {
           int64_t off = int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
                         int64_t(h) * layout->head_stride + int64_t(slot) * layout->token_stride;
-          std::memcpy(static_cast<char*>(layout->k_base) + off, kr + h * hd, hd * sizeof(float));
-          std::memcpy(static_cast<char*>(layout->v_base) + off, vr + h * hd, hd * sizeof(float));
+          quant::quantize_row(layout->dtype, kr + h * hd, static_cast<char*>(layout->k_base) + off, int64_t(hd));
+          quant::quantize_row(layout->dtype, vr + h * hd, static_cast<char*>(layout->v_base) + off, int64_t(hd));
         }
       }
     });

@@ -12,6 +12,7 @@
 #include "actors/router.hpp"
 #include "actors/swap_latency.hpp"
 #include "actors/worker.hpp"
+#include "model/quant.hpp"
 #include "runtime/synthetic_model.hpp"
 #include "model/tokenizer.hpp"
 #include "plugin/kind.hpp"
@@ -91,8 +92,7 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
   InstanceSpec spec;
   spec.engine = engine != nullptr ? engine->name : "router";
   spec.slot = slot;
-  const std::string model = engine != nullptr ? engine->model : deployment_.models.begin()->first;
-  spec.model = deployment_.models.at(model).spec;
+  spec.model = engine != nullptr ? engine_model(deployment_, *engine) : deployment_.models.begin()->second.spec;
   spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
   spec.config = decl.config;
   spec.metrics = &metrics_;
@@ -142,7 +142,8 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
   out.actor = spawn_engine(*system_, std::move(e));
   out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
-  spdlog::info("engine {} ready: model {} on {}", name, decl.model, decl.device);
+  spdlog::info("engine {} ready: model {} on {}, {} KV cache", name, decl.model, decl.device,
+               quant::dtype_name(decl.kv_dtype));
   return out;
 }
 

@@ -1,5 +1,6 @@
 // The SDK headers, C and C++ helper alike, compile as C++ with -Wall -Wextra -Werror -pedantic.
 #include <tokenhost/plugin.hpp>
+#include <tokenhost/fp16.hpp>
 #include <tokenhost/plugin_kv.hpp>
 #include <tokenhost/plugin_sched.hpp>
 #include <tokenhost/tokenhost.h>

@@ -92,12 +92,12 @@ inline FilledKv fill_kv(const std::string& kv_plugin, const ModelSpec& spec, uin
     std::shuffle(fillers.begin(), fillers.end(), rng);
     for (uint64_t f : fillers) c.free(f);
     REQUIRE(c.stats().used_blocks == 0);
-    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> nan(l.head_dim, std::numeric_limits<float>::quiet_NaN());
     for (uint32_t layer = 0; layer < l.n_layers; ++layer)
       for (uint32_t b = 0; b < l.n_blocks; ++b)
         for (uint32_t t = 0; t < l.block_size; ++t)
           for (uint32_t h = 0; h < l.n_kv_heads; ++h)
-            for (void* base : {l.k_base, l.v_base}) std::fill_n(kv_vector(l, base, layer, int32_t(b), t, h), l.head_dim, nan);
+            for (void* base : {l.k_base, l.v_base}) kv_store(l, kv_vector(l, base, layer, int32_t(b), t, h), nan.data(), l.head_dim);
     for (size_t s = 0; s < shapes.size(); ++s) {
       REQUIRE(c.reserve(s, shapes[s].kv_len, 0) == TH_OK);
       kv.tables.push_back(c.table(s));
@@ -109,11 +109,13 @@ inline FilledKv fill_kv(const std::string& kv_plugin, const ModelSpec& spec, uin
       kv.values.emplace_back(n);
       for (float& x : kv.keys.back()) x = uni(rng);
       for (float& x : kv.values.back()) x = uni(rng);
+      round_to_kv(l, kv.keys.back());  // the logical values are what the cache holds
+      round_to_kv(l, kv.values.back());
       for (uint32_t layer = 0; layer < l.n_layers; ++layer)
         for (uint32_t p = 0; p < shapes[s].kv_len; ++p)
           for (uint32_t h = 0; h < l.n_kv_heads; ++h) {
-            std::copy_n(&kv.keys[s][kv.at(s, layer, p, h)], l.head_dim, c.key(t, layer, p, h));
-            std::copy_n(&kv.values[s][kv.at(s, layer, p, h)], l.head_dim, c.value(t, layer, p, h));
+            kv_store(l, c.key(t, layer, p, h), &kv.keys[s][kv.at(s, layer, p, h)], l.head_dim);
+            kv_store(l, c.value(t, layer, p, h), &kv.values[s][kv.at(s, layer, p, h)], l.head_dim);
           }
     }
     if (kv.tables_out_of_order || !multi_block) return kv;

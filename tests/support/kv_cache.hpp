@@ -17,16 +17,42 @@
 
 #include "harness.hpp"
 #include "metrics/metrics.hpp"
+#include "model/quant.hpp"
 #include "plugin/host_api.hpp"
 
 namespace tokenhost::testing {
 
 // The head vector (layer, block, position t within the block, kv head h) of base, by the layout
-// formula of th_kvcache.h (float dtypes: element d is d floats further).
-inline float* kv_vector(const th_kv_layout& l, void* base, uint32_t layer, int32_t block, uint32_t t, uint32_t h) {
-  char* p = static_cast<char*>(base) + int64_t(layer) * l.layer_stride + int64_t(block) * l.block_stride +
-            int64_t(h) * l.head_stride + int64_t(t) * l.token_stride;
-  return reinterpret_cast<float*>(p);
+// formula of th_kvcache.h (float dtypes: element d is d elements of l.dtype further).
+inline char* kv_vector(const th_kv_layout& l, void* base, uint32_t layer, int32_t block, uint32_t t, uint32_t h) {
+  return static_cast<char*>(base) + int64_t(layer) * l.layer_stride + int64_t(block) * l.block_stride +
+         int64_t(h) * l.head_stride + int64_t(t) * l.token_stride;
+}
+
+// n elements of l.dtype (f32 or f16) at slot, written from floats or read as floats.
+inline void kv_store(const th_kv_layout& l, char* slot, const float* x, size_t n) {
+  quant::quantize_row(l.dtype, x, slot, int64_t(n));
+}
+inline void kv_load(const th_kv_layout& l, const char* slot, float* x, size_t n) {
+  quant::dequantize_row(l.dtype, slot, x, int64_t(n));
+}
+
+// x rounded to what the cache's element type holds (f16 rounding for an f16 cache), in place: values
+// a test writes and expects back, or computes a reference from.
+inline void round_to_kv(const th_kv_layout& l, std::vector<float>& x) {
+  std::vector<char> bytes(x.size() * 4);
+  kv_store(l, bytes.data(), x.data(), x.size());
+  kv_load(l, bytes.data(), x.data(), x.size());
+}
+
+// The KV element types the kvcache and attention plugins are tested with.
+inline const std::vector<th_dtype>& kv_dtypes() {
+  static const std::vector<th_dtype> d = {TH_DTYPE_F32, TH_DTYPE_F16};
+  return d;
+}
+inline ModelSpec with_kv_dtype(ModelSpec spec, th_dtype dtype) {
+  spec.info.kv_dtype = dtype;
+  return spec;
 }
 
 inline toml::table kv_config(uint32_t block_size, uint32_t n_blocks) {
@@ -47,7 +73,7 @@ struct KvCache {
     th_error err;
     REQUIRE(vt->get_layout(inst->handle(), &layout, &err) == TH_OK);
     REQUIRE(layout != nullptr);
-    REQUIRE(layout->dtype == TH_DTYPE_F32);
+    REQUIRE(layout->dtype == spec.info.kv_dtype);
     REQUIRE(layout->block_size == block_size);
     REQUIRE(layout->n_blocks == n_blocks);
   }
@@ -84,34 +110,39 @@ struct KvCache {
     vt->stats(inst->handle(), &s);
     return s;
   }
-  // Key / value head vector of position p of a sequence with block table `table`.
-  float* key(const std::vector<int32_t>& table, uint32_t layer, uint32_t p, uint32_t h) const {
+  // Key / value head vector of position p of a sequence with block table `table` (head_dim elements
+  // of the layout's dtype).
+  char* key(const std::vector<int32_t>& table, uint32_t layer, uint32_t p, uint32_t h) const {
     return kv_vector(*layout, layout->k_base, layer, table.at(p / layout->block_size), p % layout->block_size, h);
   }
-  float* value(const std::vector<int32_t>& table, uint32_t layer, uint32_t p, uint32_t h) const {
+  char* value(const std::vector<int32_t>& table, uint32_t layer, uint32_t p, uint32_t h) const {
     return kv_vector(*layout, layout->v_base, layer, table.at(p / layout->block_size), p % layout->block_size, h);
   }
-  // Floats per position: K and V of every layer and kv head.
+  // Elements per position: K and V of every layer and kv head.
   size_t floats_per_position() const { return size_t(2) * layout->n_layers * layout->n_kv_heads * layout->head_dim; }
-  // Writes (or reads) the floats of position p through the layout, order [K|V][layer][head][d].
-  void write_position(const std::vector<int32_t>& table, uint32_t p, const std::vector<float>& data) const {
-    visit_position(table, p, [&](float* slot, size_t i) { *slot = data[i]; });
+  // Writes (or reads) the elements of position p through the layout, order [K|V][layer][head][d].
+  // write_position rounds data to the cache's element type first, so that read_position gives back
+  // exactly what data then holds.
+  void write_position(const std::vector<int32_t>& table, uint32_t p, std::vector<float>& data) const {
+    round_to_kv(*layout, data);
+    visit_position(table, p, [&](char* slot, size_t i) { kv_store(*layout, slot, &data[i], layout->head_dim); });
   }
   std::vector<float> read_position(const std::vector<int32_t>& table, uint32_t p) const {
     std::vector<float> out(floats_per_position());
-    visit_position(table, p, [&](float* slot, size_t i) { out[i] = *slot; });
+    visit_position(table, p, [&](char* slot, size_t i) { kv_load(*layout, slot, &out[i], layout->head_dim); });
     return out;
   }
 
  private:
+  // f(head vector, index of its first element in the position's order) for each head vector.
   template <class F>
   void visit_position(const std::vector<int32_t>& table, uint32_t p, F&& f) const {
     size_t i = 0;
     for (int kv = 0; kv < 2; ++kv) {
       for (uint32_t l = 0; l < layout->n_layers; ++l) {
         for (uint32_t h = 0; h < layout->n_kv_heads; ++h) {
-          float* v = kv == 0 ? key(table, l, p, h) : value(table, l, p, h);
-          for (uint32_t d = 0; d < layout->head_dim; ++d) f(v + d, i++);
+          f(kv == 0 ? key(table, l, p, h) : value(table, l, p, h), i);
+          i += layout->head_dim;
         }
       }
     }

@@ -1,7 +1,8 @@
 // attention.cpu_flash: fast causal paged attention on the CPU.
 //
 // The contract of attention.reference (same batch validation, same check() refusals: both come from
-// tokenhost/plugin_kv.hpp), computed flash-attention style in f32: one work item is (sequence, kv head,
+// tokenhost/plugin_kv.hpp), over an f32 or f16 KV cache, computed flash-attention style in f32 (f16
+// keys and values become floats as the kernels load them): one work item is (sequence, kv head,
 // chunk of query rows); it walks the sequence's KV blocks in order and, for every query head of the kv
 // head's group and every row of the chunk that reaches the block, scores the block's keys, updates a
 // running max and sum (rescaling the accumulator when the max grows) and adds p * v. Each KV block is
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,9 @@ using cpu_flash::Kernels;
 using sdk::Error;
 
 constexpr const char* kId = "attention.cpu_flash";
+
+// The KV caches it reads (kernels.hpp has a pair of cache kernels for each).
+constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16};
 
 // ---- the instance -------------------------------------------------------------------------------
 
@@ -92,13 +97,14 @@ constexpr float kLazyMax = 8.0f;
 void prefetch_block(const th_kv_layout& kv, uint32_t layer, int32_t block, uint32_t kvh) {
   const int64_t bytes = int64_t(kv.block_size) * kv.token_stride;
   for (const void* base : {kv.k_base, kv.v_base}) {
-    const char* p = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, base, layer, block, 0, kvh));
+    const char* p = sdk::kv_head_bytes(kv, base, layer, block, 0, kvh);
     for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at);
   }
 }
 
-void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Scratch& sc) {
+void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& it, Scratch& sc) {
   const th_kv_layout& kv = *b.kv;
+  const cpu_flash::CacheKernels& kn = kv.dtype == TH_DTYPE_F16 ? kernels.f16 : kernels.f32;
   const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim, bs = kv.block_size;
   const uint32_t n_rows = it.r1 - it.r0, n_state = n_rows * group;
   float *acc = sc.acc.data(), *m = sc.m.data(), *l = sc.l.data(), *s = sc.s.data();
@@ -110,8 +116,8 @@ void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Sc
   const int32_t* table = b.block_tables[it.seq];
   for (uint32_t blk = 0; blk <= max_pos / bs; ++blk) {
     const uint32_t p0 = blk * bs;
-    const char* kb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.k_base, b.layer, table[blk], 0, it.kvh));
-    const char* vb = reinterpret_cast<const char*>(sdk::kv_head_vector(kv, kv.v_base, b.layer, table[blk], 0, it.kvh));
+    const char* kb = sdk::kv_head_bytes(kv, kv.k_base, b.layer, table[blk], 0, it.kvh);
+    const char* vb = sdk::kv_head_bytes(kv, kv.v_base, b.layer, table[blk], 0, it.kvh);
     if (blk < max_pos / bs) prefetch_block(kv, b.layer, table[blk + 1], it.kvh);
     for (uint32_t r = 0; r < n_rows; ++r) {
       const uint32_t pos = uint32_t(b.positions[it.r0 + r]);
@@ -133,7 +139,7 @@ void run_item(const th_attention_batch& b, const Kernels& kn, const Item& it, Sc
           scale_into(a, a, f, d);
           m[st] = block_max;
         }
-        l[st] += kn.exp_sum(s, nt, m[st]);
+        l[st] += kernels.exp_sum(s, nt, m[st]);
         kn.accum(a, s, vb, kv.token_stride, nt, d);
       }
     }
@@ -152,7 +158,7 @@ constexpr uint64_t kParallelWork = 64 * 1024;
 
 th_status forward(th_instance* instance, const th_attention_batch* batch, th_error* err) {
   return sdk::guard(err, [&] {
-    if (const std::string why = sdk::validate_attention_batch(batch); !why.empty()) {
+    if (const std::string why = sdk::validate_attention_batch(batch, kKvDtypes); !why.empty()) {
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": " + why);
     }
     CpuFlash& self = sdk::self<CpuFlash>(instance);
@@ -220,7 +226,7 @@ th_status check(const th_check_query* query, th_error* err) {
     sdk::Config(query->config).get_int_in("threads", 0, 0, 256);  // TH_ERR_INVALID_ARGUMENT when out of range
     configured_kernels(query->config);
     th_status status = TH_OK;
-    for (const std::string& why : sdk::attention_f32_cpu_refusals(*query->model, query->device)) {
+    for (const std::string& why : sdk::attention_cpu_refusals(*query->model, query->device, kKvDtypes)) {
       sdk::set_error(err, std::string(kId) + ": " + why);
       status = TH_ERR_UNSUPPORTED;
     }

@@ -1,49 +1,57 @@
 // The portable and AVX2 kernels of attention.cpu_flash, and the choice among the levels.
 #include "kernels.hpp"
 
+#include <tokenhost/fp16.hpp>
+
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#define TH_AVX2 __attribute__((target("avx2,fma")))
+#define TH_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace cpu_flash {
 namespace {
 
+// An element of the cache as a float.
+inline float value(float x) { return x; }
+inline float value(uint16_t h) { return tokenhost::sdk::fp16_to_f32(h); }
+
 // s[t] = scale * (q . k_t) for t < n.
+template <class T>
 void scores_portable(const float* __restrict q, const char* k, int64_t stride, uint32_t n, uint32_t d,
                      float scale, float* __restrict s) {
   for (uint32_t t = 0; t < n; ++t) {
-    const float* __restrict kt = at(k, stride, t);
+    const T* __restrict kt = at<T>(k, stride, t);
     float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes: vectorizes without reassociating
     size_t e = 0;  // size_t indices: contiguous for the vectorizer (uint32_t ones may wrap)
     for (; e + 8 <= d; e += 8)
-      for (size_t j = 0; j < 8; ++j) part[j] += q[e + j] * kt[e + j];
+      for (size_t j = 0; j < 8; ++j) part[j] += q[e + j] * value(kt[e + j]);
     float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
-    for (; e < d; ++e) sum += q[e] * kt[e];
+    for (; e < d; ++e) sum += q[e] * value(kt[e]);
     s[t] = scale * sum;
   }
 }
 
 // acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
 // error grows with the number of blocks, not of positions.
+template <class T>
 void accum_portable(float* __restrict acc, const float* __restrict p, const char* v, int64_t stride, uint32_t n,
                     uint32_t d) {
   size_t e = 0;
   for (; e + 8 <= d; e += 8) {
     float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (uint32_t t = 0; t < n; ++t) {
-      const float* __restrict vt = at(v, stride, t) + e;
-      for (size_t j = 0; j < 8; ++j) x[j] += p[t] * vt[j];
+      const T* __restrict vt = at<T>(v, stride, t) + e;
+      for (size_t j = 0; j < 8; ++j) x[j] += p[t] * value(vt[j]);
     }
     for (size_t j = 0; j < 8; ++j) acc[e + j] += x[j];
   }
   for (; e < d; ++e) {
     float x = 0;
-    for (uint32_t t = 0; t < n; ++t) x += p[t] * at(v, stride, t)[e];
+    for (uint32_t t = 0; t < n; ++t) x += p[t] * value(at<T>(v, stride, t)[e]);
     acc[e] += x;
   }
 }
@@ -56,6 +64,14 @@ float exp_sum_portable(float* s, uint32_t n, float m) {
 }
 
 #if defined(__x86_64__)
+// Eight elements of the cache as floats, and one.
+TH_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+TH_AVX2 inline __m256 load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+TH_AVX2 inline float value1(float x) { return x; }
+TH_AVX2 inline float value1(uint16_t h) { return _cvtsh_ss(h); }
+
 TH_AVX2 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -94,22 +110,23 @@ TH_AVX2 float exp_sum_avx2(float* s, uint32_t n, float m) {
 
 // Four keys at a time, one load of q feeding four FMAs (head sizes that are a multiple of 8; other
 // sizes and the last keys of a block go one key at a time).
+template <class T>
 TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale,
                          float* s) {
   const uint32_t d8 = d & ~7u;
   uint32_t t = 0;
   for (; d8 == d && t + 4 <= n; t += 4) {
-    const float* k0 = at(k, stride, t);
-    const float* k1 = at(k, stride, t + 1);
-    const float* k2 = at(k, stride, t + 2);
-    const float* k3 = at(k, stride, t + 3);
+    const T* k0 = at<T>(k, stride, t);
+    const T* k1 = at<T>(k, stride, t + 1);
+    const T* k2 = at<T>(k, stride, t + 2);
+    const T* k3 = at<T>(k, stride, t + 3);
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     for (uint32_t e = 0; e < d8; e += 8) {
       const __m256 qv = _mm256_loadu_ps(q + e);
-      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + e), a0);
-      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + e), a1);
-      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + e), a2);
-      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + e), a3);
+      a0 = _mm256_fmadd_ps(qv, load8(k0 + e), a0);
+      a1 = _mm256_fmadd_ps(qv, load8(k1 + e), a1);
+      a2 = _mm256_fmadd_ps(qv, load8(k2 + e), a2);
+      a3 = _mm256_fmadd_ps(qv, load8(k3 + e), a3);
     }
     // Lane j of the result is the sum of a_j.
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
@@ -117,27 +134,28 @@ TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t
     _mm_storeu_ps(s + t, _mm_mul_ps(sum, _mm_set1_ps(scale)));
   }
   for (; t < n; ++t) {
-    const float* kt = at(k, stride, t);
+    const T* kt = at<T>(k, stride, t);
     __m256 a = _mm256_setzero_ps();
-    for (uint32_t e = 0; e < d8; e += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), _mm256_loadu_ps(kt + e), a);
+    for (uint32_t e = 0; e < d8; e += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + e), load8(kt + e), a);
     float sum = hsum(a);
-    for (uint32_t e = d8; e < d; ++e) sum += q[e] * kt[e];
+    for (uint32_t e = d8; e < d; ++e) sum += q[e] * value1(kt[e]);
     s[t] = scale * sum;
   }
 }
 
 // 32 floats of the block's sum stay in registers over its n values, then go into acc.
+template <class T>
 TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d) {
   uint32_t e = 0;
   for (; e + 32 <= d; e += 32) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     for (uint32_t t = 0; t < n; ++t) {
-      const float* vt = at(v, stride, t) + e;
+      const T* vt = at<T>(v, stride, t) + e;
       const __m256 w = _mm256_set1_ps(p[t]);
-      a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt), a0);
-      a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 8), a1);
-      a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 16), a2);
-      a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vt + 24), a3);
+      a0 = _mm256_fmadd_ps(w, load8(vt), a0);
+      a1 = _mm256_fmadd_ps(w, load8(vt + 8), a1);
+      a2 = _mm256_fmadd_ps(w, load8(vt + 16), a2);
+      a3 = _mm256_fmadd_ps(w, load8(vt + 24), a3);
     }
     _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a0));
     _mm256_storeu_ps(acc + e + 8, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8), a1));
@@ -147,12 +165,12 @@ TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t strid
   for (; e + 8 <= d; e += 8) {
     __m256 a = _mm256_setzero_ps();
     for (uint32_t t = 0; t < n; ++t)
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(at(v, stride, t) + e), a);
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load8(at<T>(v, stride, t) + e), a);
     _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a));
   }
   for (; e < d; ++e) {
     float a = 0;
-    for (uint32_t t = 0; t < n; ++t) a += p[t] * at(v, stride, t)[e];
+    for (uint32_t t = 0; t < n; ++t) a += p[t] * value1(at<T>(v, stride, t)[e]);
     acc[e] += a;
   }
 }
@@ -161,15 +179,21 @@ TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t strid
 }  // namespace
 
 const Kernels* portable_kernels() {
-  static const Kernels k{scores_portable, accum_portable, exp_sum_portable, "portable"};
+  static const Kernels k{{scores_portable<float>, accum_portable<float>},
+                         {scores_portable<uint16_t>, accum_portable<uint16_t>},
+                         exp_sum_portable,
+                         "portable"};
   return &k;
 }
 
 const Kernels* avx2_kernels() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  static const Kernels k{scores_avx2, accum_avx2, exp_sum_avx2, "avx2"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &k;
+  static const Kernels k{{scores_avx2<float>, accum_avx2<float>},
+                         {scores_avx2<uint16_t>, accum_avx2<uint16_t>},
+                         exp_sum_avx2,
+                         "avx2"};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &k;
 #endif
   return nullptr;
 }

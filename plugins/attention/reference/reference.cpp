@@ -1,12 +1,13 @@
 // attention.reference: the conformance oracle for attention plugins.
 //
 // Causal scaled-dot-product attention over a ragged batch, read from the paged KV cache through
-// th_kv_layout, with plain loops and double accumulation. Slow on purpose: it is what every other
+// th_kv_layout (f32 or f16 elements), with plain loops and double accumulation. Slow on purpose: it is what every other
 // attention plugin is measured against, so it favours obvious correctness and full input validation.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv.hpp>
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -15,13 +16,16 @@ namespace {
 namespace sdk = tokenhost::sdk;
 using sdk::Error;
 
+// The KV caches it reads: each element is turned into a float, then a double, as it is read.
+constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16};
+
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
     if (query == nullptr || query->model == nullptr) {
       throw Error(TH_ERR_INVALID_ARGUMENT, "attention.reference: check() needs a model");
     }
     th_status status = TH_OK;
-    for (const std::string& why : sdk::attention_f32_cpu_refusals(*query->model, query->device)) {
+    for (const std::string& why : sdk::attention_cpu_refusals(*query->model, query->device, kKvDtypes)) {
       sdk::set_error(err, "attention.reference: " + why);
       status = TH_ERR_UNSUPPORTED;
     }
@@ -41,12 +45,18 @@ void invalid(const std::string& why) {
 th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) {
   return sdk::guard(err, [&] {
     // Everything forward() reads, checked before any output is written.
-    if (const std::string why = sdk::validate_attention_batch(batch); !why.empty()) invalid(why);
+    if (const std::string why = sdk::validate_attention_batch(batch, kKvDtypes); !why.empty()) invalid(why);
     const th_attention_batch& b = *batch;
     const uint32_t group = b.n_heads / b.n_kv_heads;
     const uint32_t d = b.head_dim;
     std::vector<double> scores;
     std::vector<double> acc(d);
+    std::vector<float> kv_row(d);
+    auto load = [&](const void* base, const int32_t* table, uint32_t p, uint32_t kvh) {
+      const uint32_t bs = b.kv->block_size;
+      sdk::load_kv_vector(*b.kv, sdk::kv_head_bytes(*b.kv, base, b.layer, table[p / bs], p % bs, kvh), kv_row.data());
+      return kv_row.data();
+    };
     for (uint32_t s = 0; s < b.n_seqs; ++s) {
       const int32_t* table = b.block_tables[s];
       for (uint32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
@@ -57,7 +67,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
           const float* q = b.q + int64_t(i) * b.q_row_stride + int64_t(h) * d;
           double max_score = -INFINITY;
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* k = sdk::kv_position_vector(*b.kv, b.kv->k_base, b.layer, table, p, kvh);
+            const float* k = load(b.kv->k_base, table, p, kvh);
             double dot = 0.0;
             for (uint32_t e = 0; e < d; ++e) dot += double(q[e]) * double(k[e]);
             scores[p] = double(b.scale) * dot;
@@ -70,7 +80,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
           }
           acc.assign(d, 0.0);
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* v = sdk::kv_position_vector(*b.kv, b.kv->v_base, b.layer, table, p, kvh);
+            const float* v = load(b.kv->v_base, table, p, kvh);
             for (uint32_t e = 0; e < d; ++e) acc[e] += scores[p] * double(v[e]);
           }
           float* out = b.out + int64_t(i) * b.out_row_stride + int64_t(h) * d;

@@ -1,9 +1,11 @@
 // kvcache.paged: a paged KV block manager (vLLM style) in host memory.
 //
-// One K pool and one V pool laid out [layer][block][kv_head][token][head_dim] (f32), a free list,
+// One K pool and one V pool laid out [layer][block][kv_head][token][head_dim] in the model's kv dtype
+// (th_model_info.kv_dtype: f32 or f16, which the engine chooses), a free list,
 // a reference count per block, and a block table per sequence. Forked sequences share blocks; a
 // shared block is copied the first time a sequence reserves a write into it (copy-on-write).
 #include <tokenhost/plugin.hpp>
+#include <tokenhost/plugin_kv.hpp>
 
 #include <cstring>
 #include <limits>
@@ -27,11 +29,6 @@ Settings read_settings(const th_config* config) {
   Settings s{};
   s.block_size = uint32_t(cfg.get_int_in("block_size", 16, 1, 1024));
   s.n_blocks = uint32_t(cfg.get_int_in("n_blocks", 1024, 1, std::numeric_limits<int32_t>::max()));
-  const std::string dtype = cfg.get_string("dtype", "f32");
-  if (dtype != "f32") {
-    throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: config 'dtype' = \"" + dtype +
-                                        "\" is not supported (only \"f32\" for now)");
-  }
   return s;
 }
 
@@ -57,6 +54,9 @@ th_status check(const th_check_query* query, th_error* err) {
     };
     if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) {
       refuse("the model needs n_layers, n_kv_heads and head_dim > 0");
+    }
+    if (sdk::kv_element_bytes(m.kv_dtype) == 0) {
+      refuse("keeps kv dtype f32 or f16, the model's kv dtype is " + sdk::dtype_name(m.kv_dtype));
     }
     if (query->device != nullptr && query->device->kind != TH_DEVICE_CPU) {
       refuse("keeps its pools in host memory: runs on the CPU only");
@@ -92,6 +92,11 @@ th_kv_layout make_layout(const th_create_args& args, const Settings& s) {
   if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) {
     throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: the model needs n_layers, n_kv_heads and head_dim > 0");
   }
+  const uint32_t element_bytes = sdk::kv_element_bytes(m.kv_dtype);
+  if (element_bytes == 0) {
+    throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: keeps kv dtype f32 or f16, the model's kv dtype is " +
+                                        sdk::dtype_name(m.kv_dtype));
+  }
   th_kv_layout l{};
   l.struct_size = sizeof(th_kv_layout);
   l.block_size = s.block_size;
@@ -99,8 +104,8 @@ th_kv_layout make_layout(const th_create_args& args, const Settings& s) {
   l.n_layers = m.n_layers;
   l.n_kv_heads = m.n_kv_heads;
   l.head_dim = m.head_dim;
-  l.dtype = TH_DTYPE_F32;
-  l.token_stride = mul(m.head_dim, sizeof(float));
+  l.dtype = m.kv_dtype;
+  l.token_stride = mul(m.head_dim, element_bytes);
   l.head_stride = mul(s.block_size, l.token_stride);
   l.block_stride = mul(m.n_kv_heads, l.head_stride);
   l.layer_stride = mul(s.n_blocks, l.block_stride);

@@ -3,15 +3,21 @@
 // Like plugin.hpp it adds no ABI: it only computes with the C structs of th_kvcache.h and
 // th_attention.h. What it gives:
 //   - sdk::dtype_name(): "f32", "q8_0", ... for messages;
-//   - sdk::kv_head_vector() / kv_position_vector(): the th_kv_layout address formula (float dtypes);
-//   - sdk::attention_f32_cpu_refusals(): why an f32, CPU-only attention plugin cannot serve a model;
+//   - sdk::kv_element_bytes(): bytes of one element of a float KV dtype (f32, f16);
+//   - sdk::kv_head_bytes() / kv_head_vector() / kv_position_vector(): the th_kv_layout address formula
+//     (float dtypes), and sdk::load_kv_vector(): a head vector of an f32 or f16 cache as floats;
+//   - sdk::attention_cpu_refusals(): why a CPU-only attention plugin that computes in f32 over the KV
+//     dtypes it lists cannot serve a model (attention_f32_cpu_refusals(): over f32 only);
 //   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message.
 #ifndef TOKENHOST_PLUGIN_KV_HPP
 #define TOKENHOST_PLUGIN_KV_HPP
 
+#include <tokenhost/fp16.hpp>
 #include <tokenhost/tokenhost.h>
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -32,28 +38,60 @@ inline std::string dtype_name(th_dtype dtype) {
   }
 }
 
-// The head vector of (layer, pool block, position t within the block, kv head h) in base (k_base or
-// v_base), by the address formula of th_kvcache.h. Float dtypes: element d is d elements further.
-inline const float* kv_head_vector(const th_kv_layout& kv, const void* base, uint32_t layer, int32_t block,
-                                   uint32_t t, uint32_t h) {
-  const char* addr = static_cast<const char*>(base) + int64_t(layer) * kv.layer_stride +
-                     int64_t(block) * kv.block_stride + int64_t(h) * kv.head_stride + int64_t(t) * kv.token_stride;
-  return reinterpret_cast<const float*>(addr);
+// Bytes of one element of a float KV dtype: 4 for f32, 2 for f16 (IEEE binary16, see fp16.hpp); 0 for
+// any other dtype.
+inline uint32_t kv_element_bytes(th_dtype dtype) {
+  return dtype == TH_DTYPE_F32 ? 4u : dtype == TH_DTYPE_F16 ? 2u : 0u;
 }
 
-// The head vector of position p of a sequence whose block table is table.
+// The first byte of the head vector of (layer, pool block, position t within the block, kv head h) in
+// base (k_base or v_base), by the address formula of th_kvcache.h. Float dtypes: element d lies
+// d * kv_element_bytes(kv.dtype) bytes further.
+inline const char* kv_head_bytes(const th_kv_layout& kv, const void* base, uint32_t layer, int32_t block, uint32_t t,
+                                 uint32_t h) {
+  return static_cast<const char*>(base) + int64_t(layer) * kv.layer_stride + int64_t(block) * kv.block_stride +
+         int64_t(h) * kv.head_stride + int64_t(t) * kv.token_stride;
+}
+
+// The same head vector as floats, for an f32 cache.
+inline const float* kv_head_vector(const th_kv_layout& kv, const void* base, uint32_t layer, int32_t block,
+                                   uint32_t t, uint32_t h) {
+  return reinterpret_cast<const float*>(kv_head_bytes(kv, base, layer, block, t, h));
+}
+
+// The head vector of position p of a sequence whose block table is table (an f32 cache).
 inline const float* kv_position_vector(const th_kv_layout& kv, const void* base, uint32_t layer,
                                        const int32_t* table, uint32_t p, uint32_t h) {
   return kv_head_vector(kv, base, layer, table[p / kv.block_size], p % kv.block_size, h);
 }
 
-// Why an attention plugin that computes in f32 over an f32 KV cache on the CPU cannot serve model on
-// device (device may be NULL: not checked). Empty when it can. One reason per entry, for check().
-inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& m, const th_device* device) {
-  std::vector<std::string> why;
-  if (m.kv_dtype != TH_DTYPE_F32) {
-    why.push_back("supports kv dtype f32 only, the model's kv dtype is " + dtype_name(m.kv_dtype));
+// The kv.head_dim elements at vector (an address from kv_head_bytes) as floats into out, for an f32 or
+// f16 cache (exact: every f16 value is a float).
+inline void load_kv_vector(const th_kv_layout& kv, const char* vector, float* out) {
+  if (kv.dtype == TH_DTYPE_F16) {
+    for (uint32_t d = 0; d < kv.head_dim; ++d) {
+      uint16_t h;
+      std::memcpy(&h, vector + 2 * size_t(d), sizeof h);
+      out[d] = fp16_to_f32(h);
+    }
+  } else {
+    std::memcpy(out, vector, size_t(kv.head_dim) * sizeof(float));
   }
+}
+
+// Why an attention plugin that computes in f32 on the CPU over a KV cache of one of kv_dtypes cannot
+// serve model on device (device may be NULL: not checked). Empty when it can. One reason per entry,
+// for check().
+inline std::vector<std::string> attention_cpu_refusals(const th_model_info& m, const th_device* device,
+                                                       std::initializer_list<th_dtype> kv_dtypes) {
+  std::vector<std::string> why;
+  bool kv_ok = false;
+  std::string names;
+  for (th_dtype t : kv_dtypes) {
+    kv_ok = kv_ok || t == m.kv_dtype;
+    names += (names.empty() ? "" : ", ") + dtype_name(t);
+  }
+  if (!kv_ok) why.push_back("supports kv dtype " + names + " only, the model's kv dtype is " + dtype_name(m.kv_dtype));
   if (m.act_dtype != TH_DTYPE_F32) {
     why.push_back("supports activation dtype f32 only, the model's is " + dtype_name(m.act_dtype));
   }
@@ -66,12 +104,18 @@ inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& 
   return why;
 }
 
-// Checks everything an attention forward() over an f32 KV cache reads, before any output is written:
-// pointers, head counts, row strides, the KV layout against the batch, seq_start, every block table
-// entry against the pool and every position against its sequence's kv_len. Returns "" when the batch
-// is valid, otherwise what is wrong (without a plugin prefix; forward() answers it with
+// attention_cpu_refusals over an f32 KV cache only.
+inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& m, const th_device* device) {
+  return attention_cpu_refusals(m, device, {TH_DTYPE_F32});
+}
+
+// Checks everything an attention forward() over a KV cache of one of kv_dtypes reads, before any output
+// is written: pointers, head counts, row strides, the KV layout against the batch, seq_start, every
+// block table entry against the pool and every position against its sequence's kv_len. Returns ""
+// when the batch is valid, otherwise what is wrong (without a plugin prefix; forward() answers it with
 // TH_ERR_INVALID_ARGUMENT).
-inline std::string validate_attention_batch(const th_attention_batch* batch) {
+inline std::string validate_attention_batch(const th_attention_batch* batch,
+                                            std::initializer_list<th_dtype> kv_dtypes = {TH_DTYPE_F32}) {
   if (batch == nullptr) return "batch is NULL";
   const th_attention_batch& b = *batch;
   auto str = [](auto v) { return std::to_string(v); };
@@ -88,7 +132,15 @@ inline std::string validate_attention_batch(const th_attention_batch* batch) {
     return "q_row_stride and out_row_stride must be >= n_heads * head_dim (" + str(row) + ")";
   }
   const th_kv_layout& kv = *b.kv;
-  if (kv.dtype != TH_DTYPE_F32) return "kv layout dtype is " + dtype_name(kv.dtype) + ", only f32 is supported";
+  {
+    bool ok = false;
+    std::string names;
+    for (th_dtype t : kv_dtypes) {
+      ok = ok || t == kv.dtype;
+      names += (names.empty() ? "" : ", ") + dtype_name(t);
+    }
+    if (!ok) return "kv layout dtype is " + dtype_name(kv.dtype) + ", only " + names + " is supported";
+  }
   if (kv.k_base == nullptr || kv.v_base == nullptr) return "kv layout has NULL k_base or v_base";
   if (kv.block_size == 0) return "kv layout block_size is 0";
   if (b.layer >= kv.n_layers) {

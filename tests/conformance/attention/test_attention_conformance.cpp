@@ -32,19 +32,20 @@ bool lists_cpu(const PluginManifest& m) {
 TEST_CASE("every attention plugin agrees with attention.reference on random ragged batches",
           "[conformance][attention]") {
   auto rng = fresh_rng("attention conformance");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
   const std::vector<PluginManifest> plugins = attention_plugins();
   REQUIRE(!plugins.empty());
   REQUIRE(std::any_of(plugins.begin(), plugins.end(), [](const auto& m) { return m.id == "attention.reference"; }));
 
   for (const PluginManifest& m : plugins) {
-    INFO("plugin " << m.id << " " << m.version);
+    INFO("plugin " << m.id << " " << m.version << ", kv dtype " << quant::dtype_name(kv_dtype));
     int compared = 0, refused = 0;
     double worst = 0;
     std::string refusals;
     for (const HeadConfig& hc : head_configs()) {
       for (uint32_t head_dim : head_sizes()) {
         const uint32_t block_size = uniform_u32(rng, 0, 1) == 0 ? 4 : 16;
-        const ModelSpec spec = model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2);
+        const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2), kv_dtype);
         std::shared_ptr<PluginInstance> plugin;
         try {
           plugin = make_plugin(m.id, spec);
@@ -76,8 +77,8 @@ TEST_CASE("every attention plugin agrees with attention.reference on random ragg
       }
     }
     std::printf("attention conformance: %s %s compared with attention.reference on %d configurations "
-                "(MHA/GQA/MQA x head_dim 8/16/64/128), max relative error %.3g, %d refused%s\n",
-                m.id.c_str(), m.version.c_str(), compared, worst, refused, refusals.c_str());
+                "(MHA/GQA/MQA x head_dim 8/16/64/128, %s KV cache), max relative error %.3g, %d refused%s\n",
+                m.id.c_str(), m.version.c_str(), compared, quant::dtype_name(kv_dtype), worst, refused, refusals.c_str());
     if (compared == 0 && !lists_cpu(m)) {
       // A device-only plugin cannot read this host-memory KV cache: say so loudly, do not pass silently.
       WARN(m.id << " runs on no CPU and was not compared:" << refusals);

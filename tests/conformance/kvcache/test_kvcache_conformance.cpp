@@ -46,10 +46,20 @@ TEST_CASE("every kvcache plugin keeps exact accounting and its data over random 
 TEST_CASE("every kvcache plugin copies on write after a fork", "[conformance][kvcache]") {
   auto rng = fresh_rng("kvcache conformance COW");
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const th_dtype dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
   for (const PluginManifest& m : kvcache_plugins()) {
-    INFO("plugin " << m.id);
+    INFO("plugin " << m.id << ", kv dtype " << quant::dtype_name(dtype));
     const uint32_t bs = 4;
-    KvCache c(m.id, model_spec(4, 2, 8, 3), bs, 40);
+    const ModelSpec spec = with_kv_dtype(model_spec(4, 2, 8, 3), dtype);
+    if (dtype != TH_DTYPE_F32) {  // f32 is required of every kvcache plugin; other types are optional
+      try {
+        make_plugin(m.id, spec, kv_config(bs, 40));
+      } catch (const PluginError& e) {
+        std::printf("kvcache conformance: %s keeps no %s cache: %s\n", m.id.c_str(), quant::dtype_name(dtype), e.what());
+        continue;
+      }
+    }
+    KvCache c(m.id, spec, bs, 40);
     const uint32_t len = 3 * bs + 1;
     REQUIRE(c.reserve(10, len, 0) == TH_OK);
     const std::vector<int32_t> parent = c.table(10);

@@ -162,3 +162,22 @@ scheduler = { plugin = "scheduler.static" }
   CHECK(error_of(experiment(arms) + "[experiments.y]\n" + arms).find("is an arm of running experiment 'x'") != std::string::npos);
 }
 
+
+TEST_CASE("deployment: an engine's kv_dtype (f16 unless it says f32) is its model's kv_dtype for its plugins",
+          "[manifest]") {
+  const Deployment d = read_deployment("kv.toml", kModel + kEngine + R"([engines.g]
+model = "m"
+kv_dtype = "f32"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+)");
+  CHECK(d.engines.at("e").kv_dtype == TH_DTYPE_F16);
+  CHECK(d.engines.at("g").kv_dtype == TH_DTYPE_F32);
+  CHECK(engine_model(d, d.engines.at("e")).info.kv_dtype == TH_DTYPE_F16);
+  CHECK(engine_model(d, d.engines.at("g")).info.kv_dtype == TH_DTYPE_F32);
+  CHECK(engine_model(d, d.engines.at("g")).info.dim == d.models.at("m").spec.info.dim);
+  CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = \"f166\"\n") ==
+        "6:12: kv_dtype 'f166' in [engines.e] is not one of f32, f16 (did you mean 'f16'?)");
+  CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
+}

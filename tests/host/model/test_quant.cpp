@@ -359,6 +359,44 @@ TEST_CASE("quant: f16 and bf16 keep representable values exactly", "[quant]") {
   }
 }
 
+TEST_CASE("quant: f16 rows (F16C where the CPU has it) convert each element as f32_to_fp16 / fp16_to_f32 do",
+          "[quant]") {
+  const uint32_t seed = test_seed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<uint32_t> bits;
+  // Random bit patterns (every exponent: subnormals, overflow, inf, nan), f16 ties exactly, values near
+  // them, and a length that leaves a tail after the 8-wide body.
+  std::vector<float> x(1027);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = bits(rng);
+    switch (i % 4) {
+      case 0: x[i] = std::bit_cast<float>(u); break;
+      case 1: x[i] = std::bit_cast<float>((u & 0x80001FFFu) | ((u % 40 + 100) << 23) | 0x1000u); break;  // tie
+      case 2: x[i] = std::bit_cast<float>((u & 0x807FFFFFu) | ((u % 40 + 100) << 23)); break;
+      default: x[i] = std::ldexp(float(u % 2048), int(u % 30) - 40); break;  // around the subnormals
+    }
+  }
+  std::vector<uint8_t> h(2 * x.size());
+  q::quantize_row(TH_DTYPE_F16, x.data(), h.data(), int64_t(x.size()));
+  std::vector<float> back(x.size());
+  q::dequantize_row(TH_DTYPE_F16, h.data(), back.data(), int64_t(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    INFO("element " << i << ": " << x[i]);
+    uint16_t got;
+    std::memcpy(&got, &h[2 * i], 2);
+    const uint16_t want = q::f32_to_fp16(x[i]);
+    if (std::isnan(x[i])) {
+      CHECK((got & 0x7C00) == 0x7C00);  // a nan stays a nan (its payload bits may differ)
+      CHECK((got & 0x3FF) != 0);
+      CHECK(std::isnan(back[i]));
+    } else {
+      REQUIRE(got == want);
+      REQUIRE(std::bit_cast<uint32_t>(back[i]) == std::bit_cast<uint32_t>(q::fp16_to_f32(want)));
+    }
+  }
+}
+
 TEST_CASE("quant: dot_row_reference", "[quant]") {
   const uint32_t seed = test_seed();
   INFO("seed " << seed);

@@ -146,6 +146,62 @@ TEST_CASE("forward: each sequence of a ragged batch gets the logits it gets alon
   check_batch_invariance(*make_synthetic_weights(model_spec(4, 1, 16, 2), rng()), rng);
 }
 
+TEST_CASE("forward: batch invariance holds over an f16 KV cache", "[forward]") {
+  auto rng = fresh_rng("forward batch f16 kv");
+  ModelSpec spec = model_spec(8, 2, 16, 2);
+  spec.info.kv_dtype = TH_DTYPE_F16;
+  check_batch_invariance(*make_synthetic_weights(spec, rng()), rng);
+}
+
+TEST_CASE("forward: an f16 KV cache holds each key and value rounded to f16, and the logits follow",
+          "[forward]") {
+  auto rng = fresh_rng("forward f16 kv");
+  ModelSpec spec = model_spec(8, 2, 16, 2);
+  auto w = make_synthetic_weights(spec, rng());
+  const std::vector<int32_t> tokens = random_tokens(rng, 60, spec.info.vocab_size);
+  const StepBatch batch{{StepItem{1, 0, tokens, true, nullptr}}};
+  Engine f32(spec);
+  const auto logits32 = f32.run(*w, batch);
+  spec.info.kv_dtype = TH_DTYPE_F16;
+  Engine f16(spec);
+  const auto logits16 = f16.run(*w, batch);
+  REQUIRE(logits16.size() == 1);
+  // Layer 0's keys and values do not depend on the attention before them: the f16 cache holds the f32
+  // cache's values rounded to nearest, bit for bit.
+  auto layout_and_table = [](Engine& e) {
+    const auto& vt = e.kvcache->vtable<th_kvcache_vtable>();
+    const th_kv_layout* layout = nullptr;
+    const int32_t* blocks = nullptr;
+    uint32_t n = 0;
+    th_error err;
+    REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
+    REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
+    return std::pair{layout, std::vector<int32_t>(blocks, blocks + n)};
+  };
+  const auto [l32, t32] = layout_and_table(f32);
+  const auto [l16, t16] = layout_and_table(f16);
+  REQUIRE(l16->dtype == TH_DTYPE_F16);
+  size_t compared = 0;
+  for (uint32_t p = 0; p < tokens.size(); ++p)
+    for (uint32_t h = 0; h < spec.info.n_kv_heads; ++h)
+      for (int kv = 0; kv < 2; ++kv) {
+        auto at = [&](const th_kv_layout* l, const std::vector<int32_t>& t) {
+          return static_cast<const char*>(kv == 0 ? l->k_base : l->v_base) +
+                 int64_t(t[p / l->block_size]) * l->block_stride + int64_t(h) * l->head_stride +
+                 int64_t(p % l->block_size) * l->token_stride;
+        };
+        const auto* x = reinterpret_cast<const float*>(at(l32, t32));
+        const auto* y = reinterpret_cast<const uint16_t*>(at(l16, t16));
+        for (uint32_t d = 0; d < spec.info.head_dim; ++d, ++compared) REQUIRE(y[d] == quant::f32_to_fp16(x[d]));
+      }
+  CHECK(compared == tokens.size() * spec.info.n_kv_heads * spec.info.head_dim * 2);
+  // The logits: near the f32 cache's (f16 keeps 11 significant bits), but not the same.
+  const double diff = relative_diff(logits16[0], Vec(logits32[0].begin(), logits32[0].end()));
+  INFO(tokens.size() << " tokens: relative difference to the f32 cache's logits " << diff);
+  CHECK(diff < 2e-3);
+  CHECK(diff > 0);
+}
+
 TEST_CASE("forward: batch invariance holds for an MoE model with a gated shared expert", "[forward][moe]") {
   auto rng = fresh_rng("forward moe batch");
   check_batch_invariance(*moe_model(rng(), "llama", 1, true), rng);

@@ -14,6 +14,7 @@
 #include "models.hpp"
 #include "manifest/deployment.hpp"
 #include "server/server.hpp"
+#include "model/quant.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
@@ -44,12 +45,16 @@ TEST_CASE("stories260K: greedy output from 'Once upon a time' is the documented 
   REQUIRE(info.vocab_size == 512);
   Tokenizer tokenizer(model.tokenizer);
 
+  // The KV cache in f32 and in f16 (the engines' default), read by the oracle and by the fast plugin.
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  const std::string attention = GENERATE(as<std::string>{}, "attention.reference", "attention.cpu_flash");
+  INFO("kv dtype " << quant::dtype_name(kv_dtype) << ", " << attention);
   ModelSpec spec = model.weights->spec;
+  spec.info.kv_dtype = kv_dtype;
   toml::table kv_config;
   kv_config.insert("block_size", 16);
   kv_config.insert("n_blocks", 64);
-  Generator generator(model.weights, make_plugin("attention.reference", spec),
-                      make_plugin("kvcache.paged", spec, kv_config));
+  Generator generator(model.weights, make_plugin(attention, spec), make_plugin("kvcache.paged", spec, kv_config));
 
   std::vector<int32_t> tokens = tokenizer.encode("Once upon a time", true);
   REQUIRE(tokens.front() == tokenizer.bos());

@@ -64,10 +64,12 @@ void compare_all(const ModelSpec& spec, const FilledKv& kv, const AttentionBatch
 
 TEST_CASE("attention.cpu_flash: threads 1, 2 and 4 agree, and match the reference", "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash threads");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   for (const HeadConfig& hc : head_configs()) {
     for (uint32_t head_dim : {16u, 64u}) {
       const uint32_t block_size = 16;
-      const ModelSpec spec = model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2);
+      const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2), kv_dtype);
       const FilledKv kv = fill_kv("kvcache.paged", spec, block_size, random_shapes(rng, block_size, 12, 4), rng);
       const AttentionBatch batch = make_batch(kv, hc.n_heads, uniform_u32(rng, 0, 1), rng);
       INFO(hc.name << " n_heads " << hc.n_heads << " n_kv_heads " << hc.n_kv_heads << " head_dim " << head_dim
@@ -82,8 +84,10 @@ TEST_CASE("attention.cpu_flash: a row's output is the same in a prefill chunk as
           "[attention][cpu_flash]") {
   // A chunk's rows are items of many rows (chunked by the thread count), alone each is an item of one.
   auto rng = fresh_rng("attention.cpu_flash rows alone");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   for (const HeadConfig& hc : head_configs()) {
-    const ModelSpec spec = model_spec(hc.n_heads, hc.n_kv_heads, 64, 1);
+    const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, 64, 1), kv_dtype);
     const FilledKv kv = fill_kv("kvcache.paged", spec, 16, random_shapes(rng, 16, 6, 3), rng);
     const AttentionBatch batch = make_batch(kv, hc.n_heads, 0, rng);
     AttentionBatch alone = batch;  // every row its own sequence, over its sequence's table
@@ -105,9 +109,11 @@ TEST_CASE("attention.cpu_flash: a row's output is the same in a prefill chunk as
 TEST_CASE("attention.cpu_flash: long contexts (2000 positions, blocks of 16, GQA 8/2) match the reference",
           "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash long context");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   for (uint32_t head_dim : {64u, 128u}) {
     INFO("head_dim " << head_dim);
-    const ModelSpec spec = model_spec(8, 2, head_dim, 1);
+    const ModelSpec spec = with_kv_dtype(model_spec(8, 2, head_dim, 1), kv_dtype);
     // Decodes at the end of 2000 and 1999 positions, and a prefill chunk of 48 rows ending at 2000.
     const FilledKv kv = fill_kv("kvcache.paged", spec, 16, {{2000, 1}, {2000, 48}, {1999, 1}}, rng);
     REQUIRE(kv.tables_out_of_order);
@@ -119,11 +125,13 @@ TEST_CASE("attention.cpu_flash: long contexts (2000 positions, blocks of 16, GQA
 TEST_CASE("attention.cpu_flash: a ragged batch of prefill chunks and decodes, odd head sizes",
           "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash ragged");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   // Head sizes that are not a multiple of 8 or 32 take the kernels' tails.
   for (uint32_t head_dim : {12u, 40u, 128u}) {
     for (const HeadConfig& hc : head_configs()) {
       INFO(hc.name << " n_heads " << hc.n_heads << " n_kv_heads " << hc.n_kv_heads << " head_dim " << head_dim);
-      const ModelSpec spec = model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2);
+      const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, head_dim, 2), kv_dtype);
       const std::vector<SeqRows> shapes = {{300, 1}, {37, 37}, {150, 40}, {1, 1},  {64, 1},
                                            {260, 100}, {33, 1}, {16, 16}, {17, 2}, {129, 1}};
       const FilledKv kv = fill_kv("kvcache.paged", spec, uniform_u32(rng, 0, 1) == 0 ? 4 : 16, shapes, rng);
@@ -135,10 +143,12 @@ TEST_CASE("attention.cpu_flash: a ragged batch of prefill chunks and decodes, od
 
 TEST_CASE("attention.cpu_flash: every kernel level this CPU runs matches the reference", "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash kernels");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   // Head sizes that the vector width divides and one (72) that leaves a tail; blocks of 16 positions and
   // of 4; prefill chunks beside decodes.
   for (uint32_t head_dim : {16u, 64u, 72u, 128u}) {
-    const ModelSpec spec = model_spec(8, 2, head_dim, 1);
+    const ModelSpec spec = with_kv_dtype(model_spec(8, 2, head_dim, 1), kv_dtype);
     for (uint32_t block : {4u, 16u}) {
       const FilledKv kv = fill_kv("kvcache.paged", spec, block, random_shapes(rng, 16, 10, 3), rng);
       const AttentionBatch batch = make_batch(kv, 8, 0, rng);
@@ -167,7 +177,7 @@ TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and 
           "[attention][cpu_flash]") {
   auto lib = builtin_catalog().load("attention.cpu_flash");
   const th_config config{};
-  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_F16, "f16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
+  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
     ModelSpec spec = model_spec();
     spec.info.kv_dtype = dtype;
     const th_model_info info = spec.to_abi();
@@ -177,7 +187,7 @@ TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and 
     CHECK(lib->head().check(&query, &err) == TH_ERR_UNSUPPORTED);
     INFO(err.text());
     CHECK(contains(err.text(),
-                   std::string("attention.cpu_flash: supports kv dtype f32 only, the model's kv dtype is ") + name));
+                   std::string("attention.cpu_flash: supports kv dtype f32, f16 only, the model's kv dtype is ") + name));
   }
   {
     const ModelSpec spec = model_spec();

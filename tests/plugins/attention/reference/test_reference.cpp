@@ -17,8 +17,9 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // Runs attention.reference on a fresh random ragged batch and returns the relative error against the
 // float64 attention.
-double reference_error(std::mt19937_64& rng, const HeadConfig& hc, uint32_t head_dim, uint32_t block_size) {
-  const ModelSpec spec = model_spec(hc.n_heads, hc.n_kv_heads, head_dim, /*n_layers=*/2);
+double reference_error(std::mt19937_64& rng, const HeadConfig& hc, uint32_t head_dim, uint32_t block_size,
+                       th_dtype kv_dtype) {
+  const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, head_dim, /*n_layers=*/2), kv_dtype);
   const FilledKv kv = fill_kv("kvcache.paged", spec, block_size, random_shapes(rng, block_size, 4), rng);
   auto attn = make_plugin("attention.reference", spec);
   const AttentionBatch batch = make_batch(kv, hc.n_heads, uniform_u32(rng, 0, 1), rng);
@@ -34,12 +35,15 @@ double reference_error(std::mt19937_64& rng, const HeadConfig& hc, uint32_t head
 TEST_CASE("attention.reference matches float64 attention: MHA, GQA, MQA, head sizes 8 to 128",
           "[attention][reference]") {
   auto rng = fresh_rng("attention.reference vs float64");
+  // An f16 cache: the float64 attention is computed from the f16 values the cache holds.
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
   for (const HeadConfig& hc : head_configs()) {
     for (uint32_t head_dim : head_sizes()) {
       for (uint32_t block_size : {4u, 16u}) {
         INFO(hc.name << " n_heads " << hc.n_heads << " n_kv_heads " << hc.n_kv_heads << " head_dim " << head_dim
                      << " block_size " << block_size);
-        const double err = reference_error(rng, hc, head_dim, block_size);
+        const double err = reference_error(rng, hc, head_dim, block_size, kv_dtype);
         CAPTURE(err);
         REQUIRE(err < 1e-5);
       }
@@ -75,8 +79,8 @@ TEST_CASE("attention.reference is causal: a prefill chunk's row ignores later po
   }
 }
 
-TEST_CASE("attention.reference check() refuses a non-f32 kv dtype, naming it", "[attention][reference]") {
-  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_F16, "f16"}, std::pair{TH_DTYPE_BF16, "bf16"},
+TEST_CASE("attention.reference check() refuses a kv dtype other than f32 and f16, naming it", "[attention][reference]") {
+  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_Q4_0, "q4_0"}, std::pair{TH_DTYPE_BF16, "bf16"},
                                     std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
     ModelSpec spec = model_spec();
     spec.info.kv_dtype = dtype;

@@ -58,8 +58,10 @@ TEST_CASE("kvcache.paged accounting is exact over random reserve/fork/free", "[k
 
 TEST_CASE("kvcache.paged fork shares blocks and copy-on-write copies the data", "[kvcache][paged]") {
   auto rng = fresh_rng("kvcache.paged fork/COW");
+  const th_dtype dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(dtype));
   const uint32_t bs = 4;
-  KvCache c("kvcache.paged", kSpec, bs, 16);
+  KvCache c("kvcache.paged", with_kv_dtype(kSpec, dtype), bs, 16);
   const uint32_t len = 10;  // blocks 0, 1, 2 (the last one half full)
   REQUIRE(c.reserve(1, len, 0) == TH_OK);
   const std::vector<int32_t> parent = c.table(1);
@@ -113,8 +115,10 @@ TEST_CASE("kvcache.paged fork shares blocks and copy-on-write copies the data", 
 
 TEST_CASE("kvcache.paged reserve beyond the pool is TH_ERR_RESOURCE_EXHAUSTED and changes nothing", "[kvcache][paged]") {
   auto rng = fresh_rng("kvcache.paged exhaustion");
+  const th_dtype dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(dtype));
   const uint32_t bs = 4, total = 8;
-  KvCache c("kvcache.paged", kSpec, bs, total);
+  KvCache c("kvcache.paged", with_kv_dtype(kSpec, dtype), bs, total);
   REQUIRE(c.reserve(1, 5 * bs, 0) == TH_OK);  // 5 blocks
   REQUIRE(c.fork(1, 2) == TH_OK);
   const std::vector<int32_t> t1 = c.table(1);
@@ -225,14 +229,35 @@ TEST_CASE("kvcache.paged kv_blocks_used gauge equals the used blocks", "[kvcache
   CHECK(g->value(labels) > 0);
 }
 
-TEST_CASE("kvcache.paged refuses dtype f16 with a message naming it", "[kvcache][paged]") {
-  SECTION("through the loader") {
+TEST_CASE("kvcache.paged keeps an f16 cache in half the bytes, with the same strides formula", "[kvcache][paged]") {
+  KvCache f32("kvcache.paged", model_spec(4, 2, 8, 3), 16, 10);
+  KvCache f16("kvcache.paged", with_kv_dtype(model_spec(4, 2, 8, 3), TH_DTYPE_F16), 16, 10);
+  const th_kv_layout& l = *f16.layout;
+  CHECK(l.dtype == TH_DTYPE_F16);
+  CHECK(l.quant_group == 0);
+  CHECK(l.token_stride == 8 * 2);
+  CHECK(l.head_stride == 16 * l.token_stride);
+  CHECK(l.block_stride == 2 * l.head_stride);
+  CHECK(l.layer_stride == 10 * l.block_stride);
+  CHECK(2 * l.layer_stride == f32.layout->layer_stride);
+  // The last element of the last position of the pool is writable (the pool is as large as the formula).
+  REQUIRE(f16.reserve(1, 16 * 10, 0) == TH_OK);
+  const std::vector<int32_t> t = f16.table(1);
+  std::vector<float> last(f16.floats_per_position(), 0.5f);
+  last.back() = -1.25f;
+  f16.write_position(t, 16 * 10 - 1, last);
+  CHECK(f16.read_position(t, 16 * 10 - 1) == last);
+}
+
+TEST_CASE("kvcache.paged refuses kv dtypes other than f32 and f16 by name, and has no dtype setting", "[kvcache][paged]") {
+  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
+    INFO(name);
     try {
-      make_plugin("kvcache.paged", kSpec, toml::table{{"dtype", "f16"}});
-      FAIL("kvcache.paged accepted dtype f16");
+      make_plugin("kvcache.paged", with_kv_dtype(kSpec, dtype), {});
+      FAIL("kvcache.paged accepted kv dtype " << name);
     } catch (const PluginError& e) {
       INFO(e.what());
-      CHECK(contains(e.what(), "'dtype' = \"f16\" is not supported"));
+      CHECK(contains(e.what(), std::string("keeps kv dtype f32 or f16, the model's kv dtype is ") + name));
     }
   }
   SECTION("create() itself") {
@@ -241,15 +266,19 @@ TEST_CASE("kvcache.paged refuses dtype f16 with a message naming it", "[kvcache]
     ctx.plugin_id = "kvcache.paged";
     ctx.engine = "test";
     th_config config{lib->manifest().defaults};
-    config.table.insert_or_assign("dtype", "f16");
-    const th_model_info info = kSpec.to_abi();
+    const th_model_info info = with_kv_dtype(kSpec, TH_DTYPE_Q4_0).to_abi();
     const th_device device{sizeof(th_device), TH_DEVICE_CPU, 0, "cpu", 0, 1};
     const th_create_args args{sizeof(th_create_args), &ctx, &config, &info, &device};
     th_instance* out = nullptr;
     th_error err;
     CHECK(lib->head().create(&args, &out, &err) == TH_ERR_UNSUPPORTED);
     CHECK(out == nullptr);
-    CHECK(contains(err.text(), "f16"));
+    CHECK(contains(err.text(), "q4_0"));
+  }
+  SECTION("the element type is the engine's, not a setting (a manifest naming 'dtype' is refused)") {
+    const auto manifest = builtin_catalog().find("kvcache.paged");
+    REQUIRE(manifest);
+    CHECK(manifest->param("dtype") == nullptr);
   }
   SECTION("block_size out of range") {
     CHECK_THROWS_WITH(make_plugin("kvcache.paged", kSpec, kv_config(0, 8)),
