@@ -5,12 +5,14 @@
 # process. Rounds alternate the schedulers; each figure is reported per round (the tables in
 # bench/RESULTS.md take the median). Then, on one more server: the load of ANCHORS.md's llama-server
 # figure (8 and 64 streams, 15-token prompts, 128 tokens out) and five alternating pairs of one
-# stream through HTTP and `generate` in process (the gateway's cost). Usage: bench/serving/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
+# stream through HTTP and `generate` in process (the gateway's cost). KV_DTYPE=f32 runs the engines (and
+# generate) on an f32 KV cache instead of the default f16. Usage: bench/serving/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]
 set -euo pipefail
 build=${1:-build}
 models=${2:-/tmp/tokenhost-bench-models}
 out=${3:-/tmp/tokenhost-serving-bench}
 rounds=${ROUNDS:-3}
+kv_dtype=${KV_DTYPE:-f16}
 here=$(cd "$(dirname "$0")" && pwd)
 tokenhost="$build/bin/tokenhost"
 source "$here/../lib.sh"
@@ -22,7 +24,7 @@ prompt=$(for i in $(seq 64); do echo -n "word "; done)  # generate's prompt: 64 
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
 serve() {  # serve SCHEDULER: starts the server, sets gw
-  sed -e "s|@MODEL@|$model|" -e "s|@SCHEDULER@|$1|" "$here/manifest.toml.in" > "$out/serve.toml"
+  sed -e "s|@MODEL@|$model|" -e "s|@SCHEDULER@|$1|" -e "s|@KV_DTYPE@|$kv_dtype|" "$here/manifest.toml.in" > "$out/serve.toml"
   start_server "$out/serve.toml" "$out/serve.log"
 }
 stop() { kill -TERM $pid; wait $pid || true; pid=""; }
@@ -48,7 +50,7 @@ for round in $(seq "$rounds"); do
   load "r$round-continuous-c8" 8 16 128
   stop
   # In process, the same model, prompt length and sampling (temperature 1, the API's default), one stream.
-  "$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
+  "$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 --kv-dtype "$kv_dtype" 2>&1 >/dev/null | grep decode \
     | sed "s/^/r$round-generate: /"
 done
 
@@ -67,7 +69,7 @@ for pair in 1 2 3 4 5; do
   "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 1 -n 2 --prompt-tokens 64 --output-tokens 128 --ignore-eos \
     --seed 7 -q --json "$out/gateway.json" > /dev/null
   http=$(node -e 'console.log((1000 / require(process.argv[1]).itl_ms.mean).toFixed(1))' "$out/gateway.json")
-  gen=$("$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 2>&1 >/dev/null | grep decode \
+  gen=$("$tokenhost" generate -m "$model" -p "$prompt" -n 128 --temperature 1 --kv-dtype "$kv_dtype" 2>&1 >/dev/null | grep decode \
         | sed -E 's/.*\(([0-9.]+) tokens.*/\1/')
   echo "gateway pair $pair: HTTP $http tokens/s, generate $gen tokens/s"
 done

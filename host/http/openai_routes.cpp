@@ -11,6 +11,7 @@
 #include "api/openai_request.hpp"
 #include "api/openai_response.hpp"
 #include "api/stop_strings.hpp"
+#include "http/client_socket.hpp"
 #include "model/tokenizer.hpp"
 #include "server/server.hpp"
 
@@ -257,12 +258,22 @@ class Generation {
   std::vector<Choice> choices_;
 };
 
-void answer_whole(Generation& g, Server& server, httplib::Response& res) {
+// Waits for every choice, then answers in one body. Between waits it looks at the client's socket: a
+// client that has closed its connection has every choice cancelled, and the engines free its blocks.
+void answer_whole(Generation& g, Server& server, const httplib::Request& http, httplib::Response& res) {
   const auto deadline = std::chrono::steady_clock::now() + 10min;
+  const int client = find_client_socket(http.remote_addr, http.remote_port);
+  if (client < 0) spdlog::debug("no socket found for client {}:{}: its leaving goes unnoticed", http.remote_addr, http.remote_port);
   while (g.pump(100ms, [](size_t, const Delta&) {})) {
     if (std::chrono::steady_clock::now() > deadline) {
       g.cancel_all();
       return reply_error(res, server_error(504, "the request did not finish within 10 minutes"));
+    }
+    if (client >= 0 && peer_closed(client)) {
+      spdlog::info("client {}:{} closed its connection before the answer: request cancelled", http.remote_addr,
+                   http.remote_port);
+      g.cancel_all();
+      return;
     }
   }
   if (auto e = g.error()) return reply_error(res, server_error(server.accepting() ? 500 : 503, *e));
@@ -400,7 +411,7 @@ void handle(Server& server, api::Endpoint endpoint, const httplib::Request& http
   std::string auth = http.get_header_value("Authorization");
   g->start(session, auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string());
   if (g->request().stream) answer_streaming(std::move(g), server, res);
-  else answer_whole(*g, server, res);
+  else answer_whole(*g, server, http, res);
 }
 
 }  // namespace

@@ -126,6 +126,46 @@ TEST_CASE("openai: a streaming client that disconnects has its sequence cancelle
   REQUIRE(e["tokens_out"].get<int>() < 400);
 }
 
+TEST_CASE("openai: a client that gives up waiting for a non-streamed answer has its sequence cancelled and its KV blocks freed",
+          "[openai]") {
+  // On attention.reference, 16 choices of 480 tokens take seconds; the client waits for the answer for
+  // 100 ms, then closes the connection.
+  std::string manifest = stories_manifest();
+  manifest.replace(manifest.find("attention.cpu_flash"), std::string("attention.cpu_flash").size(), "attention.reference");
+  LiveServer s(manifest);
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"n", 16}, {"temperature", 1}, {"ignore_eos", true}};
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    INFO(path);
+    if (std::string(path).find("chat") != std::string::npos) {
+      body.erase("prompt");
+      body["messages"] = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+    }
+    const double cancelled_before = metric(*s.server, "tokenhost_requests_total", {"main", "cancelled"});
+    const int tokens_before = s.engine_status()["tokens_out"].get<int>();
+    const auto started = std::chrono::steady_clock::now();
+    {
+      auto c = s.client();
+      c.set_read_timeout(0, 100000);
+      auto r = c.Post(path, body.dump(), "application/json");
+      REQUIRE_FALSE(r);  // no answer within 100 ms: the client gave up
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    json e;
+    do {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      e = s.engine_status();
+    } while ((e["sequences"] != 0 || e["kv"]["free_blocks"] != e["kv"]["total_blocks"]) && std::chrono::steady_clock::now() < deadline);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    INFO("sequences left " << e["sequences"] << " after " << seconds << " s");
+    REQUIRE(e["sequences"] == 0);
+    REQUIRE(e["kv"]["free_blocks"] == e["kv"]["total_blocks"]);
+    REQUIRE(metric(*s.server, "tokenhost_requests_total", {"main", "cancelled"}) == cancelled_before + 16);
+    REQUIRE(e["tokens_out"].get<int>() - tokens_before < 16 * 480);  // stopped, not run to the end
+  }
+  // The server keeps serving.
+  REQUIRE(alone_text(s, "Once upon a time", 8).size() > 0);
+}
+
 TEST_CASE("openai: preempted requests complete with the same greedy text as undisturbed ones", "[openai]") {
   // 24 blocks of 16 positions: eight 120-token sequences need about twice that.
   LiveServer s(stories_manifest("scheduler.continuous", 24));
