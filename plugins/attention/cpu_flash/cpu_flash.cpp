@@ -127,9 +127,7 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
       for (uint32_t j = 0; j < group; ++j) {
         const uint32_t st = r * group + j;
         float* a = acc + size_t(st) * d;
-        kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
-        float block_max = s[0];
-        for (uint32_t t = 1; t < nt; ++t) block_max = std::max(block_max, s[t]);
+        const float block_max = kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
         // The reference max m moves (rescaling what was summed under it; 0 at the first block) only
         // when a block's max exceeds it by more than kLazyMax: weights stay <= e^kLazyMax, far from
         // overflow, and almost every rescale is skipped. The softmax does not depend on m.

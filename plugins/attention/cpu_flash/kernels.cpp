@@ -3,6 +3,7 @@
 
 #include <tokenhost/fp16.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
@@ -21,8 +22,9 @@ inline float value(uint16_t h) { return tokenhost::sdk::fp16_to_f32(h); }
 
 // s[t] = scale * (q . k_t) for t < n.
 template <class T>
-void scores_portable(const float* __restrict q, const char* k, int64_t stride, uint32_t n, uint32_t d,
-                     float scale, float* __restrict s) {
+float scores_portable(const float* __restrict q, const char* k, int64_t stride, uint32_t n, uint32_t d,
+                      float scale, float* __restrict s) {
+  float largest = -INFINITY;
   for (uint32_t t = 0; t < n; ++t) {
     const T* __restrict kt = at<T>(k, stride, t);
     float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight lanes: vectorizes without reassociating
@@ -32,7 +34,9 @@ void scores_portable(const float* __restrict q, const char* k, int64_t stride, u
     float sum = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
     for (; e < d; ++e) sum += q[e] * value(kt[e]);
     s[t] = scale * sum;
+    largest = std::max(largest, s[t]);
   }
+  return largest;
 }
 
 // acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
@@ -86,10 +90,13 @@ TH_AVX2 inline __m256 exp_avx2(__m256 x) {
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(g, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(g, _mm256_set1_ps(-2.12194440e-4f), r);
+  // Horner's steps written out (as a loop over the coefficients it compiled to a loop).
   __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(c));
-  }
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(g), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
@@ -108,13 +115,48 @@ TH_AVX2 float exp_sum_avx2(float* s, uint32_t n, float m) {
   return sum;
 }
 
-// Four keys at a time, one load of q feeding four FMAs (head sizes that are a multiple of 8; other
-// sizes and the last keys of a block go one key at a time).
+// Eight keys at a time (then four, then one): one load of q feeds eight FMAs into eight independent
+// sums, enough of them in flight to keep both FMA pipes busy through their latency (with four, prefill
+// attention ran at half the FMA rate). Head sizes that are a multiple of 8; other sizes and the last
+// keys of a block go one key at a time. An eight-key group and a four-key group reduce each key's
+// lanes in the same order (lane j with lane j + 4, after the pairs within each half), so a key's score
+// does not depend on the group it falls in.
 template <class T>
-TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale,
-                         float* s) {
+TH_AVX2 float scores_avx2(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale,
+                          float* s) {
   const uint32_t d8 = d & ~7u;
+  const __m256 scale8 = _mm256_set1_ps(scale);
+  __m256 max8 = _mm256_set1_ps(-INFINITY);
+  __m128 max4 = _mm_set1_ps(-INFINITY);
+  float largest = -INFINITY;
   uint32_t t = 0;
+  for (; d8 == d && t + 8 <= n; t += 8) {
+    // Named accumulators and pointers, written out: in arrays the compiler keeps them in memory.
+    const char* k0 = k + int64_t(t) * stride;
+    const int64_t s1 = stride, s2 = 2 * stride, s3 = 3 * stride, s4 = 4 * stride;
+    const char* k4 = k0 + s4;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    __m256 a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps(), a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
+    for (uint32_t e = 0; e < d8; e += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + e);
+      const size_t off = size_t(e) * sizeof(T);
+      a0 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k0 + off)), a0);
+      a1 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k0 + s1 + off)), a1);
+      a2 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k0 + s2 + off)), a2);
+      a3 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k0 + s3 + off)), a3);
+      a4 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k4 + off)), a4);
+      a5 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k4 + s1 + off)), a5);
+      a6 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k4 + s2 + off)), a6);
+      a7 = _mm256_fmadd_ps(qv, load8(reinterpret_cast<const T*>(k4 + s3 + off)), a7);
+    }
+    // Each 128-bit half of h0 holds the half-sums of keys 0-3, of h1 those of keys 4-7.
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+    const __m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+    const __m256 scaled = _mm256_mul_ps(sum, scale8);
+    _mm256_storeu_ps(s + t, scaled);
+    max8 = _mm256_max_ps(max8, scaled);
+  }
   for (; d8 == d && t + 4 <= n; t += 4) {
     const T* k0 = at<T>(k, stride, t);
     const T* k1 = at<T>(k, stride, t + 1);
@@ -131,7 +173,9 @@ TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t
     // Lane j of the result is the sum of a_j.
     const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
     const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(s + t, _mm_mul_ps(sum, _mm_set1_ps(scale)));
+    const __m128 scaled = _mm_mul_ps(sum, _mm_set1_ps(scale));
+    _mm_storeu_ps(s + t, scaled);
+    max4 = _mm_max_ps(max4, scaled);
   }
   for (; t < n; ++t) {
     const T* kt = at<T>(k, stride, t);
@@ -140,13 +184,44 @@ TH_AVX2 void scores_avx2(const float* q, const char* k, int64_t stride, uint32_t
     float sum = hsum(a);
     for (uint32_t e = d8; e < d; ++e) sum += q[e] * value1(kt[e]);
     s[t] = scale * sum;
+    largest = std::max(largest, s[t]);
   }
+  max4 = _mm_max_ps(max4, _mm_max_ps(_mm256_castps256_ps128(max8), _mm256_extractf128_ps(max8, 1)));
+  max4 = _mm_max_ps(max4, _mm_movehl_ps(max4, max4));
+  max4 = _mm_max_ss(max4, _mm_movehdup_ps(max4));
+  return std::max(largest, _mm_cvtss_f32(max4));
 }
 
-// 32 floats of the block's sum stay in registers over its n values, then go into acc.
+// 64 floats of the block's sum (then 32, then 8) stay in registers over its n values, then go into acc:
+// eight independent sums for a head of 64, as many as the FMA pipes have in flight.
 template <class T>
 TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d) {
   uint32_t e = 0;
+  for (; e + 64 <= d; e += 64) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    __m256 a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps(), a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
+    for (uint32_t t = 0; t < n; ++t) {
+      const T* vt = at<T>(v, stride, t) + e;
+      const __m256 w = _mm256_set1_ps(p[t]);
+      a0 = _mm256_fmadd_ps(w, load8(vt), a0);
+      a1 = _mm256_fmadd_ps(w, load8(vt + 8), a1);
+      a2 = _mm256_fmadd_ps(w, load8(vt + 16), a2);
+      a3 = _mm256_fmadd_ps(w, load8(vt + 24), a3);
+      a4 = _mm256_fmadd_ps(w, load8(vt + 32), a4);
+      a5 = _mm256_fmadd_ps(w, load8(vt + 40), a5);
+      a6 = _mm256_fmadd_ps(w, load8(vt + 48), a6);
+      a7 = _mm256_fmadd_ps(w, load8(vt + 56), a7);
+    }
+    float* o = acc + e;
+    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a0));
+    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), a1));
+    _mm256_storeu_ps(o + 16, _mm256_add_ps(_mm256_loadu_ps(o + 16), a2));
+    _mm256_storeu_ps(o + 24, _mm256_add_ps(_mm256_loadu_ps(o + 24), a3));
+    _mm256_storeu_ps(o + 32, _mm256_add_ps(_mm256_loadu_ps(o + 32), a4));
+    _mm256_storeu_ps(o + 40, _mm256_add_ps(_mm256_loadu_ps(o + 40), a5));
+    _mm256_storeu_ps(o + 48, _mm256_add_ps(_mm256_loadu_ps(o + 48), a6));
+    _mm256_storeu_ps(o + 56, _mm256_add_ps(_mm256_loadu_ps(o + 56), a7));
+  }
   for (; e + 32 <= d; e += 32) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     for (uint32_t t = 0; t < n; ++t) {

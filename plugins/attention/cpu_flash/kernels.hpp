@@ -17,8 +17,9 @@ inline const T* at(const char* base, int64_t stride, uint32_t t) {
 
 // The two kernels that read the cache, for one element type.
 struct CacheKernels {
-  // s[t] = scale * (q . k_t) for t < n (d elements each).
-  void (*scores)(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale, float* s);
+  // s[t] = scale * (q . k_t) for t < n (d elements each, n >= 1); returns the largest s[t] (found in
+  // the kernel's registers: a scalar pass over s after it took as long as the dot products).
+  float (*scores)(const float* q, const char* k, int64_t stride, uint32_t n, uint32_t d, float scale, float* s);
   // acc += sum over t < n of p[t] * v_t. The block's sum is formed apart and then added: the rounding
   // error grows with the number of blocks, not of positions.
   void (*accum)(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d);
