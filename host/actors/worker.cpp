@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/plugin_json.hpp"
+#include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
 
 namespace tokenhost {
@@ -129,10 +130,14 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](status_atom, const std::string&) -> StatusJson {
         auto& s = self->state;
         auto kv = kv_state(*s.init.kvcache);
+        const th_kv_layout* layout = nullptr;
+        th_error err;
+        s.init.kvcache->vtable<th_kvcache_vtable>().get_layout(s.init.kvcache->handle(), &layout, &err);
         nlohmann::json j = {{"attention", plugin_json(s.init.attention)},
                             {"kvcache", plugin_json(s.init.kvcache)},
                             {"steps", s.steps},
-                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size}}}};
+                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size},
+                                    {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"}}}};
         if (s.init.moe) j["moe"] = plugin_json(s.init.moe);
         j["last_worker_swap"] = s.swaps.last();
         return {j.dump()};

@@ -48,7 +48,7 @@ std::string status_text(const nlohmann::json& s) {
         out << "  " << slot << std::string(12 - std::strlen(slot), ' ') << plugin_text(e[slot]) << "\n";
     if (e.contains("kv") && e["kv"].is_object())
       out << "  kv blocks   " << e["kv"].value("free_blocks", 0) << " free of " << e["kv"].value("total_blocks", 0) << " ("
-          << e["kv"].value("block_size", 0) << " positions each)\n";
+          << e["kv"].value("block_size", 0) << " positions each, " << e["kv"].value("dtype", "?") << ")\n";
   }
   for (const auto& e : s.value("retiring_engines", nlohmann::json::array()))
     out << "engine " << e.value("name", "?") << " (retiring: replaced or removed)  sequences " << e.value("sequences", 0) << "\n";

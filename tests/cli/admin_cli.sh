@@ -35,7 +35,7 @@ ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler sche
 refused "did you mean 'max_prefill_chunk'" swap main scheduler scheduler.fifo --set max_prefil_chunk=8
 refused "no engine 'mian'.*did you mean 'main'" swap mian scheduler scheduler.fifo
 ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
-ok 'kv blocks +256 free of 256 \(32 positions each\)' status
+ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
 
 cat > "$work/second.toml" <<'TOML'
 [engines.second]

@@ -104,6 +104,7 @@ TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and dra
   if (!status["retiring_engines"].empty()) REQUIRE(status["retiring_engines"][0]["waiting"] == 0);
   REQUIRE(status["engines"][0]["kv"]["block_size"] == 16);
   REQUIRE(status["engines"][0]["kv"]["total_blocks"] == 160);
+  REQUIRE(status["engines"][0]["kv"]["dtype"] == "f16");  // the engine's kv_dtype survives the swap
   load.wait_for(2 * kStreams);
   wait_until_no_engine_retires(*server);
   // Once the drain is over, the next kvcache swap goes through.
