@@ -2,6 +2,24 @@
 
 namespace tokenhost {
 
+uint64_t StreamSignal::version() const {
+  std::lock_guard lock(mutex_);
+  return version_;
+}
+
+void StreamSignal::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++version_;
+  }
+  changed_.notify_all();
+}
+
+void StreamSignal::wait(uint64_t seen, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return version_ != seen; });
+}
+
 TokenStream::TokenStream() = default;
 TokenStream::~TokenStream() = default;
 
@@ -11,7 +29,7 @@ void TokenStream::push(const SampledToken& token) {
     if (result_) return;
     tokens_.push_back(token);
   }
-  changed_.notify_all();
+  notify();
 }
 
 void TokenStream::finish(const GenerateResult& result) {
@@ -20,7 +38,7 @@ void TokenStream::finish(const GenerateResult& result) {
     if (result_) return;
     result_ = std::make_unique<GenerateResult>(result);
   }
-  changed_.notify_all();
+  notify();
 }
 
 TokenStream::Update TokenStream::wait(size_t seen, std::chrono::milliseconds timeout) {
@@ -37,7 +55,22 @@ void TokenStream::cancel() {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
   }
+  notify();
+}
+
+void TokenStream::listen(std::shared_ptr<StreamSignal> signal) {
+  std::lock_guard lock(mutex_);
+  signal_ = std::move(signal);
+}
+
+void TokenStream::notify() {
   changed_.notify_all();
+  std::shared_ptr<StreamSignal> signal;
+  {
+    std::lock_guard lock(mutex_);
+    signal = signal_;
+  }
+  if (signal) signal->notify();
 }
 
 bool TokenStream::cancelled() const {

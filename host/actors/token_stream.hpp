@@ -15,6 +15,21 @@
 
 namespace tokenhost {
 
+// One reader's wake-up for several streams (the n choices of one request): every change of a stream
+// that listens to it counts once, and the reader sleeps until the count moves.
+class StreamSignal {
+ public:
+  uint64_t version() const;
+  void notify();
+  // Returns once version() != seen, or after timeout.
+  void wait(uint64_t seen, std::chrono::milliseconds timeout) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  uint64_t version_ = 0;
+};
+
 class TokenStream {
  public:
   TokenStream();
@@ -38,8 +53,14 @@ class TokenStream {
   void cancel();
   bool cancelled() const;
 
+  // Every later push, finish and cancel also notifies signal (a reader of several streams).
+  void listen(std::shared_ptr<StreamSignal> signal);
+
  private:
+  void notify();
+
   mutable std::mutex mutex_;
+  std::shared_ptr<StreamSignal> signal_;
   std::condition_variable changed_;
   std::vector<SampledToken> tokens_;
   std::unique_ptr<GenerateResult> result_;

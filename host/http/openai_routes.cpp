@@ -144,6 +144,7 @@ class Generation {
         c.id = g.id;
         c.stop = api::StopMatcher(req_.stop);
         c.stream = server_.start(std::move(g));
+        c.stream->listen(signal_);  // a token that came before is found by pump()'s first look
         choices_.push_back(std::move(c));
       }
     }
@@ -157,6 +158,7 @@ class Generation {
   template <class OnDelta>
   bool pump(std::chrono::milliseconds timeout, OnDelta on_delta) {
     bool any = false, open = false;
+    const uint64_t version = signal_->version();  // before looking: a change after it wakes the wait
     size_t waiting_on = choices_.size();
     for (size_t i = 0; i < choices_.size(); ++i) {
       if (choices_[i].done) continue;
@@ -168,10 +170,18 @@ class Generation {
       on_delta(i, advance(choices_[i], u));
     }
     if (!open) return false;
-    if (!any) {
-      // Nothing new anywhere: block on one open choice (briefly when several are open).
+    if (!any && unfinished() > 1) {
+      // Nothing new anywhere: sleep until any choice changes, then take what each has (the server's
+      // wait with no time left also finishes a choice whose server has stopped).
+      signal_->wait(version, timeout);
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        if (choices_[i].done) continue;
+        auto u = server_.wait(*choices_[i].stream, choices_[i].seen, 0ms);
+        if (!u.tokens.empty() || u.result) on_delta(i, advance(choices_[i], u));
+      }
+    } else if (!any) {
       Choice& c = choices_[waiting_on];
-      auto u = server_.wait(*c.stream, c.seen, unfinished() > 1 ? std::min(timeout, 5ms) : timeout);
+      auto u = server_.wait(*c.stream, c.seen, timeout);
       if (!u.tokens.empty() || u.result) on_delta(waiting_on, advance(c, u));
     }
     return unfinished() > 0;
@@ -256,6 +266,7 @@ class Generation {
   int64_t prompt_tokens_ = 0;
   bool ignore_eos_ = false;
   std::vector<Choice> choices_;
+  std::shared_ptr<StreamSignal> signal_ = std::make_shared<StreamSignal>();  // any choice's change
 };
 
 // Waits for every choice, then answers in one body. Between waits it looks at the client's socket: a

@@ -77,7 +77,8 @@ inline Answer post(const LiveServer& s, const std::string& path, const std::stri
 // many events (a client that goes away).
 struct Streamed {
   int status = 0;
-  std::string text;
+  std::string text;                // every choice's text, in the order it came
+  std::vector<std::string> texts;  // by choice index
   std::string finish_reason;
   size_t events = 0;
   bool done = false;  // saw data: [DONE]
@@ -116,8 +117,13 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
       if (j.contains("error")) out.error = j["error"]["message"];
       if (j.contains("usage") && !j["usage"].is_null()) out.usage = j["usage"];
       for (const auto& ch : j.value("choices", nlohmann::json::array())) {
-        if (ch.contains("text")) out.text += ch["text"].get<std::string>();
-        if (ch.contains("delta") && ch["delta"].contains("content")) out.text += ch["delta"]["content"].get<std::string>();
+        std::string piece;
+        if (ch.contains("text")) piece += ch["text"].get<std::string>();
+        if (ch.contains("delta") && ch["delta"].contains("content")) piece += ch["delta"]["content"].get<std::string>();
+        out.text += piece;
+        const size_t index = ch.value("index", 0);
+        if (out.texts.size() <= index) out.texts.resize(index + 1);
+        out.texts[index] += piece;
         if (!ch["finish_reason"].is_null()) out.finish_reason = ch["finish_reason"];
       }
       if (stop_after_events > 0 && out.events >= stop_after_events) return false;

@@ -102,9 +102,14 @@ TEST_CASE("openai: stop strings end the text before them and n gives n choices",
   REQUIRE(n.status == 200);
   REQUIRE(n.body["choices"].size() == 3);
   for (int i = 0; i < 3; ++i) REQUIRE(n.body["choices"][i]["index"] == i);
-  // The same seed gives the same choices again.
+  // The same seed gives the same choices again, whole or streamed (the streamed choices woken by
+  // whichever of them has a new token).
   auto again = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"n", 3}, {"seed", 5}, {"temperature", 1.0}}.dump());
   REQUIRE(again.body["choices"] == n.body["choices"]);
+  Streamed streamed = stream(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"n", 3}, {"seed", 5}, {"temperature", 1.0}});
+  REQUIRE(streamed.done);
+  REQUIRE(streamed.texts.size() == 3);
+  for (int i = 0; i < 3; ++i) REQUIRE(streamed.texts[size_t(i)] == n.body["choices"][i]["text"]);
 }
 
 TEST_CASE("openai: a streaming client that disconnects has its sequence cancelled and its KV blocks freed", "[openai]") {
