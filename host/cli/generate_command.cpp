@@ -34,6 +34,11 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f16 (half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
+  cmd->add_option("--moe", o.moe, "MoE plugin id, for a model with experts")->capture_default_str();
+  cmd->add_option("--moe-normalize", o.moe_normalize,
+                  "Renormalize each token's top-k expert weights (default: false for qwen2moe, whose\n"
+                  "gating keeps the softmax probabilities, true otherwise)")
+      ->check(CLI::IsMember({"true", "false"}));
   cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
   cmd->add_flag("--no-bos", o.no_bos, "Do not add the beginning-of-sequence token");
   return cmd;
@@ -60,8 +65,17 @@ int run_generate(const GenerateOptions& o) {
   kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
   ModelSpec spec = model.weights->spec;  // as plugins see it: with the KV cache's element type
   spec.info.kv_dtype = o.kv_dtype == "f32" ? TH_DTYPE_F32 : TH_DTYPE_F16;
+  std::shared_ptr<PluginInstance> moe;
+  if (info.n_experts > 0) {
+    toml::table gating;
+    const bool normalize = o.moe_normalize.empty() ? model.weights->spec.architecture != "qwen2moe" : o.moe_normalize == "true";
+    gating.insert("normalize", normalize);
+    moe = instantiate(catalog, o.moe, "generate", spec, gating);
+    spdlog::info("{} experts per layer, {} used per token: {} (normalize = {})", info.n_experts, info.n_experts_used,
+                 o.moe, normalize);
+  }
   Generator generator(model.weights, instantiate(catalog, o.attention, "generate", spec),
-                      instantiate(catalog, "kvcache.paged", "generate", spec, kv), o.prefill_chunk);
+                      instantiate(catalog, "kvcache.paged", "generate", spec, kv), o.prefill_chunk, moe);
 
   Sampler sampler(o.sampling);
   std::vector<int32_t> history = prompt;

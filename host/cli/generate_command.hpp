@@ -18,6 +18,8 @@ struct GenerateOptions {
   std::string attention = "attention.cpu_flash";
   uint32_t block_size = 16;
   std::string kv_dtype = "f16";  // the KV cache's elements, as an engine's kv_dtype
+  std::string moe = "moe.topk";  // for a model with experts
+  std::string moe_normalize;     // "true" / "false"; empty: by architecture
   uint32_t prefill_chunk = 512;
   bool no_bos = false;
   bool show_logprobs = false;

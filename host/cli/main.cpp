@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/admin_command.hpp"
@@ -223,6 +224,8 @@ int main(int argc, char** argv) {
   auto* admin = add_admin_command(app, admin_options);
 
   CLI11_PARSE(app, argc, argv);
+  // The log goes to stderr: stdout is the command's output (generate's text, inspect --json, ...).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tokenhost"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     if (*serve) return run_serve(serve_manifest, serve_model);

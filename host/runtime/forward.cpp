@@ -159,6 +159,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   double* moe_seconds = plugins.seconds ? &plugins.seconds->moe : nullptr;
   std::optional<ScopedSeconds> kv_timer(std::in_place, kv_seconds);  // the layout and block tables
 
+  if (info.n_experts > 0 && plugins.moe == nullptr) {
+    throw std::runtime_error("the model has " + std::to_string(info.n_experts) +
+                             " experts per layer: its forward pass needs a moe plugin (such as moe.topk)");
+  }
   const th_kv_layout* layout = nullptr;
   if (th_status s = kv_vt.get_layout(kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
   if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16) {

@@ -6,10 +6,12 @@
 namespace tokenhost {
 
 Generator::Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
-                     std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk)
+                     std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk,
+                     std::shared_ptr<PluginInstance> moe)
     : weights_(std::move(weights)),
       attention_(std::move(attention)),
       kvcache_(std::move(kvcache)),
+      moe_(std::move(moe)),
       prefill_chunk_(std::max<uint32_t>(prefill_chunk, 1)) {}
 
 Generator::~Generator() = default;
@@ -27,7 +29,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
     throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                                 std::to_string(context));
   const uint64_t seq = next_seq_++;
-  const StepPlugins plugins{attention_.get(), kvcache_.get(), nullptr};
+  const StepPlugins plugins{attention_.get(), kvcache_.get(), moe_.get()};
   const auto& kv = kvcache_->vtable<th_kvcache_vtable>();
   struct Release {  // the sequence's blocks go back whatever happens
     const th_kvcache_vtable& kv;

@@ -19,8 +19,10 @@ struct GenerationStats {
 
 class Generator {
  public:
+  // moe: the gating and experts plugin, needed by (and only by) a model with experts.
   Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
-            std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk = 512);
+            std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk = 512,
+            std::shared_ptr<PluginInstance> moe = nullptr);
   ~Generator();
 
   // Picks the next token from the logits of the last position.
@@ -37,7 +39,7 @@ class Generator {
 
  private:
   std::shared_ptr<const ModelWeights> weights_;
-  std::shared_ptr<PluginInstance> attention_, kvcache_;
+  std::shared_ptr<PluginInstance> attention_, kvcache_, moe_;
   uint32_t prefill_chunk_;
   uint64_t next_seq_ = 1;
 };

@@ -16,5 +16,6 @@ check "plugins list" "One line per plugin"
 check "plugins inspect" "whether its library loads"
 check "bench" "OpenAI-compatible"
 check "make-model" "--shared-gate"
+check "generate" "--kv-dtype"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
 echo "all --help pages present"

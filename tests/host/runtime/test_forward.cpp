@@ -207,6 +207,15 @@ TEST_CASE("forward: batch invariance holds for an MoE model with a gated shared 
   check_batch_invariance(*moe_model(rng(), "llama", 1, true), rng);
 }
 
+TEST_CASE("forward: an MoE model without a moe plugin is refused with a message, not run", "[forward][moe]") {
+  auto rng = fresh_rng("forward moe without plugin");
+  auto w = moe_model(rng(), "llama", 0, false);
+  Engine engine(w->spec);
+  engine.moe.reset();
+  CHECK_THROWS_WITH(engine.run(*w, StepBatch{{StepItem{1, 0, {1, 2, 3}, true, nullptr}}}),
+                    Catch::Contains("4 experts per layer: its forward pass needs a moe plugin"));
+}
+
 TEST_CASE("forward: MoE models match a float64 reference, with no shared expert, a shared one, a gated one", "[forward][moe]") {
   auto rng = fresh_rng("forward moe reference");
   struct Variant {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# `tokenhost generate`: stories260K's greedy text on stdout (the documented one, with an f16 and an f32
+# KV cache), the speed summary and log on stderr only, log-probabilities, an MoE model (its moe
+# plugin picked for it), and clear errors for bad options.
+set -euo pipefail
+tokenhost=$1
+here=$2
+source "$here/lib.sh"
+models=${TOKENHOST_MODELS:-$here/../../../shared/models}
+if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
+fail() { echo "FAIL: $*"; exit 1; }
+documented=$(cat "$models/stories260K.once-upon-a-time.greedy256.txt")
+
+for kv in f16 f32; do
+  "$tokenhost" generate -m "$models/stories260K.gguf" -p "Once upon a time" -n 60 --temperature 0 --kv-dtype $kv \
+    > "$work/out.txt" 2> "$work/err.txt" || { cat "$work/err.txt"; fail "generate exited $?"; }
+  text="Once upon a time$(cat "$work/out.txt")"
+  [ ${#text} -gt 100 ] || fail "only '$text' was generated"
+  [[ "$documented" == "$text"* ]] || fail "the $kv KV cache's greedy text is not the documented one: '$text'"
+  grep -q '^prefill: [0-9]* tokens in' "$work/err.txt" || fail "no prefill summary on stderr"
+  grep -q '^decode: 60 tokens in' "$work/err.txt" || fail "no decode summary on stderr"
+  grep -q 'loaded plugin attention.cpu_flash' "$work/err.txt" || fail "the log is not on stderr"
+  if grep -q 'loaded plugin\|decode:' "$work/out.txt"; then fail "log or summary lines on stdout"; fi
+  echo "ok: greedy text with an $kv KV cache is the documented one; summary and log on stderr"
+done
+
+"$tokenhost" generate -m "$models/stories260K.gguf" -p "Once upon a time" -n 5 --temperature 0.8 --seed 3 --logprobs 2 \
+  > "$work/out.txt" 2> "$work/err.txt"
+[ "$(grep -c '^\[[0-9]* -[0-9.]* | [0-9]*:-[0-9.]* [0-9]*:-[0-9.]*\]$' "$work/err.txt")" = 5 ] ||
+  { cat "$work/err.txt"; fail "not one log-probability line with the top 2 per token"; }
+echo "ok: --logprobs 2 prints each token's log-probability and its top 2"
+
+"$tokenhost" make-model "$work/moe.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 32 --vocab 300 \
+  --experts 4 --experts-used 2 --seed 1 > /dev/null 2>&1
+"$tokenhost" generate -m "$work/moe.gguf" -p "hello" -n 8 > "$work/out.txt" 2> "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "generate on an MoE model exited $?"; }
+grep -q '4 experts per layer, 2 used per token: moe.topk (normalize = true)' "$work/err.txt" || fail "no moe plugin chosen"
+grep -q '^decode: 8 tokens in' "$work/err.txt" || fail "the MoE model did not generate 8 tokens"
+echo "ok: an MoE model generates through moe.topk"
+
+expect_error() {  # expect_error TEXT ARGS...: generate fails, saying TEXT
+  local text=$1
+  shift
+  if "$tokenhost" generate "$@" > "$work/out.txt" 2> "$work/err.txt"; then fail "generate $* succeeded"; fi
+  grep -qF -- "$text" "$work/err.txt" || { cat "$work/err.txt"; fail "generate $* did not say '$text'"; }
+  echo "ok: generate $* -> $text"
+}
+expect_error "--kv-dtype" -m "$models/stories260K.gguf" -p hi --kv-dtype q8_0
+expect_error "does not exist" -m "$work/none.gguf" -p hi
+expect_error "moe.nothing" -m "$work/moe.gguf" -p hi --moe moe.nothing
+echo "generate: all checks passed"
