@@ -30,7 +30,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--logprobs", o.sampling.top_logprobs, "Print each token's log-probability and the top N to stderr")
       ->capture_default_str();
   cmd->add_option("--attention", o.attention, "Attention plugin id")->capture_default_str();
-  cmd->add_option("--block-size", o.block_size, "KV cache block size (kvcache.paged)")->capture_default_str();
+  cmd->add_option("--block-size", o.block_size, "KV cache block size (kvcache.paged)")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
   cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f16 (half the memory and reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
@@ -39,7 +41,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
                   "Renormalize each token's top-k expert weights (default: false for qwen2moe, whose\n"
                   "gating keeps the softmax probabilities, true otherwise)")
       ->check(CLI::IsMember({"true", "false"}));
-  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")->capture_default_str();
+  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   cmd->add_flag("--no-bos", o.no_bos, "Do not add the beginning-of-sequence token");
   return cmd;
 }

@@ -68,7 +68,12 @@ int run_make_model(MakeModelCommand& c) {
     shown = int(f * 100);
     std::fprintf(stderr, "\rmaking tensors: %3d%%", shown);
   };
-  make_model(c.options);
+  try {
+    make_model(c.options);
+  } catch (...) {
+    if (shown >= 0) std::fputc('\n', stderr);  // the error on a line of its own, not after the progress
+    throw;
+  }
   const auto& s = c.options.shape;
   std::string experts;
   if (s.n_experts) experts = ", " + std::to_string(s.n_experts) + " experts";

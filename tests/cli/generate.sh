@@ -47,5 +47,6 @@ expect_error() {  # expect_error TEXT ARGS...: generate fails, saying TEXT
 }
 expect_error "--kv-dtype" -m "$models/stories260K.gguf" -p hi --kv-dtype q8_0
 expect_error "does not exist" -m "$work/none.gguf" -p hi
+expect_error "--block-size" -m "$models/stories260K.gguf" -p hi --block-size 0
 expect_error "moe.nothing" -m "$work/moe.gguf" -p hi --moe moe.nothing
 echo "generate: all checks passed"
