@@ -7,8 +7,7 @@
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
-models=${TOKENHOST_MODELS:-$here/../../../shared/models}
-if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
+require_models "$here"
 chromium=$(command -v chromium || command -v chromium-browser || true)
 chromedriver=$(command -v chromedriver || true)
 if [ -z "$chromium" ] || [ -z "$chromedriver" ]; then

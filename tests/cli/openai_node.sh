@@ -6,8 +6,7 @@ set -euo pipefail
 tokenhost=$1
 here=$2
 source "$here/lib.sh"
-models=${TOKENHOST_MODELS:-$here/../../../shared/models}
-if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
+require_models "$here"
 command -v node >/dev/null || { echo "node is missing: run scripts/setup.sh"; exit 1; }
 
 mkdir -p "$work/sdk"

@@ -37,6 +37,17 @@ std::string alone_text(const LiveServer& s, const std::string& prompt, int max_t
   return a.body["choices"][0]["text"];
 }
 
+// The engine's status once it runs no sequence and every KV block is free, or after 5 s.
+json wait_until_idle(LiveServer& s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  json e;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    e = s.engine_status();
+  } while ((e["sequences"] != 0 || e["kv"]["free_blocks"] != e["kv"]["total_blocks"]) && std::chrono::steady_clock::now() < deadline);
+  return e;
+}
+
 double metric(Server& server, const std::string& name, const std::vector<std::string>& labels) {
   auto* f = server.metrics().find(name);
   return f == nullptr ? 0.0 : f->value(labels);
@@ -119,12 +130,7 @@ TEST_CASE("openai: a streaming client that disconnects has its sequence cancelle
   REQUIRE(r.events == 3);
   REQUIRE_FALSE(r.done);
   // The next write to the closed connection fails; the engine drops the sequence at its next step.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  json e;
-  do {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    e = s.engine_status();
-  } while ((e["sequences"] != 0 || e["kv"]["free_blocks"] != e["kv"]["total_blocks"]) && std::chrono::steady_clock::now() < deadline);
+  const json e = wait_until_idle(s);
   REQUIRE(e["sequences"] == 0);
   REQUIRE(e["kv"]["free_blocks"] == e["kv"]["total_blocks"]);
   REQUIRE(metric(*s.server, "tokenhost_requests_total", {"main", "cancelled"}) == 1);
@@ -154,12 +160,7 @@ TEST_CASE("openai: a client that gives up waiting for a non-streamed answer has 
       auto r = c.Post(path, body.dump(), "application/json");
       REQUIRE_FALSE(r);  // no answer within 100 ms: the client gave up
     }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    json e;
-    do {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      e = s.engine_status();
-    } while ((e["sequences"] != 0 || e["kv"]["free_blocks"] != e["kv"]["total_blocks"]) && std::chrono::steady_clock::now() < deadline);
+    const json e = wait_until_idle(s);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     INFO("sequences left " << e["sequences"] << " after " << seconds << " s");
     REQUIRE(e["sequences"] == 0);
