@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   // The log goes to stderr: stdout is the command's output (generate's text, inspect --json, ...).
-  spdlog::set_default_logger(spdlog::stderr_color_mt("tokenhost"));
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
     if (*serve) return run_serve(serve_manifest, serve_model);
