@@ -1,6 +1,7 @@
 // bench_model_speed: single-stream decode and prefill speed of GGUF models on the CPU, with the memory
 // bandwidth measured alongside (a STREAM-style triad, same thread count) so that each decode figure
-// is reported against its floor: weight bytes read per token / bandwidth.
+// is reported against its floor: weight bytes read per token / bandwidth; and against a read floor
+// from a read-only sweep (one stream of reads per core, as decode reads, where the triad runs three).
 //
 //   bench_model_speed --model A.gguf --model B.gguf [--runs 3] [--decode 64] [--prefill 512]
 //                     [--attention attention.cpu_flash] [--kernels avx2,avx512vnni] [--batches 4,16]
@@ -58,6 +59,35 @@ double triad_gbs(size_t threads) {
   return 24.0 * double(a.size()) / seconds_since(started) / 1e9;
 }
 
+// Reads one array far larger than the caches (summing it), split over `threads` threads: one stream of
+// reads per core, as a decode reads its weights. The triad runs three streams a core and may read more
+// per second than one stream can; this is the floor a decode can reach.
+double read_gbs(size_t threads) {
+  static std::vector<double> a(size_t(1) << 26, 1.0);  // 512 MiB
+  std::vector<double> sums(threads);
+  auto started = clock_type::now();
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const size_t begin = a.size() * t / threads, end = a.size() * (t + 1) / threads;
+      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the adds keep up with memory
+      for (size_t i = begin; i + 4 <= end; i += 4) {
+        s0 += a[i];
+        s1 += a[i + 1];
+        s2 += a[i + 2];
+        s3 += a[i + 3];
+      }
+      sums[t] = (s0 + s1) + (s2 + s3);
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double seconds = seconds_since(started);
+  double total = 0;
+  for (double x : sums) total += x;
+  if (total != double(a.size())) std::fprintf(stderr, "read_gbs: wrong sum %.0f\n", total);  // keeps the reads
+  return 8.0 * double(a.size()) / seconds / 1e9;
+}
+
 struct ModelRun {
   std::string path;
   LoadedModel model;
@@ -66,7 +96,7 @@ struct ModelRun {
   size_t bytes_per_token = 0;
   std::vector<std::vector<double>> decode, prefill;  // per kernel set
   std::vector<std::vector<double>> batched;          // per batch size
-  std::vector<double> triad;
+  std::vector<double> triad, read;
 };
 
 int32_t argmax(const std::vector<float>& logits) {
@@ -166,6 +196,7 @@ int main(int argc, char** argv) {
   // One untimed prefill and decode per model and kernel set first (as llama-bench warms up): the first
   // pass faults in the activations, the packed weights' pages and the triad's arrays.
   triad_gbs(threads);
+  read_gbs(threads);
   for (auto& r : list) {
     std::vector<int32_t> prompt(prefill_tokens, 3);
     for (const auto& set : kernel_sets) {
@@ -176,6 +207,7 @@ int main(int argc, char** argv) {
   for (int run = 0; run < runs; ++run) {
     for (auto& r : list) {
       r.triad.push_back(triad_gbs(threads));
+      r.read.push_back(read_gbs(threads));
       const uint32_t vocab = r.model.weights->spec.info.vocab_size;
       std::vector<int32_t> prompt(prefill_tokens);
       for (auto& t : prompt) t = int32_t(3 + rng() % (vocab - 3));
@@ -189,8 +221,9 @@ int main(int argc, char** argv) {
         std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 8);
         stats = r.generator->generate(short_prompt, decode_tokens, -1, Generator::greedy, [](int32_t) { return true; });
         r.decode[k].push_back((stats.generated - 1) / stats.decode_seconds);
-        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s\n", run + 1,
-                     r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(), r.triad.back());
+        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s, read %.1f GB/s\n",
+                     run + 1, r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(),
+                     r.triad.back(), r.read.back());
       }
       use_matmul_kernels(kernel_sets[0]);
       for (size_t i = 0; i < batches.size(); ++i) {
@@ -201,16 +234,18 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("KV cache %s, attention %s\n\n", kv_dtype.c_str(), attention.c_str());
-  std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | %% of floor |\n",
+  std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | "
+              "%% of floor | read GB/s | %% of read floor |\n",
               prefill_tokens);
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto& r : list) {
     for (size_t k = 0; k < kernel_sets.size(); ++k) {
-      const double triad = median(r.triad), decode = median(r.decode[k]);
+      const double triad = median(r.triad), read = median(r.read), decode = median(r.decode[k]);
       const double floor = triad * 1e9 / double(r.bytes_per_token);
-      std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% |\n", r.path.c_str(), threads,
+      const double read_floor = read * 1e9 / double(r.bytes_per_token);
+      std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", r.path.c_str(), threads,
                   kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
-                  floor, 100.0 * decode / floor);
+                  floor, 100.0 * decode / floor, read, 100.0 * decode / read_floor);
     }
   }
   if (!batches.empty()) {
