@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -156,6 +157,32 @@ TEST_CASE("experiments: a request chooses its arm where the experiment allows it
   REQUIRE(refused.status == 400);
   REQUIRE(refused.body["error"]["param"] == "tokenhost.arm");
   REQUIRE_THAT(refused.body["error"]["message"].get<std::string>(), Contains("allow_request_choice is false"));
+}
+
+TEST_CASE("experiments: two arms may differ in their engines' KV dtype, each arm serving from its own",
+          "[server][experiments]") {
+  // The engines of manifests/ab_kv_dtype.toml on the tiny model: f32 and f16, otherwise the same.
+  std::string manifest = ab_manifest(kTinyModel, R"(
+[experiments.kv]
+allow_request_choice = true
+arms = [{ name = "a", engine = "cont", percent = 50 }, { name = "b", engine = "stat", percent = 50 }]
+)");
+  manifest.replace(manifest.find("[engines.cont]\n"), 15, "[engines.cont]\nkv_dtype = \"f32\"\n");
+  LiveServer live(manifest);
+  for (const char* arm : {"a", "b"}) {
+    auto r = post(live, "/v1/completions",
+                  json{{"prompt", "hi"}, {"max_tokens", 4}, {"temperature", 0}, {"tokenhost", {{"arm", arm}}}}.dump());
+    INFO(r.body.dump());
+    REQUIRE(r.status == 200);
+  }
+  const json status = live.server->status();
+  std::map<std::string, std::string> dtype;
+  for (const auto& e : status["engines"]) dtype[e["name"]] = e["kv"]["dtype"];
+  CHECK(dtype.at("cont") == "f32");
+  CHECK(dtype.at("stat") == "f16");
+  auto report = live.server->experiment_report("kv");
+  CHECK(report["arms"][0]["chosen"] == 1);
+  CHECK(report["arms"][1]["chosen"] == 1);
 }
 
 TEST_CASE("experiments: the admin API refuses requests without the token, and malformed changes change nothing",
