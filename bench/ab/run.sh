@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# An A/B experiment on generated load: scheduler.static (arm a, the baseline) against
-# scheduler.continuous (arm b) as two engines of one server sharing one model, each request to a
+# An A/B experiment on generated load: two engines of one server sharing one model, each request to a
 # random arm (sticky_key = "none"), 16 concurrent streams from `tokenhost bench`; then the
-# experiment's report (`tokenhost admin --json ab report`). Each round starts a fresh server.
+# experiment's report (`tokenhost admin --json ab report`). Each round starts a fresh server. Both arms
+# see the same moment of the machine, which makes this the steadiest comparison on a VM whose speed
+# moves between runs.
+#   COMPARE=schedulers (default): scheduler.static (arm a, the baseline) against scheduler.continuous (b)
+#   COMPARE=kv_dtype: an f32 KV cache (a) against an f16 one (b), both scheduler.continuous
+# The arms share the cores and each engine batches only its own requests: an arm that draws more of
+# them runs bigger steps, and its latencies grow with that. Read small effects (as the KV type's) with
+# the arms' request counts beside them.
 # Usage: bench/ab/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]   (ROUNDS, REQUESTS override the defaults)
 set -euo pipefail
 build=${1:-build}
@@ -17,19 +23,31 @@ model=$(bench_model 110M q8_0)
 machine_line
 export TOKENHOST_ADMIN_TOKEN=ab-bench-admin-token-0123456789
 
-engine() {  # engine NAME SCHEDULER
-  printf '[engines.%s]\nmodel = "m"\nmax_step_tokens = 512\nmax_step_seqs = 64\n' "$1"
+compare=${COMPARE:-schedulers}
+engine() {  # engine NAME SCHEDULER KV_DTYPE
+  printf '[engines.%s]\nmodel = "m"\nmax_step_tokens = 512\nmax_step_seqs = 64\nkv_dtype = "%s"\n' "$1" "$3"
   printf 'attention = { plugin = "attention.cpu_flash" }\n'
   printf 'kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 1600 } }\n'
   printf 'scheduler = { plugin = "%s" }\n\n' "$2"
 }
+case $compare in
+  schedulers) arm_a=static arm_b=continuous ;;
+  kv_dtype) arm_a=f32 arm_b=f16 ;;
+  *) echo "COMPARE must be schedulers or kv_dtype, not '$compare'"; exit 1 ;;
+esac
+echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
 {
   printf '[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\nlog_level = "info"\n\n'
   printf '[models.m]\nsource = "gguf"\npath = "%s"\n\n' "$model"
-  engine static scheduler.static
-  engine continuous scheduler.continuous
+  if [ "$compare" = schedulers ]; then
+    engine static scheduler.static f16
+    engine continuous scheduler.continuous f16
+  else
+    engine f32 scheduler.continuous f32
+    engine f16 scheduler.continuous f16
+  fi
   printf '[experiments.sched]\nsticky_key = "none"\nmin_samples = 30\n'
-  printf 'arms = [{ name = "a", engine = "static", percent = 50 }, { name = "b", engine = "continuous", percent = 50 }]\n'
+  printf 'arms = [{ name = "a", engine = "%s", percent = 50 }, { name = "b", engine = "%s", percent = 50 }]\n' "$arm_a" "$arm_b"
 } > "$out/serve.toml"
 
 pid=""
@@ -43,14 +61,18 @@ for round in $(seq "$rounds"); do
   kill -TERM $pid
   wait $pid || true
   pid=""
-  python3 - "$out/r$round-report.json" "$round" <<'PY'
+  python3 - "$out/r$round-report.json" "$round" "$arm_a" "$arm_b" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 arms = {a["name"]: a for a in r["arms"]}
-ttft = next(c for c in r["comparisons"] if c["metric"] == "ttft_s")
-a, b = arms["a"]["ttft_s"], arms["b"]["ttft_s"]
-print(f"round {sys.argv[2]}: n {a['n']}/{b['n']}, TTFT mean static {a['mean']*1000:.0f} ms, continuous {b['mean']*1000:.0f} ms, "
-      f"p50 {a['p50']*1000:.0f} / {b['p50']*1000:.0f} ms (p50 ratio {a['p50']/b['p50']:.1f}x), "
-      f"diff {ttft['diff']*1000:.0f} ms [{ttft['ci95'][0]*1000:.0f}, {ttft['ci95'][1]*1000:.0f}], p {ttft['p_value']:.2g}: {ttft['verdict']}")
+name_a, name_b = sys.argv[3], sys.argv[4]
+for c in r["comparisons"]:
+    m = c["metric"]
+    a, b = arms["a"].get(m), arms["b"].get(m)
+    if not a or not b or not a.get("n") or not b.get("n"):
+        continue
+    print(f"round {sys.argv[2]} {m}: n {a['n']}/{b['n']}, mean {name_a} {a['mean']*1000:.1f} ms, {name_b} {b['mean']*1000:.1f} ms, "
+          f"p50 {a['p50']*1000:.1f} / {b['p50']*1000:.1f} ms, diff {c['diff']*1000:.1f} ms "
+          f"[{c['ci95'][0]*1000:.1f}, {c['ci95'][1]*1000:.1f}], p {c['p_value']:.2g}: {c['verdict']}")
 PY
 done
