@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# An A/B experiment on generated load: two engines of one server sharing one model, each request to a
-# random arm (sticky_key = "none"), 16 concurrent streams from `tokenhost bench`; then the
+# An A/B experiment on generated load: two engines of one server sharing one model, the requests spread
+# evenly over the arms (sticky_key = "none"), 16 concurrent streams from `tokenhost bench`; then the
 # experiment's report (`tokenhost admin --json ab report`). Each round starts a fresh server. Both arms
 # see the same moment of the machine, which makes this the steadiest comparison on a VM whose speed
 # moves between runs.
 #   COMPARE=schedulers (default): scheduler.static (arm a, the baseline) against scheduler.continuous (b)
 #   COMPARE=kv_dtype: an f32 KV cache (a) against an f16 one (b), both scheduler.continuous
-# The arms share the cores and each engine batches only its own requests: an arm that draws more of
-# them runs bigger steps, and its latencies grow with that. Read small effects (as the KV type's) with
-# the arms' request counts beside them.
+# The arms share the cores and each engine batches only its own requests: an arm with more requests in
+# flight runs bigger steps and its latencies grow with that, so small effects (as the KV type's) are
+# read with the arms' request counts beside them.
 # Usage: bench/ab/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]   (ROUNDS, REQUESTS override the defaults)
 set -euo pipefail
 build=${1:-build}

@@ -2,6 +2,10 @@
 // refused changes that change nothing, measurements into the report, plugin metrics per arm.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "experiments/experiment_table.hpp"
 
 using namespace tokenhost::experiments;
@@ -54,6 +58,29 @@ TEST_CASE("experiment table: requests route by sticky key, choice and class", "[
   REQUIRE_THAT(std::get<std::string>(missing), Catch::Contains("no arm 'z'"));
   REQUIRE_THAT(t.check_choice("big", "a"), Catch::Contains("no running experiment"));
   REQUIRE(t.check_choice("tiny", "a").empty());
+}
+
+TEST_CASE("experiment table: requests without a key split as the percentages say, in any run of them",
+          "[experiments]") {
+  for (uint32_t percent_a : {50u, 30u, 7u}) {
+    INFO("arm a takes " << percent_a << "%");
+    ExperimentTable t;
+    ExperimentSpec s = spec();
+    s.arms[0].percent = percent_a;
+    s.arms[1].percent = 100 - percent_a;
+    REQUIRE_FALSE(t.start(s, "tiny"));
+    // Every window of n consecutive keyless requests gives arm a within 2 of n * percent_a / 100
+    // (independent draws would stray by ~sqrt(n): 4 at n = 64).
+    std::vector<int> to_a;
+    for (int i = 0; i < 400; ++i) to_a.push_back(routed(t, {"tiny", "", "", "", "", ""}).engine == "cont");
+    for (size_t n : {10u, 64u, 100u, 400u})
+      for (size_t begin = 0; begin + n <= to_a.size(); begin += 7) {
+        int a = 0;
+        for (size_t i = begin; i < begin + n; ++i) a += to_a[i];
+        INFO("requests " << begin << " to " << begin + n);
+        REQUIRE(std::abs(double(a) - double(n) * percent_a / 100.0) <= 2.0);
+      }
+  }
 }
 
 TEST_CASE("experiment table: a request may choose its arm only when the experiment allows it", "[experiments]") {

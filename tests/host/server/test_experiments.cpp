@@ -305,7 +305,7 @@ TEST_CASE("experiments: two arms of one model hold one copy of its weights", "[s
 
 TEST_CASE("experiments: continuous batching beats static batching on time to first token, significantly",
           "[server][experiments][ab]") {
-  // 16 concurrent streams on stories260K, each request to a random arm (sticky_key = "none").
+  // 16 concurrent streams on stories260K, requests spread evenly over the arms (sticky_key = "none").
   const std::string model = "[models.m]\nsource = \"gguf\"\npath = \"" + require_model_file("stories260K.gguf") + "\"\n";
   const std::string experiment = R"(
 [experiments.batching]
