@@ -42,21 +42,26 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Runs fn(t, begin, end) on `threads` threads, thread t taking its share [begin, end) of [0, n);
+// returns the seconds until the last one ends.
+template <class Fn>
+double on_threads(size_t threads, size_t n, Fn fn) {
+  auto started = clock_type::now();
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t) pool.emplace_back([&, t] { fn(t, n * t / threads, n * (t + 1) / threads); });
+  for (auto& th : pool) th.join();
+  return seconds_since(started);
+}
+
 // a[i] = b[i] + s * c[i] over arrays far larger than the caches, split over `threads` threads;
 // 3 arrays x 8 bytes... counted as STREAM does: 24 bytes per element (two reads, one write).
 double triad_gbs(size_t threads) {
   static std::vector<double> a(size_t(1) << 25), b(a.size(), 1.0), c(a.size(), 2.0);  // 256 MiB each
   const double s = 3.0;
-  auto started = clock_type::now();
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      size_t begin = a.size() * t / threads, end = a.size() * (t + 1) / threads;
-      for (size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
-    });
-  }
-  for (auto& th : pool) th.join();
-  return 24.0 * double(a.size()) / seconds_since(started) / 1e9;
+  const double seconds = on_threads(threads, a.size(), [&](size_t, size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) a[i] = b[i] + s * c[i];
+  });
+  return 24.0 * double(a.size()) / seconds / 1e9;
 }
 
 // Reads one array far larger than the caches (summing it), split over `threads` threads: one stream of
@@ -65,23 +70,16 @@ double triad_gbs(size_t threads) {
 double read_gbs(size_t threads) {
   static std::vector<double> a(size_t(1) << 26, 1.0);  // 512 MiB
   std::vector<double> sums(threads);
-  auto started = clock_type::now();
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      const size_t begin = a.size() * t / threads, end = a.size() * (t + 1) / threads;
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the adds keep up with memory
-      for (size_t i = begin; i + 4 <= end; i += 4) {
-        s0 += a[i];
-        s1 += a[i + 1];
-        s2 += a[i + 2];
-        s3 += a[i + 3];
-      }
-      sums[t] = (s0 + s1) + (s2 + s3);
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double seconds = seconds_since(started);
+  const double seconds = on_threads(threads, a.size(), [&](size_t t, size_t begin, size_t end) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the adds keep up with memory
+    for (size_t i = begin; i + 4 <= end; i += 4) {
+      s0 += a[i];
+      s1 += a[i + 1];
+      s2 += a[i + 2];
+      s3 += a[i + 3];
+    }
+    sums[t] = (s0 + s1) + (s2 + s3);
+  });
   double total = 0;
   for (double x : sums) total += x;
   if (total != double(a.size())) std::fprintf(stderr, "read_gbs: wrong sum %.0f\n", total);  // keeps the reads

@@ -55,13 +55,19 @@ std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::ve
   return out;
 }
 
+// The kvcache's published layout, or null when it has none to give.
+const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
+  const th_kv_layout* layout = nullptr;
+  th_error err;
+  kvcache.vtable<th_kvcache_vtable>().get_layout(kvcache.handle(), &layout, &err);
+  return layout;
+}
+
 KvState kv_state(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
   kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
-  const th_kv_layout* layout = nullptr;
-  th_error err;
-  kvcache.vtable<th_kvcache_vtable>().get_layout(kvcache.handle(), &layout, &err);
+  const th_kv_layout* layout = kv_layout(kvcache);
   return KvState{stats.total_blocks, stats.free_blocks, layout != nullptr ? layout->block_size : 0};
 }
 
@@ -130,9 +136,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](status_atom, const std::string&) -> StatusJson {
         auto& s = self->state;
         auto kv = kv_state(*s.init.kvcache);
-        const th_kv_layout* layout = nullptr;
-        th_error err;
-        s.init.kvcache->vtable<th_kvcache_vtable>().get_layout(s.init.kvcache->handle(), &layout, &err);
+        const th_kv_layout* layout = kv_layout(*s.init.kvcache);
         nlohmann::json j = {{"attention", plugin_json(s.init.attention)},
                             {"kvcache", plugin_json(s.init.kvcache)},
                             {"steps", s.steps},

@@ -192,57 +192,31 @@ TH_AVX2 float scores_avx2(const float* q, const char* k, int64_t stride, uint32_
   return std::max(largest, _mm_cvtss_f32(max4));
 }
 
-// 64 floats of the block's sum (then 32, then 8) stay in registers over its n values, then go into acc:
-// eight independent sums for a head of 64, as many as the FMA pipes have in flight.
+// acc[e, e + 8 N) += sum over t < n of p[t] * v_t[e, e + 8 N): the block's sum of those lanes in N
+// registers over its n values, then added to acc.
+template <class T, size_t N>
+TH_AVX2 inline void accum_lanes(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t e) {
+  __m256 a[N];
+  #pragma GCC unroll 8
+  for (size_t j = 0; j < N; ++j) a[j] = _mm256_setzero_ps();
+  for (uint32_t t = 0; t < n; ++t) {
+    const T* vt = at<T>(v, stride, t) + e;
+    const __m256 w = _mm256_set1_ps(p[t]);
+    #pragma GCC unroll 8
+    for (size_t j = 0; j < N; ++j) a[j] = _mm256_fmadd_ps(w, load8(vt + 8 * j), a[j]);
+  }
+  #pragma GCC unroll 8
+  for (size_t j = 0; j < N; ++j) _mm256_storeu_ps(acc + e + 8 * j, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8 * j), a[j]));
+}
+
+// 64 lanes of the block's sum at a time (then 32, then 8): eight independent sums for a head of 64, as
+// many as the FMA pipes have in flight.
 template <class T>
 TH_AVX2 void accum_avx2(float* acc, const float* p, const char* v, int64_t stride, uint32_t n, uint32_t d) {
   uint32_t e = 0;
-  for (; e + 64 <= d; e += 64) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    __m256 a4 = _mm256_setzero_ps(), a5 = _mm256_setzero_ps(), a6 = _mm256_setzero_ps(), a7 = _mm256_setzero_ps();
-    for (uint32_t t = 0; t < n; ++t) {
-      const T* vt = at<T>(v, stride, t) + e;
-      const __m256 w = _mm256_set1_ps(p[t]);
-      a0 = _mm256_fmadd_ps(w, load8(vt), a0);
-      a1 = _mm256_fmadd_ps(w, load8(vt + 8), a1);
-      a2 = _mm256_fmadd_ps(w, load8(vt + 16), a2);
-      a3 = _mm256_fmadd_ps(w, load8(vt + 24), a3);
-      a4 = _mm256_fmadd_ps(w, load8(vt + 32), a4);
-      a5 = _mm256_fmadd_ps(w, load8(vt + 40), a5);
-      a6 = _mm256_fmadd_ps(w, load8(vt + 48), a6);
-      a7 = _mm256_fmadd_ps(w, load8(vt + 56), a7);
-    }
-    float* o = acc + e;
-    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), a0));
-    _mm256_storeu_ps(o + 8, _mm256_add_ps(_mm256_loadu_ps(o + 8), a1));
-    _mm256_storeu_ps(o + 16, _mm256_add_ps(_mm256_loadu_ps(o + 16), a2));
-    _mm256_storeu_ps(o + 24, _mm256_add_ps(_mm256_loadu_ps(o + 24), a3));
-    _mm256_storeu_ps(o + 32, _mm256_add_ps(_mm256_loadu_ps(o + 32), a4));
-    _mm256_storeu_ps(o + 40, _mm256_add_ps(_mm256_loadu_ps(o + 40), a5));
-    _mm256_storeu_ps(o + 48, _mm256_add_ps(_mm256_loadu_ps(o + 48), a6));
-    _mm256_storeu_ps(o + 56, _mm256_add_ps(_mm256_loadu_ps(o + 56), a7));
-  }
-  for (; e + 32 <= d; e += 32) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    for (uint32_t t = 0; t < n; ++t) {
-      const T* vt = at<T>(v, stride, t) + e;
-      const __m256 w = _mm256_set1_ps(p[t]);
-      a0 = _mm256_fmadd_ps(w, load8(vt), a0);
-      a1 = _mm256_fmadd_ps(w, load8(vt + 8), a1);
-      a2 = _mm256_fmadd_ps(w, load8(vt + 16), a2);
-      a3 = _mm256_fmadd_ps(w, load8(vt + 24), a3);
-    }
-    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a0));
-    _mm256_storeu_ps(acc + e + 8, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8), a1));
-    _mm256_storeu_ps(acc + e + 16, _mm256_add_ps(_mm256_loadu_ps(acc + e + 16), a2));
-    _mm256_storeu_ps(acc + e + 24, _mm256_add_ps(_mm256_loadu_ps(acc + e + 24), a3));
-  }
-  for (; e + 8 <= d; e += 8) {
-    __m256 a = _mm256_setzero_ps();
-    for (uint32_t t = 0; t < n; ++t)
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), load8(at<T>(v, stride, t) + e), a);
-    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e), a));
-  }
+  for (; e + 64 <= d; e += 64) accum_lanes<T, 8>(acc, p, v, stride, n, e);
+  for (; e + 32 <= d; e += 32) accum_lanes<T, 4>(acc, p, v, stride, n, e);
+  for (; e + 8 <= d; e += 8) accum_lanes<T, 1>(acc, p, v, stride, n, e);
   for (; e < d; ++e) {
     float a = 0;
     for (uint32_t t = 0; t < n; ++t) a += p[t] * value1(at<T>(v, stride, t)[e]);
