@@ -40,6 +40,18 @@ int64_t mul(int64_t a, int64_t b) {
   return a * b;
 }
 
+// Why the pools cannot be laid out for model m (check() reports them all, create() the first).
+std::vector<std::string> model_refusals(const th_model_info& m) {
+  std::vector<std::string> why;
+  if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) {
+    why.push_back("the model needs n_layers, n_kv_heads and head_dim > 0");
+  }
+  if (sdk::kv_element_bytes(m.kv_dtype) == 0) {
+    why.push_back("keeps kv dtype f32 or f16, the model's kv dtype is " + sdk::dtype_name(m.kv_dtype));
+  }
+  return why;
+}
+
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
     if (query == nullptr || query->model == nullptr) {
@@ -52,12 +64,7 @@ th_status check(const th_check_query* query, th_error* err) {
       sdk::set_error(err, "kvcache.paged: " + why);
       status = TH_ERR_UNSUPPORTED;
     };
-    if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) {
-      refuse("the model needs n_layers, n_kv_heads and head_dim > 0");
-    }
-    if (sdk::kv_element_bytes(m.kv_dtype) == 0) {
-      refuse("keeps kv dtype f32 or f16, the model's kv dtype is " + sdk::dtype_name(m.kv_dtype));
-    }
+    for (const std::string& why : model_refusals(m)) refuse(why);
     if (query->device != nullptr && query->device->kind != TH_DEVICE_CPU) {
       refuse("keeps its pools in host memory: runs on the CPU only");
     }
@@ -89,14 +96,8 @@ class Pool {
 
 th_kv_layout make_layout(const th_create_args& args, const Settings& s) {
   const th_model_info& m = *args.model;
-  if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) {
-    throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: the model needs n_layers, n_kv_heads and head_dim > 0");
-  }
+  if (const auto why = model_refusals(m); !why.empty()) throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: " + why.front());
   const uint32_t element_bytes = sdk::kv_element_bytes(m.kv_dtype);
-  if (element_bytes == 0) {
-    throw Error(TH_ERR_UNSUPPORTED, "kvcache.paged: keeps kv dtype f32 or f16, the model's kv dtype is " +
-                                        sdk::dtype_name(m.kv_dtype));
-  }
   th_kv_layout l{};
   l.struct_size = sizeof(th_kv_layout);
   l.block_size = s.block_size;

@@ -2,7 +2,7 @@
 //
 // Like plugin.hpp it adds no ABI: it only computes with the C structs of th_kvcache.h and
 // th_attention.h. What it gives:
-//   - sdk::dtype_name(): "f32", "q8_0", ... for messages;
+//   - sdk::dtype_name(): "f32", "q8_0", ... for messages (dtype_names(), dtype_listed() for lists);
 //   - sdk::kv_element_bytes(): bytes of one element of a float KV dtype (f32, f16);
 //   - sdk::kv_head_bytes() / kv_head_vector() / kv_position_vector(): the th_kv_layout address formula
 //     (float dtypes), and sdk::load_kv_vector(): a head vector of an f32 or f16 cache as floats;
@@ -79,19 +79,28 @@ inline void load_kv_vector(const th_kv_layout& kv, const char* vector, float* ou
   }
 }
 
+// Whether dtype is one of dtypes, and their names ("f32, f16") for a message saying it is not.
+inline bool dtype_listed(th_dtype dtype, std::initializer_list<th_dtype> dtypes) {
+  for (th_dtype t : dtypes)
+    if (t == dtype) return true;
+  return false;
+}
+inline std::string dtype_names(std::initializer_list<th_dtype> dtypes) {
+  std::string names;
+  for (th_dtype t : dtypes) names += (names.empty() ? "" : ", ") + dtype_name(t);
+  return names;
+}
+
 // Why an attention plugin that computes in f32 on the CPU over a KV cache of one of kv_dtypes cannot
 // serve model on device (device may be NULL: not checked). Empty when it can. One reason per entry,
 // for check().
 inline std::vector<std::string> attention_cpu_refusals(const th_model_info& m, const th_device* device,
                                                        std::initializer_list<th_dtype> kv_dtypes) {
   std::vector<std::string> why;
-  bool kv_ok = false;
-  std::string names;
-  for (th_dtype t : kv_dtypes) {
-    kv_ok = kv_ok || t == m.kv_dtype;
-    names += (names.empty() ? "" : ", ") + dtype_name(t);
+  if (!dtype_listed(m.kv_dtype, kv_dtypes)) {
+    why.push_back("supports kv dtype " + dtype_names(kv_dtypes) + " only, the model's kv dtype is " +
+                  dtype_name(m.kv_dtype));
   }
-  if (!kv_ok) why.push_back("supports kv dtype " + names + " only, the model's kv dtype is " + dtype_name(m.kv_dtype));
   if (m.act_dtype != TH_DTYPE_F32) {
     why.push_back("supports activation dtype f32 only, the model's is " + dtype_name(m.act_dtype));
   }
@@ -132,14 +141,8 @@ inline std::string validate_attention_batch(const th_attention_batch* batch,
     return "q_row_stride and out_row_stride must be >= n_heads * head_dim (" + str(row) + ")";
   }
   const th_kv_layout& kv = *b.kv;
-  {
-    bool ok = false;
-    std::string names;
-    for (th_dtype t : kv_dtypes) {
-      ok = ok || t == kv.dtype;
-      names += (names.empty() ? "" : ", ") + dtype_name(t);
-    }
-    if (!ok) return "kv layout dtype is " + dtype_name(kv.dtype) + ", only " + names + " is supported";
+  if (!dtype_listed(kv.dtype, kv_dtypes)) {
+    return "kv layout dtype is " + dtype_name(kv.dtype) + ", only " + dtype_names(kv_dtypes) + " is supported";
   }
   if (kv.k_base == nullptr || kv.v_base == nullptr) return "kv layout has NULL k_base or v_base";
   if (kv.block_size == 0) return "kv layout block_size is 0";
