@@ -1,12 +1,15 @@
 #include "plugin/library.hpp"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include <spdlog/spdlog.h>
 
@@ -21,14 +24,35 @@ namespace {
 std::atomic<size_t> g_open_count{0};
 std::atomic<uint64_t> g_copy_counter{0};
 
-// Private copies live in one directory per process, removed as their libraries close.
+// Private copies live in one directory per process, made with its first copy and removed with its
+// last, so a process that ends leaves nothing in the temporary directory. A process that died with
+// copies open (a crash, SIGKILL) leaves its directory; the next process to make one removes those.
+constexpr const char* kPrivateDirPrefix = "tokenhost-plugins-";
+std::mutex g_copies_mutex;  // guards the directory's creation, the copies into it and its removal
+size_t g_live_copies = 0;
+
 fs::path private_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  return fs::temp_directory_path() / (kPrivateDirPrefix + std::to_string(getpid()));
+}
+
+// Makes the private directory if needed and copies `from` into it as `to` (a path inside it).
+void make_private_copy(const std::string& from, const std::string& to, std::error_code& ec) {
+  std::lock_guard<std::mutex> lock(g_copies_mutex);
+  if (g_live_copies == 0) {
+    if (size_t n = PluginLibrary::remove_stale_private_dirs(); n > 0) {
+      spdlog::info("removed {} private plugin director{} left by processes that ended", n, n == 1 ? "y" : "ies");
+    }
+  }
+  fs::create_directories(private_dir(), ec);
+  if (!ec) fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (!ec) ++g_live_copies;
+}
+
+void remove_private_copy(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_copies_mutex);
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (g_live_copies > 0 && --g_live_copies == 0) fs::remove(private_dir(), ec);  // only if empty
 }
 
 std::string abi_string(unsigned major, unsigned minor) {
@@ -59,7 +83,7 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
   lib->private_path_ = (private_dir() / (manifest.id + "." + std::to_string(getpid()) + "." +
                                          std::to_string(++g_copy_counter) + ".so"))
                            .string();
-  fs::copy_file(manifest.library, lib->private_path_, fs::copy_options::overwrite_existing, ec);
+  make_private_copy(manifest.library, lib->private_path_, ec);
   if (ec) {
     lib->private_path_.clear();
     throw PluginError(where + ": cannot copy library '" + manifest.library + "': " + ec.message());
@@ -139,10 +163,29 @@ PluginLibrary::~PluginLibrary() {
     --g_open_count;
     if (!id_.empty()) spdlog::info("unloaded plugin {} {} ({})", id_, version_, manifest_.library);
   }
-  if (!private_path_.empty()) {
-    std::error_code ec;
-    fs::remove(private_path_, ec);
+  if (!private_path_.empty()) remove_private_copy(private_path_);
+}
+
+size_t PluginLibrary::remove_stale_private_dirs() {
+  std::error_code ec;
+  const fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) return 0;
+  const std::string prefix = kPrivateDirPrefix;
+  size_t removed = 0;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid == getpid() || pid <= 0) continue;
+    // ESRCH: no such process. EPERM means one exists (another user's): its directory is left alone.
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code status_ec, remove_ec;
+    if (!fs::is_directory(fs::symlink_status(it->path(), status_ec))) continue;
+    if (fs::remove_all(it->path(), remove_ec) != static_cast<std::uintmax_t>(-1) && !remove_ec) ++removed;
   }
+  return removed;
 }
 
 bool PluginLibrary::is_mapped(const std::string& path) {

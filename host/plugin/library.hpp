@@ -46,6 +46,9 @@ class PluginLibrary {
   static bool is_mapped(const std::string& path);
   // Libraries currently open, process-wide.
   static size_t open_count();
+  // Removes the private-copy directories (TMPDIR/tokenhost-plugins-PID) of processes that no longer
+  // exist, and returns how many it removed. open() calls it when it makes this process's directory.
+  static size_t remove_stale_private_dirs();
 
  private:
   PluginLibrary() = default;

@@ -90,7 +90,7 @@ TEST_CASE("experiment table: a request may choose its arm only when the experime
   REQUIRE(std::holds_alternative<std::string>(t.route({"tiny", "", "", "", "b", ""})));
 }
 
-TEST_CASE("experiment table: a refused change changes nothing; a valid one changes the split", "[experiments]") {
+TEST_CASE("experiment table: a refused change changes nothing, and a valid one changes the split", "[experiments]") {
   ExperimentTable t;
   REQUIRE_FALSE(t.start(spec(), "tiny"));
   const json before = t.list();

@@ -58,7 +58,7 @@ TEST_CASE("loadgen: Poisson arrival counts per window have the mean and variance
   CHECK(std::abs(var - rate) < 6 * rate * std::sqrt(2.0 / windows) + 0.1);
 }
 
-TEST_CASE("loadgen: the same seed gives the same arrivals; a bad rate is refused", "[loadgen]") {
+TEST_CASE("loadgen: the same seed gives the same arrivals, and a bad rate is refused", "[loadgen]") {
   PoissonArrivals a(10, 42), b(10, 42);
   for (int i = 0; i < 100; ++i) CHECK(a.next_time() == b.next_time());
   CHECK_THROWS_AS(PoissonArrivals(0, 1), std::invalid_argument);

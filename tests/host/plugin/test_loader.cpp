@@ -3,6 +3,7 @@
 // leave memory when their last instance is gone.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -79,6 +80,34 @@ TEST_CASE("loader: a valid plugin written in C loads, creates, and unloads when 
   REQUIRE_FALSE(PluginLibrary::is_mapped(mapped));
   REQUIRE_FALSE(fs::exists(mapped));
   REQUIRE(PluginLibrary::open_count() == open_before);
+}
+
+TEST_CASE("loader: private copies leave no directory behind, and directories of ended processes are removed", "[loader]") {
+  REQUIRE(PluginLibrary::open_count() == 0);  // this process holds no copy yet
+  // A process that ended with copies open: a child that exits at once, its directory made for it.
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  const fs::path stale = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(child));
+  fs::create_directories(stale);
+  std::ofstream(stale / "scheduler.fixture.1.1.so") << "left by a crash";
+  // A live process's directory (this one's parent) must stay.
+  const fs::path live = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(getppid()));
+  const bool live_existed = fs::exists(live);
+  fs::create_directories(live);
+
+  auto lib = PluginLibrary::open(read_plugin_manifest(fixture("good")));
+  const fs::path dir = fs::path(lib->mapped_path()).parent_path();
+  REQUIRE(dir.filename() == "tokenhost-plugins-" + std::to_string(getpid()));
+  REQUIRE_FALSE(fs::exists(stale));
+  REQUIRE(fs::exists(live));
+  auto second = PluginLibrary::open(read_plugin_manifest(fixture("good")));
+  lib.reset();
+  REQUIRE(fs::exists(dir));  // the second copy is still in it
+  second.reset();
+  REQUIRE_FALSE(fs::exists(dir));
+  if (!live_existed) fs::remove(live);
 }
 
 TEST_CASE("loader: a plugin built for an older ABI minor loads and runs on this host", "[loader]") {

@@ -239,7 +239,7 @@ TEST_CASE("matmul: weights sharing an input give the results of one product each
   });
 }
 
-TEST_CASE("matmul: every CPU runs the portable set; an unknown set is refused by name", "[matmul]") {
+TEST_CASE("matmul: every CPU runs the portable set, and an unknown set is refused by name", "[matmul]") {
   const auto sets = matmul_kernel_sets();
   REQUIRE(std::find(sets.begin(), sets.end(), "portable") != sets.end());
   REQUIRE(std::find(sets.begin(), sets.end(), std::string(matmul_kernels())) != sets.end());

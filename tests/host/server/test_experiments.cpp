@@ -93,7 +93,7 @@ json body_of(const httplib::Result& r) { return r ? json::parse(r->body, nullptr
 
 }  // namespace
 
-TEST_CASE("experiments: the same session key always lands on the same arm; a class is held back", "[server][experiments]") {
+TEST_CASE("experiments: the same session key always lands on the same arm, and a class is held back", "[server][experiments]") {
   Server server(read_deployment("ab.toml", ab_manifest(kTinyModel, kExperiment)));
   const auto& spec = server.deployment().experiments.at(0);
   for (int i = 0; i < 20; ++i) {

@@ -163,7 +163,7 @@ TEST_CASE("kvcache.paged reserve beyond the pool is TH_ERR_RESOURCE_EXHAUSTED an
   }
 }
 
-TEST_CASE("kvcache.paged seq_free returns the blocks; shared ones stay with the other sequence", "[kvcache][paged]") {
+TEST_CASE("kvcache.paged seq_free returns the blocks, and shared ones stay with the other sequence", "[kvcache][paged]") {
   KvCache c("kvcache.paged", kSpec, 4, 12);
   REQUIRE(c.reserve(1, 12, 0) == TH_OK);  // 3 blocks
   REQUIRE(c.reserve(2, 5, 0) == TH_OK);   // 2 blocks
