@@ -24,21 +24,25 @@ TokenStream::TokenStream() = default;
 TokenStream::~TokenStream() = default;
 
 void TokenStream::push(const SampledToken& token) {
+  std::shared_ptr<StreamSignal> signal;
   {
     std::lock_guard lock(mutex_);
     if (result_) return;
     tokens_.push_back(token);
+    signal = signal_;
   }
-  notify();
+  notify(signal);
 }
 
 void TokenStream::finish(const GenerateResult& result) {
+  std::shared_ptr<StreamSignal> signal;
   {
     std::lock_guard lock(mutex_);
     if (result_) return;
     result_ = std::make_unique<GenerateResult>(result);
+    signal = signal_;
   }
-  notify();
+  notify(signal);
 }
 
 TokenStream::Update TokenStream::wait(size_t seen, std::chrono::milliseconds timeout) {
@@ -51,11 +55,13 @@ TokenStream::Update TokenStream::wait(size_t seen, std::chrono::milliseconds tim
 }
 
 void TokenStream::cancel() {
+  std::shared_ptr<StreamSignal> signal;
   {
     std::lock_guard lock(mutex_);
     cancelled_ = true;
+    signal = signal_;
   }
-  notify();
+  notify(signal);
 }
 
 void TokenStream::listen(std::shared_ptr<StreamSignal> signal) {
@@ -63,13 +69,8 @@ void TokenStream::listen(std::shared_ptr<StreamSignal> signal) {
   signal_ = std::move(signal);
 }
 
-void TokenStream::notify() {
+void TokenStream::notify(const std::shared_ptr<StreamSignal>& signal) {
   changed_.notify_all();
-  std::shared_ptr<StreamSignal> signal;
-  {
-    std::lock_guard lock(mutex_);
-    signal = signal_;
-  }
   if (signal) signal->notify();
 }
 

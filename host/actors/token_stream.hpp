@@ -57,7 +57,8 @@ class TokenStream {
   void listen(std::shared_ptr<StreamSignal> signal);
 
  private:
-  void notify();
+  // Wakes this stream's readers and then `signal` (signal_ as read under the lock by the caller).
+  void notify(const std::shared_ptr<StreamSignal>& signal);
 
   mutable std::mutex mutex_;
   std::shared_ptr<StreamSignal> signal_;
