@@ -74,5 +74,11 @@ for c in r["comparisons"]:
     print(f"round {sys.argv[2]} {m}: n {a['n']}/{b['n']}, mean {name_a} {a['mean']*1000:.1f} ms, {name_b} {b['mean']*1000:.1f} ms, "
           f"p50 {a['p50']*1000:.1f} / {b['p50']*1000:.1f} ms, diff {c['diff']*1000:.1f} ms "
           f"[{c['ci95'][0]*1000:.1f}, {c['ci95'][1]*1000:.1f}], p {c['p_value']:.2g}: {c['verdict']}")
+def load(arm):
+    l = arms[arm].get("load") or {}
+    if not l.get("steps"):
+        return "no steps"
+    return f"{l['steps']} steps, {l['tokens_per_step']:.1f} tokens/step, {l['step_s_mean']*1000:.1f} ms/step"
+print(f"round {sys.argv[2]} load: {name_a} {load('a')}; {name_b} {load('b')}")
 PY
 done

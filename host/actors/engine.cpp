@@ -40,6 +40,7 @@ struct EngineMetrics {
   metrics::Family* requests = nullptr;
   metrics::Family* step_seconds = nullptr;
   metrics::Family* step_compute_seconds = nullptr;
+  metrics::Family* step_tokens = nullptr;
   metrics::Family* running = nullptr;
   metrics::Family* waiting = nullptr;
   metrics::Family* kv_free = nullptr;
@@ -80,6 +81,8 @@ void register_metrics(EngineState& s) {
                                         "Time the worker spent computing one step (the rest of a step's wall time "
                                         "is messages between the engine and its worker)",
                                         {"engine"});
+  s.m.step_tokens = &r->family(Type::counter, "tokenhost_step_tokens_total",
+                               "Tokens computed by engine steps: prompt chunks and decode tokens, a step's rows", {"engine"});
   s.m.running = &r->family(Type::gauge, "tokenhost_sequences_running", "Sequences with KV blocks", {"engine"});
   s.m.waiting = &r->family(Type::gauge, "tokenhost_sequences_waiting", "Sequences waiting or preempted", {"engine"});
   s.m.kv_free = &r->family(Type::gauge, "tokenhost_kv_blocks_free", "Free KV cache blocks", {"engine"});
@@ -296,6 +299,11 @@ void tick(self_ptr self) {
                                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
             if (self->state.m.step_compute_seconds && r.error.empty())
               self->state.m.step_compute_seconds->observe({self->state.init.name}, r.seconds);
+            if (self->state.m.step_tokens && r.error.empty()) {
+              size_t rows = 0;
+              for (const auto& item : batch.items) rows += item.tokens.size();
+              self->state.m.step_tokens->add({self->state.init.name}, double(rows));
+            }
             on_step_done(self, batch, r);
           },
           [self, batch](caf::error& e) {

@@ -86,13 +86,18 @@ std::string report_text(const json& r) {
   out << "experiment " << r.value("name", "?") << " (" << r.value("state", "?") << ", " << elapsed << " s, model "
       << r.value("model", "?") << ")\n\n";
   std::vector<std::vector<std::string>> arms = {{"arm", "engine", "%", "requests", "failed", "tokens", "tok/s",
-                                                 "ttft ms [95% CI]", "itl ms [95% CI]", "e2e ms [95% CI]"}};
+                                                 "tok/step", "step ms", "ttft ms [95% CI]", "itl ms [95% CI]",
+                                                 "e2e ms [95% CI]"}};
   for (const auto& a : r.value("arms", json::array())) {
-    char tput[32];
+    char tput[32], per_step[32] = "-";
     std::snprintf(tput, sizeof tput, "%.1f", a.value("throughput_tok_s", 0.0));
+    const json load = a.value("load", json::object());
+    if (load.value("tokens_per_step", json()).is_number())
+      std::snprintf(per_step, sizeof per_step, "%.1f", load["tokens_per_step"].get<double>());
     arms.push_back({a.value("name", "?"), a.value("engine", "?"), std::to_string(a.value("percent", 0)),
                     std::to_string(a.value("requests", 0)), std::to_string(a.value("failed", 0)),
-                    std::to_string(a.value("tokens_out", 0)), tput, mean_ci(a["ttft_s"]), mean_ci(a["itl_s"]), mean_ci(a["e2e_s"])});
+                    std::to_string(a.value("tokens_out", 0)), tput, per_step, ms(load.value("step_s_mean", json())),
+                    mean_ci(a["ttft_s"]), mean_ci(a["itl_s"]), mean_ci(a["e2e_s"])});
   }
   out << table(arms);
   std::vector<std::vector<std::string>> cmp = {{"metric", "vs", "diff ms [95% CI]", "p", "verdict"}};

@@ -44,6 +44,27 @@ json summary_json(const Sample& s) {
   return {{"n", m.n}, {"mean", m.n ? num(m.mean) : json(nullptr)}, {"ci95", ci}, {"p50", num(m.p50)}, {"p99", num(m.p99)}};
 }
 
+constexpr const char* kPluginPrefix = "tokenhost_plugin_";
+
+// How much an arm's engine computed over the experiment, from its step metrics (deltas since the
+// start). Arms on one machine share its cores, and each engine batches only its own requests: an arm
+// that carries more requests runs bigger, slower steps, and its latencies show its load as well as its
+// technique. These say how far the arms' loads differed.
+json load_json(const std::map<std::string, double>& delta) {
+  auto get = [&](const char* key) {
+    auto it = delta.find(key);
+    return it == delta.end() ? 0.0 : it->second;
+  };
+  const double steps = get("tokenhost_step_seconds_count"), seconds = get("tokenhost_step_seconds_sum");
+  const double tokens = get("tokenhost_step_tokens_total");
+  auto ratio = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
+  return {{"steps", uint64_t(steps)},
+          {"tokens", uint64_t(tokens)},
+          {"tokens_per_step", ratio(tokens, steps)},
+          {"step_s_mean", ratio(seconds, steps)},
+          {"step_s_per_token", ratio(seconds, tokens)}};
+}
+
 }  // namespace
 
 struct Experiment {
@@ -61,7 +82,7 @@ struct Experiment {
   double keyless_start = 0;
 };
 
-ExperimentTable::ExperimentTable(MetricReader read_plugin_metrics) : read_metrics_(std::move(read_plugin_metrics)) {}
+ExperimentTable::ExperimentTable(MetricReader read_metrics) : read_metrics_(std::move(read_metrics)) {}
 
 std::shared_ptr<Experiment> ExperimentTable::find_locked(const std::string& name) const {
   for (const auto& e : experiments_)
@@ -277,6 +298,7 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
     const ArmSpec& spec = x->spec.arms[i];
     const ArmStats& s = x->arms[i];
     json plugin = json::object();
+    std::map<std::string, double> step;
     if (i < now.size())
       for (const auto& [key, v] : now[i]) {
         double value = v.value;
@@ -284,7 +306,10 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
           auto start = x->metrics_at_start[i].find(key);
           if (start != x->metrics_at_start[i].end()) value -= start->second.value;
         }
-        plugin[key] = value;
+        if (key.rfind(kPluginPrefix, 0) == 0)
+          plugin[key] = value;
+        else
+          step[key] = value;
       }
     json a = {{"name", spec.name},
               {"engine", spec.engine},
@@ -295,6 +320,7 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"chosen", s.chosen},
               {"tokens_out", s.tokens_out},
               {"throughput_tok_s", elapsed > 0 ? double(s.tokens_out) / elapsed : 0.0},
+              {"load", load_json(step)},
               {"plugin_metrics", plugin}};
     for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
     arms.push_back(std::move(a));

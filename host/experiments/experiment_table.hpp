@@ -50,14 +50,15 @@ struct Outcome {
   std::optional<double> ttft_s, itl_s, e2e_s;  // itl_s: the request's mean inter-token gap
 };
 
-// Values of the plugin metrics of one engine (see metrics::Registry::values_where).
+// Values of the metrics of one engine (see metrics::Registry::values_where): its plugin metrics
+// (tokenhost_plugin_*) and its step metrics (tokenhost_step_*, from which a report tells each arm's load).
 using MetricValues = std::map<std::string, metrics::SeriesValue>;
 using MetricReader = std::function<MetricValues(const std::string& engine)>;
 
 class ExperimentTable {
  public:
-  // read_plugin_metrics gives the plugin metrics of an engine now; may be empty (no plugin metrics).
-  explicit ExperimentTable(MetricReader read_plugin_metrics = {});
+  // read_metrics gives an engine's metrics now; may be empty (no plugin metrics, no steps yet).
+  explicit ExperimentTable(MetricReader read_metrics = {});
 
   // Starts spec, which the caller has validated against the server's engines (validate() with
   // engine_views() of the engines). Refuses (Problem, 409) a name in use by a running or stopped one.

@@ -63,7 +63,11 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       served_.push_back(std::move(sm));
     }
     experiments_ = std::make_shared<experiments::ExperimentTable>(
-        [this](const std::string& engine) { return metrics_.values_where("tokenhost_plugin_", "engine", engine); });
+        [this](const std::string& engine) {
+          auto values = metrics_.values_where("tokenhost_plugin_", "engine", engine);
+          values.merge(metrics_.values_where("tokenhost_step_", "engine", engine));  // the arm's load
+          return values;
+        });
     for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);
     label_arms();
     RouterInit r;

@@ -43,6 +43,7 @@ assert sum(a["requests"] for a in arms) == 40, arms
 assert arms[1]["chosen"] == 1, arms[1]
 for a in arms:
     assert a["ttft_s"]["n"] == a["requests"], a
+    assert a["load"]["steps"] > 0 and a["load"]["tokens_per_step"] >= 1, a  # the arm's engine stepped
 assert {c["metric"] for c in r["comparisons"]} == {"ttft_s", "itl_s", "e2e_s"}, r["comparisons"]
 PY
 if admin_cmd ab set sched --arm a=70 2> "$work/err"; then echo "FAIL: a split summing to 120 accepted"; exit 1; fi

@@ -113,9 +113,16 @@ TEST_CASE("experiment table: a refused change changes nothing, and a valid one c
 
 TEST_CASE("experiment table: measurements reach the report with intervals and a verdict", "[experiments]") {
   std::map<std::string, double> counter = {{"cont", 10}, {"static", 100}};
+  double steps = 4, step_seconds = 0.2, step_tokens = 40;  // engine "cont" has stepped; "static" not yet
   ExperimentTable t([&](const std::string& engine) {
-    return MetricValues{{"tokenhost_plugin_drafts_total{plugin=\"x\"}", {counter[engine], true}},
-                        {"tokenhost_plugin_depth{plugin=\"x\"}", {counter[engine] / 10, false}}};
+    MetricValues v{{"tokenhost_plugin_drafts_total{plugin=\"x\"}", {counter[engine], true}},
+                   {"tokenhost_plugin_depth{plugin=\"x\"}", {counter[engine] / 10, false}}};
+    if (engine == "cont") {
+      v["tokenhost_step_seconds_count"] = {steps, true};
+      v["tokenhost_step_seconds_sum"] = {step_seconds, true};
+      v["tokenhost_step_tokens_total"] = {step_tokens, true};
+    }
+    return v;
   });
   REQUIRE_FALSE(t.start(spec(), "tiny"));
   Routing a{routed(t, {"tiny", "", "", "", "a", ""})}, b{routed(t, {"tiny", "", "", "", "b", ""})};
@@ -138,6 +145,7 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   t.record(b, failed);
   t.record(routed(t, {"tiny", "", "", "", "a", ""}), Outcome{});  // chosen: counted apart
   counter["cont"] = 25;
+  steps = 14, step_seconds = 0.7, step_tokens = 240;
   report = *t.report("sched");
   const json& arm_a = report["arms"][0];
   REQUIRE(arm_a["requests"] == 8);
@@ -148,6 +156,16 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(arm_a["ttft_s"]["ci95"][0].get<double>() < 0.0135);
   REQUIRE(arm_a["plugin_metrics"]["tokenhost_plugin_drafts_total{plugin=\"x\"}"] == 15);  // since the start
   REQUIRE(arm_a["plugin_metrics"]["tokenhost_plugin_depth{plugin=\"x\"}"] == 2.5);      // a gauge: as it is
+  REQUIRE(arm_a["plugin_metrics"].size() == 2);  // the step metrics go to the load, not here
+  // The load: 10 steps of 200 tokens in 0.5 s since the start.
+  REQUIRE(arm_a["load"]["steps"] == 10);
+  REQUIRE(arm_a["load"]["tokens"] == 200);
+  REQUIRE(arm_a["load"]["tokens_per_step"].get<double>() == Approx(20));
+  REQUIRE(arm_a["load"]["step_s_mean"].get<double>() == Approx(0.05));
+  REQUIRE(arm_a["load"]["step_s_per_token"].get<double>() == Approx(0.0025));
+  REQUIRE(report["arms"][1]["load"]["steps"] == 0);  // no step yet: no means
+  REQUIRE(report["arms"][1]["load"]["tokens_per_step"].is_null());
+  REQUIRE(report["arms"][1]["load"]["step_s_mean"].is_null());
   REQUIRE(report["arms"][1]["failed"] == 1);
   REQUIRE(report["arms"][1]["requests"] == 9);
   const json& ttft = report["comparisons"][0];

@@ -116,6 +116,13 @@ TEST_CASE("experiments: the same session key always lands on the same arm, and a
   REQUIRE(compared == 60);
   REQUIRE(report["arms"][0]["held_back"] == 10);
   REQUIRE(report["arms"][0]["ttft_s"]["n"].get<uint64_t>() == report["arms"][0]["requests"].get<uint64_t>());
+  for (const json& arm : report["arms"]) {  // each arm's load: its engine's steps since the start
+    INFO(arm.dump());
+    REQUIRE(arm["load"]["steps"].get<uint64_t>() > 0);
+    REQUIRE(arm["load"]["tokens"].get<uint64_t>() >= arm["load"]["steps"].get<uint64_t>());
+    REQUIRE(arm["load"]["step_s_mean"].get<double>() > 0);
+    REQUIRE(arm["plugin_metrics"].find("tokenhost_step_seconds_count") == arm["plugin_metrics"].end());
+  }
   // The spare engine is no arm: it may be removed; an arm may not while the experiment runs.
   REQUIRE_THROWS_WITH(server.remove_engine("cont", std::chrono::seconds(1)), Contains("arm of running experiment 'sched'"));
   REQUIRE_THAT(server.remove_engine("spare", std::chrono::seconds(1)), Contains("removed engine spare"));

@@ -153,9 +153,13 @@ moe = { plugin = "moe.topk" }
   REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));
 }
 
-TEST_CASE("server: each step's compute time is exported beside its wall time, and within it", "[server][metrics]") {
+TEST_CASE("server: each step's compute time is exported beside its wall time, and within it, with the tokens it computed", "[server][metrics]") {
   auto server = make_test_server();
-  for (const auto& p : mixed_prompts()) REQUIRE(server->generate(request_for(*server, p, 6)).finish_reason == "length");
+  double rows = 0;  // alone, a request computes its prompt and each generated token but the last
+  for (const auto& p : mixed_prompts()) {
+    REQUIRE(server->generate(request_for(*server, p, 6)).finish_reason == "length");
+    rows += double(p.size() + 6 - 1);
+  }
   const std::string text = server->metrics().prometheus_text();
   auto value = [&](const std::string& series) {
     const size_t at = text.find(series + "{engine=\"main\"");
@@ -168,4 +172,5 @@ TEST_CASE("server: each step's compute time is exported beside its wall time, an
   REQUIRE(value("tokenhost_step_compute_seconds_count") == steps);
   REQUIRE(value("tokenhost_step_compute_seconds_sum") > 0);
   REQUIRE(value("tokenhost_step_compute_seconds_sum") <= value("tokenhost_step_seconds_sum"));
+  REQUIRE(value("tokenhost_step_tokens_total") == rows);
 }
