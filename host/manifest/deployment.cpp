@@ -59,8 +59,9 @@ void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string
   const toml::node& where = t.get("path") ? *t.get("path") : static_cast<const toml::node&>(t);
   std::error_code ec;
   if (!fs::is_regular_file(m.path, ec)) r.fail(where, "model file '" + m.path + "' does not exist");
+  const bool pack = r.optional_bool(t, "pack_weights", ctx).value_or(true);
   try {
-    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, m.name));
+    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, m.name, pack));
   } catch (const std::exception& e) {
     r.fail(where, e.what());
   }
@@ -87,7 +88,7 @@ std::string manifest_path(const TomlReader& r, const std::string& path) {
 // source = "demo": a model make-model writes on first use (seeded random weights, a working tokenizer),
 // so the embedded default serves without any download. Its text is fluent-looking noise.
 ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "preset", "type", "seed", "path", "context_len"}, ctx);
+  r.check_keys(t, {"source", "preset", "type", "seed", "path", "context_len", "pack_weights"}, ctx);
   MakeModelOptions make;
   std::string preset = r.optional_string(t, "preset", ctx).value_or("stories260K");
   try {
@@ -128,7 +129,7 @@ ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const to
 }
 
 ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "path", "context_len"}, ctx + " (a gguf model takes its shape from the file)");
+  r.check_keys(t, {"source", "path", "context_len", "pack_weights"}, ctx + " (a gguf model takes its shape from the file)");
   ModelDecl m;
   m.name = name;
   m.source = "gguf";

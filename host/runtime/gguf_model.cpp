@@ -84,7 +84,7 @@ const char* const kSharedExpertTensors[] = {"ffn_gate_shexp.weight", "ffn_up_she
 
 }  // namespace
 
-LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
+LoadedModel load_gguf_model(const std::string& path, const std::string& name, bool pack_weights) {
   std::shared_ptr<gguf::File> file = gguf::File::open(path);
   Reader r{*file, path, file->get_string("general.architecture").value_or("")};
   const bool qwen2moe = r.arch == "qwen2moe";
@@ -196,7 +196,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
            std::to_string(i.vocab_size) + " rows");
 
   w->storage = std::shared_ptr<const void>(file, file.get());  // the mapping lives as long as the weights
-  pack_model_weights(*w);
+  if (pack_weights) pack_model_weights(*w);
   out.weights = w;
   return out;
 }

@@ -35,7 +35,7 @@ void pack_model_weights(ModelWeights& w) {
   if (count == 0) return;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("model {}: {} {} matrices packed for the {} matmul kernels in {:.0f} ms: {:.1f} MiB more memory "
-               "(TOKENHOST_PACK_WEIGHTS=0 turns it off)",
+               "(pack_weights = false in its manifest table, or TOKENHOST_PACK_WEIGHTS=0, turns it off)",
                w.spec.name, count, quant::dtype_name(w.spec.info.weight_dtype), matmul_kernels(), ms,
                double(packed) / (1 << 20));
 }

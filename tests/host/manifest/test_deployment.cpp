@@ -6,6 +6,7 @@
 
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
+#include "runtime/matmul.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -180,4 +181,34 @@ scheduler = { plugin = "scheduler.fifo" }
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = \"f166\"\n") ==
         "6:12: kv_dtype 'f166' in [engines.e] is not one of f32, f16 (did you mean 'f16'?)");
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
+}
+
+TEST_CASE("deployment: a model's pack_weights = false keeps its matrices in the file's layout only", "[manifest]") {
+  // The avx512 kernels pack Q8_0 matrices at load; the other sets keep the file's layout anyway.
+  const auto sets = matmul_kernel_sets();
+  if (std::find(sets.begin(), sets.end(), "avx512") == sets.end()) {
+    WARN("SKIPPED: this CPU lacks the avx512 kernel set, the only one that packs weights");
+    return;
+  }
+  MakeModelOptions make;
+  make.path = (std::filesystem::temp_directory_path() /
+               ("tokenhost-pack-" + std::to_string(fresh_rng("pack model")()) + ".gguf")).string();
+  make.shape.ffn_dim = 192;  // Q8_0 rows: multiples of 32
+  make.type = TH_DTYPE_Q8_0;
+  make_model(make);
+  const std::string before = matmul_kernels();
+  use_matmul_kernels("avx512");
+  auto read = [&](const std::string& pack) {
+    Deployment d = read_deployment("pack.toml", "[models.d]\nsource = \"gguf\"\npath = \"" + make.path + "\"\n" + pack +
+                                                    "[engines.e]\nmodel = \"d\"\n" + kEngine.substr(kEngine.find("attention")));
+    return d.models.at("d").loaded->weights->packed_bytes;
+  };
+  const size_t packed = read(""), explicitly = read("pack_weights = true\n"), unpacked = read("pack_weights = false\n");
+  use_matmul_kernels(before);
+  REQUIRE(packed > 0);
+  REQUIRE(explicitly == packed);
+  REQUIRE(unpacked == 0);
+  REQUIRE_THAT(error_of("[models.m]\nsource = \"gguf\"\npath = \"" + make.path + "\"\npack_weights = 1\n" + kEngine),
+               Catch::Matchers::Equals("4:16: 'pack_weights' in [models.m] must be a boolean, found an integer"));
+  std::filesystem::remove(make.path);
 }
