@@ -1,11 +1,10 @@
-// Where the tests find the shared model files, and how a test that needs a missing one skips: it
-// says SKIPPED and why, and exits with 77, which CTest reports as skipped (never as passed).
+// Where the tests find the shared model files; a test that needs a missing one skips (skip.hpp).
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "skip.hpp"
 
 namespace tokenhost::testing {
 
@@ -18,11 +17,7 @@ inline std::string models_dir() {
 // The path of a model file, or a skip of the whole test run when it is absent.
 inline std::string require_model_file(const std::string& name) {
   std::string path = models_dir() + "/" + name;
-  if (!std::filesystem::exists(path)) {
-    std::printf("SKIPPED: %s not found (set TOKENHOST_MODELS to the folder that holds it)\n", path.c_str());
-    std::fflush(stdout);
-    std::_Exit(77);
-  }
+  if (!std::filesystem::exists(path)) skip_test(path + " not found (set TOKENHOST_MODELS to the folder that holds it)");
   return path;
 }
 

@@ -7,6 +7,7 @@
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
 #include "runtime/matmul.hpp"
+#include "skip.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -186,10 +187,8 @@ scheduler = { plugin = "scheduler.fifo" }
 TEST_CASE("deployment: a model's pack_weights = false keeps its matrices in the file's layout only", "[manifest]") {
   // The avx512 kernels pack Q8_0 matrices at load; the other sets keep the file's layout anyway.
   const auto sets = matmul_kernel_sets();
-  if (std::find(sets.begin(), sets.end(), "avx512") == sets.end()) {
-    WARN("SKIPPED: this CPU lacks the avx512 kernel set, the only one that packs weights");
-    return;
-  }
+  if (std::find(sets.begin(), sets.end(), "avx512") == sets.end())
+    skip_test("this CPU lacks the avx512 kernel set, the only one that packs weights");
   MakeModelOptions make;
   make.path = (std::filesystem::temp_directory_path() /
                ("tokenhost-pack-" + std::to_string(fresh_rng("pack model")()) + ".gguf")).string();
