@@ -35,7 +35,7 @@ std::string plugin_text(const nlohmann::json& p) {
   return p.value("id", "?") + " " + p.value("version", "?");
 }
 
-// One block per engine: its model, device, plugins, load; then the router.
+// One block per engine: its model, device, plugins, load; then the models' memory and the router.
 std::string status_text(const nlohmann::json& s) {
   std::ostringstream out;
   for (const auto& e : s.value("engines", nlohmann::json::array())) {
@@ -49,6 +49,13 @@ std::string status_text(const nlohmann::json& s) {
     if (e.contains("kv") && e["kv"].is_object())
       out << "  kv blocks   " << e["kv"].value("free_blocks", 0) << " free of " << e["kv"].value("total_blocks", 0) << " ("
           << e["kv"].value("block_size", 0) << " positions each, " << e["kv"].value("dtype", "?") << ")\n";
+  }
+  for (const auto& m : s.value("models", nlohmann::json::array())) {
+    char mib[64];
+    std::snprintf(mib, sizeof mib, "%.1f MiB (+%.1f MiB packed)", m.value("weights_bytes", 0.0) / (1 << 20),
+                  m.value("packed_bytes", 0.0) / (1 << 20));
+    out << "model " << m.value("name", "?") << "  " << m.value("weight_dtype", "?") << "  " << mib << "  "
+        << (m["path"].is_string() ? m["path"].get<std::string>() : m.value("source", "?")) << "\n";
   }
   for (const auto& e : s.value("retiring_engines", nlohmann::json::array()))
     out << "engine " << e.value("name", "?") << " (retiring: replaced or removed)  sequences " << e.value("sequences", 0) << "\n";

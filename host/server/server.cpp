@@ -313,8 +313,21 @@ nlohmann::json Server::status() {
     j["device"] = e.decl.device;
     (old ? retiring : engines).push_back(j);
   }
+  // The models' memory: the weights as loaded (mapped from the file, or made in memory) and the
+  // packed copies beside them (runtime/weight_packing.hpp), which an operator may turn off per model.
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& [name, w] : weights_) {
+    const ModelDecl& m = deployment_.models.at(name);
+    models.push_back({{"name", name},
+                      {"source", m.source},
+                      {"path", m.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.path)},
+                      {"weight_dtype", quant::dtype_name(w->spec.info.weight_dtype)},
+                      {"weights_bytes", w->bytes},
+                      {"packed_bytes", w->packed_bytes}});
+  }
   return {{"engines", engines},
           {"retiring_engines", retiring},
+          {"models", models},
           {"router", nlohmann::json::parse(ask_status_of(router_, status_atom::value, std::string()).json)},
           {"accepting", accepting_.load()},
           {"in_flight", in_flight_.load()},

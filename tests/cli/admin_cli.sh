@@ -27,6 +27,7 @@ refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
 ok 'engine main +model demo' status
 ok 'attention +attention.cpu_flash 1.0.0' status
 ok 'router router.round_robin' status
+ok 'model demo  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
 ok '"engines"' --json status
 ok 'scheduler.continuous' plugins list
 ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"

@@ -174,3 +174,22 @@ TEST_CASE("server: each step's compute time is exported beside its wall time, an
   REQUIRE(value("tokenhost_step_compute_seconds_sum") <= value("tokenhost_step_seconds_sum"));
   REQUIRE(value("tokenhost_step_tokens_total") == rows);
 }
+
+TEST_CASE("server: the status names each model with its weight memory", "[server]") {
+  auto server = make_test_server();
+  const nlohmann::json models = server->status()["models"];
+  INFO(models.dump());
+  REQUIRE(models.size() == 1);
+  const nlohmann::json& m = models[0];
+  REQUIRE(m["name"] == "tiny");
+  REQUIRE(m["source"] == "synthetic");
+  REQUIRE(m["path"].is_null());
+  REQUIRE(m["weight_dtype"] == "f32");
+  // The synthetic weights in f32: embedding and output, the final norm, and per layer two norms, the
+  // four attention projections and the three feed-forward matrices.
+  const auto& i = server->deployment().models.at("tiny").spec.info;
+  const uint64_t q = uint64_t(i.n_heads) * i.head_dim, kv = uint64_t(i.n_kv_heads) * i.head_dim;
+  const uint64_t per_layer = 2 * i.dim + 2 * q * i.dim + 2 * kv * i.dim + 3 * uint64_t(i.ffn_dim) * i.dim;
+  REQUIRE(m["weights_bytes"] == 4 * (2 * uint64_t(i.vocab_size) * i.dim + i.dim + i.n_layers * per_layer));
+  REQUIRE(m["packed_bytes"] == 0);  // f32 weights are never packed
+}
