@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -132,11 +133,23 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
         for (size_t g = 0; g < groups; ++g)
           for (size_t o = o0; o < o1;) o += tiles(o, g, g + 1);
       }
-      size_t r = 4 * groups;
-      for (; r < n_rows; ++r) {
+      // The 1-3 rows after the groups: together through `three` or `two` where the set has them.
+      for (size_t r = 4 * groups; r < n_rows;) {
+        const size_t left = n_rows - r;
+        const auto [kernel, width] = left >= 3 && k.three   ? std::pair{k.three, size_t(3)}
+                                     : left >= 2 && k.two ? std::pair{k.two, size_t(2)}
+                                                          : std::pair{k.one, size_t(1)};
         const X x = rows_from(r);
-        for (size_t o = o0; o < o1; ++o)
-          k.one(wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, &y[r * out_rows + o]);
+        for (size_t o = o0; o < o1; ++o) {
+          const uint8_t* wr = wb.data + (o - o0) * wb.row_bytes;
+          if (width == 1) {  // decode: straight into y
+            kernel(wr, wb.row_bytes, x, n, &y[r * out_rows + o]);
+            continue;
+          }
+          kernel(wr, wb.row_bytes, x, n, out);
+          for (size_t j = 0; j < width; ++j) y[(r + j) * out_rows + o] = out[j];
+        }
+        r += width;
       }
     }
   };
@@ -235,6 +248,8 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
     pk.four = packed->four;
     pk.tile = packed->tile;
     pk.tile_rows = packed->tile_rows;
+    pk.two = packed->two;
+    pk.three = packed->three;
     std::vector<Segment<std::function<WeightBlock(size_t, size_t)>>> segments;
     for (size_t i = 0; i < count; ++i) {
       const WeightView& wi = outputs[i].w;

@@ -54,6 +54,7 @@ struct Q8_0 {
   using Block = BlockQ8_0;
   static constexpr int bias_k = 128;
   static constexpr size_t stored = 8;  // the eight chunks, unsigned
+  static constexpr size_t packed_min_rows = 8;  // see kernels()
   // Each block's 32 bytes in one load; two quadword permutations sort the halves.
   TH_512_INLINE static QuadWeights quad(const BlockQ8_0* w, size_t count) {
     const auto block = [w](size_t m) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[m].q)); };
@@ -81,6 +82,7 @@ struct Q4_0 {
   using Block = BlockQ4_0;
   static constexpr int bias_k = 8;
   static constexpr size_t stored = 4;  // packed bytes: chunk c's low nibbles are elements 4c.., high 16+4c..
+  static constexpr size_t packed_min_rows = 4;  // see kernels()
   TH_512_INLINE static QuadWeights quad(const BlockQ4_0* w, size_t count) {
     const __m512i packed = gather_quarters([w](size_t m) { return w[m].q; }, count);
     const __m512i low = _mm512_set1_epi8(0x0F);
@@ -145,38 +147,57 @@ TH_512_INLINE __m512i fold64(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
 
-// The group of blocks g..g+15 (present of them) of a weight row against an activation row, added to
-// acc. The quads' lanes are folded as they come, then put in block order.
-template <class Type, bool prefetch>
-TH_512_INLINE __m512 direct_group(const typename Type::Block* w, const QRows& x, size_t g, size_t present, __m512 acc) {
-  __m512i folded[2];  // fold32 of quads 0 and 1, of quads 2 and 3
+// The group of blocks g..g+15 (present of them) of a weight row against R activation rows (row r's
+// blocks and scales `stride` blocks after row 0's), added to acc[r]. The quads' lanes are folded as
+// they come, then put in block order. The weights' quads and scales are made once for the R rows, and
+// each row's arithmetic is the same op for op whatever R is: a row's result does not depend on the
+// rows beside it.
+template <class Type, bool prefetch, size_t R>
+TH_512_INLINE void direct_group(const typename Type::Block* w, const QRows& x, size_t stride, size_t g,
+                                size_t present, __m512* acc) {
+  __m512i folded[R][2];  // per row: fold32 of quads 0 and 1, of quads 2 and 3
   #pragma GCC unroll 4
   for (size_t q = 0; q < 4; ++q) {
     const size_t count = 4 * q < present ? std::min<size_t>(4, present - 4 * q) : 0;
-    __m512i lanes = _mm512_setzero_si512();
+    __m512i lanes[R];
+    #pragma GCC unroll 4
+    for (size_t r = 0; r < R; ++r) lanes[r] = _mm512_setzero_si512();
     if (count) {
       if (prefetch) prefetch_ahead(w + g + 4 * q, 4 * sizeof(typename Type::Block));
       const QuadWeights qw = Type::quad(w + g + 4 * q, count);
-      const QuadBlock& xq = *reinterpret_cast<const QuadBlock*>(x.blocks + g + 4 * q);
-      lanes = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(load512(xq.bias), qw.first, load512(xq.first)), qw.last,
-                                  load512(xq.last));
+      #pragma GCC unroll 4
+      for (size_t r = 0; r < R; ++r) {
+        const QuadBlock& xq = *reinterpret_cast<const QuadBlock*>(x.blocks + r * stride + g + 4 * q);
+        lanes[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(load512(xq.bias), qw.first, load512(xq.first)), qw.last,
+                                       load512(xq.last));
+      }
     }
-    folded[q / 2] = q % 2 == 0 ? lanes : fold32(folded[q / 2], lanes);
+    #pragma GCC unroll 4
+    for (size_t r = 0; r < R; ++r) folded[r][q / 2] = q % 2 == 0 ? lanes[r] : fold32(folded[r][q / 2], lanes[r]);
   }
   const __m512 dw = _mm512_cvtph_ps(group_scale_words(w + g, present));
-  return scale_add(transpose_lanes(fold64(folded[0], folded[1])), dw, _mm512_loadu_ps(x.d + g), acc);
+  #pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r)
+    acc[r] = scale_add(transpose_lanes(fold64(folded[r][0], folded[r][1])), dw, _mm512_loadu_ps(x.d + r * stride + g),
+                       acc[r]);
 }
 
-// out[0] = dot(weight row, activation row) over nb blocks, prefetching the weights.
-template <class Type>
+// out[r] = dot(weight row, activation row r) over nb blocks for r < R (rows group_blocks(nb) blocks
+// apart), prefetching the weights: R = 1 for decode, 2 and 3 for products of as many rows, which read
+// and prepare each weight block once for all of them.
+template <class Type, size_t R>
 void dot_direct(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) {
   using Block = typename Type::Block;
   const Block* w = reinterpret_cast<const Block*>(wp);
-  __m512 acc = _mm512_setzero_ps();
+  const size_t stride = group_blocks(nb);
+  __m512 acc[R];
+  #pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   size_t g = 0;
-  for (; g + kGroup <= nb; g += kGroup) acc = direct_group<Type, true>(w, x, g, kGroup, acc);
-  if (g < nb) acc = direct_group<Type, false>(w, x, g, nb - g, acc);
-  out[0] = hsum512(acc);
+  for (; g + kGroup <= nb; g += kGroup) direct_group<Type, true, R>(w, x, stride, g, kGroup, acc);
+  if (g < nb) direct_group<Type, false, R>(w, x, stride, g, nb - g, acc);
+  #pragma GCC unroll 4
+  for (size_t r = 0; r < R; ++r) out[r] = hsum512(acc[r]);
 }
 
 // ---- packed kernels ------------------------------------------------------------------------------
@@ -327,26 +348,23 @@ void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, 
   for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
 }
 
-// Products of at least this many activation rows repack weights that were not packed at load (a pass
-// over them per product, in L2-sized blocks): from one four-row tile on, the packed tiles save more
-// than that (q8_0 weights streamed from memory, one core of Zen 4: 4 rows 34 against 33 GMAC/s, 8 rows
-// 55 against 48, 64 rows 110 against 80). Fewer rows take the direct kernel, which reads the weights
-// as they are.
-constexpr size_t kPackedMinRows = 4;
-
+// Products of at least Type::packed_min_rows activation rows use the packed kernels (on weights packed
+// at load, or repacked per product in L2-sized blocks); fewer take the direct kernels, which read the
+// weights as they are and prepare each block once for up to four rows. Measured side by side on Zen 4
+// (batched decode, 2 cores): q8_0, whose direct quads are one load and a sign flip, runs 4 and 6 rows
+// 13-15% faster direct (110M), and packed wins from two four-row tiles on (8 rows 55 against 48
+// GMAC/s, 64 rows 110 against 80, one core); q4_0's nibble unpacking makes packed 0-12% faster from 4
+// rows on (1.1B).
 template <class Type>
 TypeKernels<QRows> kernels() {
-  static const PackedKernels packed{kPackedMinRows,         packed_row_bytes<Type>, repack<Type>,
+  static const PackedKernels packed{Type::packed_min_rows,  packed_row_bytes<Type>, repack<Type>,
                                     dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
-                                    2};
-  TypeKernels<QRows> k;  // fewer than kPackedMinRows rows: the direct kernel row by row
-  k.one = dot_direct<Type>;
-  k.four = [](const uint8_t* w, size_t row_bytes, const QRows& x, size_t nb, float* out) {
-    for (size_t r = 0; r < 4; ++r) {
-      const QRows row{x.blocks + r * group_blocks(nb), x.d + r * group_blocks(nb), nullptr, 1};
-      dot_direct<Type>(w, row_bytes, row, nb, out + r);
-    }
-  };
+                                    2,                      dot_packed<Type, 1, 2>, dot_packed<Type, 1, 3>};
+  TypeKernels<QRows> k;  // fewer than packed_min_rows rows: the direct kernels
+  k.one = dot_direct<Type, 1>;
+  k.two = dot_direct<Type, 2>;
+  k.three = dot_direct<Type, 3>;
+  k.four = dot_direct<Type, 4>;
   k.bias_k = Type::bias_k;
   k.layout = QLayout::quads;
   k.packed = &packed;

@@ -109,6 +109,9 @@ struct FRows {
 // The kernels of one weight type. X is a tile's activation rows: FRows for float weights, QRows for
 // quantized ones. `n` counts elements (float weights) or blocks (quantized).
 //   one:  out[0] = dot(w row, row 0 of x)
+//   two, three: out[k] = dot(w row, row k of x) for k < 2 or 3, each exactly as `one` computes it,
+//         the weights read and prepared once for the rows (products of 2 or 3 rows, and the rows
+//         after the groups of four). Null: `one` row by row.
 //   four: out[k] = dot(w row, row k of x) for k < 4
 //   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows <= kMaxTileRows, k < 4; weight
 //         row i starts i * row_bytes after w. Null when the set has no wider tile for this type.
@@ -118,6 +121,8 @@ template <class X>
 struct TypeKernels {
   using Fn = void (*)(const uint8_t* w, size_t row_bytes, const X& x, size_t n, float* out);
   Fn one = nullptr;
+  Fn two = nullptr;
+  Fn three = nullptr;
   Fn four = nullptr;
   Fn tile = nullptr;
   size_t tile_rows = 0;
@@ -144,7 +149,7 @@ TypeKernels<X> tile_kernels(typename TypeKernels<X>::Fn one, typename TypeKernel
 // Kernels that read weights packed into a layout of their own, against activations in QLayout::groups:
 // packed once at load (pack_weight in matmul.hpp), or else a block of rows at a time by each product of
 // at least min_rows rows and reused by all its activation rows. A packed row takes row_bytes(nb) bytes;
-// one, four and tile are as in TypeKernels, on packed rows.
+// one, four, tile, two and three are as in TypeKernels, on packed rows.
 struct PackedKernels {
   size_t min_rows;
   size_t (*row_bytes)(size_t nb);
@@ -152,6 +157,7 @@ struct PackedKernels {
   void (*repack)(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, uint8_t* dst);
   TypeKernels<QRows>::Fn one, four, tile;
   size_t tile_rows;
+  TypeKernels<QRows>::Fn two = nullptr, three = nullptr;  // the rows after a product's groups of four
 };
 
 struct KernelSet {

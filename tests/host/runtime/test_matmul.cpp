@@ -190,17 +190,20 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
                              : blocks_of_32                                   ? 256 + 32 * tail
                                                                               : 256 + int64_t(rng() % 40);
         INFO(cols << " columns");
-        // Groups of four and a remainder; enough rows for the kernels on repacked weights (whose results
-        // must be the one-row kernel's) where a set has them.
-        const size_t n_rows = 37;
+        // 2, 3, 6 and 7 rows (a group of four and the rest, below the packed kernels' row counts); groups
+        // of four and a remainder of 1-3 rows, enough rows for the kernels on repacked weights (whose
+        // results must be the one-row kernel's) where a set has them.
         RandomMatrix m(type, rows, cols, rng);
         const WeightView& w = m.view;
-        std::vector<float> x = random_rows(n_rows, cols, rng);
-        std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
-        matmul(w, x.data(), n_rows, together.data());
-        for (size_t r = 0; r < n_rows; ++r) {
-          matmul(w, &x[r * size_t(cols)], 1, alone.data());
-          for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+        for (size_t n_rows : {size_t(2), size_t(3), size_t(6), size_t(7), size_t(37), size_t(38), size_t(39)}) {
+          INFO(n_rows << " rows");
+          std::vector<float> x = random_rows(n_rows, cols, rng);
+          std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
+          matmul(w, x.data(), n_rows, together.data());
+          for (size_t r = 0; r < n_rows; ++r) {
+            matmul(w, &x[r * size_t(cols)], 1, alone.data());
+            for (int64_t o = 0; o < rows; ++o) REQUIRE(together[r * size_t(rows) + size_t(o)] == alone[size_t(o)]);
+          }
         }
       }
     }
