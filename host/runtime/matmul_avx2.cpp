@@ -47,7 +47,7 @@ TH_AVX2 void dot_q8_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   for (size_t k = 0; k < R; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    if constexpr (R == 1) prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));
+    if constexpr (R < 4) prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));  // 1-3 rows stream the weights
     block_avx2<R>(load256(w[b].q), _cvtsh_ss(w[b].d), x, nb, b, a0);
     block_avx2<R>(load256(w[b + 1].q), _cvtsh_ss(w[b + 1].d), x, nb, b + 1, a1);
   }
@@ -73,7 +73,7 @@ TH_AVX2 void dot_q4_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) acc[k] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    if constexpr (R == 1)
+    if constexpr (R < 4)
       if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(BlockQ4_0));
     block_avx2<R>(unpack_q4_0(w[b]), _cvtsh_ss(w[b].d), x, nb, b, acc);
   }
@@ -91,11 +91,16 @@ struct Avx2Dot {
   }
 };
 
+// A type's kernels from its template over R activation rows.
 template <class X, void (*One)(const uint8_t*, size_t, const X&, size_t, float*),
+          void (*Two)(const uint8_t*, size_t, const X&, size_t, float*),
+          void (*Three)(const uint8_t*, size_t, const X&, size_t, float*),
           void (*Four)(const uint8_t*, size_t, const X&, size_t, float*)>
 TypeKernels<X> type_kernels() {
   TypeKernels<X> k;
   k.one = One;
+  k.two = Two;
+  k.three = Three;
   k.four = Four;
   return k;
 }
@@ -142,10 +147,12 @@ const KernelSet* avx2_set() {
       return nullptr;
     static const KernelSet s{"avx2",
                              quantize_avx2,
-                             type_kernels<FRows, dot_float<F32Weights, 1>, dot_float<F32Weights, 4>>(),
-                             type_kernels<FRows, dot_float<F16Weights, 1>, dot_float<F16Weights, 4>>(),
-                             type_kernels<QRows, dot_q8_0<1>, dot_q8_0<4>>(),
-                             type_kernels<QRows, dot_q4_0<1>, dot_q4_0<4>>(),
+                             type_kernels<FRows, dot_float<F32Weights, 1>, dot_float<F32Weights, 2>,
+                                          dot_float<F32Weights, 3>, dot_float<F32Weights, 4>>(),
+                             type_kernels<FRows, dot_float<F16Weights, 1>, dot_float<F16Weights, 2>,
+                                          dot_float<F16Weights, 3>, dot_float<F16Weights, 4>>(),
+                             type_kernels<QRows, dot_q8_0<1>, dot_q8_0<2>, dot_q8_0<3>, dot_q8_0<4>>(),
+                             type_kernels<QRows, dot_q4_0<1>, dot_q4_0<2>, dot_q4_0<3>, dot_q4_0<4>>(),
                              q4_K_kernels<Avx2Dot>(),
                              q6_K_kernels<Avx2Dot>()};
     return &s;

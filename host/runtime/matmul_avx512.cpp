@@ -62,7 +62,8 @@ void float_tile_512(const uint8_t* wp, size_t row_bytes, const FRows& xs, size_t
 
 template <class Wt>
 TypeKernels<FRows> float_kernels() {
-  return tile_kernels<FRows>(float_tile_512<Wt, 1, 1>, float_tile_512<Wt, 1, 4>, float_tile_512<Wt, 4, 4>, 4);
+  return tile_kernels<FRows>(float_tile_512<Wt, 1, 1>, float_tile_512<Wt, 1, 2>, float_tile_512<Wt, 1, 3>,
+                             float_tile_512<Wt, 1, 4>, float_tile_512<Wt, 4, 4>, 4);
 }
 
 }  // namespace

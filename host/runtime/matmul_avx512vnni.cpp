@@ -141,6 +141,7 @@ TH_VNNI void dot_pairs(const uint8_t* wp, size_t row_bytes, const QRows& x, size
   for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
+    if constexpr (W == 1 && R < 4) prefetch_ahead(w[0] + b, 4 * sizeof(Block));  // 1-3 rows stream the weights
     pair_vnni<Block, Pair, W, R>(w, x, nb, b, a0);
     pair_vnni<Block, Pair, W, R>(w, x, nb, b + 2, a1);
   }
@@ -207,6 +208,8 @@ template <class Block, __m256i (*Unpack)(const Block&), void (*Pair)(const Block
 TypeKernels<QRows> pair_kernels(int bias_k) {
   TypeKernels<QRows> k;
   k.one = dot_pairs_one<Block, Unpack, Pair, Scales8>;
+  k.two = dot_pairs<Block, Unpack, Pair, 1, 2>;
+  k.three = dot_pairs<Block, Unpack, Pair, 1, 3>;
   k.four = dot_pairs<Block, Unpack, Pair, 1, 4>;
   k.tile = dot_pairs<Block, Unpack, Pair, 2, 4>;
   k.tile_rows = 2;
@@ -232,7 +235,8 @@ TH_VNNI void dot_float(const uint8_t* w, size_t row_bytes, const FRows& x, size_
 
 template <class Wt>
 TypeKernels<FRows> float_kernels() {
-  return tile_kernels<FRows>(dot_float<Wt, 1, 1>, dot_float<Wt, 1, 4>, dot_float<Wt, 2, 4>, 2);
+  return tile_kernels<FRows>(dot_float<Wt, 1, 1>, dot_float<Wt, 1, 2>, dot_float<Wt, 1, 3>, dot_float<Wt, 1, 4>,
+                             dot_float<Wt, 2, 4>, 2);
 }
 
 }  // namespace

@@ -136,10 +136,13 @@ struct TypeKernels {
 
 // The kernels of a type with a tile of tile_rows weight rows.
 template <class X>
-TypeKernels<X> tile_kernels(typename TypeKernels<X>::Fn one, typename TypeKernels<X>::Fn four,
+TypeKernels<X> tile_kernels(typename TypeKernels<X>::Fn one, typename TypeKernels<X>::Fn two,
+                            typename TypeKernels<X>::Fn three, typename TypeKernels<X>::Fn four,
                             typename TypeKernels<X>::Fn tile, size_t tile_rows) {
   TypeKernels<X> k;
   k.one = one;
+  k.two = two;
+  k.three = three;
   k.four = four;
   k.tile = tile;
   k.tile_rows = tile_rows;

@@ -25,13 +25,16 @@
 namespace tokenhost::matmul_detail {
 namespace {
 
-// Values of a per-block array laid out as QRows::d for R rows at block b: lane k is row k's (R = 1:
-// lane 0, the others 0).
+// Values of a per-block array laid out as QRows::d for R rows at block b: lane k is row k's, the lanes
+// past R zero (2 and 3 rows read only theirs: the array may end at the last row's value).
 template <size_t R>
 inline __m128 per_row(const float* a, const QRows& x, size_t b) {
-  static_assert(R == 1 || R == 4, "one or four rows");
-  if constexpr (R == 1) return _mm_load_ss(a + b * x.d_stride);
-  else return _mm_loadu_ps(a + b * x.d_stride);
+  static_assert(R >= 1 && R <= 4, "one to four rows");
+  const float* p = a + b * x.d_stride;
+  if constexpr (R == 1) return _mm_load_ss(p);
+  else if constexpr (R == 2) return _mm_setr_ps(p[0], p[1], 0.0f, 0.0f);
+  else if constexpr (R == 3) return _mm_setr_ps(p[0], p[1], p[2], 0.0f);
+  else return _mm_loadu_ps(p);
 }
 
 inline __m256 broadcast_lane(__m128 v, size_t k) {
@@ -79,7 +82,7 @@ void dot_q4_K(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) 
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (size_t sb = 0; sb < nb / 8; ++sb) {
     const BlockQ4_K& blk = w[sb];
-    if constexpr (R == 1) prefetch_ahead(&blk, sizeof(BlockQ4_K));
+    if constexpr (R < 4) prefetch_ahead(&blk, sizeof(BlockQ4_K));
     const __m128i sc_m = q4_K_scales_mins(blk.scales);
     float dsc[8], m[8];  // d * scale, min of each sub-block
     const __m256 scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m));
@@ -125,7 +128,7 @@ void dot_q6_K(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) 
   for (size_t k = 0; k < R; ++k) acc[0][k] = acc[1][k] = _mm256_setzero_ps();
   for (size_t sb = 0; sb < nb / 8; ++sb) {
     const BlockQ6_K& blk = w[sb];
-    if constexpr (R == 1) prefetch_ahead(&blk, sizeof(BlockQ6_K));
+    if constexpr (R < 4) prefetch_ahead(&blk, sizeof(BlockQ6_K));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(blk.d));
     for (size_t h = 0; h < 2; ++h) {
       // d * scale for the half's 8 scales (16 elements each).
@@ -156,6 +159,8 @@ template <class Dot>
 TypeKernels<QRows> q4_K_kernels() {
   TypeKernels<QRows> k;
   k.one = dot_q4_K<Dot, 1>;
+  k.two = dot_q4_K<Dot, 2>;
+  k.three = dot_q4_K<Dot, 3>;
   k.four = dot_q4_K<Dot, 4>;
   k.wants_sums = true;
   return k;
@@ -165,6 +170,8 @@ template <class Dot>
 TypeKernels<QRows> q6_K_kernels() {
   TypeKernels<QRows> k;
   k.one = dot_q6_K<Dot, 1>;
+  k.two = dot_q6_K<Dot, 2>;
+  k.three = dot_q6_K<Dot, 3>;
   k.four = dot_q6_K<Dot, 4>;
   k.bias_k = 32;
   return k;

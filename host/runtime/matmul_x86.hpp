@@ -30,8 +30,9 @@ TH_AVX2_INLINE int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// How far ahead of the block being multiplied a one-row kernel prefetches its weights into L1. A
-// decode product streams every weight row once, and the hardware prefetchers (which stop at each 4 KiB
+// How far ahead of the block being multiplied a kernel of one to three rows (the first pass over the
+// weights, streaming them from memory) prefetches them into L1. A decode product streams every weight
+// row once, and the hardware prefetchers (which stop at each 4 KiB
 // page) left it waiting on memory: 3 KiB ahead took a one-row product streaming from memory from ~14
 // to ~18 GMAC/s (q8_0) and ~22 to ~30 (q4_0) on 2 cores (bench_matmul_speed), and 1.1B Q8_0 decode
 // from ~70% to ~85% of its bandwidth floor; q4_K and q6_K gained ~40%. 1-2 KiB gained little, 4-16 KiB
@@ -52,12 +53,13 @@ TH_AVX2_INLINE __m256i load256(const void* p) { return _mm256_loadu_si256(static
 // spread by permutations.
 template <size_t W, size_t R>
 TH_AVX2_INLINE void block_scales(const float* dw, const QRows& x, size_t b, __m256* s) {
-  static_assert((W == 1 && R == 1) || (W * R <= 8 && R == 4), "tiles of 1 x 1, 1 x 4 or 2 x 4");
+  static_assert((W == 1 && R >= 1 && R <= 4) || (W * R <= 8 && R == 4), "tiles of 1 x 1..4 or 2 x 4");
   const float* dx = x.d + b * x.d_stride;
   if constexpr (R == 1) {
     s[0] = _mm256_set1_ps(dw[0] * dx[0]);
   } else {
-    const __m128 d4 = _mm_loadu_ps(dx);
+    // 2 and 3 rows read only theirs (the scale array may end at the last row's value).
+    const __m128 d4 = R == 4 ? _mm_loadu_ps(dx) : _mm_setr_ps(dx[0], dx[1], R > 2 ? dx[2] : 0.0f, 0.0f);
     __m256 p;
     if constexpr (W == 1)
       p = _mm256_castps128_ps256(_mm_mul_ps(_mm_set1_ps(dw[0]), d4));
