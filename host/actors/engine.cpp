@@ -139,8 +139,8 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
   if (s.m.e2e && reason != "error") s.m.e2e->observe({s.init.name}, double(now_ns() - seq.arrival_ns) * 1e-9);
   const auto& spec = s.init.spec_decode;
-  if (spec && spec->vtable<th_spec_decode_vtable>().seq_end)
-    spec->vtable<th_spec_decode_vtable>().seq_end(spec->handle(), seq.request.id);
+  if (spec && spec->fn(&th_spec_decode_vtable::seq_end))
+    spec->call(&th_spec_decode_vtable::seq_end, "seq_end", spec->handle(), seq.request.id);
   seq.promise.deliver(std::move(r));
 }
 
@@ -183,7 +183,7 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   th_error err;
   auto& sched = *s.init.scheduler;
   const uint64_t started = now_ns();
-  th_status st = sched.vtable<th_scheduler_vtable>().schedule(sched.handle(), &state, &d, &err);
+  th_status st = sched.call(&th_scheduler_vtable::schedule, "schedule", sched.handle(), &state, &d, &err);
   if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, "scheduler", sched.id()}, double(now_ns() - started) * 1e-9);
   if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
   if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
@@ -309,6 +309,7 @@ void tick(self_ptr self) {
           [self, batch](caf::error& e) {
             StepResult r;
             r.error = "worker failed: " + self->system().render(e);
+            r.status = TH_ERR_INTERNAL;
             on_step_done(self, batch, r);
           });
 }
@@ -318,9 +319,9 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
   s.step_in_flight = false;
   ++s.steps;
   if (!result.error.empty()) {
-    if (result.error.rfind("kv_exhausted", 0) == 0) {
+    if (result.status == TH_ERR_RESOURCE_EXHAUSTED) {
       // The scheduler over-committed the cache: recompute the newest running sequence and go on.
-      spdlog::warn("engine {}: {}", s.init.name, result.error);
+      spdlog::warn("engine {}: the KV cache ran out of blocks: {}", s.init.name, result.error);
       for (auto it = s.seqs.rbegin(); it != s.seqs.rend(); ++it) {
         if (it->state == TH_SEQ_RUNNING) {
           preempt(self, *it);
@@ -439,11 +440,12 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
           // Takes effect at the next decision; the old instance goes when the last reference does.
           slot = std::move(swap.instance);
-          s.swaps.applied(swap.slot, swap.requested_ns);
+          s.swaps.applied(swap.slot, swap.requested_ns, s.seqs.empty());
           std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
           spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
           return SwapResult{true, swap.slot + ": " + old + " -> " + now};
         }
+        swap.engine_idle = s.seqs.empty() && !s.step_in_flight;
         return self->delegate(s.init.worker, swap_atom::value, std::move(swap));
       },
       [=](status_atom, const std::string&) -> caf::result<StatusJson> {

@@ -61,7 +61,10 @@ struct KvState {
 };
 struct StepResult {
   std::vector<SampledToken> sampled;  // one per item with sample set, in item order
-  std::string error;                  // the step failed as a whole
+  std::string error;                  // the step failed as a whole: why
+  // The failure's status: TH_ERR_RESOURCE_EXHAUSTED when the kvcache plugin had no blocks for the
+  // step (the engine preempts and retries), TH_ERR_INTERNAL for any other failure; TH_OK on success.
+  th_status status = TH_OK;
   double seconds = 0;
   KvState kv;                         // the KV pool after the step
 };
@@ -71,6 +74,9 @@ struct SlotSwap {
   std::string slot;
   std::shared_ptr<PluginInstance> instance;
   uint64_t requested_ns = 0;  // steady clock when the admin call arrived: for the swap latency
+  // The engine held no sequence when the swap reached it: the new plugin is in effect at once (its
+  // latency ends there, not at the next request's first step).
+  bool engine_idle = false;
 };
 
 struct SwapResult {

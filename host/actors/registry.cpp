@@ -52,6 +52,8 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
         } catch (const ManifestError& e) {
           r.error = e.what();
           r.not_found = e.message() == "cannot open the file";
+        } catch (const PluginError& e) {
+          r.error = e.what();
         }
         return r;
       },

@@ -24,6 +24,7 @@ struct RouterState {
   std::shared_ptr<PluginInstance> router;
   std::vector<std::shared_ptr<RoutedEntry>> engines;  // those taking new requests, in name order
   std::shared_ptr<experiments::ExperimentTable> experiments;
+  std::function<std::string(const std::string&, const std::vector<int32_t>&)> detokenize;
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
   bool draining = false;
@@ -76,7 +77,7 @@ std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, con
   d.cascade = cascade.data();
   th_error err;
   auto& r = *s.router;
-  th_status st = r.vtable<th_router_vtable>().route(r.handle(), &rr, &d, &err);
+  th_status st = r.call(&th_router_vtable::route, "route", r.handle(), &rr, &d, &err);
   if (st != TH_OK) return r.id() + " route() failed with " + status_name(st) + ": " + err.text();
   size_t target = d.target;
   if (d.action == TH_ROUTE_CASCADE) {
@@ -164,11 +165,13 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
             }
             record_experiment_outcome(s, routing, r);
             auto& plugin = *s.router;
-            if (auto fb = plugin.vtable<th_router_vtable>().feedback) {
+            if (plugin.fn(&th_router_vtable::feedback)) {
               double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+              const std::string text = s.detokenize ? s.detokenize(entry->engine.model, r.tokens) : std::string();
               th_route_feedback f{sizeof f, id, entry->engine.name.c_str(), r.finish_reason != "error",
-                                  0.0, total, tokens_in, uint32_t(r.tokens.size()), nullptr, 0};
-              fb(plugin.handle(), &f);
+                                  r.ttft_s.value_or(0.0), total, tokens_in, uint32_t(r.tokens.size()),
+                                  s.detokenize ? text.c_str() : nullptr, text.size()};
+              plugin.call(&th_router_vtable::feedback, "feedback", plugin.handle(), &f);
             }
             rp.deliver(std::move(r));
             quit_when_idle(self);
@@ -187,6 +190,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
   self->state.swaps.bind(init.metrics, "router");
   self->state.experiments = std::move(init.experiments);
+  self->state.detokenize = std::move(init.detokenize);
   for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {

@@ -2,6 +2,10 @@
 // request there and tells the plugin how it went.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +23,9 @@ struct RouterInit {
   // The A/B split, applied before the router plugin: a request for a model with a running experiment
   // goes to its arm's engine. May be NULL.
   std::shared_ptr<experiments::ExperimentTable> experiments;
+  // The text of a model's tokens, for the router plugin's feedback (output_text). May be empty: the
+  // feedback then carries no text.
+  std::function<std::string(const std::string& model, const std::vector<int32_t>& tokens)> detokenize;
 };
 
 router_actor spawn_router(caf::actor_system& sys, RouterInit init);

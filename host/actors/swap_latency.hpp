@@ -29,21 +29,29 @@ class SwapLatency {
                                      "From the admin call that swaps a plugin to the first step on the new one (the router: until it is in place)",
                                      {"engine", "slot"}, {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10});
   }
-  // The swap of `slot` asked for at requested_ns (steady clock; 0: unknown) is in place.
-  void applied(const std::string& slot, uint64_t requested_ns) {
-    if (requested_ns != 0) pending_.emplace_back(slot, requested_ns);
+  // The swap of `slot` asked for at requested_ns (steady clock; 0: unknown) is in place. With work
+  // held (idle false) its latency ends at the next step; on an idle engine (or the router) the new
+  // plugin is in effect now: time spent waiting for a request is not the swap's.
+  void applied(const std::string& slot, uint64_t requested_ns, bool idle = false) {
+    if (requested_ns == 0) return;
+    if (idle) {
+      record(slot, requested_ns, steady_now_ns(), "in effect (no work held)");
+    } else {
+      pending_.emplace_back(slot, requested_ns);
+    }
   }
   // A step starts on the plugins in place now.
   void step_started() {
     if (pending_.empty()) return;
     const uint64_t now = steady_now_ns();
-    for (const auto& [slot, requested] : pending_) {
-      last_slot_ = slot;
-      last_seconds_ = double(now - requested) * 1e-9;
-      if (histogram_) histogram_->observe({engine_, slot}, last_seconds_);
-      spdlog::info("engine {}: first step on the new {} plugin {:.1f} ms after the admin call", engine_, slot, last_seconds_ * 1e3);
-    }
+    for (const auto& [slot, requested] : pending_) record(slot, requested, now, "first step on it");
     pending_.clear();
+  }
+  void record(const std::string& slot, uint64_t requested, uint64_t now, const char* what) {
+    last_slot_ = slot;
+    last_seconds_ = double(now - requested) * 1e-9;
+    if (histogram_) histogram_->observe({engine_, slot}, last_seconds_);
+    spdlog::info("engine {}: new {} plugin {} {:.1f} ms after the admin call", engine_, slot, what, last_seconds_ * 1e3);
   }
   // {"slot", "seconds"} of the latest swap that reached a step; null before any.
   nlohmann::json last() const {

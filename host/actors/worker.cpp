@@ -59,14 +59,14 @@ std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::ve
 const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
   const th_kv_layout* layout = nullptr;
   th_error err;
-  kvcache.vtable<th_kvcache_vtable>().get_layout(kvcache.handle(), &layout, &err);
+  kvcache.call(&th_kvcache_vtable::get_layout, "get_layout", kvcache.handle(), &layout, &err);
   return layout;
 }
 
 KvState kv_state(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
-  kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
+  kvcache.call(&th_kvcache_vtable::stats, "stats", kvcache.handle(), &stats);
   const th_kv_layout* layout = kv_layout(kvcache);
   return KvState{stats.total_blocks, stats.free_blocks, layout != nullptr ? layout->block_size : 0};
 }
@@ -74,7 +74,7 @@ KvState kv_state(const PluginInstance& kvcache) {
 uint32_t kv_seqs(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
-  kvcache.vtable<th_kvcache_vtable>().stats(kvcache.handle(), &stats);
+  kvcache.call(&th_kvcache_vtable::stats, "stats", kvcache.handle(), &stats);
   return stats.n_seqs;
 }
 
@@ -99,10 +99,12 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
-          result.error = std::string("kv_exhausted: ") + e.what();
+          result.error = e.what();
+          result.status = TH_ERR_RESOURCE_EXHAUSTED;
           result.kv = kv_state(*s.init.kvcache);
         } catch (const std::exception& e) {
           result.error = e.what();
+          result.status = TH_ERR_INTERNAL;
           result.kv = kv_state(*s.init.kvcache);
         }
         ++s.steps;
@@ -110,7 +112,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       },
       [=](free_atom, uint64_t seq_id) -> KvState {
         auto& kv = *self->state.init.kvcache;
-        kv.vtable<th_kvcache_vtable>().seq_free(kv.handle(), seq_id);
+        kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
         return kv_state(kv);
       },
       [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
@@ -129,7 +131,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         std::string old = (*slot)->id() + " " + (*slot)->version();
         // The old instance is released here, between steps: no step is using it any more.
         *slot = std::move(swap.instance);
-        self->state.swaps.applied(swap.slot, swap.requested_ns);
+        self->state.swaps.applied(swap.slot, swap.requested_ns, swap.engine_idle);
         spdlog::info("engine {}: {} swapped {} -> {} {}", s.engine, swap.slot, old, (*slot)->id(), (*slot)->version());
         return {true, swap.slot + ": " + old + " -> " + (*slot)->id() + " " + (*slot)->version()};
       },

@@ -264,6 +264,15 @@ HttpServers::HttpServers(Server& server) : server_(server) {
     }
   });
   add_experiment_routes(*admin_, server_);
+  // Every refused admin change leaves a log line (the answer alone reaches only the caller).
+  admin_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD" || res.status < 400 || req.path.rfind("/admin/", 0) != 0) return;
+    std::string why = res.body;
+    if (auto body = json::parse(res.body, nullptr, false); body.is_object() && body.contains("error") &&
+                                                           body["error"].is_object() && body["error"].contains("message"))
+      why = body["error"]["message"].is_string() ? body["error"]["message"].get<std::string>() : body["error"]["message"].dump();
+    spdlog::warn("admin {} {} refused ({}): {}", req.method, req.path, res.status, why);
+  });
   for (auto [s, limit] : {std::pair{gateway_.get(), kGatewayMaxBody}, std::pair{admin_.get(), kAdminMaxBody}}) {
     s->set_error_handler([limit = limit](const httplib::Request& req, httplib::Response& res) {
       if (res.body.empty()) {

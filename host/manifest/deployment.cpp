@@ -157,13 +157,13 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   m.seed = uint64_t(r.optional_int(t, "seed", ctx, 0).value_or(1));
   m.spec.architecture = r.optional_string(t, "architecture", ctx).value_or("llama");
   th_model_info& i = m.spec.info;
-  i.dim = uint32_t(r.optional_int(t, "dim", ctx, 8, 16384).value_or(1100));
-  i.n_layers = uint32_t(r.optional_int(t, "n_layers", ctx, 1, 256).value_or(2));
-  i.n_heads = uint32_t(r.optional_int(t, "n_heads", ctx, 1, 256).value_or(4));
+  i.dim = uint32_t(r.optional_int(t, "dim", ctx, 8, 16384).value_or(SyntheticDefaults::dim));
+  i.n_layers = uint32_t(r.optional_int(t, "n_layers", ctx, 1, 256).value_or(SyntheticDefaults::n_layers));
+  i.n_heads = uint32_t(r.optional_int(t, "n_heads", ctx, 1, 256).value_or(SyntheticDefaults::n_heads));
   i.n_kv_heads = uint32_t(r.optional_int(t, "n_kv_heads", ctx, 1, 256).value_or(i.n_heads));
   i.ffn_dim = uint32_t(r.optional_int(t, "ffn_dim", ctx, 1, 65536).value_or(4 * i.dim));
-  i.vocab_size = uint32_t(r.optional_int(t, "vocab_size", ctx, 256, 1 << 20).value_or(256));
-  i.context_len = uint32_t(r.optional_int(t, "context_len", ctx, 1, 1 << 20).value_or(512));
+  i.vocab_size = uint32_t(r.optional_int(t, "vocab_size", ctx, 256, 1 << 20).value_or(SyntheticDefaults::vocab_size));
+  i.context_len = uint32_t(r.optional_int(t, "context_len", ctx, 1, 1 << 20).value_or(SyntheticDefaults::context_len));
   i.n_experts = uint32_t(r.optional_int(t, "n_experts", ctx, 0, 1024).value_or(0));
   i.n_experts_used = uint32_t(r.optional_int(t, "n_experts_used", ctx, 0, 1024).value_or(i.n_experts ? 2 : 0));
   if (i.dim % i.n_heads != 0) r.fail(t, ctx + ": dim " + std::to_string(i.dim) + " is not a multiple of n_heads " + std::to_string(i.n_heads));
@@ -222,12 +222,12 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     for (const auto& [n, m] : d.models) names.push_back(n);
     r.fail(*t.get("model"), "engine '" + name + "' names unknown model '" + e.model + "'" + suggestion(e.model, names));
   }
-  e.device = r.optional_string(t, "device", ctx).value_or("cpu");
+  e.device = r.optional_string(t, "device", ctx).value_or(EngineDecl{}.device);
   if (e.device != "cpu" && e.device.rfind("cuda:", 0) != 0) {
     r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"cpu\" or \"cuda:<index>\"");
   }
-  e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(512));
-  e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(1100));
+  e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(EngineDecl{}.max_step_tokens));
+  e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(EngineDecl{}.max_step_seqs));
   if (auto kv = r.optional_string(t, "kv_dtype", ctx)) {
     if (*kv == "f32") e.kv_dtype = TH_DTYPE_F32;
     else if (*kv == "f16") e.kv_dtype = TH_DTYPE_F16;
@@ -266,14 +266,14 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token"}, "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
-    d.server.log_level = r.optional_string(*s, "log_level", "[server]").value_or("info");
+    d.server.log_level = r.optional_string(*s, "log_level", "[server]").value_or(ServerDecl{}.log_level);
     static const std::vector<std::string> levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
     if (std::find(levels.begin(), levels.end(), d.server.log_level) == levels.end()) {
       r.fail(*s->get("log_level"), "unknown log_level '" + d.server.log_level + "'" + suggestion(d.server.log_level, levels));
     }
     for (const auto& p : r.optional_string_array(*s, "plugin_paths", "[server]"))
       d.server.plugin_paths.push_back((base / p).lexically_normal().string());
-    d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(1100));
+    d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(ServerDecl{}.http_threads));
     if (auto token = r.optional_string(*s, "admin_token", "[server]")) {
       if (token->size() < 16) r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least 16 characters");
       d.server.admin_token = *token;

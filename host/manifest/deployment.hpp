@@ -43,6 +43,12 @@ struct SlotDecl {
   toml::table config;
 };
 
+// A synthetic model's shape where its table leaves a key out (the README's [models.tiny] shows them);
+// ffn_dim defaults to 4 * dim, n_kv_heads to n_heads, n_experts_used to 2 with experts.
+struct SyntheticDefaults {
+  static constexpr uint32_t dim = 64, n_layers = 2, n_heads = 4, vocab_size = 256, context_len = 512;
+};
+
 struct ModelDecl {
   std::string name;
   std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape;

@@ -85,6 +85,7 @@ std::vector<PluginManifest> PluginCatalog::all() const {
 
 PluginManifest PluginCatalog::add(const std::string& manifest_path) {
   PluginManifest m = read_plugin_manifest(manifest_path);
+  load(m);  // its library must load and agree with the manifest before the manifest replaces another
   std::lock_guard lock(mutex_);
   manifests_.insert_or_assign(m.id, m);
   return m;

@@ -32,7 +32,8 @@ class PluginCatalog {
   std::optional<PluginManifest> find(const std::string& id) const;
   std::vector<PluginManifest> all() const;
   // Adds (or replaces) the manifest at path: how a new plugin version outside the search paths is
-  // made known. Throws ManifestError.
+  // made known. Its library is loaded and checked first (as load() does): a library that cannot load
+  // changes nothing. Throws ManifestError or PluginError.
   PluginManifest add(const std::string& manifest_path);
 
   // Opens the library of id. An unchanged file already open is shared; a file changed since (same

@@ -43,7 +43,12 @@ std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSp
   th_config config{spec.config};
   th_check_query query{sizeof(th_check_query), &model, &device, &config};
   th_error err;
-  th_status s = lib.head().check(&query, &err);
+  const PluginCallSite site{lib.id().c_str(), lib.version().c_str(), spec.slot.c_str(), spec.engine.c_str(), "check"};
+  th_status s;
+  {
+    PluginCallScope scope(site);
+    s = lib.head().check(&query, &err);
+  }
   if (s != TH_OK) {
     if (err.messages.empty()) reasons.push_back("check() returned " + status_name(s) + " without a reason");
     for (auto& m : err.messages) reasons.push_back(std::move(m));
@@ -69,7 +74,12 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   th_device device = device_abi(spec.device);
   th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device};
   th_error err;
-  th_status s = self->lib_->head().create(&args, &self->instance_, &err);
+  th_status s;
+  {
+    const PluginCallSite site{self->id().c_str(), self->version().c_str(), spec.slot.c_str(), spec.engine.c_str(), "create"};
+    PluginCallScope scope(site);
+    s = self->lib_->head().create(&args, &self->instance_, &err);
+  }
   if (s != TH_OK || self->instance_ == nullptr) {
     self->instance_ = nullptr;
     throw PluginError("plugin " + self->lib_->id() + ": create() failed with " + status_name(s) + ": " +
@@ -81,7 +91,11 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
 
 PluginInstance::~PluginInstance() {
   if (instance_ != nullptr) {
-    lib_->head().destroy(instance_);
+    {
+      const PluginCallSite site{id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), "destroy"};
+      PluginCallScope scope(site);
+      lib_->head().destroy(instance_);
+    }
     spdlog::debug("destroyed {} {} of engine {}", lib_->id(), lib_->version(), ctx_ ? ctx_->engine : "");
   }
   ctx_.reset();  // frees leaked allocations while the library is still open

@@ -4,12 +4,15 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
 #include "backends/device_memory.hpp"
+#include "plugin/abi_member.hpp"
+#include "plugin/crash_attribution.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/library.hpp"
 
@@ -44,6 +47,22 @@ class PluginInstance {
   PluginInstance(const PluginInstance&) = delete;
   PluginInstance& operator=(const PluginInstance&) = delete;
 
+  // Member `member` of the plugin's vtable, or NULL when the plugin's vtable ends before it (built
+  // against a minor that had no such member). Every host call of a plugin goes through it. Members of
+  // ABI 1.0 that the loader requires are never NULL here; members appended later are optional.
+  template <class VT, class M>
+  M fn(M VT::*member) const { return abi_member(vtable<VT>(), member); }
+  // Calls vtable member `member` with args, the thread marked as inside this plugin's call `name` (a
+  // crash in it is attributed: crash_attribution.hpp). The member must be present: a required one,
+  // or an optional one fn() returned non-NULL for.
+  template <class VT, class M, class... A>
+  auto call(M VT::*member, const char* name, A&&... args) const {
+    const PluginCallSite site{id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), name};
+    PluginCallScope scope(site);
+    return fn(member)(std::forward<A>(args)...);
+  }
+  // The vtable as the plugin filled it: its members past struct_size are not the plugin's. Host code
+  // calls members through fn(); tests of the current ABI's plugins may read it directly.
   template <class VT>
   const VT& vtable() const { return *static_cast<const VT*>(lib_->vtable()); }
   th_instance* handle() const { return instance_; }

@@ -5,20 +5,46 @@
 namespace tokenhost {
 namespace {
 
+// The vtable's size in each minor of this ABI major: a plugin that declares minor m must fill at least
+// vtable_size[m] bytes (th_common.h, GROWTH). When a minor appends a vtable member, its column holds
+// TH_SIZE_THROUGH(vtable, new_member); a minor that appends none repeats the previous size. The last
+// column is the size of the host's own headers (checked below).
+constexpr size_t kMinors = TH_ABI_VERSION_MINOR + 1;
+
 struct KindInfo {
   th_kind kind;
   const char* name;
-  size_t vtable_size;
+  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, 1.2
 };
 
+constexpr size_t kAttention = TH_SIZE_THROUGH(th_attention_vtable, forward);
+constexpr size_t kKvcache = TH_SIZE_THROUGH(th_kvcache_vtable, stats);
+constexpr size_t kMoe = TH_SIZE_THROUGH(th_moe_vtable, rebalance);
+constexpr size_t kSpecDecode = TH_SIZE_THROUGH(th_spec_decode_vtable, seq_end);
+constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
+constexpr size_t kRouter = TH_SIZE_THROUGH(th_router_vtable, feedback);
+
 constexpr KindInfo kKinds[] = {
-    {TH_KIND_ATTENTION, "attention", sizeof(th_attention_vtable)},
-    {TH_KIND_KVCACHE, "kvcache", sizeof(th_kvcache_vtable)},
-    {TH_KIND_MOE, "moe", sizeof(th_moe_vtable)},
-    {TH_KIND_SPEC_DECODE, "spec_decode", sizeof(th_spec_decode_vtable)},
-    {TH_KIND_SCHEDULER, "scheduler", sizeof(th_scheduler_vtable)},
-    {TH_KIND_ROUTER, "router", sizeof(th_router_vtable)},
+    {TH_KIND_ATTENTION, "attention", {kAttention, kAttention, kAttention}},
+    {TH_KIND_KVCACHE, "kvcache", {kKvcache, kKvcache, kKvcache}},
+    {TH_KIND_MOE, "moe", {kMoe, kMoe, kMoe}},
+    {TH_KIND_SPEC_DECODE, "spec_decode", {kSpecDecode, kSpecDecode, kSpecDecode}},
+    {TH_KIND_SCHEDULER, "scheduler", {kScheduler, kScheduler, kScheduler}},
+    {TH_KIND_ROUTER, "router", {kRouter, kRouter, kRouter}},
 };
+
+// A minor that appended a member without a new column (or a column not updated) fails here.
+constexpr bool current_sizes_match() {
+  const size_t current[] = {sizeof(th_attention_vtable),   sizeof(th_kvcache_vtable), sizeof(th_moe_vtable),
+                            sizeof(th_spec_decode_vtable), sizeof(th_scheduler_vtable), sizeof(th_router_vtable)};
+  for (size_t k = 0; k < sizeof(kKinds) / sizeof(kKinds[0]); ++k) {
+    if (kKinds[k].vtable_size[kMinors - 1] != current[k]) return false;
+    for (size_t m = 1; m < kMinors; ++m)
+      if (kKinds[k].vtable_size[m] < kKinds[k].vtable_size[m - 1]) return false;
+  }
+  return true;
+}
+static_assert(current_sizes_match(), "a vtable grew: record its size for the new minor in kKinds");
 
 // Records the name of each required member that is NULL.
 template <class VT>
@@ -63,9 +89,10 @@ const std::vector<std::string>& kind_names() {
   return names;
 }
 
-size_t vtable_size(th_kind kind) {
+size_t vtable_size(th_kind kind, uint16_t minor) {
+  if (minor >= kMinors) minor = kMinors - 1;
   for (const auto& k : kKinds)
-    if (k.kind == kind) return k.vtable_size;
+    if (k.kind == kind) return k.vtable_size[minor];
   return 0;
 }
 

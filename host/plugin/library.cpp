@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "plugin/crash_attribution.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
@@ -103,7 +104,14 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
     throw PluginError(where + ": library '" + manifest.library + "' has no entry symbol '" +
                       TH_PLUGIN_ENTRY_SYMBOL + "' (build it with tokenhost_add_plugin and TOKENHOST_PLUGIN_ENTRY)");
   }
-  const th_plugin_descriptor* d = entry(host_api());
+  install_crash_attribution();
+  const th_plugin_descriptor* d = nullptr;
+  {
+    const std::string slot = kind_name(manifest.kind);
+    const PluginCallSite site{manifest.id.c_str(), manifest.version.c_str(), slot.c_str(), "", TH_PLUGIN_ENTRY_SYMBOL};
+    PluginCallScope scope(site);
+    d = entry(host_api());
+  }
   if (d == nullptr) {
     throw PluginError(where + ": entry point returned no descriptor (the plugin refused this host " +
                       abi_string(TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR) + "; see its log lines)");
@@ -141,12 +149,20 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
   if (lib->id_ != manifest.id) {
     throw PluginError(where + ": the library declares id '" + lib->id_ + "' but plugin.toml says '" + manifest.id + "'");
   }
+  if (lib->version_ != manifest.version) {
+    throw PluginError(where + ": the library declares version " + lib->version_ + " but plugin.toml says " +
+                      manifest.version + " (rebuild the library or correct plugin.toml: operators see the manifest's)");
+  }
   if (d->vtable == nullptr) throw PluginError(where + ": descriptor has no vtable");
   lib->vtable_ = d->vtable;
-  uint32_t vt_size = static_cast<const th_vtable_head*>(d->vtable)->struct_size;
-  if (vt_size < vtable_size(d->kind)) {
+  // The vtable must cover the vtable of the minor it declares (GROWTH, th_common.h); members past its
+  // struct_size are never called (PluginInstance::fn).
+  const uint32_t vt_size = static_cast<const th_vtable_head*>(d->vtable)->struct_size;
+  const size_t declared_size = vtable_size(d->kind, d->abi_minor);
+  if (vt_size < declared_size) {
     throw PluginError(where + ": " + kind_name(d->kind) + " vtable struct_size " + std::to_string(vt_size) +
-                      " is smaller than the ABI 1.0 vtable (" + std::to_string(vtable_size(d->kind)) + " bytes)");
+                      " is smaller than the ABI " + plugin_abi + " " + kind_name(d->kind) + " vtable (" +
+                      std::to_string(declared_size) + " bytes): the plugin declares a minor whose members it does not fill");
   }
   auto missing = missing_vtable_members(d->kind, d->vtable);
   if (!missing.empty()) {

@@ -150,8 +150,6 @@ class ScopedSeconds {
 std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBatch& batch, const StepPlugins& plugins) {
   const auto& info = w.spec.info;
   const size_t dim = info.dim, hd = info.head_dim, nh = info.n_heads, nkv = info.n_kv_heads;
-  const auto& kv_vt = plugins.kvcache->vtable<th_kvcache_vtable>();
-  const auto& at_vt = plugins.attention->vtable<th_attention_vtable>();
   th_instance* kv_inst = plugins.kvcache->handle();
   th_error err;
   double* kv_seconds = plugins.seconds ? &plugins.seconds->kvcache : nullptr;
@@ -164,7 +162,25 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
                              " experts per layer: its forward pass needs a moe plugin (such as moe.topk)");
   }
   const th_kv_layout* layout = nullptr;
-  if (th_status s = kv_vt.get_layout(kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
+  if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::get_layout, "get_layout", kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
+  if (layout == nullptr) {
+    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": get_layout() returned TH_OK without a layout");
+  }
+  // ABI 1.2: where the pools live. A layout from a plugin built against 1.0 or 1.1 has no such member
+  // and lies on the engine's device, the CPU.
+  if (const th_device_kind device = abi_member(*layout, &th_kv_layout::device, th_device_kind(TH_DEVICE_CPU));
+      device != TH_DEVICE_CPU) {
+    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": its KV layout lies on device kind " +
+                             std::to_string(device) + ", but the CPU runtime reads and writes host memory only");
+  }
+  if (layout->n_layers < info.n_layers || layout->n_kv_heads != info.n_kv_heads || layout->head_dim != info.head_dim ||
+      layout->block_size == 0) {
+    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": its KV layout (" + std::to_string(layout->n_layers) +
+                             " layers, " + std::to_string(layout->n_kv_heads) + " kv heads of " +
+                             std::to_string(layout->head_dim) + ", block size " + std::to_string(layout->block_size) +
+                             ") does not fit the model (" + std::to_string(info.n_layers) + " layers, " +
+                             std::to_string(info.n_kv_heads) + " kv heads of " + std::to_string(info.head_dim) + ")");
+  }
   if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16) {
     throw std::runtime_error(std::string("the CPU runtime writes f32 and f16 KV caches only, the kvcache's layout is ") +
                              quant::dtype_name(layout->dtype));
@@ -175,7 +191,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   std::vector<int32_t> positions, tokens;
   for (const auto& item : batch.items) {
     uint32_t end = item.start + uint32_t(item.tokens.size());
-    if (th_status s = kv_vt.seq_reserve(kv_inst, item.seq_id, end, item.start, &err))
+    if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv_inst, item.seq_id, end, item.start, &err))
       plugin_failed(*plugins.kvcache, "seq_reserve", s, err);
     for (uint32_t t = 0; t < item.tokens.size(); ++t) {
       positions.push_back(int32_t(item.start + t));
@@ -189,7 +205,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   for (const auto& item : batch.items) {
     const int32_t* blocks = nullptr;
     uint32_t n = 0;
-    if (th_status s = kv_vt.seq_blocks(kv_inst, item.seq_id, &blocks, &n, &err))
+    if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv_inst, item.seq_id, &blocks, &n, &err))
       plugin_failed(*plugins.kvcache, "seq_blocks", s, err);
     table_copies.emplace_back(blocks, blocks + n);
   }
@@ -266,9 +282,11 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.kv = layout;
     ab.out = att.data();
     ab.out_row_stride = int64_t(qdim);
+    ab.device = TH_DEVICE_CPU;
+    ab.device_index = 0;
     {
       ScopedSeconds timer(attention_seconds);
-      if (th_status s = at_vt.forward(plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
+      if (th_status s = plugins.attention->call(&th_attention_vtable::forward, "forward", plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
     }
 
     matmul(L.wo, att.data(), n_rows, tmp.data());
@@ -281,7 +299,6 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     if (info.n_experts == 0) {
       swiglu(L.experts[0], xn.data(), n_rows, ffn_out.data(), ws.gate, ws.up);
     } else {
-      const auto& moe_vt = plugins.moe->vtable<th_moe_vtable>();
       const uint32_t ne = info.n_experts, kk = info.n_experts_used;
       std::vector<float> logits(n_rows * ne), weights(n_rows * kk);
       std::vector<int32_t> ids(n_rows * kk);
@@ -289,12 +306,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       std::fill(ffn_out.begin(), ffn_out.end(), 0.0f);
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
-      if (th_status s = moe_vt.gate(plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
+      if (th_status s = plugins.moe->call(&th_moe_vtable::gate, "gate", plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
       std::vector<th_moe_expert_weights> experts;
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
       th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
-      if (th_status s = moe_vt.experts(plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
+      if (th_status s = plugins.moe->call(&th_moe_vtable::experts, "experts", plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
     }
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
   }

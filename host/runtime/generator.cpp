@@ -30,13 +30,11 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
                                 std::to_string(context));
   const uint64_t seq = next_seq_++;
   const StepPlugins plugins{attention_.get(), kvcache_.get(), moe_.get()};
-  const auto& kv = kvcache_->vtable<th_kvcache_vtable>();
   struct Release {  // the sequence's blocks go back whatever happens
-    const th_kvcache_vtable& kv;
-    th_instance* inst;
+    const PluginInstance& kv;
     uint64_t seq;
-    ~Release() { kv.seq_free(inst, seq); }
-  } release{kv, kvcache_->handle(), seq};
+    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
+  } release{*kvcache_, seq};
 
   GenerationStats stats;
   stats.prompt_tokens = uint32_t(prompt.size());

@@ -75,6 +75,12 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     r.engines = std::move(routed);
     r.metrics = &metrics_;
     r.experiments = experiments_;
+    r.detokenize = [this](const std::string& model, const std::vector<int32_t>& tokens) {
+      std::string text;
+      if (const ServedModel* m = find_model(model))
+        for (int32_t id : tokens) text += m->piece(id);
+      return text;
+    };
     router_ = spawn_router(*system_, std::move(r));
   } catch (...) {
     for (auto& [name, e] : engines_) {

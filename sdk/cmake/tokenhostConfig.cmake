@@ -7,4 +7,4 @@ if(NOT TARGET tokenhost::sdk)
     INTERFACE_INCLUDE_DIRECTORIES "${_tokenhost_prefix}/include")
 endif()
 include("${CMAKE_CURRENT_LIST_DIR}/TokenhostPlugin.cmake")
-set(tokenhost_ABI_VERSION "1.0")
+set(tokenhost_ABI_VERSION "1.2")  # TH_ABI_VERSION_MAJOR.MINOR of include/tokenhost/th_common.h

@@ -16,7 +16,7 @@
 #endif
 
 _Static_assert(TH_ABI_VERSION_MAJOR == 1, "ABI major changed: re-pin every struct");
-TH_PIN_SIZE(th_attention_batch, 104);
+TH_PIN_SIZE(th_attention_batch, 112); /* 104 through ABI 1.1 */
 TH_PIN_OFFSET(th_attention_batch, struct_size, 0);
 TH_PIN_OFFSET(th_attention_batch, layer, 4);
 TH_PIN_OFFSET(th_attention_batch, n_tokens, 8);
@@ -34,6 +34,8 @@ TH_PIN_OFFSET(th_attention_batch, block_tables, 72);
 TH_PIN_OFFSET(th_attention_batch, kv, 80);
 TH_PIN_OFFSET(th_attention_batch, out, 88);
 TH_PIN_OFFSET(th_attention_batch, out_row_stride, 96);
+TH_PIN_OFFSET(th_attention_batch, device, 104);
+TH_PIN_OFFSET(th_attention_batch, device_index, 108);
 TH_PIN_SIZE(th_attention_vtable, 40);
 TH_PIN_OFFSET(th_attention_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_attention_vtable, create, 8);
@@ -137,7 +139,7 @@ TH_PIN_OFFSET(th_host_api, mem_free, 104);
 TH_PIN_OFFSET(th_host_api, model_run, 112);
 TH_PIN_OFFSET(th_host_api, parallel_for, 120); /* 1.1 */
 TH_PIN_OFFSET(th_host_api, compute_threads, 128); /* 1.1 */
-TH_PIN_SIZE(th_kv_layout, 128);
+TH_PIN_SIZE(th_kv_layout, 136); /* 128 through ABI 1.1 */
 TH_PIN_OFFSET(th_kv_layout, struct_size, 0);
 TH_PIN_OFFSET(th_kv_layout, block_size, 4);
 TH_PIN_OFFSET(th_kv_layout, n_blocks, 8);
@@ -158,6 +160,8 @@ TH_PIN_OFFSET(th_kv_layout, scale_head_stride, 96);
 TH_PIN_OFFSET(th_kv_layout, scale_token_stride, 104);
 TH_PIN_OFFSET(th_kv_layout, k_scale_base, 112);
 TH_PIN_OFFSET(th_kv_layout, v_scale_base, 120);
+TH_PIN_OFFSET(th_kv_layout, device, 128);
+TH_PIN_OFFSET(th_kv_layout, device_index, 132);
 TH_PIN_SIZE(th_kv_stats, 24);
 TH_PIN_OFFSET(th_kv_stats, struct_size, 0);
 TH_PIN_OFFSET(th_kv_stats, total_blocks, 4);

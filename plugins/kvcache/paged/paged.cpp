@@ -111,6 +111,8 @@ th_kv_layout make_layout(const th_create_args& args, const Settings& s) {
   l.block_stride = mul(m.n_kv_heads, l.head_stride);
   l.layer_stride = mul(s.n_blocks, l.block_stride);
   mul(m.n_layers, l.layer_stride);  // the pool size must fit too
+  l.device = TH_DEVICE_CPU;          // mem_alloc'd host memory (check() refuses other devices)
+  l.device_index = 0;
   return l;
 }
 

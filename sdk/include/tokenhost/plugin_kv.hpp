@@ -8,7 +8,9 @@
 //     (float dtypes), and sdk::load_kv_vector(): a head vector of an f32 or f16 cache as floats;
 //   - sdk::attention_cpu_refusals(): why a CPU-only attention plugin that computes in f32 over the KV
 //     dtypes it lists cannot serve a model (attention_f32_cpu_refusals(): over f32 only);
-//   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message.
+//   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message;
+//   - sdk::batch_device() / kv_layout_device(): where a batch and a KV layout live (ABI 1.2 members,
+//     read only when their struct_size covers them).
 #ifndef TOKENHOST_PLUGIN_KV_HPP
 #define TOKENHOST_PLUGIN_KV_HPP
 
@@ -113,6 +115,15 @@ inline std::vector<std::string> attention_cpu_refusals(const th_model_info& m, c
   return why;
 }
 
+// Where a batch's arrays and a layout's pools live (ABI 1.2). A batch from a 1.0/1.1 host and a layout
+// from a kvcache plugin built against 1.0/1.1 have no such member: both are then host memory.
+inline th_device_kind batch_device(const th_attention_batch& b) {
+  return TH_HAS_MEMBER(&b, th_attention_batch, device) ? b.device : th_device_kind(TH_DEVICE_CPU);
+}
+inline th_device_kind kv_layout_device(const th_kv_layout& kv) {
+  return TH_HAS_MEMBER(&kv, th_kv_layout, device) ? kv.device : th_device_kind(TH_DEVICE_CPU);
+}
+
 // attention_cpu_refusals over an f32 KV cache only.
 inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& m, const th_device* device) {
   return attention_cpu_refusals(m, device, {TH_DTYPE_F32});
@@ -141,6 +152,10 @@ inline std::string validate_attention_batch(const th_attention_batch* batch,
     return "q_row_stride and out_row_stride must be >= n_heads * head_dim (" + str(row) + ")";
   }
   const th_kv_layout& kv = *b.kv;
+  if (batch_device(b) != TH_DEVICE_CPU || kv_layout_device(kv) != TH_DEVICE_CPU) {
+    return "the batch (device kind " + str(batch_device(b)) + ") and the kv pools (device kind " +
+           str(kv_layout_device(kv)) + ") must lie in host memory (TH_DEVICE_CPU)";
+  }
   if (!dtype_listed(kv.dtype, kv_dtypes)) {
     return "kv layout dtype is " + dtype_name(kv.dtype) + ", only " + dtype_names(kv_dtypes) + " is supported";
   }

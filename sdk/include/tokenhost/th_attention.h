@@ -39,6 +39,11 @@ typedef struct th_attention_batch {
   const th_kv_layout *kv;     /* OWNERSHIP: the kvcache plugin's */
   float *out;                 /* [n_tokens][n_heads][head_dim] rows, out_row_stride floats apart; written */
   int64_t out_row_stride;
+  /* ABI 1.2. Where q, out, positions, seq_start, kv_len and the block tables live (the KV pools say
+   * where they live in kv->device): TH_DEVICE_CPU, or device device_index of kind TH_DEVICE_CUDA.
+   * Host 1.2 only runs CPU engines and sets TH_DEVICE_CPU, 0. */
+  th_device_kind device;
+  int32_t device_index;
 } th_attention_batch;
 
 typedef struct th_attention_vtable {

@@ -6,12 +6,25 @@
  *
  *  - VERSIONS. The host loads a plugin whose descriptor has the same ABI major as the host and an ABI
  *    minor lower than or equal to the host's. Anything else is refused with both versions in the message.
- *  - GROWTH. Structs only grow at the end. Every struct that crosses the boundary starts with
- *    `uint32_t struct_size`, set by whoever fills the struct; a reader only touches members that lie
- *    wholly inside struct_size. Members documented "optional" may be NULL. Structs passed as array
- *    elements (th_sched_seq, th_route_candidate, ...) have no struct_size and are fixed for an ABI
- *    major: later minors add per-element data as parallel arrays in the (growable) struct that holds
- *    the array. Output structs are filled by the callee, which sets struct_size.
+ *  - GROWTH. Structs and vtables only grow at the end, and every minor that appends a member bumps
+ *    TH_ABI_VERSION_MINOR. Every struct that crosses the boundary starts with `uint32_t struct_size`,
+ *    set by whoever fills the struct; a reader only touches members that lie wholly inside struct_size
+ *    (TH_HAS_MEMBER below): a plugin built against an older minor never sees a member it does not
+ *    know, and the host never calls or reads one. A vtable must cover the vtable of the minor its
+ *    descriptor declares (its size is recorded per minor by the host); a shorter one is refused at
+ *    load with both sizes in the message. Members documented "optional" may be NULL. Structs passed as
+ *    array elements (th_sched_seq, th_route_candidate, ...) have no struct_size and are fixed for an
+ *    ABI major: later minors add per-element data as parallel arrays in the (growable) struct that
+ *    holds the array. Output structs are filled by the callee, which sets struct_size.
+ *
+ *    Worked example. Minor 1.N appends an optional `float (*score)(th_instance *)` to
+ *    th_router_vtable (48 bytes through 1.N-1, 56 from 1.N). A router built against 1.N-1 declares
+ *    that minor and a 48-byte vtable: the host accepts it (48 covers 1.N-1's 48) and, since 48 does
+ *    not cover `score`, treats score as NULL. A router built against 1.N declares 1.N and 56 bytes. A
+ *    router that declares 1.N with a 48-byte vtable is refused: "vtable struct_size 48 is smaller than
+ *    the ABI 1.N router vtable (56 bytes)". In the other direction, a 1.N plugin reading a struct the
+ *    host fills (th_host_api, th_attention_batch, ...) tests TH_HAS_MEMBER before a 1.N member when it
+ *    may run on an older host; the host it loads into is never older than its declared minor.
  *  - ERRORS. Every call that can fail returns th_status. A message goes through the host's
  *    `error_set` callback (th_host_api.h), which copies it. No C++ exception crosses the boundary.
  *  - MEMORY. No allocation crosses the boundary: whoever allocates frees. Each pointer member says who
@@ -31,9 +44,21 @@ extern "C" {
 #endif
 
 /* ABI version of these headers. A plugin records the version it was built against in its descriptor.
- * History: 1.0 the first; 1.1 appended th_host_api.parallel_for and compute_threads. */
+ * History (each minor's headers are frozen under the host's tests/abi/<major.minor>/, with a fixture
+ * plugin of every kind built against them that the host must load and serve):
+ *   1.0  the first.
+ *   1.1  appended th_host_api.parallel_for and compute_threads.
+ *   1.2  the growth rule enforced per minor (a vtable is checked against its declared minor's size;
+ *        members past a struct_size are never called nor read); appended th_kv_layout.device and
+ *        device_index, and th_attention_batch.device and device_index (where the buffers live). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 1
+#define TH_ABI_VERSION_MINOR 2
+
+/* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
+ * member to be present. */
+#define TH_SIZE_THROUGH(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+/* Whether the struct at ptr (of `type`, struct_size set by whoever filled it) holds member. */
+#define TH_HAS_MEMBER(ptr, type, member) ((size_t)(ptr)->struct_size >= TH_SIZE_THROUGH(type, member))
 
 /* ---- status codes ------------------------------------------------------------------------------- */
 

@@ -28,7 +28,10 @@ extern "C" {
  * (the same with v_scale_base). For float dtypes quant_group is 0 and the scale members are 0/NULL.
  *
  * OWNERSHIP: the kvcache plugin; the layout and its memory stay valid and unmoved until destroy().
- * The memory lies on the engine's device (th_create_args.device). */
+ * The memory lies on the engine's device (th_create_args.device), which `device` names since ABI 1.2.
+ * The host reads: block_size, n_blocks, n_layers, n_kv_heads, head_dim, dtype, the strides, k_base,
+ * v_base and (1.2) device; quant_group and the scale members are reserved: no KV dtype this host
+ * writes is quantized yet (not read by host 1.2). */
 typedef struct th_kv_layout {
   uint32_t struct_size;
   uint32_t block_size; /* token positions per block */
@@ -50,6 +53,12 @@ typedef struct th_kv_layout {
   int64_t scale_token_stride;
   void *k_scale_base; /* NULL for floats */
   void *v_scale_base;
+  /* ABI 1.2. Where the pools (and scale arrays) live: TH_DEVICE_CPU (host memory) or the memory of
+   * device device_index of kind TH_DEVICE_CUDA. The host refuses a layout on another device than its
+   * engine's. A layout filled by a plugin built against 1.0 or 1.1 (struct_size ending before these)
+   * lies on the engine's device: read them through TH_HAS_MEMBER. */
+  th_device_kind device;
+  int32_t device_index;
 } th_kv_layout;
 
 /* Block accounting, exact: used + free == total at all times. */
@@ -63,7 +72,8 @@ typedef struct th_kv_stats {
 } th_kv_stats;
 
 typedef struct th_kvcache_vtable {
-  /* th_vtable_head, repeated flat. The pool's size and block size are the plugin's own configuration;
+  /* th_vtable_head, repeated flat. Host 1.2 calls every member but seq_fork (see there).
+   * The pool's size and block size are the plugin's own configuration;
    * create() reads the model's n_layers, n_kv_heads and head_dim from th_create_args.model. */
   uint32_t struct_size;
   th_status (*create)(const th_create_args *args, th_instance **out, th_error *err);
@@ -84,7 +94,9 @@ typedef struct th_kvcache_vtable {
   void (*seq_free)(th_instance *instance, uint64_t seq_id);
 
   /* Makes child share every block of parent (reference counted, copy-on-write on later writes).
-   * TH_ERR_NOT_FOUND for an unknown parent, TH_ERR_INVALID_ARGUMENT when child already exists. */
+   * TH_ERR_NOT_FOUND for an unknown parent, TH_ERR_INVALID_ARGUMENT when child already exists.
+   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.2 (n > 1
+   * choices prefill each copy; they do not fork yet). */
   th_status (*seq_fork)(th_instance *instance, uint64_t parent, uint64_t child, th_error *err);
 
   /* The block table of seq_id: block index of each block_size positions, in order.

@@ -46,7 +46,9 @@ typedef struct th_moe_experts_args {
   const int32_t *expert_ids;              /* [n_tokens][k] from gate() */
   const float *expert_weights;            /* [n_tokens][k] */
   const th_moe_expert_weights *experts;   /* [n_experts] */
-  const th_moe_expert_weights *shared_expert; /* optional: applied to every token with weight 1 */
+  const th_moe_expert_weights *shared_expert; /* optional: applied to every token with weight 1. Host 1.2
+                                                  passes NULL: it runs a model's shared expert on its own
+                                                  kernels (the README's MoE section) */
   float *out;                             /* out: [n_tokens][dim] = sum_k w * expert(x) (+ shared) */
 } th_moe_experts_args;
 
@@ -75,7 +77,8 @@ typedef struct th_moe_vtable {
 
   th_status (*gate)(th_instance *instance, const th_moe_gate_args *args, th_error *err);
   th_status (*experts)(th_instance *instance, const th_moe_experts_args *args, th_error *err);
-  /* OPTIONAL (may be NULL: placement never changes). */
+  /* OPTIONAL (may be NULL: placement never changes). Reserved: not called by host 1.2 (one device per
+   * engine: there is nothing to place yet). */
   th_status (*rebalance)(th_instance *instance, const th_moe_load *load, th_moe_placement *out,
                          th_error *err);
 } th_moe_vtable;

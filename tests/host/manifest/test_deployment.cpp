@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
@@ -210,4 +212,36 @@ TEST_CASE("deployment: a model's pack_weights = false keeps its matrices in the 
   REQUIRE_THAT(error_of("[models.m]\nsource = \"gguf\"\npath = \"" + make.path + "\"\npack_weights = 1\n" + kEngine),
                Catch::Matchers::Equals("4:16: 'pack_weights' in [models.m] must be a boolean, found an integer"));
   std::filesystem::remove(make.path);
+}
+
+TEST_CASE("deployment: a key left out takes the default the README documents", "[manifest]") {
+  // Only what is required: every other key takes its default.
+  Deployment d = read_deployment("defaults.toml", "[models.m]\n" + kEngine);
+  const th_model_info& m = d.models.at("m").spec.info;
+  const EngineDecl& e = d.engines.at("e");
+  // The README's reference manifest shows these values for the keys it marks as defaults.
+  std::ifstream readme_file(std::string(TOKENHOST_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(readme_file)), std::istreambuf_iterator<char>());
+  const std::pair<std::string, uint64_t> documented[] = {
+      {"dim = ", m.dim},
+      {"n_layers = ", m.n_layers},
+      {"n_heads = ", m.n_heads},
+      {"vocab_size = ", m.vocab_size},
+      {"context_len = ", m.context_len},
+      {"max_step_tokens = ", e.max_step_tokens},
+      {"max_step_seqs = ", e.max_step_seqs},
+      {"http_threads = ", uint64_t(d.server.http_threads)},
+  };
+  for (const auto& [key, effective] : documented) {
+    INFO(key << effective);
+    REQUIRE(readme.find("\n" + key + std::to_string(effective)) != std::string::npos);
+  }
+  REQUIRE(m.dim == 64);
+  REQUIRE(m.ffn_dim == 4 * m.dim);
+  REQUIRE(m.n_kv_heads == m.n_heads);
+  REQUIRE(e.max_step_seqs == 64);
+  REQUIRE(e.max_step_tokens == 512);
+  REQUIRE(e.kv_dtype == TH_DTYPE_F16);
+  REQUIRE(e.device == "cpu");
+  REQUIRE(d.server.log_level == "info");
 }

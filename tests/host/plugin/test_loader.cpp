@@ -30,13 +30,15 @@ struct FailureMode {
 // Each broken fixture, and what the host must say about it.
 const std::vector<FailureMode> kLoadFailures = {
     {"missing_entry", {"has no entry symbol 'tokenhost_plugin_entry'", "fixture_missing_entry.so"}},
-    {"abi_major", {"built for ABI 2.1 but this host speaks ABI 1.1", "major versions must be equal"}},
-    {"abi_minor_newer", {"built for ABI 1.2, newer than this host's ABI 1.1"}},
+    {"abi_major", {"built for ABI 2.2 but this host speaks ABI 1.2", "major versions must be equal"}},
+    {"abi_minor_newer", {"built for ABI 1.3, newer than this host's ABI 1.2"}},
     {"kind_mismatch", {"the library declares kind 'router' but plugin.toml says 'scheduler'"}},
     {"null_vtable_member", {"required vtable member schedule is NULL"}},
     {"missing_file", {"library file '", "fixture_missing_file.so' does not exist"}},
     {"corrupt_file", {"cannot load library '", "fixture_corrupt_file.so", "invalid ELF header"}},
     {"unresolved_symbol", {"undefined symbol: tokenhost_fixture_undefined_function"}},
+    {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI 1.2 scheduler vtable (40 bytes)"}},
+    {"version_mismatch", {"the library declares version 1.0.1 but plugin.toml says 1.0.0"}},
 };
 
 // What an engine's scheduler slot asks of a plugin instance, on the first device.
@@ -148,25 +150,32 @@ TEST_CASE("loader: create() failing reports the plugin's own message", "[loader]
                                "fixture refuses to start: the answer must be 42"));
 }
 
-TEST_CASE("loader: a swap to a broken plugin through the admin path changes nothing", "[loader][admin]") {
+TEST_CASE("loader: a broken plugin registered through the admin path is refused there and changes nothing", "[loader][admin]") {
   auto server = make_test_server();
   auto before = server->status()["engines"][0]["scheduler"];
+  // The good fixture's id is the id most broken fixtures declare: none of them may replace it.
+  REQUIRE(server->register_plugin(fixture("good")) == "scheduler.fixture");
+  const auto plugins_before = server->plugins();
   for (const auto& failure : kLoadFailures) {
     INFO("fixture " << failure.mode);
-    std::string id = server->register_plugin(fixture(failure.mode));
     try {
-      server->set_slot("main", "scheduler", id, {});
-      FAIL("the swap to a broken plugin was accepted");
+      server->register_plugin(fixture(failure.mode));
+      FAIL("a library that cannot load was registered");
     } catch (const AdminError& e) {
-      CHECK(e.http_status == 422);
+      CHECK(e.http_status == 400);
       for (const auto& part : failure.message_parts) CHECK_THAT(std::string(e.what()), Contains(part));
     }
+    REQUIRE(server->plugins() == plugins_before);
     REQUIRE(server->status()["engines"][0]["scheduler"] == before);
     REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
   }
+  // A library that loads but cannot start is refused at the swap.
   std::string id = server->register_plugin(fixture("create_fails"));
   REQUIRE_THROWS_WITH(server->set_slot("main", "scheduler", id, {}), Contains("the answer must be 42"));
   REQUIRE(server->status()["engines"][0]["scheduler"] == before);
+  // The good fixture is still the one its id names.
+  REQUIRE(server->register_plugin(fixture("good")) == "scheduler.fixture");
+  REQUIRE_THAT(server->set_slot("main", "scheduler", "scheduler.fixture", {}), Contains("scheduler.fixture 1.0.0"));
 }
 
 TEST_CASE("loader: loading the same path again after the file changed loads the new file", "[loader]") {

@@ -207,3 +207,25 @@ scheduler = { plugin = "scheduler.create_fails" }
   REQUIRE_THROWS_WITH(server->remove_engine("mian", std::chrono::seconds(1)), Contains("did you mean 'main'?"));
   REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
 }
+
+TEST_CASE("hot swap: on an idle engine a swap's latency ends when it is in place, not at the next request",
+          "[server][swap]") {
+  auto server = make_test_server();
+  REQUIRE_THAT(server->set_slot("main", "attention", "attention.cpu_flash", {}), Contains("attention.cpu_flash"));
+  REQUIRE_THAT(server->set_slot("main", "scheduler", "scheduler.continuous", {}), Contains("scheduler.continuous"));
+  // No request has come: both swaps are measured already.
+  auto status = server->status();
+  REQUIRE(status["engines"][0]["last_worker_swap"]["slot"] == "attention");
+  REQUIRE(status["engines"][0]["last_engine_swap"]["slot"] == "scheduler");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // idle time that is not the swaps'
+  REQUIRE(server->generate(request_for(*server, "after", 4)).finish_reason == "length");
+  status = server->status();
+  for (const char* which : {"last_worker_swap", "last_engine_swap"}) {
+    INFO(which);
+    const double seconds = status["engines"][0][which]["seconds"];
+    REQUIRE(seconds > 0);
+    REQUIRE(seconds < 0.5);
+  }
+  REQUIRE_THAT(server->metrics().prometheus_text(),
+               Contains("tokenhost_swap_latency_seconds_count{engine=\"main\",slot=\"attention\",experiment=\"\",arm=\"\"} 1"));
+}

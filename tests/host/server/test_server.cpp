@@ -193,3 +193,31 @@ TEST_CASE("server: the status names each model with its weight memory", "[server
   REQUIRE(m["weights_bytes"] == 4 * (2 * uint64_t(i.vocab_size) * i.dim + i.dim + i.n_layers * per_layer));
   REQUIRE(m["packed_bytes"] == 0);  // f32 weights are never packed
 }
+
+TEST_CASE("server: the router plugin's feedback carries the request's TTFT, total time, tokens and output text",
+          "[server][router]") {
+  auto server = make_test_server();
+  REQUIRE_THAT(server->set_slot("", "router", server->register_plugin(fixture("router_v1")), {}), Contains("router.fixture"));
+  auto r = server->generate(request_for(*server, "feedback", 6));
+  REQUIRE(r.finish_reason == "length");
+  REQUIRE(r.ttft_s.has_value());
+  // The feedback is given before the answer is delivered: the gauges hold this request's figures.
+  const std::string text = server->metrics().prometheus_text();
+  auto value = [&](const std::string& family) {
+    const std::string prefix = "tokenhost_plugin_" + family + "{";
+    const size_t at = text.find("\n" + prefix);
+    INFO(family << " in\n" << text);
+    REQUIRE(at != std::string::npos);
+    const size_t end = text.find('\n', at + 1);
+    return std::stod(text.substr(text.rfind(' ', end) + 1, end - text.rfind(' ', end) - 1));
+  };
+  CHECK(value("fixture_feedback_calls") == 1);
+  CHECK(value("fixture_feedback_tokens_out") == 6);
+  // The synthetic model's tokens are one byte each: six tokens of text are six bytes.
+  CHECK(value("fixture_feedback_output_bytes") == Approx(double(server->decode(r.tokens).size())));
+  CHECK(value("fixture_feedback_output_bytes") > 0);
+  const double ttft = value("fixture_feedback_ttft_seconds"), total = value("fixture_feedback_total_seconds");
+  CHECK(ttft > 0);
+  CHECK(ttft == Approx(*r.ttft_s));
+  CHECK(total >= ttft);
+}

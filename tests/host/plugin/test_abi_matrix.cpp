@@ -1,0 +1,187 @@
+// The ABI matrix: a plugin of every kind built against the frozen headers of each older minor
+// (tests/abi/<major.minor>/, tests/fixtures/CMakeLists.txt) loads into this host, declares that minor,
+// and serves exactly what the in-tree plugins serve. With it, the growth rule's host side: nothing past
+// a struct_size is called or read, and a vtable shorter than its declared minor is refused.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "plugin/abi_member.hpp"
+#include "plugin/kind.hpp"
+#include "plugin/library.hpp"
+#include "test_server.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+constexpr uint32_t kTokens = 8;
+
+struct FrozenAbi {
+  std::string version;  // "1.0"
+  std::string tag;      // "1_0"
+  uint16_t minor;
+};
+
+// The minors whose frozen headers the fixtures were built against (TOKENHOST_FROZEN_ABIS in CMake).
+std::vector<FrozenAbi> frozen_abis() {
+  std::vector<FrozenAbi> out;
+  std::stringstream list(TOKENHOST_FROZEN_ABIS);
+  for (std::string v; std::getline(list, v, ',');) {
+    std::string tag = v;
+    tag[tag.find('.')] = '_';
+    out.push_back({v, tag, uint16_t(std::stoi(v.substr(v.find('.') + 1)))});
+  }
+  return out;
+}
+
+std::string matrix_fixture(const FrozenAbi& abi, const std::string& kind) {
+  return fixture_dir() + "/abi_" + abi.tag + "/" + kind + "/plugin.toml";
+}
+
+std::vector<std::vector<int32_t>> outputs(Server& server) {
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& p : mixed_prompts()) {
+    auto r = server.generate(request_for(server, p, kTokens));
+    INFO("prompt '" << p << "': " << r.finish_reason << " " << r.error);
+    REQUIRE(r.finish_reason == "length");
+    out.push_back(r.tokens);
+  }
+  return out;
+}
+
+void wait_until_no_engine_retires(Server& server) {
+  for (int i = 0; i < 3000 && !server.status()["retiring_engines"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(server.status()["retiring_engines"].empty());
+}
+
+const std::string kMoeManifest = R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "warn"
+
+[models.moe]
+seed = 3
+dim = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 1
+ffn_dim = 24
+n_experts = 4
+n_experts_used = 2
+
+[engines.main]
+model = "moe"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 4, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.fifo" }
+moe = { plugin = "moe.topk" }
+)";
+
+}  // namespace
+
+TEST_CASE("abi matrix: the frozen minors are every minor older than the host's", "[abi]") {
+  const auto abis = frozen_abis();
+  REQUIRE(abis.size() == TH_ABI_VERSION_MINOR);
+  for (uint16_t m = 0; m < TH_ABI_VERSION_MINOR; ++m) REQUIRE(abis[m].minor == m);
+}
+
+TEST_CASE("abi matrix: a plugin of every kind built against each older minor loads and declares that minor", "[abi]") {
+  for (const auto& abi : frozen_abis()) {
+    for (const std::string& kind : kind_names()) {
+      INFO("ABI " << abi.version << " " << kind);
+      auto lib = PluginLibrary::open(read_plugin_manifest(matrix_fixture(abi, kind)));
+      REQUIRE(lib->abi_major() == TH_ABI_VERSION_MAJOR);
+      REQUIRE(lib->abi_minor() == abi.minor);
+      REQUIRE(lib->id() == kind + ".abi_" + abi.tag);
+      REQUIRE(lib->head().struct_size == vtable_size(lib->kind(), abi.minor));
+    }
+  }
+}
+
+TEST_CASE("abi matrix: older minors' attention, kvcache, scheduler, router and spec_decode serve the in-tree plugins' tokens",
+          "[abi][server]") {
+  for (const auto& abi : frozen_abis()) {
+    INFO("ABI " << abi.version);
+    auto server = make_test_server();  // attention.reference, kvcache.paged, scheduler.fifo, router.round_robin
+    const auto expected = outputs(*server);
+
+    REQUIRE_THAT(server->set_slot("", "router", server->register_plugin(matrix_fixture(abi, "router")), {}),
+                 Contains("router.abi_" + abi.tag));
+    for (const char* slot : {"scheduler", "attention", "spec_decode"}) {
+      INFO(slot);
+      REQUIRE_THAT(server->set_slot("main", slot, server->register_plugin(matrix_fixture(abi, slot)), {}),
+                   Contains(std::string(slot) + ".abi_" + abi.tag));
+      REQUIRE(outputs(*server) == expected);
+    }
+    // The kvcache's layout, filled by a plugin that knows no `device` member (ABI 1.2), is followed in
+    // its memory by a non-zero pointer: a host that read past its struct_size would take the pool for
+    // device memory and refuse it.
+    toml::table pool;
+    pool.insert("block_size", 8);
+    pool.insert("n_blocks", 256);
+    REQUIRE_THAT(server->set_slot("main", "kvcache", server->register_plugin(matrix_fixture(abi, "kvcache")), pool),
+                 Contains("a new engine"));
+    wait_until_no_engine_retires(*server);
+    REQUIRE(outputs(*server) == expected);
+    auto status = server->status();
+    REQUIRE(status["engines"][0]["kvcache"]["id"] == "kvcache.abi_" + abi.tag);
+    REQUIRE(status["engines"][0]["attention"]["id"] == "attention.abi_" + abi.tag);
+    REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 256);  // every sequence's blocks went back
+  }
+}
+
+TEST_CASE("abi matrix: older minors' moe plugins serve moe.topk's tokens", "[abi][server][moe]") {
+  for (const auto& abi : frozen_abis()) {
+    INFO("ABI " << abi.version);
+    Server server(read_deployment("moe.toml", kMoeManifest));
+    const auto expected = outputs(server);
+    REQUIRE_THAT(server.set_slot("main", "moe", server.register_plugin(matrix_fixture(abi, "moe")), {}),
+                 Contains("moe.abi_" + abi.tag));
+    REQUIRE(outputs(server) == expected);
+  }
+}
+
+TEST_CASE("abi growth: a member past a struct_size is absent, one inside it present", "[abi]") {
+  auto route = [](th_instance*, const th_route_request*, th_route_decision*, th_error*) -> th_status { return TH_OK; };
+  auto feedback = [](th_instance*, const th_route_feedback*) {};
+  th_router_vtable vt{};
+  vt.route = route;
+  vt.feedback = feedback;
+  // A router whose vtable ended before `feedback` (as one built before a minor that appended it would).
+  vt.struct_size = uint32_t(offsetof(th_router_vtable, feedback));
+  REQUIRE(abi_member(vt, &th_router_vtable::route) == vt.route);
+  REQUIRE(abi_member(vt, &th_router_vtable::feedback) == nullptr);
+  vt.struct_size = uint32_t(TH_SIZE_THROUGH(th_router_vtable, feedback)) - 1;  // partly covered: still absent
+  REQUIRE(abi_member(vt, &th_router_vtable::feedback) == nullptr);
+  vt.struct_size = uint32_t(sizeof vt);
+  REQUIRE(abi_member(vt, &th_router_vtable::feedback) == vt.feedback);
+
+  // Data members of a plugin-filled struct: absent ones read as the caller's fallback.
+  th_kv_layout layout{};
+  layout.device = TH_DEVICE_CUDA;
+  layout.struct_size = uint32_t(offsetof(th_kv_layout, device));  // an ABI 1.1 layout
+  REQUIRE(abi_member(layout, &th_kv_layout::device, th_device_kind(TH_DEVICE_CPU)) == TH_DEVICE_CPU);
+  REQUIRE_FALSE(TH_HAS_MEMBER(&layout, th_kv_layout, device));
+  layout.struct_size = uint32_t(sizeof layout);
+  REQUIRE(abi_member(layout, &th_kv_layout::device, th_device_kind(TH_DEVICE_CPU)) == TH_DEVICE_CUDA);
+  REQUIRE(TH_HAS_MEMBER(&layout, th_kv_layout, device));
+  REQUIRE(abi_size_through(&th_kv_layout::device_index) == TH_SIZE_THROUGH(th_kv_layout, device_index));
+}
+
+TEST_CASE("abi growth: each kind's vtable size per minor never shrinks and ends at the host's own", "[abi]") {
+  for (const std::string& name : kind_names()) {
+    const th_kind kind = *kind_from_name(name);
+    INFO(name);
+    for (uint16_t m = 1; m <= TH_ABI_VERSION_MINOR; ++m) REQUIRE(vtable_size(kind, m) >= vtable_size(kind, m - 1));
+    REQUIRE(vtable_size(kind, TH_ABI_VERSION_MINOR) > sizeof(th_vtable_head));
+    // A minor newer than the host's is read as the host's (the loader refuses it before that matters).
+    REQUIRE(vtable_size(kind, TH_ABI_VERSION_MINOR + 1) == vtable_size(kind, TH_ABI_VERSION_MINOR));
+  }
+}
