@@ -10,6 +10,7 @@
 #include "actors/plugin_json.hpp"
 #include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
+#include "plugin/kind.hpp"
 
 namespace tokenhost {
 namespace {
@@ -434,9 +435,10 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
       },
       [=](swap_atom, SlotSwap swap) -> caf::result<SwapResult> {
         auto& s = self->state;
-        if (swap.slot == "scheduler" || swap.slot == "spec_decode") {
+        const SlotInfo* info = find_slot(swap.slot);
+        if (info != nullptr && info->owner == SlotOwner::engine) {
           auto& slot = swap.slot == "scheduler" ? s.init.scheduler : s.init.spec_decode;
-          if (!swap.instance && swap.slot == "scheduler") return SwapResult{false, "the scheduler slot cannot be empty"};
+          if (!swap.instance && !info->unloadable) return SwapResult{false, "the " + swap.slot + " slot cannot be empty"};
           std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
           // Takes effect at the next decision; the old instance goes when the last reference does.
           slot = std::move(swap.instance);

@@ -9,6 +9,7 @@
 
 #include "actors/plugin_json.hpp"
 #include "model/quant.hpp"
+#include "plugin/kind.hpp"
 #include "runtime/compute_pool.hpp"
 
 namespace tokenhost {
@@ -122,9 +123,11 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         if (swap.slot == "attention") slot = &s.attention;
         else if (swap.slot == "kvcache") slot = &s.kvcache;
         else if (swap.slot == "moe") slot = &s.moe;
-        if (slot == nullptr) return {false, "the worker has no slot '" + swap.slot + "'"};
-        if (swap.slot == "moe" && !s.moe) return {false, "engine " + s.engine + " serves a dense model: it has no moe slot"};
-        if (swap.slot == "kvcache" && kv_seqs(*s.kvcache) > 0) {
+        const SlotInfo* info = find_slot(swap.slot);
+        if (slot == nullptr || info == nullptr || info->owner != SlotOwner::worker)
+          return {false, "the worker has no slot '" + swap.slot + "'"};
+        if (!*slot) return {false, "engine " + s.engine + " serves a dense model: it has no " + swap.slot + " slot"};
+        if (info->swap == SwapMode::new_engine && kv_seqs(*s.kvcache) > 0) {
           return {false, "the kvcache of engine " + s.engine + " holds " + std::to_string(kv_seqs(*s.kvcache)) +
                              " sequences: a KV layout change needs the engine drained first"};
         }

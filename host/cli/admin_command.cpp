@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "admin/admin_client.hpp"
+#include "plugin/kind.hpp"
 
 namespace tokenhost {
 
@@ -43,9 +44,9 @@ std::string status_text(const nlohmann::json& s) {
         << (e.value("draining", false) ? "  (draining)" : "") << "\n";
     out << "  sequences " << e.value("sequences", 0) << "  steps " << e.value("steps", 0) << "  tokens out "
         << e.value("tokens_out", 0) << "\n";
-    for (const char* slot : {"attention", "kvcache", "scheduler", "moe", "spec_decode"})
+    for (const std::string& slot : engine_slot_names())
       if (e.contains(slot) && e[slot].is_object())
-        out << "  " << slot << std::string(12 - std::strlen(slot), ' ') << plugin_text(e[slot]) << "\n";
+        out << "  " << slot << std::string(12 - slot.size(), ' ') << plugin_text(e[slot]) << "\n";
     if (e.contains("kv") && e["kv"].is_object())
       out << "  kv blocks   " << e["kv"].value("free_blocks", 0) << " free of " << e["kv"].value("total_blocks", 0) << " ("
           << e["kv"].value("block_size", 0) << " positions each, " << e["kv"].value("dtype", "?") << ")\n";

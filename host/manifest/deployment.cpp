@@ -27,11 +27,6 @@ std::string cache_dir() {
   return (fs::temp_directory_path() / "tokenhost-cache").string();
 }
 
-const std::vector<std::string>& engine_slot_names() {
-  static const std::vector<std::string> names = {"attention", "kvcache", "scheduler", "moe", "spec_decode"};
-  return names;
-}
-
 namespace {
 
 Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::string& key, Endpoint fallback) {
@@ -235,11 +230,11 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   }
   for (const auto& slot : engine_slot_names()) {
     const toml::node* s = t.get(slot);
-    bool required = slot == "attention" || slot == "kvcache" || slot == "scheduler" ||
-                    (slot == "moe" && model->second.spec.info.n_experts > 0);
+    const SlotInfo& info = *find_slot(slot);
     if (s == nullptr) {
-      if (required) r.fail(t, ctx + " has no [" + "engines." + name + "." + slot + "] slot (a " + slot + " plugin is required" +
-                                  (slot == "moe" ? " for an MoE model)" : ")"));
+      if (slot_required(info, model->second.spec.info.n_experts))
+        r.fail(t, ctx + " has no [" + "engines." + name + "." + slot + "] slot (a " + slot + " plugin is required" +
+                      (info.need == SlotNeed::moe_models ? " for an MoE model)" : ")"));
       continue;
     }
     e.slots.emplace(slot, read_slot(r, *d.catalog, slot, *s, "[engines." + name + "." + slot + "]"));
@@ -301,7 +296,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.router = read_slot(r, *d.catalog, "router", *router, "[router]");
   } else {
     toml::table implicit;
-    implicit.insert("plugin", "router.round_robin");
+    implicit.insert("plugin", find_slot("router")->default_plugin);
     d.router = read_slot(r, *d.catalog, "router", implicit, "[router] (default)");
   }
   if (const toml::table* experiments = r.optional_table(root, "experiments", "the deployment manifest"))
@@ -333,9 +328,9 @@ std::map<std::string, EngineDecl> read_engine_additions(const Deployment& d, con
 
 SlotDecl read_slot_change(const PluginManifest& manifest, const std::string& slot, const toml::table& config,
                           const std::string& source) {
-  std::vector<std::string> slots = engine_slot_names();
-  slots.push_back("router");
-  if (std::find(slots.begin(), slots.end(), slot) == slots.end()) {
+  if (find_slot(slot) == nullptr) {
+    std::vector<std::string> slots;
+    for (const auto& s : slot_table()) slots.emplace_back(s.name);
     throw ManifestError(source, 1, 1, "unknown slot '" + slot + "'" + suggestion(slot, slots));
   }
   toml::table change;

@@ -89,9 +89,6 @@ struct Deployment {
 // The model an engine serves as its plugins see it: its model's spec with the engine's kv_dtype.
 ModelSpec engine_model(const Deployment& d, const EngineDecl& engine);
 
-// The slots an engine has, required first.
-const std::vector<std::string>& engine_slot_names();
-
 // Reads and validates a deployment manifest: syntax, keys, types, ranges, references between models
 // and engines, plugin ids (against the plugin manifests found) and plugin configs. Throws ManifestError.
 Deployment read_deployment(const std::string& file, std::string_view text);

@@ -12,8 +12,7 @@ namespace {
 constexpr size_t kMinors = TH_ABI_VERSION_MINOR + 1;
 
 struct KindInfo {
-  th_kind kind;
-  const char* name;
+  SlotInfo slot;
   size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, 1.2
 };
 
@@ -24,21 +23,41 @@ constexpr size_t kSpecDecode = TH_SIZE_THROUGH(th_spec_decode_vtable, seq_end);
 constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
 constexpr size_t kRouter = TH_SIZE_THROUGH(th_router_vtable, feedback);
 
+using enum SlotNeed;
+using enum SlotOwner;
+using enum SwapMode;
+
+// The slot table (kind.hpp): one row per kind.
+//  kind, name, header, need, owner, swap, unloadable, default plugin; vtable sizes by minor
 constexpr KindInfo kKinds[] = {
-    {TH_KIND_ATTENTION, "attention", {kAttention, kAttention, kAttention}},
-    {TH_KIND_KVCACHE, "kvcache", {kKvcache, kKvcache, kKvcache}},
-    {TH_KIND_MOE, "moe", {kMoe, kMoe, kMoe}},
-    {TH_KIND_SPEC_DECODE, "spec_decode", {kSpecDecode, kSpecDecode, kSpecDecode}},
-    {TH_KIND_SCHEDULER, "scheduler", {kScheduler, kScheduler, kScheduler}},
-    {TH_KIND_ROUTER, "router", {kRouter, kRouter, kRouter}},
+    {{TH_KIND_ATTENTION, "attention", "th_attention.h", always, worker, live, false, ""},
+     {kAttention, kAttention, kAttention}},
+    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache}},
+    {{TH_KIND_SCHEDULER, "scheduler", "th_scheduler.h", always, engine, live, false, ""},
+     {kScheduler, kScheduler, kScheduler}},
+    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe}},
+    {{TH_KIND_SPEC_DECODE, "spec_decode", "th_spec_decode.h", optional, engine, live, true, ""},
+     {kSpecDecode, kSpecDecode, kSpecDecode}},
+    {{TH_KIND_ROUTER, "router", "th_router.h", always, router, live, false, "router.round_robin"},
+     {kRouter, kRouter, kRouter}},
 };
+
+constexpr size_t headers_vtable_size(th_kind kind) {
+  switch (kind) {
+    case TH_KIND_ATTENTION: return sizeof(th_attention_vtable);
+    case TH_KIND_KVCACHE: return sizeof(th_kvcache_vtable);
+    case TH_KIND_MOE: return sizeof(th_moe_vtable);
+    case TH_KIND_SPEC_DECODE: return sizeof(th_spec_decode_vtable);
+    case TH_KIND_SCHEDULER: return sizeof(th_scheduler_vtable);
+    case TH_KIND_ROUTER: return sizeof(th_router_vtable);
+    default: return 0;
+  }
+}
 
 // A minor that appended a member without a new column (or a column not updated) fails here.
 constexpr bool current_sizes_match() {
-  const size_t current[] = {sizeof(th_attention_vtable),   sizeof(th_kvcache_vtable), sizeof(th_moe_vtable),
-                            sizeof(th_spec_decode_vtable), sizeof(th_scheduler_vtable), sizeof(th_router_vtable)};
   for (size_t k = 0; k < sizeof(kKinds) / sizeof(kKinds[0]); ++k) {
-    if (kKinds[k].vtable_size[kMinors - 1] != current[k]) return false;
+    if (kKinds[k].vtable_size[kMinors - 1] != headers_vtable_size(kKinds[k].slot.kind)) return false;
     for (size_t m = 1; m < kMinors; ++m)
       if (kKinds[k].vtable_size[m] < kKinds[k].vtable_size[m - 1]) return false;
   }
@@ -70,20 +89,20 @@ Required<VT> required(const void* vtable, std::vector<std::string>& missing) {
 
 std::string kind_name(th_kind kind) {
   for (const auto& k : kKinds)
-    if (k.kind == kind) return k.name;
+    if (k.slot.kind == kind) return k.slot.name;
   return "unknown(" + std::to_string(kind) + ")";
 }
 
 std::optional<th_kind> kind_from_name(const std::string& name) {
   for (const auto& k : kKinds)
-    if (name == k.name) return k.kind;
+    if (name == k.slot.name) return k.slot.kind;
   return std::nullopt;
 }
 
 const std::vector<std::string>& kind_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const auto& k : kKinds) v.emplace_back(k.name);
+    for (const auto& k : kKinds) v.emplace_back(k.slot.name);
     return v;
   }();
   return names;
@@ -92,8 +111,37 @@ const std::vector<std::string>& kind_names() {
 size_t vtable_size(th_kind kind, uint16_t minor) {
   if (minor >= kMinors) minor = kMinors - 1;
   for (const auto& k : kKinds)
-    if (k.kind == kind) return k.vtable_size[minor];
+    if (k.slot.kind == kind) return k.vtable_size[minor];
   return 0;
+}
+
+const std::vector<SlotInfo>& slot_table() {
+  static const std::vector<SlotInfo> table = [] {
+    std::vector<SlotInfo> v;
+    for (const auto& k : kKinds) v.push_back(k.slot);
+    return v;
+  }();
+  return table;
+}
+
+const SlotInfo* find_slot(const std::string& name) {
+  for (const auto& s : slot_table())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+const std::vector<std::string>& engine_slot_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& s : slot_table())
+      if (s.owner != SlotOwner::router) v.emplace_back(s.name);
+    return v;
+  }();
+  return names;
+}
+
+bool slot_required(const SlotInfo& slot, uint32_t n_experts) {
+  return slot.need == SlotNeed::always || (slot.need == SlotNeed::moe_models && n_experts > 0);
 }
 
 std::vector<std::string> missing_vtable_members(th_kind kind, const void* vtable) {

@@ -10,6 +10,40 @@
 
 namespace tokenhost {
 
+// One table of slots (kind.cpp): a slot is where an instance of one plugin kind serves, and its row
+// says everything the host decides by it. Manifest validation, the server's admin operations, the
+// engine and worker actors, the CLI's status and the metrics all read it; adding a kind means its
+// header under sdk/include/tokenhost/, its row, and its call site (README, "Adding a kind").
+
+// The actor that owns a slot's instance: it is called from that actor only, and swapped by it.
+enum class SlotOwner { router, engine, worker };
+// Whether a deployment must fill a slot: always, only for a model with experts, or never.
+enum class SlotNeed { always, moe_models, optional };
+// How a swap takes effect: live (the next step or request uses the new instance, the old one goes
+// when its last step is done), or a new engine with the new plugin beside the old one, which drains
+// (the KV layout changes: blocks cannot move between layouts).
+enum class SwapMode { live, new_engine };
+
+struct SlotInfo {
+  th_kind kind;
+  const char* name;            // the manifest key, admin path segment, status key and metric label
+  const char* header;          // its ABI header in sdk/include/tokenhost/
+  SlotNeed need;
+  SlotOwner owner;
+  SwapMode swap;
+  bool unloadable;             // an admin unload may empty it (only optional slots)
+  const char* default_plugin;  // the plugin a deployment gets when it names none; "" for none
+};
+
+// Every slot, in the order status and listings show them.
+const std::vector<SlotInfo>& slot_table();
+// The row of slot `name`, or NULL.
+const SlotInfo* find_slot(const std::string& name);
+// The names of the slots an engine holds (owner engine or worker), in table order.
+const std::vector<std::string>& engine_slot_names();
+// Whether a deployment must fill slot for a model with n_experts experts per layer.
+bool slot_required(const SlotInfo& slot, uint32_t n_experts);
+
 // "attention", "kvcache", ...; "unknown(N)" for numbers the ABI does not define.
 std::string kind_name(th_kind kind);
 std::optional<th_kind> kind_from_name(const std::string& name);

@@ -362,8 +362,14 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   std::lock_guard lock(admin_mutex_);
   if (!accepting_) throw AdminError(503, "the server is shutting down");
   const EngineDecl* decl = nullptr;
-  if (slot == "router") {
-    if (!engine.empty()) throw AdminError(400, "the router slot belongs to the server, not to engine '" + engine + "'");
+  const SlotInfo* info = find_slot(slot);
+  if (info == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& s : slot_table()) names.emplace_back(s.name);
+    throw AdminError(404, "no slot '" + slot + "'" + suggestion(slot, names));
+  }
+  if (info->owner == SlotOwner::router) {
+    if (!engine.empty()) throw AdminError(400, "the " + slot + " slot belongs to the server, not to engine '" + engine + "'");
   } else {
     auto it = engines_.find(engine);
     if (it == engines_.end()) {
@@ -372,8 +378,8 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
       throw AdminError(404, "no engine '" + engine + "'" + suggestion(engine, names));
     }
     decl = &it->second.decl;
-    if (slot == "moe" && deployment_.models.at(decl->model).spec.info.n_experts == 0)
-      throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no moe slot");
+    if (info->need == SlotNeed::moe_models && deployment_.models.at(decl->model).spec.info.n_experts == 0)
+      throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no " + slot + " slot");
   }
   // The registry re-reads the plugin's plugin.toml (a new version may be installed at the same path)
   // and opens its library; nothing changes until the new instance exists.
@@ -386,7 +392,7 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     throw AdminError(400, e.message());
   }
   if (!loaded.library) throw AdminError(422, loaded.error);
-  if (slot == "kvcache") return replace_engine_for(engine, change, requested_ns);
+  if (info->swap == SwapMode::new_engine) return replace_engine_for(engine, change, requested_ns);
   std::shared_ptr<PluginInstance> instance;
   try {
     instance = make_instance(decl, slot, change, std::move(loaded.library));
@@ -404,7 +410,9 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   std::lock_guard lock(admin_mutex_);
   auto it = engines_.find(engine);
   if (it == engines_.end()) throw AdminError(404, "no engine '" + engine + "'");
-  if (slot != "spec_decode") {
+  const SlotInfo* info = find_slot(slot);
+  if (info == nullptr || info->owner == SlotOwner::router) throw AdminError(404, "engines have no slot '" + slot + "'");
+  if (!info->unloadable) {
     throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
   }
   if (!it->second.decl.slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
