@@ -18,6 +18,7 @@
 #include "plugin/instance.hpp"
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
+#include "runtime/step.hpp"
 
 namespace tokenhost {
 
@@ -36,22 +37,6 @@ using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using engine_add_atom = caf::atom_constant<caf::atom("engadd")>;
 using engine_remove_atom = caf::atom_constant<caf::atom("engremove")>;
 using engine_replace_atom = caf::atom_constant<caf::atom("engreplace")>;
-
-// One sequence's share of a step: feed `tokens` at positions [start, start + tokens.size()); when
-// `sample`, return the next token after the last one.
-struct StepItem {
-  uint64_t seq_id = 0;
-  uint32_t start = 0;
-  std::vector<int32_t> tokens;
-  bool sample = false;
-  std::shared_ptr<SequenceContext> context;  // how to sample; NULL: greedy
-};
-
-struct StepBatch {
-  std::vector<StepItem> items;
-};
-
-
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {

@@ -58,14 +58,4 @@ struct GenerateResult {
   }
 };
 
-// What an engine keeps of one sequence between steps and lends its worker during a step: the tokens
-// so far (prompt and generated, the penalties' history) and the sampler with its random state. The
-// engine changes it only while no step holding it is in flight.
-struct SequenceContext {
-  explicit SequenceContext(const SamplingParams& params) : sampler(params) {}
-  std::vector<int32_t> tokens;
-  Sampler sampler;
-  bool logprobs = false;
-};
-
 }  // namespace tokenhost

@@ -221,6 +221,11 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   if (e.device != "cpu" && e.device.rfind("cuda:", 0) != 0) {
     r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"cpu\" or \"cuda:<index>\"");
   }
+  if (e.device != "cpu") {
+    // The CUDA backend module finds devices and allocates memory; it does not run the forward pass yet.
+    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + ": the CUDA backend does not compute yet (this "
+                             "host runs engines on the CPU only); use device = \"cpu\"");
+  }
   e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(EngineDecl{}.max_step_tokens));
   e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(EngineDecl{}.max_step_seqs));
   if (auto kv = r.optional_string(t, "kv_dtype", ctx)) {

@@ -11,8 +11,8 @@
 #include <toml++/toml.h>
 
 #include "experiments/experiment.hpp"
-#include "manifest/plugin_manifest.hpp"
-#include "manifest/toml_reader.hpp"
+#include "plugin/plugin_manifest.hpp"
+#include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
 #include "plugin/instance.hpp"
 #include "runtime/gguf_model.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "experiments/experiment.hpp"
-#include "manifest/toml_reader.hpp"
+#include "util/toml_reader.hpp"
 
 namespace tokenhost {
 

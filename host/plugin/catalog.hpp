@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "manifest/plugin_manifest.hpp"
+#include "plugin/plugin_manifest.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/library.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <tokenhost/tokenhost.h>
 
-#include "manifest/plugin_manifest.hpp"
+#include "plugin/plugin_manifest.hpp"
 
 namespace tokenhost {
 

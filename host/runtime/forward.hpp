@@ -8,8 +8,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "actors/messages.hpp"
+#include "plugin/instance.hpp"
 #include "runtime/model_weights.hpp"
+#include "runtime/step.hpp"
 
 namespace tokenhost {
 

@@ -93,6 +93,10 @@ TEST_CASE("deployment: mistakes are reported at file:line:column with what was e
   CHECK(error_of(kModel + "n_layer = 3\n" + kEngine) == "4:1: unknown key 'n_layer' in [models.m] (did you mean 'n_layers'?)");
   CHECK(error_of(kModel + "n_kv_heads = 3\n" + kEngine).find("n_heads 4 is not a multiple of n_kv_heads 3") != std::string::npos);
   CHECK(error_of("[models.m]\ndim = 4\n").find("'dim' in [models.m] = 4 is out of range [8, 16384]") != std::string::npos);
+  // A CUDA device is refused until the CUDA backend computes, at its line, saying so.
+  CHECK(error_of(kModel + kEngine + "device = \"cuda:0\"\n") ==
+        "9:10: device 'cuda:0' in [engines.e]: the CUDA backend does not compute yet (this host runs engines on the CPU "
+        "only); use device = \"cpu\"");
   CHECK(error_of(kModel + R"([engines.e]
 model = "n"
 )") == "5:9: engine 'e' names unknown model 'n' (did you mean 'm'?)");

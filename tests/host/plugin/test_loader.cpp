@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "harness.hpp"
-#include "manifest/plugin_manifest.hpp"
+#include "plugin/plugin_manifest.hpp"
 #include "plugin/library.hpp"
 #include "test_server.hpp"
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.hpp"
-#include "manifest/plugin_manifest.hpp"
+#include "plugin/plugin_manifest.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;

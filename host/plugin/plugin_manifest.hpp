@@ -10,7 +10,7 @@
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
-#include "manifest/toml_reader.hpp"
+#include "util/toml_reader.hpp"
 
 namespace tokenhost {
 

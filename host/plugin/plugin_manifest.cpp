@@ -1,4 +1,4 @@
-#include "manifest/plugin_manifest.hpp"
+#include "plugin/plugin_manifest.hpp"
 
 #include <filesystem>
 #include <cmath>

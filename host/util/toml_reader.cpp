@@ -1,4 +1,4 @@
-#include "manifest/toml_reader.hpp"
+#include "util/toml_reader.hpp"
 
 #include <algorithm>
 #include <fstream>
