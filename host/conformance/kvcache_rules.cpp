@@ -1,0 +1,205 @@
+// kvcache rules: the layout fits the model, accounting is exact over random operations, forks copy on
+// write, a reservation that cannot fit changes nothing, freeing returns every block.
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "conformance/conformance.hpp"
+
+namespace tokenhost::conformance {
+namespace {
+
+struct Cache {
+  PluginInstance& inst;
+  const th_kv_layout* layout = nullptr;
+  std::map<uint64_t, uint32_t> lengths;  // the sequences alive and the positions each reserved
+
+  th_kv_stats stats() {
+    th_kv_stats s{};
+    s.struct_size = sizeof s;
+    inst.call(&th_kvcache_vtable::stats, "stats", inst.handle(), &s);
+    return s;
+  }
+  std::vector<int32_t> table(uint64_t seq) {
+    const int32_t* blocks = nullptr;
+    uint32_t n = 0;
+    th_error err;
+    th_status st = inst.call(&th_kvcache_vtable::seq_blocks, "seq_blocks", inst.handle(), seq, &blocks, &n, &err);
+    expect(st == TH_OK, "seq_blocks(" + std::to_string(seq) + ") returned " + std::to_string(st) + ": " + err.text());
+    expect(n == 0 || blocks != nullptr, "seq_blocks gave a NULL table of " + std::to_string(n) + " blocks");
+    return std::vector<int32_t>(blocks, blocks + n);
+  }
+  th_status reserve(uint64_t seq, uint32_t n, uint32_t first_write) {
+    th_error err;
+    th_status st = inst.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", inst.handle(), seq, n, first_write, &err);
+    if (st == TH_OK) lengths[seq] = std::max(lengths[seq], n);
+    return st;
+  }
+  void free(uint64_t seq) {
+    inst.call(&th_kvcache_vtable::seq_free, "seq_free", inst.handle(), seq);
+    lengths.erase(seq);
+  }
+  // Every accounting fact, derived from the block tables, against stats().
+  void check_accounting(const std::string& after) {
+    const th_kv_stats s = stats();
+    std::map<int32_t, uint32_t> refs;
+    for (const auto& [seq, n] : lengths) {
+      const auto t = table(seq);
+      const uint32_t want = (n + layout->block_size - 1) / layout->block_size;
+      expect(t.size() == want, after + ": sequence " + std::to_string(seq) + " holds " + std::to_string(n) +
+                                   " positions in " + std::to_string(t.size()) + " blocks, not " + std::to_string(want));
+      for (int32_t b : t) {
+        expect(b >= 0 && uint32_t(b) < layout->n_blocks, after + ": block index " + std::to_string(b) + " is outside the pool");
+        ++refs[b];
+      }
+    }
+    uint32_t shared = 0;
+    for (const auto& [b, n] : refs) shared += n > 1;
+    auto text = [](uint32_t a) { return std::to_string(a); };
+    expect(s.used_blocks + s.free_blocks == s.total_blocks,
+           after + ": used " + text(s.used_blocks) + " + free " + text(s.free_blocks) + " != total " + text(s.total_blocks));
+    expect(s.used_blocks == refs.size(), after + ": stats say " + text(s.used_blocks) + " blocks used, the tables hold " +
+                                             text(uint32_t(refs.size())));
+    expect(s.shared_blocks == shared, after + ": stats say " + text(s.shared_blocks) + " shared blocks, the tables share " + text(shared));
+    expect(s.n_seqs == lengths.size(), after + ": stats say " + text(s.n_seqs) + " sequences, " +
+                                           text(uint32_t(lengths.size())) + " are alive");
+  }
+  // The bytes of one position's keys and values, every layer and head (for copy-on-write checks).
+  std::string position_bytes(int32_t block, uint32_t t) {
+    std::string out;
+    const size_t vector = size_t(layout->head_dim) * (layout->dtype == TH_DTYPE_F16 ? 2 : 4);
+    for (const void* base : {layout->k_base, layout->v_base})
+      for (uint32_t l = 0; l < layout->n_layers; ++l)
+        for (uint32_t h = 0; h < layout->n_kv_heads; ++h)
+          out.append(static_cast<const char*>(base) + int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
+                         int64_t(h) * layout->head_stride + int64_t(t) * layout->token_stride,
+                     vector);
+    return out;
+  }
+  void write_position(int32_t block, uint32_t t, Rng& rng) {
+    const size_t vector = size_t(layout->head_dim) * (layout->dtype == TH_DTYPE_F16 ? 2 : 4);
+    for (void* base : {layout->k_base, layout->v_base})
+      for (uint32_t l = 0; l < layout->n_layers; ++l)
+        for (uint32_t h = 0; h < layout->n_kv_heads; ++h) {
+          char* at = static_cast<char*>(base) + int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
+                     int64_t(h) * layout->head_stride + int64_t(t) * layout->token_stride;
+          for (size_t i = 0; i < vector; ++i) at[i] = char(uniform(rng, 0, 255));
+        }
+  }
+};
+
+}  // namespace
+
+void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  const ModelSpec model = model_shape(4, 2, 16, TH_DTYPE_F16);
+  std::string why;
+  auto inst = instance_for(catalog, plugin, model, why);
+  if (!inst) {
+    for (const char* rule : {"kvcache.layout_fits_model", "kvcache.accounting", "kvcache.copy_on_write",
+                             "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks"})
+      r.not_applicable(rule, "check() refuses an f16 cache of a 2-layer, 2 kv-head model: " + why);
+    return;
+  }
+  Cache c{*inst, nullptr, {}};
+  r.rule("kvcache.layout_fits_model", [&] {
+    th_error err;
+    th_status st = inst->call(&th_kvcache_vtable::get_layout, "get_layout", inst->handle(), &c.layout, &err);
+    expect(st == TH_OK && c.layout != nullptr, "get_layout() returned " + std::to_string(st) + ": " + err.text());
+    const th_kv_layout& l = *c.layout;
+    expect(l.n_layers == model.info.n_layers && l.n_kv_heads == model.info.n_kv_heads && l.head_dim == model.info.head_dim,
+           "the layout's layers/kv heads/head size (" + std::to_string(l.n_layers) + "/" + std::to_string(l.n_kv_heads) + "/" +
+               std::to_string(l.head_dim) + ") differ from the model's (2/2/16)");
+    expect(l.dtype == model.info.kv_dtype, "the layout's dtype " + std::to_string(l.dtype) + " is not the model's kv dtype (f16)");
+    expect(l.block_size > 0 && l.n_blocks > 0 && l.k_base != nullptr && l.v_base != nullptr,
+           "the layout has no blocks, a block size of 0 or NULL pools");
+    expect(l.n_blocks == c.stats().total_blocks, "the layout's n_blocks differs from stats().total_blocks");
+  });
+  if (c.layout == nullptr) return;
+  const uint32_t bs = c.layout->block_size;
+  const uint32_t total = c.stats().total_blocks;
+  uint64_t next_seq = 1;
+  r.rule("kvcache.accounting", [&] {
+    for (uint32_t op = 0; op < 20 * o.rounds; ++op) {
+      const uint32_t what = uniform(rng, 0, 9);
+      if (c.lengths.empty() || what < 4) {  // a new sequence
+        const uint32_t n = uniform(rng, 1, std::max(1u, std::min(total * bs / 8, 4 * bs)));
+        const th_status st = c.reserve(next_seq, n, 0);
+        expect(st == TH_OK || st == TH_ERR_RESOURCE_EXHAUSTED, "seq_reserve of a new sequence returned " + std::to_string(st));
+        if (st == TH_OK) c.check_accounting("after reserving " + std::to_string(n) + " positions of a new sequence");
+        ++next_seq;
+      } else {
+        auto it = c.lengths.begin();
+        std::advance(it, uniform(rng, 0, uint32_t(c.lengths.size() - 1)));
+        const uint64_t seq = it->first;
+        const uint32_t n = it->second;
+        if (what < 6) {  // grow it, writing its new positions
+          const th_status st = c.reserve(seq, n + uniform(rng, 1, 2 * bs), n);
+          expect(st == TH_OK || st == TH_ERR_RESOURCE_EXHAUSTED, "seq_reserve returned " + std::to_string(st));
+          c.check_accounting("after growing sequence " + std::to_string(seq));
+        } else if (what < 8) {  // fork it
+          th_error err;
+          const th_status st = inst->call(&th_kvcache_vtable::seq_fork, "seq_fork", inst->handle(), seq, next_seq, &err);
+          expect(st == TH_OK, "seq_fork returned " + std::to_string(st) + ": " + err.text());
+          c.lengths[next_seq++] = n;
+          c.check_accounting("after forking sequence " + std::to_string(seq));
+        } else {
+          c.free(seq);
+          c.check_accounting("after freeing sequence " + std::to_string(seq));
+        }
+      }
+    }
+  });
+  r.rule("kvcache.copy_on_write", [&] {
+    while (!c.lengths.empty()) c.free(c.lengths.begin()->first);  // room for every round
+    uint32_t checked = 0;
+    for (uint32_t round = 0; round < o.rounds; ++round) {
+      const uint64_t parent = next_seq++, child = next_seq++;
+      const uint32_t n = uniform(rng, 1, 3 * bs);
+      if (c.reserve(parent, n, 0) != TH_OK) continue;  // no room left by the accounting rule's sequences
+      const auto parent_table = c.table(parent);
+      for (uint32_t p = 0; p < n; ++p) c.write_position(parent_table[p / bs], p % bs, rng);
+      th_error err;
+      expect(inst->call(&th_kvcache_vtable::seq_fork, "seq_fork", inst->handle(), parent, child, &err) == TH_OK,
+             "seq_fork failed: " + err.text());
+      c.lengths[child] = n;
+      expect(c.table(child) == parent_table, "a forked sequence does not share its parent's blocks");
+      // The child writes from a position inside the last (shared) block on.
+      const uint32_t first_write = n - 1 - uniform(rng, 0, (n - 1) % bs);
+      if (c.reserve(child, n + 1, first_write) != TH_OK) continue;
+      const auto child_table = c.table(child);
+      expect(c.table(parent) == parent_table, "the child's write changed the parent's block table");
+      const uint32_t j = first_write / bs;
+      expect(child_table[j] != parent_table[j], "block " + std::to_string(j) + ", shared with the parent, was not copied "
+                                                "before the child's write at position " + std::to_string(first_write));
+      for (uint32_t t = j * bs; t < first_write; ++t)
+        expect(c.position_bytes(child_table[j], t % bs) == c.position_bytes(parent_table[j], t % bs),
+               "the copy of block " + std::to_string(j) + " lost position " + std::to_string(t) + "'s keys or values");
+      c.check_accounting("after a copy-on-write");
+      c.free(parent);
+      c.free(child);
+      ++checked;
+    }
+    expect(checked > 0, "no fork could be reserved: the pool has no room for two short sequences");
+  });
+  r.rule("kvcache.exhaustion_changes_nothing", [&] {
+    const th_kv_stats before = c.stats();
+    const uint32_t too_many = (before.free_blocks + 1) * bs;
+    const th_status st = c.reserve(next_seq, too_many, 0);
+    expect(st == TH_ERR_RESOURCE_EXHAUSTED, "reserving " + std::to_string(too_many) + " positions with " +
+                                                std::to_string(before.free_blocks) + " free blocks returned " +
+                                                std::to_string(st) + ", not TH_ERR_RESOURCE_EXHAUSTED");
+    c.lengths.erase(next_seq++);
+    const th_kv_stats after = c.stats();
+    expect(after.used_blocks == before.used_blocks && after.free_blocks == before.free_blocks && after.n_seqs == before.n_seqs,
+           "a reservation refused for lack of blocks changed the accounting");
+  });
+  r.rule("kvcache.free_returns_blocks", [&] {
+    while (!c.lengths.empty()) c.free(c.lengths.begin()->first);
+    const th_kv_stats s = c.stats();
+    expect(s.free_blocks == s.total_blocks && s.n_seqs == 0 && s.shared_blocks == 0,
+           "with every sequence freed, " + std::to_string(s.free_blocks) + " of " + std::to_string(s.total_blocks) +
+               " blocks are free and " + std::to_string(s.n_seqs) + " sequences remain");
+  });
+}
+
+}  // namespace tokenhost::conformance

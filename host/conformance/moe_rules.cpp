@@ -1,0 +1,129 @@
+// moe rules: gate() picks valid experts with usable weights, experts() computes the weighted SwiGLU
+// experts as float64 plain loops do.
+#include <cmath>
+#include <set>
+
+#include "conformance/conformance.hpp"
+
+namespace tokenhost::conformance {
+namespace {
+
+struct ExpertWeights {
+  std::vector<float> gate, up, down;  // [ffn][dim], [ffn][dim], [dim][ffn]
+  th_moe_expert_weights abi{};
+};
+
+th_tensor matrix(std::vector<float>& data, int64_t rows, int64_t cols) {
+  th_tensor t{};
+  t.struct_size = sizeof t;
+  t.dtype = TH_DTYPE_F32;
+  t.n_dims = 2;
+  t.ne[0] = cols;
+  t.ne[1] = rows;
+  t.ne[2] = t.ne[3] = 1;
+  t.nb[0] = sizeof(float);
+  t.nb[1] = cols * int64_t(sizeof(float));
+  t.nb[2] = t.nb[3] = rows * t.nb[1];
+  t.data = data.data();
+  t.device = TH_DEVICE_CPU;
+  return t;
+}
+
+double dot(const float* row, const double* x, uint32_t n) {
+  double s = 0;
+  for (uint32_t i = 0; i < n; ++i) s += double(row[i]) * x[i];
+  return s;
+}
+
+}  // namespace
+
+void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  const uint32_t n_experts = 6, k = 2;
+  const ModelSpec model = model_shape(4, 2, 8, TH_DTYPE_F16, n_experts, k);
+  const uint32_t dim = model.info.dim, ffn = model.info.ffn_dim;
+  std::string why;
+  auto inst = instance_for(catalog, plugin, model, why);
+  if (!inst) {
+    r.not_applicable("moe.gate_valid", "check() refuses a 6-expert f32 model: " + why);
+    r.not_applicable("moe.experts_match_reference", "check() refuses a 6-expert f32 model: " + why);
+    return;
+  }
+  std::vector<ExpertWeights> experts(n_experts);
+  std::vector<th_moe_expert_weights> abi;
+  for (auto& e : experts) {
+    for (auto* m : {&e.gate, &e.up}) m->resize(size_t(ffn) * dim);
+    e.down.resize(size_t(dim) * ffn);
+    for (auto* m : {&e.gate, &e.up, &e.down})
+      for (auto& x : *m) x = 0.3f * normal(rng);
+    e.abi.gate = matrix(e.gate, ffn, dim);
+    e.abi.up = matrix(e.up, ffn, dim);
+    e.abi.down = matrix(e.down, dim, ffn);
+    abi.push_back(e.abi);
+  }
+  std::vector<std::vector<int32_t>> ids_of_round;
+  std::vector<std::vector<float>> weights_of_round, x_of_round;
+  r.rule("moe.gate_valid", [&] {
+    for (uint32_t round = 0; round < o.rounds; ++round) {
+      const uint32_t n_tokens = uniform(rng, 1, 9);
+      std::vector<float> logits(size_t(n_tokens) * n_experts), weights(size_t(n_tokens) * k, std::nanf(""));
+      for (auto& x : logits) x = 2.0f * normal(rng);
+      std::vector<int32_t> ids(size_t(n_tokens) * k, -7);
+      th_moe_gate_args g{sizeof g, uniform(rng, 0, 1), n_tokens, n_experts, k, logits.data(), ids.data(), weights.data()};
+      th_error err;
+      const th_status st = inst->call(&th_moe_vtable::gate, "gate", inst->handle(), &g, &err);
+      expect(st == TH_OK, "gate() returned " + std::to_string(st) + ": " + err.text());
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        std::set<int32_t> chosen;
+        for (uint32_t j = 0; j < k; ++j) {
+          const int32_t e = ids[t * k + j];
+          const float w = weights[t * k + j];
+          expect(e >= 0 && uint32_t(e) < n_experts, "token " + std::to_string(t) + " goes to expert " + std::to_string(e) +
+                                                        " of " + std::to_string(n_experts));
+          expect(chosen.insert(e).second, "token " + std::to_string(t) + " goes to expert " + std::to_string(e) + " twice");
+          expect(std::isfinite(w) && w >= 0, "token " + std::to_string(t) + " has gate weight " + std::to_string(w));
+        }
+      }
+      std::vector<float> x(size_t(n_tokens) * dim);
+      for (auto& v : x) v = normal(rng);
+      ids_of_round.push_back(ids);
+      weights_of_round.push_back(weights);
+      x_of_round.push_back(x);
+    }
+  });
+  r.rule("moe.experts_match_reference", [&] {
+    expect(!ids_of_round.empty() && ids_of_round.size() == o.rounds, "moe.gate_valid failed first");
+    for (size_t round = 0; round < ids_of_round.size(); ++round) {
+      const auto& ids = ids_of_round[round];
+      const auto& weights = weights_of_round[round];
+      const auto& x = x_of_round[round];
+      const uint32_t n_tokens = uint32_t(x.size() / dim);
+      std::vector<float> out(x.size(), std::nanf(""));
+      th_moe_experts_args a{sizeof a, 0, n_tokens, dim, ffn, n_experts, k, x.data(), ids.data(), weights.data(),
+                            abi.data(), nullptr, out.data()};
+      th_error err;
+      const th_status st = inst->call(&th_moe_vtable::experts, "experts", inst->handle(), &a, &err);
+      expect(st == TH_OK, "experts() returned " + std::to_string(st) + ": " + err.text());
+      std::vector<double> xd(dim), h(ffn);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        for (uint32_t d = 0; d < dim; ++d) xd[d] = x[size_t(t) * dim + d];
+        std::vector<double> ref(dim, 0.0);
+        for (uint32_t j = 0; j < k; ++j) {
+          const ExpertWeights& e = experts[size_t(ids[t * k + j])];
+          for (uint32_t f = 0; f < ffn; ++f) {
+            const double g = dot(&e.gate[size_t(f) * dim], xd.data(), dim);
+            h[f] = g / (1.0 + std::exp(-g)) * dot(&e.up[size_t(f) * dim], xd.data(), dim);
+          }
+          for (uint32_t d = 0; d < dim; ++d) ref[d] += double(weights[t * k + j]) * dot(&e.down[size_t(d) * ffn], h.data(), ffn);
+        }
+        for (uint32_t d = 0; d < dim; ++d) {
+          const double got = out[size_t(t) * dim + d];
+          expect(std::fabs(got - ref[d]) <= 1e-3 * (1.0 + std::fabs(ref[d])),
+                 "token " + std::to_string(t) + ", element " + std::to_string(d) + ": got " + std::to_string(got) +
+                     ", the float64 experts give " + std::to_string(ref[d]));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tokenhost::conformance

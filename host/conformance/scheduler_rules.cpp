@@ -1,0 +1,149 @@
+// scheduler rules: every decision over random engine states is valid (th_scheduler.h), and a scheduler
+// with room runs something.
+#include <set>
+
+#include "conformance/conformance.hpp"
+
+namespace tokenhost::conformance {
+namespace {
+
+struct State {
+  std::vector<th_sched_seq> seqs;
+  th_sched_state state{};
+};
+
+// A consistent random engine state: waiting and preempted sequences hold no blocks, running ones the
+// blocks of what they prefilled; the free blocks are what the running ones leave.
+State random_state(Rng& rng, bool nothing_running) {
+  State s;
+  const uint32_t bs = std::vector<uint32_t>{1, 8, 16}[uniform(rng, 0, 2)];
+  const uint32_t total = uniform(rng, 16, 256);
+  uint32_t used = 0;
+  const uint32_t n = uniform(rng, nothing_running ? 1 : 0, 24);
+  for (uint32_t i = 0; i < n; ++i) {
+    th_sched_seq q{};
+    q.seq_id = 1000 + uint64_t(i) * 7;
+    q.state = nothing_running ? TH_SEQ_WAITING : th_seq_state(uniform(rng, 0, 2));
+    q.priority = int32_t(uniform(rng, 0, 2));
+    q.arrival_ns = 1'000'000ull * i;
+    q.prompt_len = uniform(rng, 1, 300);
+    q.max_new_tokens = uniform(rng, 1, 64);
+    if (q.state == TH_SEQ_RUNNING) {
+      q.prefilled = uniform(rng, 1, q.prompt_len);
+      q.generated = q.prefilled == q.prompt_len ? uniform(rng, 0, q.max_new_tokens - 1) : 0;
+      q.kv_blocks = (q.prefilled + q.generated + bs - 1) / bs;
+      if (used + q.kv_blocks > total) {
+        q.state = TH_SEQ_WAITING;
+        q.prefilled = q.generated = q.kv_blocks = 0;
+      }
+      used += q.kv_blocks;
+    }
+    s.seqs.push_back(q);
+  }
+  s.state.struct_size = sizeof s.state;
+  s.state.seqs = s.seqs.data();
+  s.state.n_seqs = uint32_t(s.seqs.size());
+  s.state.total_kv_blocks = total;
+  s.state.free_kv_blocks = total - used;
+  s.state.block_size = bs;
+  s.state.max_step_tokens = uniform(rng, 1, 512);
+  s.state.max_step_seqs = uniform(rng, 1, 32);
+  s.state.now_ns = 1'000'000ull * 100;
+  return s;
+}
+
+struct Decision {
+  std::vector<th_sched_item> run;
+  std::vector<uint64_t> preempt;
+};
+
+Decision decide(PluginInstance& inst, const State& s) {
+  Decision d;
+  d.run.resize(s.seqs.size());
+  d.preempt.resize(s.seqs.size());
+  th_sched_decision out{sizeof out, d.run.data(), 0, d.preempt.data(), 0};
+  th_error err;
+  const th_status st = inst.call(&th_scheduler_vtable::schedule, "schedule", inst.handle(), &s.state, &out, &err);
+  expect(st == TH_OK, "schedule() returned " + std::to_string(st) + ": " + err.text());
+  expect(out.n_run <= s.seqs.size() && out.n_preempt <= s.seqs.size(),
+         "schedule() wrote " + std::to_string(out.n_run) + " runs and " + std::to_string(out.n_preempt) +
+             " preemptions for " + std::to_string(s.seqs.size()) + " sequences");
+  d.run.resize(out.n_run);
+  d.preempt.resize(out.n_preempt);
+  return d;
+}
+
+void check_valid(const State& s, const Decision& d) {
+  auto find = [&](uint64_t id) -> const th_sched_seq* {
+    for (const auto& q : s.seqs)
+      if (q.seq_id == id) return &q;
+    return nullptr;
+  };
+  std::set<uint64_t> preempted;
+  for (uint64_t id : d.preempt) {
+    const th_sched_seq* q = find(id);
+    expect(q != nullptr && q->state == TH_SEQ_RUNNING, "preempts sequence " + std::to_string(id) + ", which is not running");
+    expect(preempted.insert(id).second, "preempts sequence " + std::to_string(id) + " twice");
+  }
+  std::set<uint64_t> seen;
+  uint64_t tokens = 0;
+  for (const auto& item : d.run) {
+    const th_sched_seq* q = find(item.seq_id);
+    const std::string which = "sequence " + std::to_string(item.seq_id);
+    expect(q != nullptr, "runs unknown " + which);
+    expect(seen.insert(item.seq_id).second, "runs " + which + " twice");
+    // A preempted sequence starts over: its prompt is to prefill again.
+    const uint32_t prefilled = preempted.count(item.seq_id) || q->state != TH_SEQ_RUNNING ? 0 : q->prefilled;
+    if (prefilled < q->prompt_len) {
+      expect(item.n_tokens >= 1 && item.n_tokens <= q->prompt_len - prefilled,
+             "gives " + which + " " + std::to_string(item.n_tokens) + " prefill tokens; " +
+                 std::to_string(q->prompt_len - prefilled) + " remain of its prompt");
+    } else {
+      expect(item.n_tokens == 1, "gives decoding " + which + " " + std::to_string(item.n_tokens) + " tokens (a decode is 1)");
+    }
+    tokens += item.n_tokens;
+  }
+  expect(tokens <= s.state.max_step_tokens, "runs " + std::to_string(tokens) + " tokens, over max_step_tokens " +
+                                                std::to_string(s.state.max_step_tokens));
+  expect(d.run.size() <= s.state.max_step_seqs, "runs " + std::to_string(d.run.size()) + " sequences, over max_step_seqs " +
+                                                    std::to_string(s.state.max_step_seqs));
+}
+
+}  // namespace
+
+void scheduler_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  std::string why;
+  auto inst = instance_for(catalog, plugin, model_shape(4, 2, 16, TH_DTYPE_F16), why);
+  if (!inst) {
+    r.not_applicable("scheduler.decision_valid", "check() refuses the model: " + why);
+    r.not_applicable("scheduler.makes_progress", "check() refuses the model: " + why);
+    return;
+  }
+  r.rule("scheduler.decision_valid", [&] {
+    for (uint32_t round = 0; round < 20 * o.rounds; ++round) {
+      const State s = random_state(rng, false);
+      check_valid(s, decide(*inst, s));
+    }
+  });
+  r.rule("scheduler.makes_progress", [&] {
+    // Nothing runs, a sequence waits whose first token fits every budget: a decision that runs nothing
+    // would leave the engine waiting forever.
+    for (uint32_t round = 0; round < 4 * o.rounds; ++round) {
+      State s = random_state(rng, true);
+      // Small requests that fit whole (prompt and every new token) in the pool and the step budget, so
+      // that schedulers that reserve a request's blocks up front can admit them too.
+      for (auto& q : s.seqs) {
+        q.prompt_len = uniform(rng, 1, 16);
+        q.max_new_tokens = uniform(rng, 1, 16);
+      }
+      s.state.total_kv_blocks = s.state.free_kv_blocks = std::max(s.state.total_kv_blocks, 64u);
+      s.state.max_step_tokens = std::max(s.state.max_step_tokens, 16u);
+      const Decision d = decide(*inst, s);
+      check_valid(s, d);
+      expect(!d.run.empty(), std::to_string(s.seqs.size()) + " sequences wait, nothing runs, all " +
+                                 std::to_string(s.state.total_kv_blocks) + " blocks are free, and the decision runs none");
+    }
+  });
+}
+
+}  // namespace tokenhost::conformance

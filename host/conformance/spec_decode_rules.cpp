@@ -1,0 +1,52 @@
+// spec_decode rules: drafts stay within max_draft and form a tree whose parents come first.
+#include "conformance/conformance.hpp"
+
+namespace tokenhost::conformance {
+
+void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  std::string why;
+  const ModelSpec model = model_shape(4, 2, 16, TH_DTYPE_F16);
+  auto inst = instance_for(catalog, plugin, model, why);
+  if (!inst) {
+    r.not_applicable("spec_decode.drafts_valid", "check() refuses the model: " + why);
+    return;
+  }
+  r.rule("spec_decode.drafts_valid", [&] {
+    for (uint32_t round = 0; round < 4 * o.rounds; ++round) {
+      const uint32_t n_seqs = uniform(rng, 1, 6), max_draft = uniform(rng, 1, 8);
+      std::vector<std::vector<int32_t>> tokens(n_seqs), draft_tokens(n_seqs), parents(n_seqs);
+      std::vector<th_spec_seq> seqs(n_seqs);
+      std::vector<th_spec_draft> drafts(n_seqs);
+      for (uint32_t s = 0; s < n_seqs; ++s) {
+        // Repetitive text, so that proposers that look for repeats find some.
+        const uint32_t period = uniform(rng, 1, 6), n = uniform(rng, 1, 60);
+        for (uint32_t i = 0; i < n; ++i) tokens[s].push_back(int32_t((i % period) * 17 + s) % 256);
+        draft_tokens[s].assign(max_draft + 4, -99);
+        parents[s].assign(max_draft + 4, -99);
+        seqs[s] = th_spec_seq{1 + s, tokens[s].data(), uint32_t(tokens[s].size())};
+        drafts[s] = th_spec_draft{draft_tokens[s].data(), parents[s].data(), 0};
+      }
+      th_spec_propose_args a{sizeof a, seqs.data(), n_seqs, max_draft, drafts.data()};
+      th_error err;
+      const th_status st = inst->call(&th_spec_decode_vtable::propose, "propose", inst->handle(), &a, &err);
+      expect(st == TH_OK, "propose() returned " + std::to_string(st) + ": " + err.text());
+      for (uint32_t s = 0; s < n_seqs; ++s) {
+        const std::string which = "sequence " + std::to_string(s);
+        expect(drafts[s].n_draft <= max_draft, which + ": " + std::to_string(drafts[s].n_draft) + " draft tokens, max_draft is " +
+                                                   std::to_string(max_draft));
+        for (uint32_t i = 0; i < drafts[s].n_draft; ++i) {
+          expect(parents[s][i] >= -1 && parents[s][i] < int32_t(i),
+                 which + ": draft token " + std::to_string(i) + " has parent " + std::to_string(parents[s][i]) +
+                     " (must be -1 or an earlier draft token)");
+          expect(draft_tokens[s][i] >= 0 && uint32_t(draft_tokens[s][i]) < model.info.vocab_size,
+                 which + ": draft token " + std::to_string(i) + " is " + std::to_string(draft_tokens[s][i]) +
+                     ", outside the vocabulary of " + std::to_string(model.info.vocab_size));
+        }
+      }
+      if (inst->fn(&th_spec_decode_vtable::seq_end))
+        for (uint32_t s = 0; s < n_seqs; ++s) inst->call(&th_spec_decode_vtable::seq_end, "seq_end", inst->handle(), uint64_t(1 + s));
+    }
+  });
+}
+
+}  // namespace tokenhost::conformance
