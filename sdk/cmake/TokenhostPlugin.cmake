@@ -16,7 +16,10 @@ function(tokenhost_add_plugin target)
     C_VISIBILITY_PRESET hidden
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  target_compile_features(${target} PRIVATE cxx_std_17)
+  get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+  if("CXX" IN_LIST languages)
+    target_compile_features(${target} PRIVATE cxx_std_17)  # plugin.hpp, the C++ helper, needs C++17
+  endif()
   target_link_libraries(${target} PRIVATE tokenhost::sdk ${P_LIBRARIES})
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-fno-gnu-unique>)
   # Export the entry symbol alone. Hidden visibility does not hide instantiated std:: templates; if

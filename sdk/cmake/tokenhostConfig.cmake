@@ -1,10 +1,11 @@
-# Config file for building tokenhost plugins out of tree: find_package(tokenhost) gives the interface
-# target tokenhost::sdk (the C ABI headers and the C++ helper) and the function tokenhost_add_plugin().
-get_filename_component(_tokenhost_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+# Config file for building tokenhost plugins out of tree: find_package(tokenhost 1.2) gives the
+# interface target tokenhost::sdk (the C ABI headers and the C++ helpers), the function
+# tokenhost_add_plugin() and tokenhost_ABI_VERSION ("1.2": the ABI the headers declare, which is also
+# the package's version). Works from an installed or unpacked SDK and from the source tree's sdk/.
+include("${CMAKE_CURRENT_LIST_DIR}/tokenhostLocate.cmake")
 if(NOT TARGET tokenhost::sdk)
   add_library(tokenhost::sdk INTERFACE IMPORTED)
-  set_target_properties(tokenhost::sdk PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${_tokenhost_prefix}/include")
+  set_target_properties(tokenhost::sdk PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_tokenhost_include}")
 endif()
 include("${CMAKE_CURRENT_LIST_DIR}/TokenhostPlugin.cmake")
-set(tokenhost_ABI_VERSION "1.2")  # TH_ABI_VERSION_MAJOR.MINOR of include/tokenhost/th_common.h
+set(tokenhost_ABI_VERSION "${_tokenhost_abi_version}")

@@ -1,5 +1,6 @@
-// A vendor's router, built against the installed SDK alone: sends each request to the candidate with
-// the fewest running plus waiting sequences.
+// Example plugin in C++ (the SDK's plugin.hpp helper: exceptions become statuses, a class becomes the
+// instance): a router that sends each request to the healthy candidate with the fewest running plus
+// waiting sequences, the lowest index on ties (so that it is deterministic).
 #include <tokenhost/plugin.hpp>
 
 namespace {
@@ -30,7 +31,7 @@ th_status route(th_instance*, const th_route_request* request, th_route_decision
 const th_router_vtable vtable = {sizeof(th_router_vtable), sdk::create_instance<LeastLoaded>,
                                  sdk::destroy_instance<LeastLoaded>, check, route, nullptr};
 const th_plugin_descriptor descriptor = {sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
-                                         TH_KIND_ROUTER, "router.out_of_tree", "0.3.0", &vtable};
+                                         TH_KIND_ROUTER, "router.example_cpp", "1.0.0", &vtable};
 }  // namespace
 
 TOKENHOST_PLUGIN_ENTRY(descriptor)

@@ -1,0 +1,102 @@
+/* Example plugin in plain C99, with nothing but the ABI headers: a scheduler that runs the decoding
+ * sequences first (one token each), then prefills the sequences with the fewest prompt tokens left
+ * (at most max_prefill_chunk each), within the step's token and sequence budgets and the free KV
+ * blocks. It never preempts: a sequence that does not fit waits. */
+#include <stdlib.h>
+
+#include <tokenhost/tokenhost.h>
+
+static const th_host_api *host;
+
+struct th_instance {
+  uint32_t max_prefill_chunk;
+  uint32_t *order; /* scratch: indices into the state's sequences */
+  uint32_t capacity;
+};
+
+static th_status create(const th_create_args *args, th_instance **out, th_error *err) {
+  int64_t chunk = 64;
+  th_instance *self;
+  /* The host has merged plugin.toml's default and checked its range: absent only on a host that
+   * does not (this example's own default applies then). */
+  if (host->config_get_int(args->config, "max_prefill_chunk", &chunk) == TH_ERR_INVALID_ARGUMENT) {
+    host->error_set(err, "scheduler.example_c: max_prefill_chunk must be an integer");
+    return TH_ERR_INVALID_ARGUMENT;
+  }
+  self = (th_instance *)calloc(1, sizeof *self);
+  if (self == NULL) return TH_ERR_OUT_OF_MEMORY;
+  self->max_prefill_chunk = chunk > 0 ? (uint32_t)chunk : 1;
+  *out = self;
+  return TH_OK;
+}
+
+static void destroy(th_instance *self) {
+  free(self->order);
+  free(self);
+}
+
+static th_status check(const th_check_query *query, th_error *err) {
+  (void)query;
+  (void)err;
+  return TH_OK; /* a scheduler computes nothing on the device: it serves any model */
+}
+
+/* Prompt tokens a sequence has left to prefill (0: it decodes). */
+static uint32_t remaining(const th_sched_seq *s) {
+  const uint32_t done = s->state == TH_SEQ_RUNNING ? s->prefilled : 0; /* a preempted one starts over */
+  return done >= s->prompt_len ? 0 : s->prompt_len - done;
+}
+
+static th_status schedule(th_instance *self, const th_sched_state *state, th_sched_decision *decision, th_error *err) {
+  uint32_t i, j, n = state->n_seqs, budget = state->max_step_tokens, free_blocks = state->free_kv_blocks;
+  const uint32_t bs = state->block_size > 0 ? state->block_size : 1;
+  decision->n_run = 0;
+  decision->n_preempt = 0;
+  if (n > self->capacity) {
+    uint32_t *grown = (uint32_t *)realloc(self->order, n * sizeof *grown);
+    if (grown == NULL) {
+      host->error_set(err, "scheduler.example_c: out of memory");
+      return TH_ERR_OUT_OF_MEMORY;
+    }
+    self->order = grown;
+    self->capacity = n;
+  }
+  /* Insertion sort by prompt tokens left (decodes have 0), then arrival: stable and small. */
+  for (i = 0; i < n; ++i) {
+    uint32_t at = i;
+    while (at > 0 && remaining(&state->seqs[self->order[at - 1]]) > remaining(&state->seqs[i])) {
+      self->order[at] = self->order[at - 1];
+      --at;
+    }
+    self->order[at] = i;
+  }
+  for (j = 0; j < n && decision->n_run < state->max_step_seqs && budget > 0; ++j) {
+    const th_sched_seq *s = &state->seqs[self->order[j]];
+    const uint32_t left = remaining(s);
+    const uint32_t held = s->state == TH_SEQ_RUNNING ? s->prefilled + s->generated : 0;
+    uint32_t tokens = left == 0 ? 1 : left, need;
+    if (tokens > self->max_prefill_chunk) tokens = self->max_prefill_chunk;
+    if (tokens > budget) tokens = budget;
+    need = (held + tokens + bs - 1) / bs;
+    need = need > s->kv_blocks ? need - s->kv_blocks : 0;
+    if (need > free_blocks) continue; /* waits for blocks; a shorter one may still fit */
+    free_blocks -= need;
+    budget -= tokens;
+    decision->run[decision->n_run].seq_id = s->seq_id;
+    decision->run[decision->n_run].n_tokens = tokens;
+    ++decision->n_run;
+  }
+  return TH_OK;
+}
+
+static const th_scheduler_vtable vtable = {sizeof(th_scheduler_vtable), create, destroy, check, schedule};
+
+static const th_plugin_descriptor descriptor = {
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SCHEDULER,
+    "scheduler.example_c",        "1.0.0",              &vtable,
+};
+
+TH_PLUGIN_EXPORT const th_plugin_descriptor *tokenhost_plugin_entry(const th_host_api *h) {
+  host = h;
+  return &descriptor;
+}

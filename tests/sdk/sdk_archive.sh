@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What a vendor does with the SDK archive, with nothing else: unpacks it into an empty folder, checks
+# the CMake package's version rules, builds both example plugins (plain C and C++) against it alone,
+# runs the archive's tokenhost-conformance on them, then loads them into a running server and swaps
+# them in live while it serves.
+# Usage: sdk_archive.sh ARCHIVE TOKENHOST_BINARY TESTS_CLI_DIR
+set -euo pipefail
+archive=$1 tokenhost=$2 cli=$3
+source "$cli/lib.sh"   # work (removed at exit), start_server, the admin token
+
+mkdir "$work/unpacked"
+tar xzf "$archive" -C "$work/unpacked"
+sdk=$(echo "$work"/unpacked/tokenhost-sdk-*)
+test -d "$sdk" || { echo "FAIL: the archive has no tokenhost-sdk-* folder"; exit 1; }
+for f in include/tokenhost/tokenhost.h include/tokenhost/plugin.hpp lib/cmake/tokenhost/tokenhostConfig.cmake \
+         lib/cmake/tokenhost/tokenhostConfigVersion.cmake share/tokenhost/sdk/GUIDE.md bin/tokenhost-conformance \
+         share/tokenhost/sdk/examples/c_scheduler/shortest_first.c share/tokenhost/sdk/examples/cpp_router/least_loaded_router.cpp; do
+  test -f "$sdk/$f" || { echo "FAIL: the archive lacks $f"; exit 1; }
+done
+echo "ok: the archive holds the headers, the CMake package, the guide, both examples and tokenhost-conformance"
+
+# The package's version is the headers' ABI: the same or an older minor of its major is accepted, a
+# newer minor or another major (0.x included) refused, and tokenhost_ABI_VERSION says which.
+common=$sdk/include/tokenhost/th_common.h
+major=$(sed -n 's/^#define TH_ABI_VERSION_MAJOR \([0-9]*\)$/\1/p' "$common")
+minor=$(sed -n 's/^#define TH_ABI_VERSION_MINOR \([0-9]*\)$/\1/p' "$common")
+probe() {  # probe VERSION: configures a project that asks find_package(tokenhost VERSION)
+  mkdir -p "$work/probe_$1"
+  printf 'cmake_minimum_required(VERSION 3.16)\nproject(probe NONE)\nfind_package(tokenhost %s REQUIRED)\nif(NOT tokenhost_ABI_VERSION STREQUAL "%s")\n  message(FATAL_ERROR "tokenhost_ABI_VERSION is ${tokenhost_ABI_VERSION}")\nendif()\n' \
+    "$1" "$major.$minor" >"$work/probe_$1/CMakeLists.txt"
+  cmake -S "$work/probe_$1" -B "$work/probe_$1/build" -DCMAKE_PREFIX_PATH="$sdk" >"$work/probe_$1.log" 2>&1
+}
+for accepted in "$major.$minor" "$major.0" "$major"; do
+  probe "$accepted" || { cat "$work/probe_$accepted.log"; echo "FAIL: find_package(tokenhost $accepted) refused"; exit 1; }
+done
+for refused in "$major.$((minor + 1))" "$((major + 1)).0" "0.1" "0.0"; do
+  if probe "$refused"; then echo "FAIL: find_package(tokenhost $refused) accepted ABI $major.$minor"; exit 1; fi
+done
+echo "ok: find_package(tokenhost X.Y) accepts $major.$minor and older minors of $major, refuses the rest"
+# The source tree's sdk/ is a package too (tokenhost_DIR pointing at sdk/cmake), and a project of its
+# own whose install holds the same headers and CMake files.
+mkdir -p "$work/probe_source"
+printf 'cmake_minimum_required(VERSION 3.16)\nproject(probe NONE)\nfind_package(tokenhost %s REQUIRED)\n' "$major.$minor" >"$work/probe_source/CMakeLists.txt"
+cmake -S "$work/probe_source" -B "$work/probe_source/build" -Dtokenhost_DIR="$cli/../../sdk/cmake" >"$work/probe_source.log" 2>&1 ||
+  { cat "$work/probe_source.log"; echo "FAIL: find_package(tokenhost) on the source tree's sdk/"; exit 1; }
+cmake -S "$cli/../../sdk" -B "$work/sdk_alone" >"$work/sdk_alone.log" 2>&1 && cmake --install "$work/sdk_alone" --prefix "$work/sdk_alone_prefix" >>"$work/sdk_alone.log" 2>&1 ||
+  { cat "$work/sdk_alone.log"; echo "FAIL: sdk/ as a project of its own"; exit 1; }
+diff -r "$sdk/include" "$work/sdk_alone_prefix/include" && diff -r "$sdk/lib" "$work/sdk_alone_prefix/lib" ||
+  { echo "FAIL: sdk/ alone installs other headers or CMake files than the archive holds"; exit 1; }
+echo "ok: the source tree's sdk/ is a package and a project of its own"
+
+# Both examples, built against the unpacked archive alone, pass the conformance runner.
+for example in c_scheduler cpp_router; do
+  cp -r "$sdk/share/tokenhost/sdk/examples/$example" "$work/$example"
+  cmake -S "$work/$example" -B "$work/$example/build" -DCMAKE_PREFIX_PATH="$sdk" -DCMAKE_BUILD_TYPE=Release >"$work/$example.log" 2>&1 ||
+    { cat "$work/$example.log"; echo "FAIL: configuring $example"; exit 1; }
+  cmake --build "$work/$example/build" >>"$work/$example.log" 2>&1 || { cat "$work/$example.log"; echo "FAIL: building $example"; exit 1; }
+  "$sdk/bin/tokenhost-conformance" "$work/$example/build/plugin.toml" >"$work/$example.conformance" 2>&1 ||
+    { cat "$work/$example.conformance"; echo "FAIL: $example does not pass tokenhost-conformance"; exit 1; }
+  grep -E "^conformance: [1-9][0-9]* passed, 0 failed" "$work/$example.conformance"
+done
+echo "ok: both examples build against the archive alone and pass tokenhost-conformance"
+
+# Loaded into a running server and swapped in live while requests stream.
+start_server "$tokenhost" "$cli/../../manifests/default.toml"
+admin_ok() {  # admin_ok PATTERN ARGS...
+  local pattern=$1; shift
+  if ! "$tokenhost" admin --url "$admin" "$@" >"$work/out" 2>&1 || ! grep -qE -- "$pattern" "$work/out"; then
+    echo "FAIL: admin $* (expected /$pattern/):"; cat "$work/out"; exit 1
+  fi
+}
+complete() {
+  curl -sf "http://127.0.0.1:$gw/v1/completions" \
+    -d '{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": true}' | grep -q '"finish_reason":"length"'
+}
+load_pids=()
+for _ in 1 2 3 4; do (for _ in 1 2 3 4 5; do complete || exit 1; done) & load_pids+=($!); done
+admin_ok 'registered scheduler.example_c' plugins load "$work/c_scheduler/build/plugin.toml"
+admin_ok 'scheduler.continuous 1.0.0 -> scheduler.example_c 1.0.0' swap main scheduler scheduler.example_c --set max_prefill_chunk=16
+admin_ok 'registered router.example_cpp' plugins load "$work/cpp_router/build/plugin.toml"
+admin_ok 'router.round_robin 1.0.0 -> router.example_cpp 1.0.0' router router.example_cpp
+for p in "${load_pids[@]}"; do wait "$p" || { echo "FAIL: a request failed while the examples were swapped in"; exit 1; }; done
+complete || { echo "FAIL: a request after the swaps"; exit 1; }
+admin_ok 'scheduler +scheduler.example_c 1.0.0' status
+admin_ok 'router router.example_cpp 1.0.0' status
+echo "ok: both examples loaded into a running server and swapped in live; every request finished"
+echo "SDK archive: unpacked, built, checked, served"
