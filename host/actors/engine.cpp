@@ -10,6 +10,7 @@
 #include "actors/plugin_json.hpp"
 #include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
+#include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
 
 namespace tokenhost {
@@ -96,8 +97,7 @@ void register_metrics(EngineState& s) {
                        "Between successive generated tokens of one request", {"engine"}, latency);
   s.m.e2e = &r->family(Type::histogram, "tokenhost_request_duration_seconds",
                        "From a request's arrival at the engine to its end", {"engine"}, latency);
-  s.m.scheduler_seconds = &r->family(Type::counter, "tokenhost_plugin_seconds_total",
-                                     "Time spent inside each plugin's calls", {"engine", "slot", "plugin"});
+  s.m.scheduler_seconds = &plugin_seconds_family(*r);
 }
 
 void update_gauges(EngineState& s) {

@@ -14,8 +14,7 @@ struct RegistryState {
 };
 
 nlohmann::json manifest_json(const PluginManifest& m) {
-  nlohmann::json config = nlohmann::json::object();
-  for (const auto& p : m.params) config[p.key] = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
+  const nlohmann::json config = config_params_json(m);
   return {{"id", m.id}, {"kind", kind_name(m.kind)}, {"version", m.version},
           {"abi", std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor)},
           {"manifest", m.file}, {"library", m.library}, {"devices", m.devices},

@@ -9,6 +9,7 @@
 
 #include "actors/plugin_json.hpp"
 #include "model/quant.hpp"
+#include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/compute_pool.hpp"
 
@@ -82,8 +83,7 @@ uint32_t kv_seqs(const PluginInstance& kvcache) {
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {
   self->state.init = std::move(init);
   if (auto* r = self->state.init.metrics)
-    self->state.plugin_seconds = &r->family(metrics::Type::counter, "tokenhost_plugin_seconds_total",
-                                            "Time spent inside each plugin's calls", {"engine", "slot", "plugin"});
+    self->state.plugin_seconds = &plugin_seconds_family(*r);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
   return {
       [=](step_atom, const StepBatch& batch) -> StepResult {

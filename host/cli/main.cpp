@@ -147,6 +147,14 @@ int run_plugins(bool inspect, const std::string& id, const std::vector<std::stri
     std::vector<std::string> ids;
     for (const auto& k : catalog.all()) ids.push_back(k.id);
     std::cerr << "no plugin '" << id << "'" << suggestion(id, ids) << "\n";
+    // A manifest that did not read may be the one asked for: say why each such one was skipped.
+    const std::string name = id.substr(id.find('.') + 1);
+    size_t others = 0;
+    for (const auto& e : catalog.scan_errors()) {
+      if (e.find(id) != std::string::npos || e.find("/" + name + "/") != std::string::npos) std::cerr << "skipped: " << e << "\n";
+      else ++others;
+    }
+    if (others > 0) std::cerr << others << " other plugin manifest(s) were skipped: `tokenhost plugins list` says why\n";
     return 1;
   }
   std::string loaded = "yes";
@@ -157,21 +165,15 @@ int run_plugins(bool inspect, const std::string& id, const std::vector<std::stri
     loaded = std::string("NO: ") + e.what();
   }
   if (as_json) {
-    nlohmann::json config = nlohmann::json::object();
-    for (const auto& p : m->params) config[p.key] = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
     std::cout << nlohmann::json{{"id", m->id}, {"version", m->version}, {"kind", kind_name(m->kind)}, {"library", m->library},
-                                {"loads", loaded}, {"config", config}}.dump(2) << "\n";
+                                {"loads", loaded}, {"config", config_params_json(*m)}}.dump(2) << "\n";
     return loaded.rfind("yes", 0) == 0 ? 0 : 1;
   }
   std::cout << m->id << " " << m->version << "\n  kind: " << kind_name(m->kind) << "\n  ABI: " << m->abi_major << "."
             << m->abi_minor << "\n  manifest: " << m->file << "\n  library: " << m->library << "\n  devices: "
             << join(m->devices, ", ") << "\n  loads: " << loaded << "\n  " << m->description << "\n";
   if (!m->params.empty()) std::cout << "  config:\n";
-  for (const auto& p : m->params) {
-    std::ostringstream def;
-    m->defaults.get(p.key)->visit([&](const auto& v) { def << v; });
-    std::cout << "    " << p.key << " (" << param_type_name(p.type) << ", default " << def.str() << "): " << p.doc << "\n";
-  }
+  for (const auto& p : m->params) std::cout << "    " << config_param_text(*m, p) << "\n";
   return loaded.rfind("yes", 0) == 0 ? 0 : 1;
 }
 

@@ -127,8 +127,16 @@ std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::s
   spec.slot = kind_name(manifest->kind);
   spec.model = model;
   spec.device = devices().front();
-  spec.config = manifest->defaults;
-  for (const auto& [key, value] : settings) spec.config.insert_or_assign(key, value);
+  // The settings are checked against plugin.toml (keys, types, ranges) and merged over its defaults,
+  // exactly as a deployment's are: the plugin reads declared keys without checking them again.
+  std::ostringstream text;
+  text << settings;
+  try {
+    TomlReader reader("settings of " + id, text.str());
+    spec.config = merge_plugin_config(*manifest, reader, &reader.root(), "the settings of " + id);
+  } catch (const ManifestError& e) {
+    throw PluginError("plugin " + id + ": " + e.message());
+  }
   spec.metrics = metrics;
   return PluginInstance::create(catalog.load(*manifest), spec);
 }

@@ -54,7 +54,8 @@ class PluginCatalog {
 };
 
 // An instance of plugin id outside a deployment (the generate command, benchmarks, tests): its
-// plugin.toml defaults overridden by settings, on the CPU, for model. Throws PluginError.
+// plugin.toml defaults overridden by settings (checked against plugin.toml's keys, types and ranges
+// as a manifest's are), on the CPU, for model. Throws PluginError.
 std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
                                             const ModelSpec& model, const toml::table& settings = {},
                                             metrics::Registry* metrics = nullptr);

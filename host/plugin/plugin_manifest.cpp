@@ -11,6 +11,43 @@
 namespace tokenhost {
 namespace fs = std::filesystem;
 
+nlohmann::json config_params_json(const PluginManifest& manifest) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& p : manifest.params) {
+    nlohmann::json j = {{"type", param_type_name(p.type)}, {"doc", p.doc}};
+    if (const toml::node* d = manifest.defaults.get(p.key)) {
+      d->visit([&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (toml::is_integer<T> || toml::is_floating_point<T> || toml::is_boolean<T> || toml::is_string<T>)
+          j["default"] = v.get();
+      });
+    }
+    auto number = [&](double x) { return p.type == ParamType::integer ? nlohmann::json(int64_t(x)) : nlohmann::json(x); };
+    if (p.min) j["min"] = number(*p.min);
+    if (p.max) j["max"] = number(*p.max);
+    out[p.key] = j;
+  }
+  return out;
+}
+
+std::string config_param_text(const PluginManifest& manifest, const ConfigParam& p) {
+  std::ostringstream text;
+  text << p.key << " (" << param_type_name(p.type);
+  if (const toml::node* d = manifest.defaults.get(p.key)) {
+    text << ", default ";
+    d->visit([&](const auto& v) { text << v; });
+  }
+  auto number = [&](double x) {
+    std::ostringstream n;
+    if (p.type == ParamType::integer) n << int64_t(x);
+    else n << x;
+    return n.str();
+  };
+  if (p.min || p.max) text << ", " << (p.min ? number(*p.min) : "") << ".." << (p.max ? number(*p.max) : "");
+  text << "): " << p.doc;
+  return text.str();
+}
+
 std::string param_type_name(ParamType type) {
   switch (type) {
     case ParamType::integer: return "int";

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <tokenhost/tokenhost.h>
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include "util/toml_reader.hpp"
@@ -38,6 +39,12 @@ struct PluginManifest {
 
   const ConfigParam* param(const std::string& key) const;
 };
+
+// The declared config keys as JSON, one place for every listing (plugins inspect --json, the admin
+// API's /admin/plugins): {key: {"type", "default", "min", "max" (absent when unbounded), "doc"}}.
+nlohmann::json config_params_json(const PluginManifest& manifest);
+// One key as text: "block_size (int, default 16, 1..1024): Token positions per KV block."
+std::string config_param_text(const PluginManifest& manifest, const ConfigParam& param);
 
 // Reads and validates plugin.toml. Throws ManifestError (file:line:column).
 PluginManifest read_plugin_manifest(const std::string& path);

@@ -56,7 +56,7 @@ unsigned thread_count(th_host_ctx* ctx, int64_t configured) {
 
 // The `kernels` setting: a level this CPU runs, or "auto". Throws TH_ERR_INVALID_ARGUMENT naming it.
 const Kernels& configured_kernels(const th_config* config) {
-  const std::string name = sdk::Config(config).get_string("kernels", "auto");
+  const std::string name = sdk::Config(config).require_string("kernels");
   if (const Kernels* k = cpu_flash::find_kernels(name)) return *k;
   throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": config 'kernels' = '" + name +
                                            "' is not one of auto, avx2, portable that this CPU runs");
@@ -66,7 +66,7 @@ struct CpuFlash {
   explicit CpuFlash(const th_create_args& args)
       : host_ctx(args.host_ctx),
         kernels(configured_kernels(args.config)),
-        threads(thread_count(args.host_ctx, sdk::Config(args.config).get_int_in("threads", 0, 0, 256))) {
+        threads(thread_count(args.host_ctx, sdk::Config(args.config).require_int("threads"))) {
     scratch.resize(threads);
     sdk::log(args.host_ctx, TH_LOG_DEBUG,
              std::string(kernels.name) + " kernels, " + std::to_string(threads) + " of the host's compute threads");
@@ -221,7 +221,7 @@ th_status check(const th_check_query* query, th_error* err) {
     if (query == nullptr || query->model == nullptr) {
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": check() needs a model");
     }
-    sdk::Config(query->config).get_int_in("threads", 0, 0, 256);  // TH_ERR_INVALID_ARGUMENT when out of range
+    sdk::Config(query->config).require_int("threads");  // TH_ERR_INVALID_ARGUMENT when absent or mistyped
     configured_kernels(query->config);
     th_status status = TH_OK;
     for (const std::string& why : sdk::attention_cpu_refusals(*query->model, query->device, kKvDtypes)) {

@@ -27,8 +27,8 @@ struct Settings {
 Settings read_settings(const th_config* config) {
   const sdk::Config cfg(config);
   Settings s{};
-  s.block_size = uint32_t(cfg.get_int_in("block_size", 16, 1, 1024));
-  s.n_blocks = uint32_t(cfg.get_int_in("n_blocks", 1024, 1, std::numeric_limits<int32_t>::max()));
+  s.block_size = uint32_t(cfg.require_int("block_size"));  // defaults and ranges: plugin.toml
+  s.n_blocks = uint32_t(cfg.require_int("n_blocks"));
   return s;
 }
 

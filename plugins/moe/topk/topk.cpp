@@ -32,7 +32,7 @@ std::string type_name(th_dtype dtype) {
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
     if (query == nullptr || query->model == nullptr) invalid("check() needs a model");
-    sdk::Config(query->config).get_bool("normalize", true);
+    sdk::Config(query->config).require_bool("normalize");
     const th_model_info& m = *query->model;
     th_status status = TH_OK;
     auto refuse = [&](const std::string& why) {
@@ -104,7 +104,7 @@ struct Expert {
 };
 
 struct TopK {
-  explicit TopK(const th_create_args& args) : normalize(sdk::Config(args.config).get_bool("normalize", true)) {}
+  explicit TopK(const th_create_args& args) : normalize(sdk::Config(args.config).require_bool("normalize")) {}
   bool normalize;
 };
 

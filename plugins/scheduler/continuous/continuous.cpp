@@ -30,8 +30,8 @@ struct Config {
 
 Config read_config(const th_config* config) {
   const sdk::Config c(config);
-  return Config{uint32_t(c.get_int_in("max_prefill_chunk", 256, 1, 65536)), c.get_bool("preempt_for_priority", true),
-                uint32_t(c.get_int_in("max_prefill_tokens_with_decodes", 0, 0, 1 << 20))};
+  return Config{uint32_t(c.require_int("max_prefill_chunk")), c.require_bool("preempt_for_priority"),
+                uint32_t(c.require_int("max_prefill_tokens_with_decodes"))};
 }
 
 th_status check(const th_check_query* query, th_error* err) {

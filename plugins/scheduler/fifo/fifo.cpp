@@ -12,7 +12,7 @@ namespace sdk = tokenhost::sdk;
 using sdk::Error;
 
 uint32_t read_chunk(const th_config* config) {
-  return uint32_t(sdk::Config(config).get_int_in("max_prefill_chunk", 256, 1, 65536));
+  return uint32_t(sdk::Config(config).require_int("max_prefill_chunk"));
 }
 
 th_status check(const th_check_query* query, th_error* err) {

@@ -26,8 +26,8 @@ struct Config {
 
 Config read_config(const th_config* config) {
   const sdk::Config c(config);
-  return Config{uint32_t(c.get_int_in("batch_size", 8, 1, 65536)),
-                uint32_t(c.get_int_in("max_prefill_chunk", 256, 1, 65536))};
+  return Config{uint32_t(c.require_int("batch_size")),
+                uint32_t(c.require_int("max_prefill_chunk"))};
 }
 
 th_status check(const th_check_query* query, th_error* err) {

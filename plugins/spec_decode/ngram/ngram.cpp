@@ -18,8 +18,8 @@ struct NgramRange {
 NgramRange read_range(const th_config* config) {
   const sdk::Config cfg(config);
   NgramRange r{};
-  r.max_ngram = uint32_t(cfg.get_int_in("max_ngram", 3, 1, 16));
-  r.min_ngram = uint32_t(cfg.get_int_in("min_ngram", 1, 1, 16));
+  r.max_ngram = uint32_t(cfg.require_int("max_ngram"));
+  r.min_ngram = uint32_t(cfg.require_int("min_ngram"));
   if (r.min_ngram > r.max_ngram) {
     throw Error(TH_ERR_INVALID_ARGUMENT, "spec_decode.ngram: min_ngram (" + std::to_string(r.min_ngram) +
                                              ") is larger than max_ngram (" + std::to_string(r.max_ngram) + ")");

@@ -41,11 +41,9 @@ static th_status check(const th_check_query *query, th_error *err) {
   return TH_OK; /* a scheduler computes nothing on the device: it serves any model */
 }
 
-/* Prompt tokens a sequence has left to prefill (0: it decodes). */
-static uint32_t remaining(const th_sched_seq *s) {
-  const uint32_t done = s->state == TH_SEQ_RUNNING ? s->prefilled : 0; /* a preempted one starts over */
-  return done >= s->prompt_len ? 0 : s->prompt_len - done;
-}
+/* Prompt tokens a sequence has left to prefill; 0 when it decodes (th_scheduler.h: waiting and
+ * preempted sequences have prefilled == 0). */
+static uint32_t remaining(const th_sched_seq *s) { return s->prefilled >= s->prompt_len ? 0 : s->prompt_len - s->prefilled; }
 
 static th_status schedule(th_instance *self, const th_sched_state *state, th_sched_decision *decision, th_error *err) {
   uint32_t i, j, n = state->n_seqs, budget = state->max_step_tokens, free_blocks = state->free_kv_blocks;
@@ -73,11 +71,10 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
   for (j = 0; j < n && decision->n_run < state->max_step_seqs && budget > 0; ++j) {
     const th_sched_seq *s = &state->seqs[self->order[j]];
     const uint32_t left = remaining(s);
-    const uint32_t held = s->state == TH_SEQ_RUNNING ? s->prefilled + s->generated : 0;
     uint32_t tokens = left == 0 ? 1 : left, need;
     if (tokens > self->max_prefill_chunk) tokens = self->max_prefill_chunk;
     if (tokens > budget) tokens = budget;
-    need = (held + tokens + bs - 1) / bs;
+    need = (s->prefilled + tokens + bs - 1) / bs; /* th_scheduler.h: the blocks of [0, prefilled + n) */
     need = need > s->kv_blocks ? need - s->kv_blocks : 0;
     if (need > free_blocks) continue; /* waits for blocks; a shorter one may still fit */
     free_blocks -= need;

@@ -134,6 +134,32 @@ class Config {
     out.resize(needed > 0 ? needed - 1 : 0);
     return out;
   }
+  // The value of a key that plugin.toml declares. The host merges the declared default and checks the
+  // declared type and range before check() and create() see the table, so the value is always there:
+  // read declared keys with these, and the default and range live in plugin.toml alone. Throws
+  // Error(TH_ERR_INVALID_ARGUMENT) naming the key when it is absent (a key plugin.toml does not
+  // declare) or of another type.
+  int64_t require_int(const char* key) const {
+    int64_t v = 0;
+    require(host().config_get_int(config_, key, &v), key, "an integer");
+    return v;
+  }
+  double require_double(const char* key) const {
+    double v = 0;
+    require(host().config_get_double(config_, key, &v), key, "a number");
+    return v;
+  }
+  bool require_bool(const char* key) const {
+    int32_t v = 0;
+    require(host().config_get_bool(config_, key, &v), key, "a boolean");
+    return v != 0;
+  }
+  std::string require_string(const char* key) const {
+    size_t needed = 0;
+    const th_status s = host().config_get_string(config_, key, nullptr, 0, &needed);
+    if (s != TH_ERR_RESOURCE_EXHAUSTED) require(s, key, "a string");
+    return get_string(key, "");
+  }
   // An integer that must lie in [lo, hi].
   int64_t get_int_in(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
     int64_t v = get_int(key, fallback);
@@ -146,6 +172,13 @@ class Config {
   }
 
  private:
+  static void require(th_status s, const char* key, const char* what) {
+    if (s == TH_ERR_NOT_FOUND) {
+      throw Error(TH_ERR_INVALID_ARGUMENT, std::string("config '") + key +
+                                               "' is absent: plugin.toml must declare it (the host then gives its default)");
+    }
+    pick(s, key, what);
+  }
   static bool pick(th_status s, const char* key, const char* what) {
     if (s == TH_OK) return true;
     if (s == TH_ERR_NOT_FOUND) return false;

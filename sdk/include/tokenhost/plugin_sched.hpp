@@ -8,10 +8,7 @@
 //   - sdk::SchedStep: one schedule() call's budgets (tokens, sequence slots, free blocks), which
 //     sequences are decided (run or preempted), and the decision writer.
 //
-// Engine facts these helpers follow (host/actors/engine.cpp): a sequence decodes once
-// prefilled >= prompt_len (then prefilled == prompt_len and each step runs one token); kv_blocks is
-// ceil(prefilled / block_size); a preempted sequence has prefilled == 0 and, when it has generated
-// tokens, prompt_len = prompt + generated - 1 (it recomputes them, then decodes the last one).
+// The host's facts these helpers follow are the ABI's: th_scheduler.h, above th_sched_state.
 #ifndef TOKENHOST_PLUGIN_SCHED_HPP
 #define TOKENHOST_PLUGIN_SCHED_HPP
 

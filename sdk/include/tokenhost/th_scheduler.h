@@ -32,6 +32,17 @@ typedef struct th_sched_seq {
   uint32_t kv_blocks;      /* blocks it holds now */
 } th_sched_seq;
 
+/* How the host keeps these numbers, which a scheduler's block accounting relies on:
+ *  - A sequence prefills while prefilled < prompt_len; once prefilled == prompt_len it decodes, one
+ *    token a step, and each decoded token raises prompt_len and prefilled by one.
+ *  - kv_blocks = ceil(prefilled / block_size): the blocks of the positions in the cache.
+ *  - To run n tokens a sequence needs max(0, ceil((prefilled + n) / block_size) - kv_blocks) more
+ *    blocks; the free ones are free_kv_blocks, plus those of the sequences the decision preempts.
+ *  - A preempted sequence has prefilled == 0 and kv_blocks == 0; when it had generated tokens,
+ *    prompt_len = prompt + generated - 1 (it recomputes them, then decodes the last one).
+ *  - A decision that over-commits the blocks is not an error: the step that runs out of blocks
+ *    preempts the newest running sequence and the engine decides again.
+ * plugin_sched.hpp (C++) implements this accounting. */
 typedef struct th_sched_state {
   uint32_t struct_size;
   const th_sched_seq *seqs; /* [n_seqs], in arrival order; OWNERSHIP: host, valid during schedule() */

@@ -176,7 +176,7 @@ TEST_CASE("attention.cpu_flash: every kernel level this CPU runs matches the ref
 TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and a bad thread count",
           "[attention][cpu_flash]") {
   auto lib = builtin_catalog().load("attention.cpu_flash");
-  const th_config config{};
+  const th_config config{lib->manifest().defaults};  // what the host passes: the declared defaults
   for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
     ModelSpec spec = model_spec();
     spec.info.kv_dtype = dtype;

@@ -282,6 +282,6 @@ TEST_CASE("kvcache.paged refuses kv dtypes other than f32 and f16 by name, and h
   }
   SECTION("block_size out of range") {
     CHECK_THROWS_WITH(make_plugin("kvcache.paged", kSpec, kv_config(0, 8)),
-                      Catch::Contains("'block_size' = 0 is out of range"));
+                      Catch::Contains("'block_size' in the settings of kvcache.paged is out of range [1, 1024]"));
   }
 }

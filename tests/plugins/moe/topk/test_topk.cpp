@@ -232,7 +232,7 @@ TEST_CASE("moe.topk check() refuses a dense model", "[moe][topk]") {
   auto lib = builtin_catalog().load("moe.topk");
   const ModelSpec dense = model_spec(4, 2, 16, 2, 0, 0);
   const th_model_info info = dense.to_abi();
-  const th_config config{};
+  const th_config config{lib->manifest().defaults};  // what the host passes: the declared defaults
   const th_check_query query{sizeof(th_check_query), &info, nullptr, &config};
   th_error err;
   CHECK(lib->head().check(&query, &err) == TH_ERR_UNSUPPORTED);
