@@ -39,12 +39,19 @@ void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
 // not depend on the split).
 std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits) {
   std::vector<const StepItem*> items;
-  for (const auto& item : batch.items)
-    if (item.sample) items.push_back(&item);
+  std::vector<size_t> last_row;  // each sampled item's last marked row, an index into logits
+  size_t row = 0;
+  for (const auto& item : batch.items) {
+    row += std::min<size_t>(item.marked_rows(), item.tokens.size());
+    if (item.sample) {
+      items.push_back(&item);
+      last_row.push_back(row - 1);
+    }
+  }
   std::vector<SampledToken> out(items.size());
   auto sample_range = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      auto& l = logits.at(i);
+      auto& l = logits.at(last_row[i]);
       if (items[i]->context) {
         out[i] = items[i]->context->sampler.sample(std::move(l), items[i]->context->tokens);
       } else {
@@ -93,8 +100,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         try {
           auto started = std::chrono::steady_clock::now();
           PluginSeconds seconds;
-          auto logits = forward_step(*s.init.weights, batch,
-                                     {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
+          auto logits = s.init.backend->run_step(*s.init.weights, batch,
+                                                 {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
           result.sampled = sample_all(batch, logits);
           result.kv = kv_state(*s.init.kvcache);

@@ -8,13 +8,14 @@
 
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
-#include "runtime/forward.hpp"
+#include "backends/backend.hpp"
 
 namespace tokenhost {
 
 struct WorkerInit {
   std::string engine;
-  std::shared_ptr<const ModelWeights> weights;
+  std::shared_ptr<const ModelWeights> weights;  // as backend computes with them (place_weights)
+  const Backend* backend = nullptr;             // the engine device's; runs every step
   std::shared_ptr<PluginInstance> attention, kvcache, moe;  // moe NULL for dense models
   metrics::Registry* metrics = nullptr;
 };

@@ -9,6 +9,7 @@
 
 #include "manifest/experiment_decl.hpp"
 #include "model/quant.hpp"
+#include "backends/backend.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/make_model.hpp"
 #include "util/text.hpp"
@@ -218,13 +219,15 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     r.fail(*t.get("model"), "engine '" + name + "' names unknown model '" + e.model + "'" + suggestion(e.model, names));
   }
   e.device = r.optional_string(t, "device", ctx).value_or(EngineDecl{}.device);
-  if (e.device != "cpu" && e.device.rfind("cuda:", 0) != 0) {
-    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"cpu\" or \"cuda:<index>\"");
+  int32_t device_index = 0;
+  const Backend* backend = find_backend(e.device, &device_index);
+  if (backend == nullptr) {
+    std::vector<std::string> names;
+    for (const Backend* b : backends()) names.push_back(std::string(b->name()) + (b == backends().front() ? "" : ":<index>"));
+    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"" + join(names, "\" or \"") + "\"");
   }
-  if (e.device != "cpu") {
-    // The CUDA backend module finds devices and allocates memory; it does not run the forward pass yet.
-    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + ": the CUDA backend does not compute yet (this "
-                             "host runs engines on the CPU only); use device = \"cpu\"");
+  if (const std::string why = backend->cannot_run(device_index); !why.empty()) {
+    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + ": " + why + "; use device = \"cpu\"");
   }
   e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(EngineDecl{}.max_step_tokens));
   e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(EngineDecl{}.max_step_seqs));

@@ -317,10 +317,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   }
   if (info.n_layers > 0) vec::add(x.data(), ffn_out.data(), n_rows * dim);
 
-  // Logits of the last row of each sampled item, in one product.
+  // Logits of each item's marked rows (its last marked_rows()), in one product.
   std::vector<size_t> sampled_rows;
-  for (size_t s = 0; s < batch.items.size(); ++s)
-    if (batch.items[s].sample) sampled_rows.push_back(seq_start[s + 1] - 1);
+  for (size_t s = 0; s < batch.items.size(); ++s) {
+    const uint32_t marked = std::min<uint32_t>(batch.items[s].marked_rows(), uint32_t(batch.items[s].tokens.size()));
+    for (uint32_t r = seq_start[s + 1] - marked; r < seq_start[s + 1]; ++r) sampled_rows.push_back(r);
+  }
   std::vector<float> finals(sampled_rows.size() * dim), all(sampled_rows.size() * size_t(info.vocab_size));
   for (size_t i = 0; i < sampled_rows.size(); ++i)
     vec::rmsnorm(&x[sampled_rows[i] * dim], f32(w.out_norm), w.rms_eps, &finals[i * dim], dim);

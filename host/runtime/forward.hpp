@@ -32,8 +32,8 @@ struct KvExhausted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Runs one step and returns, for each item with sample set, the logits of its last position
-// ([n_sampled][vocab], in item order). Throws std::runtime_error naming the plugin and call that
+// Runs one step and returns the logits of every marked row (StepItem::marked_rows(): each sampled
+// item's last row unless it marks more), [n_marked][vocab], in item order then row order. Throws std::runtime_error naming the plugin and call that
 // failed, KvExhausted for a full cache.
 std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
                                              const StepPlugins& plugins);

@@ -1,5 +1,7 @@
 #include "runtime/generator.hpp"
 
+#include "backends/backend.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -47,7 +49,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
     uint32_t end = std::min<uint32_t>(uint32_t(prompt.size()), at + prefill_chunk_);
     item.tokens.assign(prompt.begin() + at, prompt.begin() + end);
     item.sample = end == prompt.size();
-    auto out = forward_step(*weights_, StepBatch{{item}}, plugins);
+    auto out = find_backend("cpu")->run_step(*weights_, StepBatch{{item}}, plugins);
     if (item.sample) logits = std::move(out.at(0));
   }
   stats.prefill_seconds = std::chrono::duration<double>(clock::now() - started).count();
@@ -68,7 +70,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
       break;
     }
     StepItem item{seq, position++, {token}, true, nullptr};
-    logits = std::move(forward_step(*weights_, StepBatch{{item}}, plugins).at(0));
+    logits = std::move(find_backend("cpu")->run_step(*weights_, StepBatch{{item}}, plugins).at(0));
   }
   stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();
   return stats;

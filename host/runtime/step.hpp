@@ -28,6 +28,10 @@ struct StepItem {
   std::vector<int32_t> tokens;
   bool sample = false;
   std::shared_ptr<SequenceContext> context;  // how to sample; NULL: greedy
+  // The rows whose logits the step returns: the last logit_rows of tokens (every draft position of a
+  // speculative step, say). 0: the last row when `sample`, none otherwise.
+  uint32_t logit_rows = 0;
+  uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
 };
 
 struct StepBatch {

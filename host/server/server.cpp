@@ -131,7 +131,9 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   // Every instance exists before any actor starts: a plugin that fails leaves nothing running.
   WorkerInit w;
   w.engine = name;
-  w.weights = weights;
+  int32_t device_index = 0;
+  w.backend = find_backend(decl.device, &device_index);  // the manifest reader refused any it cannot run
+  w.weights = w.backend->place_weights(weights, device_index);
   w.metrics = &metrics_;
   w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
   w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));

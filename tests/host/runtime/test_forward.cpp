@@ -295,3 +295,30 @@ TEST_CASE("forward: a quantized model packed at load gives the logits it gives u
     }
   }
 }
+
+TEST_CASE("forward: every row an item marks gets the logits its prefix gets alone, in item then row order",
+          "[forward]") {
+  auto rng = fresh_rng("forward marked rows");
+  const auto w = make_synthetic_weights(model_spec(4, 2, 16, 2), rng());
+  const uint32_t vocab = w->spec.info.vocab_size;
+  auto alone = [&](const std::vector<int32_t>& prefix) {
+    Engine e(w->spec);
+    return e.run(*w, StepBatch{{StepItem{1, 0, prefix, true, nullptr}}}).at(0);
+  };
+  for (int round = 0; round < 4; ++round) {
+    // Sequence 1 has its first p tokens in the cache already and marks every row of the next ones
+    // (a draft's positions); sequence 2 is sampled as usual (its last row only).
+    std::vector<int32_t> a = random_tokens(rng, 24, vocab), b = random_tokens(rng, 12, vocab);
+    if (a.size() < 2) a.push_back(int32_t(rng() % vocab));
+    const uint32_t p = 1 + uint32_t(rng() % (a.size() - 1));
+    Engine e(w->spec);
+    REQUIRE(e.run(*w, StepBatch{{StepItem{1, 0, {a.begin(), a.begin() + p}, false, nullptr}}}).empty());
+    StepItem draft{1, p, {a.begin() + p, a.end()}, true, nullptr};
+    draft.logit_rows = uint32_t(a.size()) - p;
+    const auto out = e.run(*w, StepBatch{{draft, StepItem{2, 0, b, true, nullptr}}});
+    INFO("p = " << p << " of " << a.size());
+    REQUIRE(out.size() == a.size() - p + 1);
+    for (size_t r = p; r < a.size(); ++r) REQUIRE(out[r - p] == alone({a.begin(), a.begin() + long(r) + 1}));
+    REQUIRE(out.back() == alone(b));
+  }
+}

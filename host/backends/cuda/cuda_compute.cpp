@@ -1,0 +1,38 @@
+// The CUDA backend as the host sees it: its devices come from the CUDA module (backends/cuda, opened
+// at run time by device_memory.cpp), which finds devices and allocates memory. It has no forward pass
+// yet, so it runs no engine: cannot_run() says so, and manifests naming "cuda:N" are refused with it.
+#include "backends/backend.hpp"
+
+#include <stdexcept>
+
+namespace tokenhost {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  std::vector<DeviceInfo> devices() const override {
+    std::vector<DeviceInfo> out;
+    for (const auto& d : tokenhost::devices())
+      if (d.kind == TH_DEVICE_CUDA) out.push_back(d);
+    return out;
+  }
+  std::string cannot_run(int32_t) const override {
+    return "the CUDA backend does not compute yet (this host runs engines on the CPU only)";
+  }
+  std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights>, int32_t index) const override {
+    throw std::runtime_error("cuda:" + std::to_string(index) + ": " + cannot_run(index));
+  }
+  std::vector<std::vector<float>> run_step(const ModelWeights&, const StepBatch&, const StepPlugins&) const override {
+    throw std::runtime_error(cannot_run(0));
+  }
+};
+
+}  // namespace
+
+const Backend& cuda_backend() {
+  static const CudaBackend backend;
+  return backend;
+}
+
+}  // namespace tokenhost
