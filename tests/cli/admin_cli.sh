@@ -35,6 +35,10 @@ ok 'router.round_robin 1.0.0 -> router.fixture 2.0.0' router router.fixture
 ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler scheduler.fifo --set max_prefill_chunk=8
 refused "did you mean 'max_prefill_chunk'" swap main scheduler scheduler.fifo --set max_prefil_chunk=8
 refused "no engine 'mian'.*did you mean 'main'" swap mian scheduler scheduler.fifo
+# A refused change leaves a line in the server's log, not only an answer to the caller.
+grep -qE "admin POST /admin/engines/mian/slots/scheduler refused \(404\): no engine 'mian'" "$work/log" ||
+  { echo "FAIL: the refused swap left no log line:"; cat "$work/log"; exit 1; }
+echo "ok: the refused swap is in the server's log"
 ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
 ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
 

@@ -44,6 +44,32 @@ scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
 )" + extra;
 }
 
+// One engine serving a small synthetic MoE model (4 experts, 2 per token) through moe.topk.
+inline std::string moe_test_manifest() {
+  return R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[models.moe]
+seed = 3
+dim = 32
+n_layers = 2
+n_heads = 4
+n_kv_heads = 1
+ffn_dim = 24
+n_experts = 4
+n_experts_used = 2
+
+[engines.main]
+model = "moe"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 4, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.fifo" }
+moe = { plugin = "moe.topk" }
+)";
+}
+
 inline std::unique_ptr<Server> make_test_server(const std::string& extra = "", uint32_t n_blocks = 256) {
   return std::make_unique<Server>(read_deployment("test.toml", test_manifest(extra, n_blocks)));
 }

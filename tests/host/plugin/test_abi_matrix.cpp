@@ -60,29 +60,6 @@ void wait_until_no_engine_retires(Server& server) {
   REQUIRE(server.status()["retiring_engines"].empty());
 }
 
-const std::string kMoeManifest = R"(
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-log_level = "warn"
-
-[models.moe]
-seed = 3
-dim = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 1
-ffn_dim = 24
-n_experts = 4
-n_experts_used = 2
-
-[engines.main]
-model = "moe"
-attention = { plugin = "attention.reference" }
-kvcache = { plugin = "kvcache.paged", config = { block_size = 4, n_blocks = 256 } }
-scheduler = { plugin = "scheduler.fifo" }
-moe = { plugin = "moe.topk" }
-)";
 
 }  // namespace
 
@@ -140,7 +117,7 @@ TEST_CASE("abi matrix: older minors' attention, kvcache, scheduler, router and s
 TEST_CASE("abi matrix: older minors' moe plugins serve moe.topk's tokens", "[abi][server][moe]") {
   for (const auto& abi : frozen_abis()) {
     INFO("ABI " << abi.version);
-    Server server(read_deployment("moe.toml", kMoeManifest));
+    Server server(read_deployment("moe.toml", moe_test_manifest()));
     const auto expected = outputs(server);
     REQUIRE_THAT(server.set_slot("main", "moe", server.register_plugin(matrix_fixture(abi, "moe")), {}),
                  Contains("moe.abi_" + abi.tag));

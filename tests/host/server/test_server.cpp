@@ -118,28 +118,7 @@ TEST_CASE("server: shutdown lets running requests finish and refuses new ones", 
 }
 
 TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "[server][moe]") {
-  const std::string moe_manifest = R"(
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[models.moe]
-seed = 3
-dim = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 1
-ffn_dim = 24
-n_experts = 4
-n_experts_used = 2
-
-[engines.main]
-model = "moe"
-attention = { plugin = "attention.reference" }
-kvcache = { plugin = "kvcache.paged", config = { block_size = 4, n_blocks = 256 } }
-scheduler = { plugin = "scheduler.fifo" }
-moe = { plugin = "moe.topk" }
-)";
+  const std::string moe_manifest = moe_test_manifest();
   Server server(read_deployment("moe.toml", moe_manifest));
   auto expected = outputs_alone(server, 10);
   std::vector<std::future<GenerateResult>> futures;
