@@ -25,7 +25,7 @@
 
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 using namespace tokenhost;
 using clock_type = std::chrono::steady_clock;

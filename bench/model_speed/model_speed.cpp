@@ -25,10 +25,10 @@
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "runtime/compute_pool.hpp"
-#include "runtime/forward.hpp"
+#include "backends/cpu/forward.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 using namespace tokenhost;
 using clock_type = std::chrono::steady_clock;

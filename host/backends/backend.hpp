@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "backends/device_memory.hpp"
-#include "runtime/forward.hpp"
+#include "runtime/model_weights.hpp"
+#include "runtime/step.hpp"
 
 namespace tokenhost {
 

@@ -7,7 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/forward.hpp"
+#include "runtime/model_weights.hpp"
+#include "runtime/step.hpp"
 
 namespace tokenhost {
 

@@ -4,7 +4,7 @@
 
 #include "model/gguf.hpp"
 #include "model/quant.hpp"
-#include "runtime/weight_packing.hpp"
+#include "backends/cpu/weight_packing.hpp"
 
 namespace tokenhost {
 namespace {

@@ -21,7 +21,7 @@ struct WeightView {
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;
   const void* data = nullptr;
-  // The same matrix packed once for a matmul kernel set (runtime/matmul.hpp: pack_weight), or null:
+  // The same matrix packed once for a matmul kernel set (backends/cpu/matmul.hpp: pack_weight), or null:
   // packed_for is that set (products under any other read data), rows packed_row_bytes apart.
   const void* packed = nullptr;
   const void* packed_for = nullptr;
@@ -64,7 +64,7 @@ struct ModelWeights {
   WeightView output;  // [vocab][dim] (the embedding itself when tied)
   std::vector<LayerWeights> layers;
   std::shared_ptr<const void> storage;  // keeps the memory of every view alive
-  std::vector<std::shared_ptr<void>> packed_storage;  // and of every packed copy (runtime/weight_packing.hpp)
+  std::vector<std::shared_ptr<void>> packed_storage;  // and of every packed copy (backends/cpu/weight_packing.hpp)
   size_t bytes = 0;                     // weight bytes, for logs and memory accounting
   size_t packed_bytes = 0;              // of the packed copies
 };

@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "runtime/vector_ops.hpp"
+#include "backends/cpu/vector_ops.hpp"
 
 namespace tokenhost {
 

@@ -1,11 +1,14 @@
-// One step of an engine as the runtime computes it: which sequences, which of their tokens at which
-// positions, and how to sample each one's next token. The engine builds it, its worker runs it.
+// One step of an engine as every backend computes it: which sequences, which of their tokens at which
+// positions, which rows return logits and how to sample each one's next token (the engine builds it,
+// its worker runs it through its backend), and the plugins the step runs through.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
+#include "plugin/instance.hpp"
 #include "runtime/sampling.hpp"
 
 namespace tokenhost {
@@ -36,6 +39,24 @@ struct StepItem {
 
 struct StepBatch {
   std::vector<StepItem> items;
+};
+
+// Seconds one step spent inside each plugin's calls (for the per-plugin time metrics).
+struct PluginSeconds {
+  double attention = 0, kvcache = 0, moe = 0;
+};
+
+// The plugins one step runs through; moe is NULL for dense models.
+struct StepPlugins {
+  PluginInstance* attention = nullptr;
+  PluginInstance* kvcache = nullptr;
+  PluginInstance* moe = nullptr;
+  PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
+};
+
+// A TH_ERR_RESOURCE_EXHAUSTED from the kvcache plugin: the scheduler over-committed the cache.
+struct KvExhausted : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 }  // namespace tokenhost

@@ -322,7 +322,7 @@ nlohmann::json Server::status() {
     (old ? retiring : engines).push_back(j);
   }
   // The models' memory: the weights as loaded (mapped from the file, or made in memory) and the
-  // packed copies beside them (runtime/weight_packing.hpp), which an operator may turn off per model.
+  // packed copies beside them (backends/cpu/weight_packing.hpp), which an operator may turn off per model.
   nlohmann::json models = nlohmann::json::array();
   for (const auto& [name, w] : weights_) {
     const ModelDecl& m = deployment_.models.at(name);

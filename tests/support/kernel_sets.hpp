@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/compute_pool.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 namespace tokenhost::testing {
 

@@ -1,6 +1,7 @@
-// The CPU backend: the host's own forward pass (runtime/forward.cpp) and SIMD kernels on the compute
+// The CPU backend: the host's own forward pass (backends/cpu/forward.cpp) and SIMD kernels on the compute
 // pool, over weights as they were loaded.
 #include "backends/backend.hpp"
+#include "backends/cpu/forward.hpp"
 
 namespace tokenhost {
 namespace {

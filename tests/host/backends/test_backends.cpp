@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "backends/backend.hpp"
+#include "backends/cpu/forward.hpp"
 #include "harness.hpp"
 #include "runtime/synthetic_model.hpp"
 

@@ -8,7 +8,7 @@
 
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "skip.hpp"
 #include "test_server.hpp"
 

@@ -1,11 +1,11 @@
-#include "runtime/vector_ops.hpp"
+#include "backends/cpu/vector_ops.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -20,7 +20,7 @@
 #if defined(__x86_64__)
 #include <cstring>
 
-#include "runtime/matmul_x86.hpp"
+#include "backends/cpu/matmul_x86.hpp"
 
 namespace tokenhost::matmul_detail {
 namespace {

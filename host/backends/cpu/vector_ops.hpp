@@ -4,7 +4,7 @@
 // tails compute the same function, so that a row's results do not depend on the batch around it (batch
 // invariance, as for matmul).
 //
-// The SIMD level follows the matmul kernel set in use (runtime/matmul.hpp): portable loops when it is
+// The SIMD level follows the matmul kernel set in use (backends/cpu/matmul.hpp): portable loops when it is
 // "portable", AVX2 + FMA otherwise. Different levels may round differently (the exponential of the
 // portable level is std::exp, the AVX2 one a polynomial within 2 ulp of the exact value).
 #pragma once

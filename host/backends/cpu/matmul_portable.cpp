@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "model/quant.hpp"
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 namespace tokenhost::matmul_detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstddef>
 
 #include "model/quant.hpp"
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 #define TH_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define TH_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline

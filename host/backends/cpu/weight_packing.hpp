@@ -1,4 +1,4 @@
-// A model's matrices packed once, at load, for the matmul kernels in use (runtime/matmul.hpp:
+// A model's matrices packed once, at load, for the matmul kernels in use (backends/cpu/matmul.hpp:
 // pack_weight), so that no product repacks them: the projections, the feed-forward and the output
 // (routed MoE experts run in the moe plugin on the file's layout; the embedding is read row by row).
 #pragma once

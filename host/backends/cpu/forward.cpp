@@ -1,4 +1,4 @@
-#include "runtime/forward.hpp"
+#include "backends/cpu/forward.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
-#include "runtime/matmul.hpp"
-#include "runtime/vector_ops.hpp"
+#include "backends/cpu/matmul.hpp"
+#include "backends/cpu/vector_ops.hpp"
 
 namespace tokenhost {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/weight_packing.hpp"
+#include "backends/cpu/weight_packing.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "model/quant.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 namespace tokenhost {
 

@@ -11,7 +11,7 @@
 #include "kernel_sets.hpp"
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;

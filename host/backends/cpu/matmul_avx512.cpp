@@ -7,10 +7,10 @@
 // accumulator's lanes 0-7 are float_tile's first accumulator, 8-15 its second), in tiles of up to four
 // weight rows by four activation rows: their results are bit for bit those of the other x86 sets.
 // q8_0 and q4_0: matmul_avx512_int8.cpp's; the K-quants: the avx512vnni set's.
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
-#include "runtime/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
+#include "backends/cpu/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
 
 namespace tokenhost::matmul_detail {
 namespace {

@@ -8,11 +8,11 @@
 #include "files.hpp"
 #include "harness.hpp"
 #include "reference_forward.hpp"
-#include "runtime/forward.hpp"
+#include "backends/cpu/forward.hpp"
 #include "runtime/gguf_model.hpp"
 #include "model/quant.hpp"
 #include "runtime/make_model.hpp"
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "runtime/synthetic_model.hpp"
 
 using namespace tokenhost;

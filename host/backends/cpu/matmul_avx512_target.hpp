@@ -3,7 +3,7 @@
 // and end the file's 512-bit part with `#pragma GCC pop_options`. Called only where the CPU has them.
 #pragma once
 
-#include "runtime/matmul_x86.hpp"
+#include "backends/cpu/matmul_x86.hpp"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")

@@ -13,13 +13,13 @@
 //   packed (QLayout::groups): read weights repacked per product (PackedKernels) so that one register
 //     holds four bytes of each of 16 blocks: eight vpdpbusd per group and output, no reduction, the
 //     weight registers shared by four activation rows; prefill and large batches.
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
+#include "backends/cpu/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
 
 namespace tokenhost::matmul_detail {
 namespace {

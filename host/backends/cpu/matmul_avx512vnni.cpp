@@ -9,10 +9,10 @@
 // of its activation bytes: each lane then holds the exact signed dot product of its elements. q8_0 and
 // q4_0 take blocks in pairs (eight elements a lane, against activations laid out in pairs; see
 // QBlock). The K-quant kernels are matmul_kquants.hpp's.
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
-#include "runtime/matmul_x86.hpp"
+#include "backends/cpu/matmul_x86.hpp"
 
 #define TH_VNNI_TARGET "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni"
 #define TH_VNNI __attribute__((target(TH_VNNI_TARGET)))
@@ -20,7 +20,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")  // TH_VNNI_TARGET: no macro here
-#include "runtime/matmul_kquants.hpp"
+#include "backends/cpu/matmul_kquants.hpp"
 #pragma GCC pop_options
 
 namespace tokenhost::matmul_detail {

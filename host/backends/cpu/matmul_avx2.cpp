@@ -2,14 +2,14 @@
 // maddubs/madd. Each kernel is a template over the number of activation rows R sharing a weight row,
 // so that the four-row kernel is the one-row kernel's arithmetic, row for row. The float kernels are
 // matmul_x86.hpp's, the K-quant ones matmul_kquants.hpp's.
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
-#include "runtime/matmul_x86.hpp"
+#include "backends/cpu/matmul_x86.hpp"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
-#include "runtime/matmul_kquants.hpp"
+#include "backends/cpu/matmul_kquants.hpp"
 #pragma GCC pop_options
 
 namespace tokenhost::matmul_detail {

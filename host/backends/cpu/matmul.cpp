@@ -1,4 +1,4 @@
-#include "runtime/matmul.hpp"
+#include "backends/cpu/matmul.hpp"
 
 #include <algorithm>
 #include <array>
@@ -17,7 +17,7 @@
 #include "backends/device_memory.hpp"
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
-#include "runtime/matmul_kernels.hpp"
+#include "backends/cpu/matmul_kernels.hpp"
 
 namespace tokenhost {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "harness.hpp"
 #include "kernel_sets.hpp"
-#include "runtime/matmul.hpp"
-#include "runtime/vector_ops.hpp"
+#include "backends/cpu/matmul.hpp"
+#include "backends/cpu/vector_ops.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;

@@ -1,0 +1,21 @@
+// One batched step of a Llama-family model through the engine's plugins: embeddings, RMSNorm, Q/K/V
+// projections (with optional biases), RoPE, keys and values stored through the kvcache plugin's
+// layout, attention by the attention plugin, output projection, a SwiGLU feed-forward (or, for MoE
+// models, the moe plugin's gating and experts, plus the shared expert on the host's kernels when the
+// model has one), final norm, logits.
+#pragma once
+
+#include <vector>
+
+#include "runtime/model_weights.hpp"
+#include "runtime/step.hpp"
+
+namespace tokenhost {
+
+// The CPU backend's step (cpu_backend.cpp): the logits of every marked row (StepItem::marked_rows():
+// each sampled item's last row unless it marks more), [n_marked][vocab], in item then row order.
+// Throws std::runtime_error naming the plugin and call that failed, KvExhausted for a full cache.
+std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
+                                             const StepPlugins& plugins);
+
+}  // namespace tokenhost
