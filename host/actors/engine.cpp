@@ -163,6 +163,14 @@ void preempt(self_ptr self, Sequence& seq) {
   s.kv.free_blocks = std::min(s.kv.total_blocks, s.kv.free_blocks + held);
 }
 
+// Where the engine holds the instance of one of its slots (the slot table's rows it owns). Slot names
+// the table gives it only: any other is a bug.
+std::shared_ptr<PluginInstance>* held(EngineInit& init, const std::string& slot) {
+  if (slot == "scheduler") return &init.scheduler;
+  if (slot == "spec_decode") return &init.spec_decode;
+  throw std::logic_error("the engine holds no slot '" + slot + "'");
+}
+
 Sequence* find(EngineState& s, uint64_t id) {
   for (auto& q : s.seqs)
     if (q.request.id == id) return &q;
@@ -437,7 +445,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         auto& s = self->state;
         const SlotInfo* info = find_slot(swap.slot);
         if (info != nullptr && info->owner == SlotOwner::engine) {
-          auto& slot = swap.slot == "scheduler" ? s.init.scheduler : s.init.spec_decode;
+          auto& slot = *held(s.init, swap.slot);
           if (!swap.instance && !info->unloadable) return SwapResult{false, "the " + swap.slot + " slot cannot be empty"};
           std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
           // Takes effect at the next decision; the old instance goes when the last reference does.
@@ -455,8 +463,6 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         auto& s = self->state;
         nlohmann::json j = {{"name", s.init.name},
                             {"model", s.init.model},
-                            {"scheduler", plugin_json(s.init.scheduler)},
-                            {"spec_decode", plugin_json(s.init.spec_decode)},
                             {"sequences", s.seqs.size()},
                             {"waiting", std::count_if(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_WAITING; })},
                             {"steps", s.steps},
@@ -465,6 +471,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"draining", s.draining},
                             {"retiring", s.retiring},
                             {"last_engine_swap", s.swaps.last()}};
+        for (const SlotInfo& slot : slot_table())  // each slot the engine owns, under its name (null: empty)
+          if (slot.owner == SlotOwner::engine) j[slot.name] = plugin_json(*held(s.init, slot.name));
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())
             .then([rp, j](const StatusJson& w) mutable {
               nlohmann::json worker = nlohmann::json::parse(w.json);

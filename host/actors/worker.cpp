@@ -64,6 +64,14 @@ std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::ve
   return out;
 }
 
+// Where the worker holds the instance of one of its slots (the slot table's rows it owns), or NULL.
+std::shared_ptr<PluginInstance>* held(WorkerInit& s, const std::string& slot) {
+  if (slot == "attention") return &s.attention;
+  if (slot == "kvcache") return &s.kvcache;
+  if (slot == "moe") return &s.moe;
+  return nullptr;
+}
+
 // The kvcache's published layout, or null when it has none to give.
 const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
   const th_kv_layout* layout = nullptr;
@@ -126,10 +134,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state.init;
-        std::shared_ptr<PluginInstance>* slot = nullptr;
-        if (swap.slot == "attention") slot = &s.attention;
-        else if (swap.slot == "kvcache") slot = &s.kvcache;
-        else if (swap.slot == "moe") slot = &s.moe;
+        std::shared_ptr<PluginInstance>* slot = held(s, swap.slot);
         const SlotInfo* info = find_slot(swap.slot);
         if (slot == nullptr || info == nullptr || info->owner != SlotOwner::worker)
           return {false, "the worker has no slot '" + swap.slot + "'"};
@@ -149,12 +154,12 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto& s = self->state;
         auto kv = kv_state(*s.init.kvcache);
         const th_kv_layout* layout = kv_layout(*s.init.kvcache);
-        nlohmann::json j = {{"attention", plugin_json(s.init.attention)},
-                            {"kvcache", plugin_json(s.init.kvcache)},
-                            {"steps", s.steps},
+        nlohmann::json j = {{"steps", s.steps},
                             {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size},
                                     {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"}}}};
-        if (s.init.moe) j["moe"] = plugin_json(s.init.moe);
+        for (const SlotInfo& slot : slot_table())  // each filled slot the worker owns, under its name
+          if (auto* p = slot.owner == SlotOwner::worker ? held(s.init, slot.name) : nullptr; p && *p)
+            j[slot.name] = plugin_json(*p);
         j["last_worker_swap"] = s.swaps.last();
         return {j.dump()};
       },
