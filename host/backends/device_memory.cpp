@@ -101,7 +101,11 @@ const std::string& cuda_unavailable_reason() { return inventory().cuda_reason; }
 constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kHugeFrom = size_t(8) << 20;
 
-void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why) {
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
+                   th_status* status) {
+  th_status ignored;
+  th_status& st = status != nullptr ? *status : ignored;
+  st = TH_ERR_OUT_OF_MEMORY;
   if (kind == TH_DEVICE_CPU) {
     if (bytes >= kHugeFrom) alignment = std::max(alignment, kHugePage);
     size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
@@ -119,6 +123,7 @@ void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alig
     if (inv.cuda.alloc == nullptr || !present) {
       why = "no CUDA device " + std::to_string(index) +
             (inv.cuda_reason.empty() ? std::string() : " (" + inv.cuda_reason + ")");
+      st = TH_ERR_UNSUPPORTED;
       return nullptr;
     }
     char message[256] = {0};
@@ -127,6 +132,7 @@ void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alig
     return p;
   }
   why = "no device of kind " + std::to_string(kind);
+  st = TH_ERR_UNSUPPORTED;
   return nullptr;
 }
 

@@ -25,8 +25,11 @@ const std::vector<DeviceInfo>& devices();
 // Why no CUDA device is listed ("" when one is): module missing, no driver, no device.
 const std::string& cuda_unavailable_reason();
 
-// Allocates bytes aligned to alignment (a power of two) on a device; NULL with why set on failure.
-void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why);
+// Allocates bytes aligned to alignment (a power of two) on a device; NULL with why set on failure, and
+// *status (when given) TH_ERR_UNSUPPORTED for a device this host does not have, TH_ERR_OUT_OF_MEMORY
+// when the device has no room.
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
+                   th_status* status = nullptr);
 void device_free(th_device_kind kind, void* ptr);
 
 }  // namespace tokenhost

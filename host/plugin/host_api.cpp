@@ -168,10 +168,11 @@ th_status api_mem_alloc(th_host_ctx* ctx, th_device_kind device, int32_t device_
     return TH_ERR_INVALID_ARGUMENT;
   }
   std::string why;
-  void* p = device_alloc(device, device_index, bytes, alignment, why);
+  th_status status = TH_OK;
+  void* p = device_alloc(device, device_index, bytes, alignment, why, &status);
   if (p == nullptr) {
     api_error_set(err, ("mem_alloc: " + why).c_str());
-    return why.find("no ") == 0 ? TH_ERR_UNSUPPORTED : TH_ERR_OUT_OF_MEMORY;
+    return status;
   }
   if (ctx != nullptr) {
     std::lock_guard lock(ctx->alloc_mutex);

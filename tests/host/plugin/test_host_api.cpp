@@ -118,6 +118,23 @@ TEST_CASE("host api: memory is aligned, accounted per instance, and leaks are fr
   }  // p is leaked on purpose: the context frees it (AddressSanitizer runs would flag a real leak)
 }
 
+TEST_CASE("host api: mem_alloc answers UNSUPPORTED for a device the host lacks, OUT_OF_MEMORY when it has no room",
+          "[host_api]") {
+  th_error err;
+  void* p = nullptr;
+  th_host_ctx ctx;
+  // A CUDA device index no machine has, and a device kind the ABI does not define.
+  REQUIRE(host_api()->mem_alloc(&ctx, TH_DEVICE_CUDA, 1 << 20, 64, 0, &p, &err) == TH_ERR_UNSUPPORTED);
+  REQUIRE_THAT(err.text(), Contains("no CUDA device 1048576"));
+  REQUIRE(host_api()->mem_alloc(&ctx, 7, 0, 64, 0, &p, &err) == TH_ERR_UNSUPPORTED);
+  // More host memory than any address space holds.
+  th_error oom;
+  REQUIRE(host_api()->mem_alloc(&ctx, TH_DEVICE_CPU, 0, size_t(1) << 62, 0, &p, &oom) == TH_ERR_OUT_OF_MEMORY);
+  REQUIRE_THAT(oom.text(), Contains("out of host memory"));
+  REQUIRE(p == nullptr);
+  REQUIRE(ctx.bytes_allocated == 0);
+}
+
 TEST_CASE("host api: model_run answers unsupported until the runtime can run another model", "[host_api]") {
   th_error err;
   th_model_run_request req{sizeof(th_model_run_request), "draft", nullptr, 0, 4, 0.0f, 1};
