@@ -37,8 +37,7 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
           return r;
         }
         try {
-          r.manifest = c.add(known->file);  // a newer plugin.toml may have been installed
-          r.library = c.load(*r.manifest);
+          r.manifest = c.add(known->file, &r.library);  // a newer plugin.toml may have been installed
         } catch (const std::exception& e) {
           r.error = e.what();
         }

@@ -83,9 +83,11 @@ std::vector<PluginManifest> PluginCatalog::all() const {
   return out;
 }
 
-PluginManifest PluginCatalog::add(const std::string& manifest_path) {
+PluginManifest PluginCatalog::add(const std::string& manifest_path, std::shared_ptr<PluginLibrary>* loaded) {
   PluginManifest m = read_plugin_manifest(manifest_path);
-  load(m);  // its library must load and agree with the manifest before the manifest replaces another
+  // Its library must load and agree with the manifest before the manifest replaces another.
+  std::shared_ptr<PluginLibrary> library = load(m);
+  if (loaded != nullptr) *loaded = std::move(library);
   std::lock_guard lock(mutex_);
   manifests_.insert_or_assign(m.id, m);
   return m;

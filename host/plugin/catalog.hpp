@@ -33,8 +33,8 @@ class PluginCatalog {
   std::vector<PluginManifest> all() const;
   // Adds (or replaces) the manifest at path: how a new plugin version outside the search paths is
   // made known. Its library is loaded and checked first (as load() does): a library that cannot load
-  // changes nothing. Throws ManifestError or PluginError.
-  PluginManifest add(const std::string& manifest_path);
+  // changes nothing; *loaded (when given) receives the library. Throws ManifestError or PluginError.
+  PluginManifest add(const std::string& manifest_path, std::shared_ptr<PluginLibrary>* loaded = nullptr);
 
   // Opens the library of id. An unchanged file already open is shared; a file changed since (same
   // path, new contents) is opened anew from a fresh private copy. Throws PluginError.

@@ -76,7 +76,7 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   th_error err;
   th_status s;
   {
-    const PluginCallSite site{self->id().c_str(), self->version().c_str(), spec.slot.c_str(), spec.engine.c_str(), "create"};
+    const PluginCallSite site = self->call_site("create");
     PluginCallScope scope(site);
     s = self->lib_->head().create(&args, &self->instance_, &err);
   }
@@ -92,7 +92,7 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
 PluginInstance::~PluginInstance() {
   if (instance_ != nullptr) {
     {
-      const PluginCallSite site{id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), "destroy"};
+      const PluginCallSite site = call_site("destroy");
       PluginCallScope scope(site);
       lib_->head().destroy(instance_);
     }

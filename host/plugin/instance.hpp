@@ -57,7 +57,7 @@ class PluginInstance {
   // or an optional one fn() returned non-NULL for.
   template <class VT, class M, class... A>
   auto call(M VT::*member, const char* name, A&&... args) const {
-    const PluginCallSite site{id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), name};
+    const PluginCallSite site = call_site(name);
     PluginCallScope scope(site);
     return fn(member)(std::forward<A>(args)...);
   }
@@ -74,6 +74,10 @@ class PluginInstance {
 
  private:
   PluginInstance() = default;
+  // This instance in a crash report, inside its call `name`.
+  PluginCallSite call_site(const char* name) const {
+    return {id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), name};
+  }
   std::shared_ptr<PluginLibrary> lib_;  // declared first: destroyed last
   std::unique_ptr<th_host_ctx> ctx_;
   th_config config_;

@@ -11,6 +11,17 @@
 namespace tokenhost {
 namespace fs = std::filesystem;
 
+namespace {
+
+std::string format_number(double v) {
+  if (v == double(int64_t(v)) && std::abs(v) < 1e15) return std::to_string(int64_t(v));
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
 nlohmann::json config_params_json(const PluginManifest& manifest) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& p : manifest.params) {
@@ -37,13 +48,7 @@ std::string config_param_text(const PluginManifest& manifest, const ConfigParam&
     text << ", default ";
     d->visit([&](const auto& v) { text << v; });
   }
-  auto number = [&](double x) {
-    std::ostringstream n;
-    if (p.type == ParamType::integer) n << int64_t(x);
-    else n << x;
-    return n.str();
-  };
-  if (p.min || p.max) text << ", " << (p.min ? number(*p.min) : "") << ".." << (p.max ? number(*p.max) : "");
+  if (p.min || p.max) text << ", " << (p.min ? format_number(*p.min) : "") << ".." << (p.max ? format_number(*p.max) : "");
   text << "): " << p.doc;
   return text.str();
 }
@@ -65,13 +70,6 @@ const ConfigParam* PluginManifest::param(const std::string& key) const {
 }
 
 namespace {
-
-std::string format_number(double v) {
-  if (v == double(int64_t(v)) && std::abs(v) < 1e15) return std::to_string(int64_t(v));
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 bool value_has_type(const toml::node& value, ParamType type) {
   switch (type) {

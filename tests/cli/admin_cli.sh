@@ -7,13 +7,6 @@ tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
 start_server "$tokenhost" "$here/../../manifests/default.toml"
 
-ok() {  # ok PATTERN ARGS...: `tokenhost admin ARGS` exits 0 and prints PATTERN
-  local pattern=$1; shift
-  if ! "$tokenhost" admin --url "$admin" "$@" > "$work/out" 2>&1 || ! grep -qE -- "$pattern" "$work/out"; then
-    echo "FAIL: admin $* (expected /$pattern/):"; cat "$work/out"; exit 1
-  fi
-  echo "ok: admin $*"
-}
 refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
   local pattern=$1; shift
   local rc=0
@@ -24,23 +17,23 @@ refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
   echo "ok: admin $* refused"
 }
 
-ok 'engine main +model demo' status
-ok 'attention +attention.cpu_flash 1.0.0' status
-ok 'router router.round_robin' status
-ok 'model demo  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
-ok '"engines"' --json status
-ok 'scheduler.continuous' plugins list
-ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"
-ok 'router.round_robin 1.0.0 -> router.fixture 2.0.0' router router.fixture
-ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler scheduler.fifo --set max_prefill_chunk=8
+admin_ok 'engine main +model demo' status
+admin_ok 'attention +attention.cpu_flash 1.0.0' status
+admin_ok 'router router.round_robin' status
+admin_ok 'model demo  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
+admin_ok '"engines"' --json status
+admin_ok 'scheduler.continuous' plugins list
+admin_ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"
+admin_ok 'router.round_robin 1.0.0 -> router.fixture 2.0.0' router router.fixture
+admin_ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler scheduler.fifo --set max_prefill_chunk=8
 refused "did you mean 'max_prefill_chunk'" swap main scheduler scheduler.fifo --set max_prefil_chunk=8
 refused "no engine 'mian'.*did you mean 'main'" swap mian scheduler scheduler.fifo
 # A refused change leaves a line in the server's log, not only an answer to the caller.
 grep -qE "admin POST /admin/engines/mian/slots/scheduler refused \(404\): no engine 'mian'" "$work/log" ||
   { echo "FAIL: the refused swap left no log line:"; cat "$work/log"; exit 1; }
 echo "ok: the refused swap is in the server's log"
-ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
-ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
+admin_ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
+admin_ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
 
 cat > "$work/second.toml" <<'TOML'
 [engines.second]
@@ -49,14 +42,14 @@ attention = { plugin = "attention.reference" }
 kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 128 } }
 scheduler = { plugin = "scheduler.static" }
 TOML
-ok 'added engine second' engines add "$work/second.toml"
-ok 'engine second +model demo' status
+admin_ok 'added engine second' engines add "$work/second.toml"
+admin_ok 'engine second +model demo' status
 refused "engine 'second' exists already" engines add "$work/second.toml"
 # Both engines serve: round robin sends requests to each.
 for _ in 1 2 3 4; do
   curl -sf "http://127.0.0.1:$gw/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 4}' | grep -q '"finish_reason"'
 done
-ok 'removed engine second' engines remove second --grace 10
+admin_ok 'removed engine second' engines remove second --grace 10
 refused "last engine serving model 'demo'" engines remove main
 refused "no engine 'second'" engines remove second
 

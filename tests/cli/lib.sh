@@ -22,6 +22,14 @@ start_server() {  # start_server TOKENHOST MANIFEST
   admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
 }
 
+admin_ok() {  # admin_ok PATTERN ARGS...: `tokenhost admin ARGS` ($tokenhost, against $admin) exits 0 and prints PATTERN
+  local pattern=$1; shift
+  if ! "$tokenhost" admin --url "$admin" "$@" > "$work/out" 2>&1 || ! grep -qE -- "$pattern" "$work/out"; then
+    echo "FAIL: admin $* (expected /$pattern/):"; cat "$work/out"; exit 1
+  fi
+  echo "ok: admin $*"
+}
+
 require_models() {  # require_models TESTS_CLI_DIR
   models=${TOKENHOST_MODELS:-$1/../../../shared/models}
   if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi

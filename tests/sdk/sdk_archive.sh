@@ -63,12 +63,6 @@ echo "ok: both examples build against the archive alone and pass tokenhost-confo
 
 # Loaded into a running server and swapped in live while requests stream.
 start_server "$tokenhost" "$cli/../../manifests/default.toml"
-admin_ok() {  # admin_ok PATTERN ARGS...
-  local pattern=$1; shift
-  if ! "$tokenhost" admin --url "$admin" "$@" >"$work/out" 2>&1 || ! grep -qE -- "$pattern" "$work/out"; then
-    echo "FAIL: admin $* (expected /$pattern/):"; cat "$work/out"; exit 1
-  fi
-}
 complete() {
   curl -sf "http://127.0.0.1:$gw/v1/completions" \
     -d '{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": true}' | grep -q '"finish_reason":"length"'

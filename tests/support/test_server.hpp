@@ -82,6 +82,13 @@ inline GenerateRequest request_for(Server& server, const std::string& prompt, ui
   return r;
 }
 
+// Whether, within 30 s, no engine of the server is retiring (a kvcache swap's old engine has drained).
+inline bool wait_until_no_engine_retires(Server& server) {
+  for (int i = 0; i < 3000 && !server.status()["retiring_engines"].empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return server.status()["retiring_engines"].empty();
+}
+
 // Prompts of different lengths, so that sequences join and leave steps at different times.
 inline std::vector<std::string> mixed_prompts() {
   std::vector<std::string> p;

@@ -54,11 +54,6 @@ std::vector<std::vector<int32_t>> outputs(Server& server) {
   return out;
 }
 
-void wait_until_no_engine_retires(Server& server) {
-  for (int i = 0; i < 3000 && !server.status()["retiring_engines"].empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(server.status()["retiring_engines"].empty());
-}
 
 
 }  // namespace
@@ -105,7 +100,7 @@ TEST_CASE("abi matrix: older minors' attention, kvcache, scheduler, router and s
     pool.insert("n_blocks", 256);
     REQUIRE_THAT(server->set_slot("main", "kvcache", server->register_plugin(matrix_fixture(abi, "kvcache")), pool),
                  Contains("a new engine"));
-    wait_until_no_engine_retires(*server);
+    REQUIRE(wait_until_no_engine_retires(*server));
     REQUIRE(outputs(*server) == expected);
     auto status = server->status();
     REQUIRE(status["engines"][0]["kvcache"]["id"] == "kvcache.abi_" + abi.tag);

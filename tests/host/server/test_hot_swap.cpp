@@ -16,11 +16,6 @@ constexpr int kStreams = 64;
 constexpr uint32_t kTokens = 16;
 
 // A retired engine stops once its requests are done; status lists it until then.
-void wait_until_no_engine_retires(Server& server) {
-  for (int i = 0; i < 3000 && !server.status()["retiring_engines"].empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(server.status()["retiring_engines"].empty());
-}
 
 }  // namespace
 
@@ -106,12 +101,12 @@ TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and dra
   REQUIRE(status["engines"][0]["kv"]["total_blocks"] == 160);
   REQUIRE(status["engines"][0]["kv"]["dtype"] == "f16");  // the engine's kv_dtype survives the swap
   load.wait_for(2 * kStreams);
-  wait_until_no_engine_retires(*server);
+  REQUIRE(wait_until_no_engine_retires(*server));
   // Once the drain is over, the next kvcache swap goes through.
   layout.insert_or_assign("n_blocks", 200);
   REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", layout), Contains("a new engine"));
   load.wait_for(kStreams);
-  wait_until_no_engine_retires(*server);
+  REQUIRE(wait_until_no_engine_retires(*server));
   load.stop();
   INFO(load.done() << " requests; first wrong: " << load.first_error());
   REQUIRE(load.wrong() == 0);
