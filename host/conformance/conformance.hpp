@@ -7,7 +7,8 @@
 //   attention    attention.matches_reference.f32 / .f16: forward() over random ragged batches (prefill
 //                chunks and decode rows, GQA, padded row strides, two KV layouts' strides, block tables
 //                out of order) equals float64 attention
-//   kvcache      kvcache.layout_fits_model, kvcache.accounting (used + free == total, shared and
+//   kvcache      kvcache.layout_fits_model (dims, dtype, and the 1.2 device when the layout has it),
+//                kvcache.accounting (used + free == total, shared and
 //                n_seqs exact, block tables as long as their sequences, over random reserve/fork/free),
 //                kvcache.copy_on_write, kvcache.exhaustion_changes_nothing, kvcache.free_returns_blocks
 //   scheduler    scheduler.decision_valid (known ids once each, prefill within the prompt, decode one

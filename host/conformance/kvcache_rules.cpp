@@ -113,6 +113,12 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
     expect(l.block_size > 0 && l.n_blocks > 0 && l.k_base != nullptr && l.v_base != nullptr,
            "the layout has no blocks, a block size of 0 or NULL pools");
     expect(l.n_blocks == c.stats().total_blocks, "the layout's n_blocks differs from stats().total_blocks");
+    // ABI 1.2: where the pools live, read only when the plugin's layout has the member. The runner's
+    // instance was made for the CPU, so its pools must be host memory.
+    if (TH_HAS_MEMBER(&l, th_kv_layout, device))
+      expect(l.device == TH_DEVICE_CPU && l.device_index == 0,
+             "the layout says its pools lie on device kind " + std::to_string(l.device) + " index " +
+                 std::to_string(l.device_index) + ", but the instance was made for the CPU");
   });
   if (c.layout == nullptr) return;
   const uint32_t bs = c.layout->block_size;
