@@ -25,6 +25,7 @@
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "runtime/compute_pool.hpp"
+#include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
@@ -167,6 +168,7 @@ int main(int argc, char** argv) {
     r.decode.resize(kernel_sets.size());
     r.prefill.resize(kernel_sets.size());
     r.model = load_gguf_model(path, "bench");
+    r.model.weights = find_backend(TH_DEVICE_CPU)->place_weights(r.model.weights, 0, WeightPlacement{});  // packed
     const auto& w = *r.model.weights;
     // Read per decoded token: every matrix and norm, but only one row of the embedding (unless the
     // output projection is the embedding itself).

@@ -28,4 +28,29 @@ const Backend* find_backend(const std::string& device, int32_t* index) {
   return nullptr;
 }
 
+const Backend* find_backend(th_device_kind kind) {
+  for (const Backend* b : backends())
+    if (b->kind() == kind) return b;
+  return nullptr;
+}
+
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
+                   th_status* status) {
+  th_status ignored = TH_OK;
+  th_status& st = status != nullptr ? *status : ignored;
+  const Backend* b = find_backend(kind);
+  if (b == nullptr) {
+    why = "no device of kind " + std::to_string(int(kind));
+    st = TH_ERR_UNSUPPORTED;
+    return nullptr;
+  }
+  st = TH_OK;
+  return b->alloc(index, bytes, alignment, why, st);
+}
+
+void device_free(th_device_kind kind, void* ptr) {
+  if (ptr == nullptr) return;
+  if (const Backend* b = find_backend(kind)) b->free(ptr);
+}
+
 }  // namespace tokenhost

@@ -1,32 +1,58 @@
-// A compute backend: the devices it drives, where a model's weights live for it, and one step of the
-// forward pass on one of its devices. ggml's split in small: a registry (backends()), devices
-// (DeviceInfo) and buffers (device_alloc, the host API's mem_alloc). host/backends/<name>/ implements
-// one; an engine's worker runs every step through the backend of its device ("cpu", "cuda:N").
+// A compute backend: the devices it drives, memory on them, where a model's weights live for it, and one
+// step of the forward pass on one of its devices. ggml's split in small: a registry (backends()),
+// devices (DeviceInfo), buffers (alloc/free, which the host API's mem_alloc reaches through
+// device_alloc) and compute (run_step). host/backends/<name>/ implements one; an engine's worker runs
+// every step through the backend of its device ("cpu", "cuda:N").
+//
+// This header names the runtime's types without including them: the plugin host (host_api.cpp)
+// allocates through it, and the runtime's headers include the plugin host's.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "backends/device_memory.hpp"
-#include "runtime/model_weights.hpp"
-#include "runtime/step.hpp"
+#include "backends/devices.hpp"
 
 namespace tokenhost {
+
+struct ModelWeights;  // runtime/model_weights.hpp
+struct StepBatch;     // runtime/step.hpp
+struct StepPlugins;   // runtime/step.hpp
+
+// How a deployment asks a model's weights to be placed (its [models.X] table).
+struct WeightPlacement {
+  // CPU: also keep the matrices packed for the matmul kernels in use (backends/cpu/weight_packing.hpp),
+  // memory beside the file's layout that batched steps gain from. `pack_weights` in a manifest.
+  bool pack = true;
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   // "cpu", "cuda": what a manifest's device says before ':'.
   virtual const char* name() const = 0;
+  // The kind of its devices.
+  virtual th_device_kind kind() const = 0;
   // Its devices found on this machine (none: no such hardware, or its module is absent).
   virtual std::vector<DeviceInfo> devices() const = 0;
   // Why it cannot run an engine on its device `index` now, or "" when it can.
   virtual std::string cannot_run(int32_t index) const = 0;
-  // A model's weights as this backend computes with them on device `index` (the CPU backend: as
-  // loaded, the file mapped and the packed copies made). Throws std::runtime_error when it cannot.
-  virtual std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights> weights,
-                                                            int32_t index) const = 0;
+
+  // bytes on device `index`, aligned to alignment (a power of two); NULL with why set and *status
+  // TH_ERR_UNSUPPORTED when the device is absent, TH_ERR_OUT_OF_MEMORY when it has no room.
+  // OWNERSHIP: the caller's, returned through free().
+  virtual void* alloc(int32_t index, size_t bytes, size_t alignment, std::string& why, th_status& status) const = 0;
+  virtual void free(void* ptr) const = 0;
+
+  // A model's weights as this backend computes with them on device `index` (the CPU backend: in place,
+  // the file mapped, plus the packed copies `placement` asks for). The result may share memory with
+  // `weights`; a caller that serves several engines on one device places once and shares the result.
+  // Throws std::runtime_error when it cannot.
+  virtual std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights> weights, int32_t index,
+                                                            const WeightPlacement& placement) const = 0;
   // One step: the logits of every row the batch marks (StepItem::marked_rows()), [n_marked][vocab],
   // in item then row order. Throws std::runtime_error naming the plugin and call that failed, and
   // KvExhausted when the kvcache has no blocks for the step.
@@ -39,5 +65,13 @@ const std::vector<const Backend*>& backends();
 // The backend of a device string ("cpu", "cuda:0"), or NULL when none has its name; index is set to
 // the number after ':' (0 without one).
 const Backend* find_backend(const std::string& device, int32_t* index = nullptr);
+// The backend whose devices are of `kind`, or NULL.
+const Backend* find_backend(th_device_kind kind);
+
+// Memory on a device through its backend (the host API's mem_alloc, the CPU kernels' packed copies):
+// Backend::alloc, and a kind no backend drives refused with TH_ERR_UNSUPPORTED.
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
+                   th_status* status = nullptr);
+void device_free(th_device_kind kind, void* ptr);
 
 }  // namespace tokenhost

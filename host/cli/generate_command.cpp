@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backends/backend.hpp"
 #include "model/tokenizer.hpp"
 #include "plugin/catalog.hpp"
 #include "runtime/generator.hpp"
@@ -78,7 +79,8 @@ int run_generate(const GenerateOptions& o) {
     spdlog::info("{} experts per layer, {} used per token: {} (normalize = {})", info.n_experts, info.n_experts_used,
                  o.moe, normalize);
   }
-  Generator generator(model.weights, instantiate(catalog, o.attention, "generate", spec),
+  const Backend& cpu = *find_backend(TH_DEVICE_CPU);
+  Generator generator(cpu.place_weights(model.weights, 0, WeightPlacement{}), instantiate(catalog, o.attention, "generate", spec),
                       instantiate(catalog, "kvcache.paged", "generate", spec, kv), o.prefill_chunk, moe);
 
   Sampler sampler(o.sampling);

@@ -55,9 +55,9 @@ void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string
   const toml::node& where = t.get("path") ? *t.get("path") : static_cast<const toml::node&>(t);
   std::error_code ec;
   if (!fs::is_regular_file(m.path, ec)) r.fail(where, "model file '" + m.path + "' does not exist");
-  const bool pack = r.optional_bool(t, "pack_weights", ctx).value_or(true);
+  m.placement.pack = r.optional_bool(t, "pack_weights", ctx).value_or(m.placement.pack);
   try {
-    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, m.name, pack));
+    m.loaded = std::make_shared<LoadedModel>(load_gguf_model(m.path, m.name));
   } catch (const std::exception& e) {
     r.fail(where, e.what());
   }

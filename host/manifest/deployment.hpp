@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "backends/backend.hpp"
 #include "experiments/experiment.hpp"
 #include "plugin/plugin_manifest.hpp"
 #include "util/toml_reader.hpp"
@@ -58,6 +59,7 @@ struct ModelDecl {
   uint64_t seed = 1;
   ModelSpec spec;
   std::shared_ptr<const LoadedModel> loaded;  // gguf: the mapped file's weights and tokenizer
+  WeightPlacement placement;                  // how each engine's backend places them (pack_weights)
 };
 
 // An engine's kv_dtype when its manifest names none.

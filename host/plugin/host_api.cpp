@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/device_memory.hpp"
+#include "backends/backend.hpp"
 #include "runtime/compute_pool.hpp"
 
 std::string th_error::text() const {

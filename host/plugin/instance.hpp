@@ -10,7 +10,7 @@
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
-#include "backends/device_memory.hpp"
+#include "backends/devices.hpp"
 #include "plugin/abi_member.hpp"
 #include "plugin/crash_attribution.hpp"
 #include "plugin/host_api.hpp"

@@ -4,7 +4,6 @@
 
 #include "model/gguf.hpp"
 #include "model/quant.hpp"
-#include "backends/cpu/weight_packing.hpp"
 
 namespace tokenhost {
 namespace {
@@ -84,7 +83,7 @@ const char* const kSharedExpertTensors[] = {"ffn_gate_shexp.weight", "ffn_up_she
 
 }  // namespace
 
-LoadedModel load_gguf_model(const std::string& path, const std::string& name, bool pack_weights) {
+LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   std::shared_ptr<gguf::File> file = gguf::File::open(path);
   Reader r{*file, path, file->get_string("general.architecture").value_or("")};
   const bool qwen2moe = r.arch == "qwen2moe";
@@ -196,7 +195,6 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name, bo
            std::to_string(i.vocab_size) + " rows");
 
   w->storage = std::shared_ptr<const void>(file, file.get());  // the mapping lives as long as the weights
-  if (pack_weights) pack_model_weights(*w);
   out.weights = w;
   return out;
 }

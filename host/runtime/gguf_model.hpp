@@ -23,8 +23,8 @@ struct LoadedModel {
 
 // Reads path. Throws std::runtime_error naming the file and what is wrong or unsupported (an
 // architecture or tensor type by name, a missing tensor, a shape that does not match the metadata).
-// pack_weights = false keeps the matrices in the file's layout only (backends/cpu/weight_packing.hpp:
-// half the memory of a packed Q8_0/Q4_0 model, slower batched steps and prefill).
-LoadedModel load_gguf_model(const std::string& path, const std::string& name, bool pack_weights = true);
+// The weights are the file's layout, mapped; a backend places them for its device (Backend::place_weights:
+// the CPU backend adds packed copies).
+LoadedModel load_gguf_model(const std::string& path, const std::string& name);
 
 }  // namespace tokenhost

@@ -133,7 +133,10 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   w.engine = name;
   int32_t device_index = 0;
   w.backend = find_backend(decl.device, &device_index);  // the manifest reader refused any it cannot run
-  w.weights = w.backend->place_weights(weights, device_index);
+  // Placed once per model and device, shared by the engines there (and by an engine rebuilt by a swap).
+  auto& placed = placed_weights_[{decl.model, decl.device}];
+  if (!placed) placed = w.backend->place_weights(weights, device_index, model.placement);
+  w.weights = placed;
   w.metrics = &metrics_;
   w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
   w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
@@ -322,16 +325,20 @@ nlohmann::json Server::status() {
     (old ? retiring : engines).push_back(j);
   }
   // The models' memory: the weights as loaded (mapped from the file, or made in memory) and the
-  // packed copies beside them (backends/cpu/weight_packing.hpp), which an operator may turn off per model.
+  // packed copies the CPU backend placed beside them (backends/cpu/weight_packing.hpp), which an
+  // operator may turn off per model.
   nlohmann::json models = nlohmann::json::array();
   for (const auto& [name, w] : weights_) {
     const ModelDecl& m = deployment_.models.at(name);
+    size_t packed_bytes = 0;
+    for (const auto& [where, placed] : placed_weights_)
+      if (where.first == name) packed_bytes += placed->packed_bytes;
     models.push_back({{"name", name},
                       {"source", m.source},
                       {"path", m.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.path)},
                       {"weight_dtype", quant::dtype_name(w->spec.info.weight_dtype)},
                       {"weights_bytes", w->bytes},
-                      {"packed_bytes", w->packed_bytes}});
+                      {"packed_bytes", packed_bytes}});
   }
   return {{"engines", engines},
           {"retiring_engines", retiring},

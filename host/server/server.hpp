@@ -159,7 +159,9 @@ class Server {
   metrics::Registry metrics_;
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
-  std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model
+  std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model, as loaded
+  // As each device's backend computes with them, by (model, device): shared by the engines there.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> placed_weights_;
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
   const ServedModel& default_model() const;
   std::vector<ServedModel> served_;

@@ -14,7 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/device_memory.hpp"
+#include "backends/backend.hpp"
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
 #include "backends/cpu/matmul_kernels.hpp"

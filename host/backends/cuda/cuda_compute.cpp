@@ -1,5 +1,5 @@
 // The CUDA backend as the host sees it: its devices come from the CUDA module (backends/cuda, opened
-// at run time by device_memory.cpp), which finds devices and allocates memory. It has no forward pass
+// at run time by devices.cpp), which finds devices and allocates memory. It has no forward pass
 // yet, so it runs no engine: cannot_run() says so, and manifests naming "cuda:N" are refused with it.
 #include "backends/backend.hpp"
 
@@ -7,6 +7,8 @@
 
 namespace tokenhost {
 namespace {
+
+constexpr size_t kCudaMallocAlignment = 256;  // cudaMalloc's guarantee
 
 class CudaBackend final : public Backend {
  public:
@@ -17,10 +19,22 @@ class CudaBackend final : public Backend {
       if (d.kind == TH_DEVICE_CUDA) out.push_back(d);
     return out;
   }
+  th_device_kind kind() const override { return TH_DEVICE_CUDA; }
+  void* alloc(int32_t index, size_t bytes, size_t alignment, std::string& why, th_status& status) const override {
+    if (alignment > kCudaMallocAlignment) {
+      why = "alignment " + std::to_string(alignment) + " is more than CUDA allocations give (" +
+            std::to_string(kCudaMallocAlignment) + ")";
+      status = TH_ERR_INVALID_ARGUMENT;
+      return nullptr;
+    }
+    return cuda_module_alloc(index, bytes, why, status);
+  }
+  void free(void* ptr) const override { cuda_module_free(ptr); }
   std::string cannot_run(int32_t) const override {
     return "the CUDA backend does not compute yet (this host runs engines on the CPU only)";
   }
-  std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights>, int32_t index) const override {
+  std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights>, int32_t index,
+                                                    const WeightPlacement&) const override {
     throw std::runtime_error("cuda:" + std::to_string(index) + ": " + cannot_run(index));
   }
   std::vector<std::vector<float>> run_step(const ModelWeights&, const StepBatch&, const StepPlugins&) const override {

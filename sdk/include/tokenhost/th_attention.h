@@ -20,7 +20,15 @@ extern "C" {
  * Sequence s owns query rows [seq_start[s], seq_start[s+1]); its last row sits at position
  * kv_len[s] - 1 and row i attends to positions [0, positions[i]] of that sequence (causal).
  * Query head j uses kv head j / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads == 1).
- * OWNERSHIP: every pointer is the host's, valid during forward() only. */
+ * OWNERSHIP: every pointer is the host's, valid during forward() only.
+ *
+ * DEVICES. The batch is its own tensor view: each buffer's shape is the batch's dimensions above, its
+ * row stride stands beside it, and where it lives is `device`/`device_index` (ABI 1.2; the KV pools'
+ * in kv->device). One batch never mixes devices: an engine lives on one device, and its host places
+ * queries, outputs, tables and pools there, so a GPU attention plugin reads every pointer as device
+ * memory of that one device and needs nothing beyond this header and th_kvcache.h. Per-buffer views
+ * (th_tensor) are not used here: they would restate the shapes, and th_tensor cannot grow (it is
+ * embedded by value in th_moe_expert_weights). */
 typedef struct th_attention_batch {
   uint32_t struct_size;
   uint32_t layer;

@@ -2,9 +2,17 @@
 // listed but refusing engines until it computes, and device strings resolved to them.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
+#include "files.hpp"
 #include "harness.hpp"
+#include "skip.hpp"
+#include "backends/cpu/matmul.hpp"
+#include "runtime/gguf_model.hpp"
+#include "runtime/make_model.hpp"
+#include "runtime/step.hpp"
 #include "runtime/synthetic_model.hpp"
 
 using namespace tokenhost;
@@ -50,10 +58,68 @@ TEST_CASE("backends: the CPU backend's step is the forward pass, marked rows inc
     auto kvcache = make_plugin("kvcache.paged", spec, kv);
     const StepPlugins plugins{attention.get(), kvcache.get(), nullptr};
     const Backend& cpu = *find_backend("cpu");
-    runs.push_back(via_backend ? cpu.run_step(*cpu.place_weights(weights, 0), StepBatch{{item}}, plugins)
+    runs.push_back(via_backend ? cpu.run_step(*cpu.place_weights(weights, 0, WeightPlacement{}), StepBatch{{item}}, plugins)
                                : forward_step(*weights, StepBatch{{item}}, plugins));
   }
   REQUIRE(runs[0].size() == 3);
   REQUIRE(runs[1] == runs[0]);
-  REQUIRE_THROWS_WITH(find_backend("cuda:0")->place_weights(weights, 0), Contains("does not compute yet"));
+  REQUIRE_THROWS_WITH(find_backend("cuda:0")->place_weights(weights, 0, WeightPlacement{}), Contains("does not compute yet"));
+}
+
+TEST_CASE("backends: memory is each backend's, reached by device kind, with typed refusals", "[backends]") {
+  const Backend& cpu = *find_backend(TH_DEVICE_CPU);
+  REQUIRE(std::string(cpu.name()) == "cpu");
+  REQUIRE(std::string(find_backend(TH_DEVICE_CUDA)->name()) == "cuda");
+  std::string why;
+  th_status status = TH_OK;
+  for (size_t bytes : {size_t(1), size_t(4096), size_t(16) << 20}) {  // 16 MiB: the huge-page path
+    for (size_t alignment : {size_t(64), size_t(4096)}) {
+      void* p = device_alloc(TH_DEVICE_CPU, 0, bytes, alignment, why, &status);
+      REQUIRE(p != nullptr);
+      REQUIRE(status == TH_OK);
+      REQUIRE(reinterpret_cast<uintptr_t>(p) % alignment == 0);
+      static_cast<volatile char*>(p)[bytes - 1] = 1;  // the whole range is ours
+      device_free(TH_DEVICE_CPU, p);
+    }
+  }
+  REQUIRE(cpu.alloc(1, 64, 64, why, status) == nullptr);
+  REQUIRE(status == TH_ERR_UNSUPPORTED);
+  REQUIRE_THAT(why, Contains("no CPU device 1"));
+  REQUIRE(device_alloc(static_cast<th_device_kind>(7), 0, 64, 64, why, &status) == nullptr);
+  REQUIRE(status == TH_ERR_UNSUPPORTED);
+  REQUIRE_THAT(why, Contains("no device of kind 7"));
+  REQUIRE(find_backend(TH_DEVICE_CUDA)->alloc(0, 64, 512, why, status) == nullptr);  // more than cudaMalloc aligns
+  REQUIRE(status == TH_ERR_INVALID_ARGUMENT);
+  REQUIRE_THAT(why, Contains("alignment 512"));
+}
+
+TEST_CASE("backends: the CPU backend packs a quantized model's matrices at placement, once, and only when asked",
+          "[backends]") {
+  const auto sets = matmul_kernel_sets();
+  if (std::find(sets.begin(), sets.end(), "avx512") == sets.end())
+    skip_test("this CPU lacks the avx512 kernel set, the only one that packs weights");
+  const std::string before = matmul_kernels();
+  use_matmul_kernels("avx512");
+  TempDir dir;
+  MakeModelOptions o;
+  o.path = dir.file("q.gguf");
+  o.seed = fresh_rng("cpu placement")();
+  o.type = TH_DTYPE_Q8_0;
+  o.shape.ffn_dim = 192;  // Q8_0 rows: multiples of 32
+  make_model(o);
+  const auto loaded = load_gguf_model(o.path, "q").weights;
+  const Backend& cpu = *find_backend(TH_DEVICE_CPU);
+  WeightPlacement off;
+  off.pack = false;
+  const auto packed = cpu.place_weights(loaded, 0, WeightPlacement{});
+  const auto plain = cpu.place_weights(loaded, 0, off);
+  const auto again = cpu.place_weights(packed, 0, WeightPlacement{});
+  use_matmul_kernels(before);
+  REQUIRE(loaded->packed_bytes == 0);  // loading maps the file and packs nothing
+  REQUIRE(plain == loaded);
+  REQUIRE(packed != loaded);
+  REQUIRE(packed->packed_bytes > 0);
+  REQUIRE(packed->storage == loaded->storage);  // the mapping shared, not copied
+  REQUIRE(packed->layers[0].wq.packed != nullptr);
+  REQUIRE(again == packed);  // placing placed weights packs nothing more
 }

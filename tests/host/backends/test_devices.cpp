@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backends/device_memory.hpp"
+#include "backends/devices.hpp"
 #include "plugin/host_api.hpp"
 
 using namespace tokenhost;

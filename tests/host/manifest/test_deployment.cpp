@@ -8,7 +8,6 @@
 
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
-#include "backends/cpu/matmul.hpp"
 #include "skip.hpp"
 #include "test_server.hpp"
 
@@ -190,29 +189,24 @@ scheduler = { plugin = "scheduler.fifo" }
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
 }
 
-TEST_CASE("deployment: a model's pack_weights = false keeps its matrices in the file's layout only", "[manifest]") {
-  // The avx512 kernels pack Q8_0 matrices at load; the other sets keep the file's layout anyway.
-  const auto sets = matmul_kernel_sets();
-  if (std::find(sets.begin(), sets.end(), "avx512") == sets.end())
-    skip_test("this CPU lacks the avx512 kernel set, the only one that packs weights");
+TEST_CASE("deployment: a model's pack_weights becomes how its engines' backend places it", "[manifest]") {
+  // The packing itself is the CPU backend's (tests/host/backends/test_backends.cpp): the manifest only
+  // carries the choice, and loading the file packs nothing.
   MakeModelOptions make;
   make.path = (std::filesystem::temp_directory_path() /
                ("tokenhost-pack-" + std::to_string(fresh_rng("pack model")()) + ".gguf")).string();
   make.shape.ffn_dim = 192;  // Q8_0 rows: multiples of 32
   make.type = TH_DTYPE_Q8_0;
   make_model(make);
-  const std::string before = matmul_kernels();
-  use_matmul_kernels("avx512");
   auto read = [&](const std::string& pack) {
     Deployment d = read_deployment("pack.toml", "[models.d]\nsource = \"gguf\"\npath = \"" + make.path + "\"\n" + pack +
                                                     "[engines.e]\nmodel = \"d\"\n" + kEngine.substr(kEngine.find("attention")));
-    return d.models.at("d").loaded->weights->packed_bytes;
+    REQUIRE(d.models.at("d").loaded->weights->packed_bytes == 0);
+    return d.models.at("d").placement.pack;
   };
-  const size_t packed = read(""), explicitly = read("pack_weights = true\n"), unpacked = read("pack_weights = false\n");
-  use_matmul_kernels(before);
-  REQUIRE(packed > 0);
-  REQUIRE(explicitly == packed);
-  REQUIRE(unpacked == 0);
+  REQUIRE(read("") == true);
+  REQUIRE(read("pack_weights = true\n") == true);
+  REQUIRE(read("pack_weights = false\n") == false);
   REQUIRE_THAT(error_of("[models.m]\nsource = \"gguf\"\npath = \"" + make.path + "\"\npack_weights = 1\n" + kEngine),
                Catch::Matchers::Equals("4:16: 'pack_weights' in [models.m] must be a boolean, found an integer"));
   std::filesystem::remove(make.path);

@@ -8,6 +8,7 @@
 #include "files.hpp"
 #include "harness.hpp"
 #include "reference_forward.hpp"
+#include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "runtime/gguf_model.hpp"
 #include "model/quant.hpp"
@@ -276,10 +277,8 @@ TEST_CASE("forward: a quantized model packed at load gives the logits it gives u
     o.shape.vocab_size = 300;
     o.shape.context_len = 128;
     make_model(o);
-    auto packed = load_gguf_model(o.path, "packed").weights;
-    ::setenv("TOKENHOST_PACK_WEIGHTS", "0", 1);
     auto plain = load_gguf_model(o.path, "plain").weights;
-    ::unsetenv("TOKENHOST_PACK_WEIGHTS");
+    auto packed = find_backend(TH_DEVICE_CPU)->place_weights(plain, 0, WeightPlacement{});
     REQUIRE(plain->packed_bytes == 0);
     if (packed->packed_bytes == 0) {
       WARN("the kernel set " << matmul_kernels() << " has no packed layout for " << quant::dtype_name(type));

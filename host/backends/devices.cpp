@@ -1,10 +1,8 @@
-#include "backends/device_memory.hpp"
+#include "backends/devices.hpp"
 
 #include <dlfcn.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -94,55 +92,27 @@ Inventory& inventory() {
 const std::vector<DeviceInfo>& devices() { return inventory().devices; }
 const std::string& cuda_unavailable_reason() { return inventory().cuda_reason; }
 
-// Host allocations from this size on are placed on 2 MiB boundaries and asked to be backed by huge
-// pages (transparent huge pages, where the kernel offers them for madvise'd memory): a KV cache of
-// gigabytes is filled in 512 times fewer page faults (a 1.9 GB pool took ~4 s to zero in 4 KiB pages),
-// and attention, which walks its blocks all over the pool, misses the TLB far less.
-constexpr size_t kHugePage = size_t(2) << 20;
-constexpr size_t kHugeFrom = size_t(8) << 20;
-
-void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
-                   th_status* status) {
-  th_status ignored;
-  th_status& st = status != nullptr ? *status : ignored;
-  st = TH_ERR_OUT_OF_MEMORY;
-  if (kind == TH_DEVICE_CPU) {
-    if (bytes >= kHugeFrom) alignment = std::max(alignment, kHugePage);
-    size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
-    void* p = std::aligned_alloc(alignment, rounded);
-    if (p == nullptr) why = "out of host memory allocating " + std::to_string(bytes) + " bytes";
-#if defined(MADV_HUGEPAGE)
-    else if (bytes >= kHugeFrom) madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure changes nothing
-#endif
-    return p;
+void* cuda_module_alloc(int32_t index, size_t bytes, std::string& why, th_status& status) {
+  Inventory& inv = inventory();
+  bool present = false;
+  for (const auto& d : inv.devices) present = present || (d.kind == TH_DEVICE_CUDA && d.index == index);
+  if (inv.cuda.alloc == nullptr || !present) {
+    why = "no CUDA device " + std::to_string(index) +
+          (inv.cuda_reason.empty() ? std::string() : " (" + inv.cuda_reason + ")");
+    status = TH_ERR_UNSUPPORTED;
+    return nullptr;
   }
-  if (kind == TH_DEVICE_CUDA) {
-    Inventory& inv = inventory();
-    bool present = false;
-    for (const auto& d : inv.devices) present = present || (d.kind == TH_DEVICE_CUDA && d.index == index);
-    if (inv.cuda.alloc == nullptr || !present) {
-      why = "no CUDA device " + std::to_string(index) +
-            (inv.cuda_reason.empty() ? std::string() : " (" + inv.cuda_reason + ")");
-      st = TH_ERR_UNSUPPORTED;
-      return nullptr;
-    }
-    char message[256] = {0};
-    void* p = inv.cuda.alloc(index, bytes, message, sizeof message);
-    if (p == nullptr) why = std::string("CUDA allocation of ") + std::to_string(bytes) + " bytes failed: " + message;
-    return p;
+  char message[256] = {0};
+  void* p = inv.cuda.alloc(index, bytes, message, sizeof message);
+  if (p == nullptr) {
+    why = std::string("CUDA allocation of ") + std::to_string(bytes) + " bytes failed: " + message;
+    status = TH_ERR_OUT_OF_MEMORY;
   }
-  why = "no device of kind " + std::to_string(kind);
-  st = TH_ERR_UNSUPPORTED;
-  return nullptr;
+  return p;
 }
 
-void device_free(th_device_kind kind, void* ptr) {
-  if (ptr == nullptr) return;
-  if (kind == TH_DEVICE_CUDA) {
-    if (inventory().cuda.free != nullptr) inventory().cuda.free(ptr);
-    return;
-  }
-  std::free(ptr);
+void cuda_module_free(void* ptr) {
+  if (ptr != nullptr && inventory().cuda.free != nullptr) inventory().cuda.free(ptr);
 }
 
 }  // namespace tokenhost

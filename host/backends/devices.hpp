@@ -1,0 +1,35 @@
+// The devices this host can run on: the CPU always, CUDA GPUs when the CUDA backend module is built and a
+// driver with a device is present. Memory on them is each backend's (backends/backend.hpp: alloc). The
+// host never links the CUDA runtime itself: backends/cuda is a module opened at run time, so the binary
+// starts on machines without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <tokenhost/tokenhost.h>
+
+namespace tokenhost {
+
+struct DeviceInfo {
+  th_device_kind kind = TH_DEVICE_CPU;
+  int32_t index = 0;
+  std::string name;          // "cpu", "cuda:0 NVIDIA H200"
+  uint64_t memory_bytes = 0;
+  uint32_t threads = 0;      // CPU: hardware threads
+};
+
+// Every device found (probed once, on first use). The CPU is always first.
+const std::vector<DeviceInfo>& devices();
+// Why no CUDA device is listed ("" when one is): module missing, no driver, no device.
+const std::string& cuda_unavailable_reason();
+
+// The CUDA module's memory calls, for the CUDA backend (backends/cuda/cuda_compute.cpp): NULL with why
+// set and *status TH_ERR_UNSUPPORTED when the module or device `index` is absent, TH_ERR_OUT_OF_MEMORY
+// when the device has no room.
+void* cuda_module_alloc(int32_t index, size_t bytes, std::string& why, th_status& status);
+void cuda_module_free(void* ptr);
+
+}  // namespace tokenhost
