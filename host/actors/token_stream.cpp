@@ -8,11 +8,19 @@ uint64_t StreamSignal::version() const {
 }
 
 void StreamSignal::notify() {
+  std::shared_ptr<const std::function<void()>> callback;
   {
     std::lock_guard lock(mutex_);
     ++version_;
+    callback = on_change_;
   }
   changed_.notify_all();
+  if (callback) (*callback)();
+}
+
+void StreamSignal::on_change(std::function<void()> fn) {
+  std::lock_guard lock(mutex_);
+  on_change_ = std::make_shared<const std::function<void()>>(std::move(fn));
 }
 
 void StreamSignal::wait(uint64_t seen, std::chrono::milliseconds timeout) const {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,11 +24,15 @@ class StreamSignal {
   void notify();
   // Returns once version() != seen, or after timeout.
   void wait(uint64_t seen, std::chrono::milliseconds timeout) const;
+  // fn also runs after every change, on the thread that made it (an engine's): an asynchronous
+  // reader schedules its work from it. It must not block.
+  void on_change(std::function<void()> fn);
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   uint64_t version_ = 0;
+  std::shared_ptr<const std::function<void()>> on_change_;
 };
 
 class TokenStream {

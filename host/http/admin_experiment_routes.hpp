@@ -2,14 +2,12 @@
 // (change the split, stop) and /admin/experiments/NAME/report. The token check is the admin server's.
 #pragma once
 
-namespace httplib {
-class Server;
-}
+#include "http/http_listener.hpp"
 
 namespace tokenhost {
 
 class Server;
 
-void add_experiment_routes(httplib::Server& admin, Server& server);
+void add_experiment_routes(HttpListener& admin, Server& server);
 
 }  // namespace tokenhost

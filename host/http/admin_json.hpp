@@ -5,22 +5,22 @@
 #include <optional>
 #include <string>
 
-#include <httplib.h>
+#include "http/http_message.hpp"
 #include <nlohmann/json.hpp>
 
 namespace tokenhost {
 
-inline void reply_error(httplib::Response& res, int status, const std::string& message, const std::string& type) {
+inline void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type) {
   res.status = status;
   res.set_content(nlohmann::json{{"error", {{"message", message}, {"type", type}}}}.dump(), "application/json");
 }
 
-inline void reply_json(httplib::Response& res, const nlohmann::json& body) {
+inline void reply_json(HttpResponse& res, const nlohmann::json& body) {
   res.set_content(body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 // The body as a JSON object, or nullopt after replying 400.
-inline std::optional<nlohmann::json> parse_body(const httplib::Request& req, httplib::Response& res) {
+inline std::optional<nlohmann::json> parse_body(const HttpRequest& req, HttpResponse& res) {
   try {
     nlohmann::json body = nlohmann::json::parse(req.body);
     if (!body.is_object()) {

@@ -1,6 +1,6 @@
 #include "http/dashboard_route.hpp"
 
-#include <httplib.h>
+#include "http/http_message.hpp"
 
 namespace tokenhost {
 
@@ -8,8 +8,8 @@ namespace tokenhost {
 
 std::string_view dashboard_page() { return kDashboardPage; }
 
-void add_dashboard_route(httplib::Server& admin) {
-  admin.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
+void add_dashboard_route(HttpListener& admin) {
+  admin.route("GET", "/dashboard", [](const HttpRequest&, HttpResponse& res) {
     // The page's script handles the admin token: it may run only its own inline code, talk only to this
     // origin, and is never framed by another site.
     res.set_header("Content-Security-Policy",

@@ -4,9 +4,7 @@
 
 #include <string_view>
 
-namespace httplib {
-class Server;
-}
+#include "http/http_listener.hpp"
 
 namespace tokenhost {
 
@@ -15,6 +13,6 @@ std::string_view dashboard_page();
 
 // Serves the page without a token: it holds no data, and its script sends the token (taken from the
 // URL fragment or asked for) with each admin request it makes.
-void add_dashboard_route(httplib::Server& admin);
+void add_dashboard_route(HttpListener& admin);
 
 }  // namespace tokenhost

@@ -10,12 +10,12 @@
 #include <random>
 #include <cstring>
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "http/admin_experiment_routes.hpp"
 #include "http/admin_json.hpp"
 #include "http/dashboard_route.hpp"
+#include "http/exchange_pump.hpp"
 #include "http/openai_routes.hpp"
 
 namespace tokenhost {
@@ -24,9 +24,12 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
+// The gateway's I/O threads are http_threads, up to this many (a manifest written for one thread per
+// connection may ask for a thousand); the admin API's are fixed: it serves operators, not traffic.
+constexpr int kMaxIoThreads = 64;
+constexpr size_t kAdminIoThreads = 1, kAdminHandlerThreads = 4, kGatewayHandlerThreads = 2;
+constexpr std::chrono::minutes kGenerateLimit{10};
 
-// Each streaming client holds a socket (and a pool thread) for as long as it reads: raise the soft
-// limit on open files to the hard limit so a thousand of them fit beside the model files and plugins.
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
@@ -56,6 +59,8 @@ std::string make_admin_token() {
   return token;
 }
 
+// Each open connection is a descriptor: raise the soft limit on open files to the hard limit so that
+// the connection cap fits beside the model files and plugins, and say so when it cannot.
 void raise_open_file_limit(size_t wanted) {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= wanted + 256) return;
@@ -63,7 +68,7 @@ void raise_open_file_limit(size_t wanted) {
   lim.rlim_cur = lim.rlim_max;
   if (setrlimit(RLIMIT_NOFILE, &lim) == 0) spdlog::info("open file limit raised from {} to {}", before, lim.rlim_cur);
   if (lim.rlim_cur < wanted + 256)
-    spdlog::warn("open file limit {} is low for {} HTTP threads; raise it (ulimit -n) to serve that many clients",
+    spdlog::warn("open file limit {} is below the {} connections the gateway accepts; raise it (ulimit -n) to serve that many",
                  lim.rlim_cur, wanted);
 }
 
@@ -90,7 +95,7 @@ void insert_json(toml::table& t, const std::string& key, const json& v) {
 }
 
 // Prompt: a string (tokenized with the served model's tokenizer) or an array of token ids.
-std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json& body, httplib::Response& res) {
+std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json& body, HttpResponse& res) {
   std::vector<int32_t> tokens;
   auto it = body.find("prompt");
   if (it == body.end()) {
@@ -123,26 +128,27 @@ toml::table json_to_toml(const json& object) {
 }
 
 HttpServers::HttpServers(Server& server) : server_(server) {
-  gateway_ = std::make_unique<httplib::Server>();
-  admin_ = std::make_unique<httplib::Server>();
-  int threads = server_.deployment().server.http_threads;
-  raise_open_file_limit(size_t(threads));
-  gateway_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  admin_->new_task_queue = [] { return new httplib::ThreadPool(4); };
-  // Streamed tokens are small writes, each wanted at once: no Nagle delay behind the last one's ACK.
-  gateway_->set_tcp_nodelay(true);
-  admin_->set_tcp_nodelay(true);
-  gateway_->set_payload_max_length(kGatewayMaxBody);
-  admin_->set_payload_max_length(kAdminMaxBody);
+  const int asked = server_.deployment().server.http_threads;
+  const int io_threads = std::min(asked, kMaxIoThreads);
+  if (asked > kMaxIoThreads)
+    spdlog::info("http_threads = {}: the gateway runs {} I/O threads, the most it uses (connections do not need a thread each)",
+                 asked, kMaxIoThreads);
+  HttpLimits gateway_limits;
+  gateway_limits.max_body_bytes = kGatewayMaxBody;
+  HttpLimits admin_limits;
+  admin_limits.max_body_bytes = kAdminMaxBody;
+  admin_limits.max_connections = 256;
+  raise_open_file_limit(gateway_limits.max_connections + admin_limits.max_connections);
+  gateway_ = std::make_unique<HttpListener>("gateway", gateway_limits, size_t(io_threads), kGatewayHandlerThreads);
+  admin_ = std::make_unique<HttpListener>("admin API", admin_limits, kAdminIoThreads, kAdminHandlerThreads);
   add_openai_routes(*gateway_, server_);
 
   // Every /admin/ route needs the admin token; /health and /metrics stay open for probes and scrapers.
   admin_token_ = server_.deployment().server.admin_token.empty() ? make_admin_token() : server_.deployment().server.admin_token;
-  admin_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path.rfind("/admin/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), admin_token_))
-      return httplib::Server::HandlerResponse::Unhandled;
+  admin_->set_pre_routing([this](const HttpRequest& req, HttpResponse& res) {
+    if (req.path.rfind("/admin/", 0) != 0) return false;
+    const std::string auth = req.header("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), admin_token_)) return false;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
     res.set_content(json{{"error", {{"message", auth.empty() ? "the admin API needs 'Authorization: Bearer <admin token>'"
@@ -150,45 +156,25 @@ HttpServers::HttpServers(Server& server) : server_(server) {
                                     {"type", "authentication_error"}}}}.dump(),
                     "application/json");
     spdlog::warn("admin API: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, auth.empty() ? "no token" : "wrong token");
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
 
-  gateway_->Post("/v1/generate", [this](const httplib::Request& req, httplib::Response& res) {
-    auto body = parse_body(req, res);
-    if (!body) return;
-    auto prompt = read_prompt(server_, *body, res);
-    if (!prompt) return;
-    GenerateRequest g;
-    g.id = server_.next_request_id();
-    g.prompt = std::move(*prompt);
-    auto max_tokens = body->value("max_tokens", json(16));
-    if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > 1 << 20) {
-      return reply_error(res, 400, "'max_tokens' must be an integer in [1, 1048576]", "invalid_request_error");
-    }
-    g.max_tokens = uint32_t(max_tokens.get<int64_t>());
-    auto priority = body->value("priority", json(0));
-    if (!priority.is_number_integer()) return reply_error(res, 400, "'priority' must be an integer", "invalid_request_error");
-    g.priority = int32_t(priority.get<int64_t>());
-    g.session_key = req.get_header_value("X-Session-Key");
-    GenerateResult r = server_.generate(std::move(g));
-    if (r.finish_reason == "error") {
-      return reply_error(res, server_.accepting() ? 422 : 503, r.error, "generation_error");
-    }
-    std::string text = server_.decode(r.tokens);
-    reply_json(res, {{"tokens", r.tokens}, {"text", text}, {"finish_reason", r.finish_reason}, {"engine", r.engine}});
+  gateway_->route_async("POST", "/v1/generate", [this](std::shared_ptr<HttpExchange> ex) {
+    HttpResponse res;
+    if (!start_generate(ex, res)) ex->reply(std::move(res));
   });
 
-  admin_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  admin_->route("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
     if (!server_.accepting()) return reply_error(res, 503, "shutting down", "unavailable");
     reply_json(res, {{"status", "ok"}});
   });
-  admin_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  admin_->route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
   });
   add_dashboard_route(*admin_);
-  admin_->Get("/admin/engines", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.status()); });
-  admin_->Get("/admin/plugins", [this](const httplib::Request&, httplib::Response& res) { reply_json(res, server_.plugins()); });
-  admin_->Post("/admin/plugins", [this](const httplib::Request& req, httplib::Response& res) {
+  admin_->route("GET", "/admin/engines", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.status()); });
+  admin_->route("GET", "/admin/plugins", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.plugins()); });
+  admin_->route("POST", "/admin/plugins", [this](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;
     auto manifest = body->find("manifest");
@@ -201,7 +187,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
     }
   });
 
-  auto set_slot = [this](const std::string& engine, const std::string& slot, const httplib::Request& req, httplib::Response& res) {
+  auto set_slot = [this](const std::string& engine, const std::string& slot, const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;
     auto plugin = body->find("plugin");
@@ -221,18 +207,18 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, 400, e.what(), "invalid_request_error");
     }
   };
-  admin_->Post(R"(/admin/engines/([^/]+)/slots/([^/]+))", [set_slot](const httplib::Request& req, httplib::Response& res) {
+  admin_->route("POST", R"(/admin/engines/([^/]+)/slots/([^/]+))", [set_slot](const HttpRequest& req, HttpResponse& res) {
     set_slot(req.matches[1], req.matches[2], req, res);
   });
-  admin_->Post("/admin/router", [set_slot](const httplib::Request& req, httplib::Response& res) { set_slot("", "router", req, res); });
-  admin_->Delete(R"(/admin/engines/([^/]+)/slots/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+  admin_->route("POST", "/admin/router", [set_slot](const HttpRequest& req, HttpResponse& res) { set_slot("", "router", req, res); });
+  admin_->route("DELETE", R"(/admin/engines/([^/]+)/slots/([^/]+))", [this](const HttpRequest& req, HttpResponse& res) {
     try {
       reply_json(res, {{"ok", true}, {"change", server_.unload_slot(req.matches[1], req.matches[2])}});
     } catch (const AdminError& e) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
-  admin_->Post("/admin/engines", [this](const httplib::Request& req, httplib::Response& res) {
+  admin_->route("POST", "/admin/engines", [this](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;
     auto text = body->find("toml");
@@ -248,10 +234,10 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
-  admin_->Delete(R"(/admin/engines/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+  admin_->route("DELETE", R"(/admin/engines/([^/]+))", [this](const HttpRequest& req, HttpResponse& res) {
     double grace_s = 30;
     if (req.has_param("grace_s")) {
-      const std::string v = req.get_param_value("grace_s");
+      const std::string v = req.param("grace_s");
       char* end = nullptr;
       grace_s = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(grace_s >= 0 && grace_s <= 3600))
@@ -265,7 +251,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   });
   add_experiment_routes(*admin_, server_);
   // Every refused admin change leaves a log line (the answer alone reaches only the caller).
-  admin_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
+  admin_->set_logger([](const HttpRequest& req, const HttpResponse& res) {
     if (req.method == "GET" || req.method == "HEAD" || res.status < 400 || req.path.rfind("/admin/", 0) != 0) return;
     std::string why = res.body;
     if (auto body = json::parse(res.body, nullptr, false); body.is_object() && body.contains("error") &&
@@ -273,63 +259,83 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       why = body["error"]["message"].is_string() ? body["error"]["message"].get<std::string>() : body["error"]["message"].dump();
     spdlog::warn("admin {} {} refused ({}): {}", req.method, req.path, res.status, why);
   });
-  for (auto [s, limit] : {std::pair{gateway_.get(), kGatewayMaxBody}, std::pair{admin_.get(), kAdminMaxBody}}) {
-    s->set_error_handler([limit = limit](const httplib::Request& req, httplib::Response& res) {
-      if (res.body.empty()) {
-        std::string what = res.status == 404   ? "no route " + req.method + " " + req.path
-                           : res.status == 413 ? "the request body is larger than the limit of " +
-                                                     std::to_string(limit) + " bytes"
-                                               : "HTTP error " + std::to_string(res.status);
-        res.set_content(json{{"error", {{"message", what}, {"type", "invalid_request_error"}}}}.dump(), "application/json");
-      }
-    });
-    s->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      spdlog::error("HTTP handler failed: {}", what);
-      reply_error(res, 500, what, "internal_error");
-    });
-  }
+}
+
+// tokenhost's own route: one prompt, greedy, answered whole. Returns false with res holding a refusal,
+// true once the answer is under way.
+bool HttpServers::start_generate(const std::shared_ptr<HttpExchange>& ex, HttpResponse& res) {
+  const HttpRequest& req = ex->request();
+  auto body = parse_body(req, res);
+  if (!body) return false;
+  auto prompt = read_prompt(server_, *body, res);
+  if (!prompt) return false;
+  GenerateRequest g;
+  g.id = server_.next_request_id();
+  g.prompt = std::move(*prompt);
+  auto max_tokens = body->value("max_tokens", json(16));
+  if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > 1 << 20)
+    return reply_error(res, 400, "'max_tokens' must be an integer in [1, 1048576]", "invalid_request_error"), false;
+  g.max_tokens = uint32_t(max_tokens.get<int64_t>());
+  auto priority = body->value("priority", json(0));
+  if (!priority.is_number_integer()) return reply_error(res, 400, "'priority' must be an integer", "invalid_request_error"), false;
+  g.priority = int32_t(priority.get<int64_t>());
+  g.session_key = req.header("X-Session-Key");
+  // The sequence's state while it runs; dropped unanswered (the client left), it cancels the sequence.
+  struct Pending {
+    Pending(Server& s, uint64_t i) : server(s), id(i) {}
+    Server& server;
+    uint64_t id;
+    std::shared_ptr<TokenStream> stream;
+    size_t seen = 0;
+    bool answered = false;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    ~Pending() {
+      if (answered || !stream) return;
+      stream->cancel();
+      server.cancel(id);
+    }
+  };
+  auto pending = std::make_shared<Pending>(server_, g.id);
+  pending->stream = server_.start(std::move(g));
+  auto signal = std::make_shared<StreamSignal>();
+  pending->stream->listen(signal);
+  ex->on_gone([weak = std::weak_ptr<Pending>(pending)] {
+    if (auto p = weak.lock()) p->stream->cancel();
+  });
+  ExchangePump::start(ex, signal, [this, ex, pending] {
+    auto u = server_.wait(*pending->stream, pending->seen, std::chrono::milliseconds(0));
+    pending->seen += u.tokens.size();
+    HttpResponse out;
+    if (u.result) {
+      const GenerateResult& r = *u.result;
+      if (r.finish_reason == "error") reply_error(out, server_.accepting() ? 422 : 503, r.error, "generation_error");
+      else reply_json(out, {{"tokens", r.tokens}, {"text", server_.decode(r.tokens)}, {"finish_reason", r.finish_reason}, {"engine", r.engine}});
+    } else if (std::chrono::steady_clock::now() - pending->started > kGenerateLimit) {
+      reply_error(out, 504, "the request did not finish within 10 minutes", "generation_error");
+    } else {
+      return false;
+    }
+    pending->answered = u.result.has_value();
+    ex->reply(std::move(out));
+    return true;
+  }, std::chrono::milliseconds(250));
+  return true;
 }
 
 HttpServers::~HttpServers() { stop(); }
 
 void HttpServers::start() {
   const auto& cfg = server_.deployment().server;
-  auto bind = [](httplib::Server& s, const Endpoint& e) {
-    // cpp-httplib listens with a backlog of 5: a burst of clients connecting at once would see
-    // refused or stalled connections. Its socket-options hook hands us the listening socket (and
-    // replaces its defaults, of which SO_REUSEADDR is kept; SO_REUSEPORT is not, so a port in use
-    // is an error rather than shared); once bound, listen() again with the system's largest backlog.
-    int listening = -1;
-    s.set_socket_options([&listening](int sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      listening = sock;
-    });
-    int port = e.port == 0 ? s.bind_to_any_port(e.host) : (s.bind_to_port(e.host, e.port) ? e.port : -1);
-    if (port < 0) throw std::runtime_error("cannot listen on " + e.str() + " (in use, or not an address of this machine)");
-    if (listening >= 0 && ::listen(listening, SOMAXCONN) != 0)
-      spdlog::warn("could not raise the listen backlog on {}: {}", e.str(), std::strerror(errno));
-    return port;
-  };
-  gateway_port_ = bind(*gateway_, cfg.listen);
-  admin_port_ = bind(*admin_, cfg.admin_listen);
-  gateway_thread_ = std::thread([this] { gateway_->listen_after_bind(); });
-  admin_thread_ = std::thread([this] { admin_->listen_after_bind(); });
+  gateway_port_ = gateway_->bind(cfg.listen.host, cfg.listen.port);
+  admin_port_ = admin_->bind(cfg.admin_listen.host, cfg.admin_listen.port);
+  gateway_->start();
+  admin_->start();
   spdlog::info("gateway listening on {}:{}, admin API on {}:{}", cfg.listen.host, gateway_port_, cfg.admin_listen.host, admin_port_);
 }
 
 void HttpServers::stop() {
   if (gateway_) gateway_->stop();
   if (admin_) admin_->stop();
-  if (gateway_thread_.joinable()) gateway_thread_.join();
-  if (admin_thread_.joinable()) admin_thread_.join();
 }
 
 }  // namespace tokenhost

@@ -1,16 +1,14 @@
 // The two HTTP front doors of a Server: the gateway (inference requests) and the admin API (status,
-// plugins, slot changes, health, metrics). Each runs its own cpp-httplib server and thread pool.
+// plugins, slot changes, health, metrics). Each is its own HttpListener with its own I/O threads, so
+// the admin port answers whatever the gateway carries.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "server/server.hpp"
 
-namespace httplib {
-class Server;
-}
+#include "http/http_listener.hpp"
 
 namespace tokenhost {
 
@@ -28,9 +26,10 @@ class HttpServers {
   int admin_port() const { return admin_port_; }
 
  private:
+  bool start_generate(const std::shared_ptr<HttpExchange>& exchange, HttpResponse& res);
+
   Server& server_;
-  std::unique_ptr<httplib::Server> gateway_, admin_;
-  std::thread gateway_thread_, admin_thread_;
+  std::unique_ptr<HttpListener> gateway_, admin_;
   int gateway_port_ = 0, admin_port_ = 0;
   std::string admin_token_;
 };

@@ -5,13 +5,12 @@
 #include <mutex>
 #include <random>
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include "api/openai_request.hpp"
 #include "api/openai_response.hpp"
 #include "api/stop_strings.hpp"
-#include "http/client_socket.hpp"
+#include "http/exchange_pump.hpp"
 #include "model/tokenizer.hpp"
 #include "server/server.hpp"
 
@@ -21,7 +20,7 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-void reply_error(httplib::Response& res, const api::ApiError& e) {
+void reply_error(HttpResponse& res, const api::ApiError& e) {
   res.status = e.http_status;
   res.set_content(api::dump_json(e.to_json()), "application/json");
 }
@@ -65,7 +64,7 @@ struct Delta {
 };
 
 // One HTTP request: its choices and how to advance them. Shared between the handler and, when
-// streaming, cpp-httplib's content provider (which runs after the handler returns).
+// streaming, the AsyncAnswer that writes it (which runs after the handler returns).
 class Generation {
  public:
   Generation(Server& server, api::OpenAIRequest request, const ServedModel& model)
@@ -75,6 +74,9 @@ class Generation {
     meta_.include_usage = req_.include_usage;
   }
   ~Generation() { cancel_all(); }
+
+  // Changes whenever any choice's stream does.
+  const std::shared_ptr<StreamSignal>& signal() const { return signal_; }
 
   // Tokenizes and checks the prompts; on success the request is ready to start.
   std::optional<api::ApiError> prepare() {
@@ -269,131 +271,166 @@ class Generation {
   std::shared_ptr<StreamSignal> signal_ = std::make_shared<StreamSignal>();  // any choice's change
 };
 
-// Waits for every choice, then answers in one body. Between waits it looks at the client's socket: a
-// client that has closed its connection has every choice cancelled, and the engines free its blocks.
-void answer_whole(Generation& g, Server& server, const httplib::Request& http, httplib::Response& res) {
-  const auto deadline = std::chrono::steady_clock::now() + 10min;
-  const int client = find_client_socket(http.remote_addr, http.remote_port);
-  if (client < 0) spdlog::debug("no socket found for client {}:{}: its leaving goes unnoticed", http.remote_addr, http.remote_port);
-  while (g.pump(100ms, [](size_t, const Delta&) {})) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      g.cancel_all();
-      return reply_error(res, server_error(504, "the request did not finish within 10 minutes"));
+// Answers one Generation without holding a thread (ExchangePump): on the connection's strand it takes
+// what is new and writes it (streaming: server-sent events as tokens come) or, once every choice is
+// done, the whole body. The client leaving (seen by the socket), a stream it reads too slowly, or a
+// stopped server cancel every choice, and the engines free their blocks.
+class AsyncAnswer : public std::enable_shared_from_this<AsyncAnswer> {
+ public:
+  AsyncAnswer(std::shared_ptr<Generation> g, Server& server, std::shared_ptr<HttpExchange> exchange)
+      : g_(std::move(g)), server_(server), ex_(std::move(exchange)) {
+    offsets_.assign(g_->choices().size(), 0);
+  }
+
+  void start() {
+    std::weak_ptr<AsyncAnswer> weak = weak_from_this();
+    ex_->on_gone([weak] {
+      if (auto self = weak.lock()) {
+        const auto& r = self->ex_->request();
+        spdlog::info("client {}:{} closed its connection before the answer: request cancelled", r.remote_addr, r.remote_port);
+        self->g_->cancel_all();
+      }
+    });
+    if (g_->request().stream) {
+      HttpResponse head;
+      head.content_type = "text/event-stream";
+      head.set_header("Cache-Control", "no-cache");
+      ex_->start_stream(std::move(head));
     }
-    if (client >= 0 && peer_closed(client)) {
-      spdlog::info("client {}:{} closed its connection before the answer: request cancelled", http.remote_addr,
-                   http.remote_port);
-      g.cancel_all();
+    ExchangePump::start(ex_, g_->signal(), [self = shared_from_this()] {
+      self->step();
+      return self->finished_;
+    }, kTick);
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kTick{250};
+  static constexpr std::chrono::minutes kLimit{10};
+
+  void step() {
+    if (finished_) return;
+    if (ex_->gone()) {
+      g_->cancel_all();
+      finished_ = true;
       return;
     }
+    if (g_->request().stream) return step_streaming();
+    const bool more = g_->pump(0ms, [](size_t, const Delta&) {});
+    if (more && std::chrono::steady_clock::now() - started_ > kLimit) {
+      g_->cancel_all();
+      finished_ = true;
+      return reply_error(server_error(504, "the request did not finish within 10 minutes"));
+    }
+    if (!more) {
+      finished_ = true;
+      answer_whole();
+    }
   }
-  if (auto e = g.error()) return reply_error(res, server_error(server.accepting() ? 500 : 503, *e));
-  std::vector<api::CompletionChoice> choices;
-  for (size_t i = 0; i < g.choices().size(); ++i) {
-    auto& c = g.choices()[i];
-    api::CompletionChoice out;
-    out.text = g.request().echo ? g.prompt_text(i) + c.text : c.text;
-    out.finish_reason = c.finish;
-    out.has_logprobs = g.request().logprobs;
-    out.logprobs = std::move(c.logprobs);
-    choices.push_back(std::move(out));
+
+  void reply_error(const api::ApiError& e) {
+    HttpResponse res;
+    res.status = e.http_status;
+    res.set_content(api::dump_json(e.to_json()), "application/json");
+    ex_->reply(std::move(res));
   }
-  json body = g.request().endpoint == api::Endpoint::chat_completions
-                  ? api::chat_completion_response(g.meta(), choices, g.usage())
-                  : api::completion_response(g.meta(), choices, g.usage());
-  res.set_content(api::dump_json(body), "application/json");
-}
 
-// Streams server-sent events from cpp-httplib's content provider: it is called again and again on
-// the connection's thread until it calls sink.done() or returns false (the client is gone: every
-// choice is cancelled and the engines free their blocks).
-void answer_streaming(std::shared_ptr<Generation> g, Server& server, httplib::Response& res) {
-  struct Progress {
-    std::vector<size_t> offsets;  // completions text_offset per choice
-    bool finished = false;
-    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-  };
-  auto progress = std::make_shared<Progress>();
-  progress->offsets.assign(g->choices().size(), 0);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [g, progress, &server](size_t, httplib::DataSink& sink) {
-        const auto& req = g->request();
-        const bool chat = req.endpoint == api::Endpoint::chat_completions;
-        std::string out;
-        if (chat) {
-          for (size_t i = 0; i < g->choices().size(); ++i) {
-            auto& c = g->choices()[i];
-            if (!c.role_sent) {
-              out += api::sse_event(api::chat_role_chunk(g->meta(), i));
-              c.role_sent = true;
-            }
-          }
-        } else if (req.echo) {
-          for (size_t i = 0; i < g->choices().size(); ++i) {
-            auto& c = g->choices()[i];
-            if (!c.role_sent) {
-              out += api::sse_event(api::completion_chunk(g->meta(), i, g->prompt_text(i)));
-              progress->offsets[i] += g->prompt_text(i).size();
-              c.role_sent = true;
-            }
-          }
-        }
-        bool more = g->pump(250ms, [&](size_t i, const Delta& d) {
-          auto& c = g->choices()[i];
-          if (!c.error.empty()) return;
-          const auto* lp = req.logprobs ? &d.logprobs : nullptr;
-          if (chat) {
-            if (!d.text.empty() || (lp && !lp->empty())) out += api::sse_event(api::chat_content_chunk(g->meta(), i, d.text, lp));
-            if (d.finished) out += api::sse_event(api::chat_finish_chunk(g->meta(), i, c.finish));
-          } else {
-            if (!d.text.empty() || (lp && !lp->empty()) || d.finished)
-              out += api::sse_event(api::completion_chunk(g->meta(), i, d.text, d.finished ? c.finish : api::FinishReason::none,
-                                                          lp, progress->offsets[i]));
-            progress->offsets[i] += d.text.size();
-          }
-        });
-        if (!more) {
-          if (auto e = g->error()) {
-            out += api::sse_event(server_error(server.accepting() ? 500 : 503, *e).to_json());
-          } else if (req.include_usage) {
-            out += api::sse_event(api::usage_chunk(g->meta(), req.endpoint, g->usage()));
-          }
-          out += api::sse_done();
-        }
-        const auto now = std::chrono::steady_clock::now();
-        // A comment line when nothing was sent for a while: SSE clients ignore it, and a client that
-        // has gone is noticed (the write fails) even during a long prefill.
-        if (out.empty() && now - progress->last_write > 1s) out = ": keep-alive\n\n";
-        if (!out.empty()) {
-          if (!sink.write(out.data(), out.size())) {
-            g->cancel_all();
-            return false;
-          }
-          progress->last_write = now;
-        }
-        if (!more) {
-          progress->finished = true;
-          sink.done();
-        }
-        return true;
-      },
-      [g, progress](bool success) {
-        if (!success || !progress->finished) g->cancel_all();
-      });
-}
+  void answer_whole() {
+    if (auto e = g_->error()) return reply_error(server_error(server_.accepting() ? 500 : 503, *e));
+    std::vector<api::CompletionChoice> choices;
+    for (size_t i = 0; i < g_->choices().size(); ++i) {
+      auto& c = g_->choices()[i];
+      api::CompletionChoice out;
+      out.text = g_->request().echo ? g_->prompt_text(i) + c.text : c.text;
+      out.finish_reason = c.finish;
+      out.has_logprobs = g_->request().logprobs;
+      out.logprobs = std::move(c.logprobs);
+      choices.push_back(std::move(out));
+    }
+    json body = g_->request().endpoint == api::Endpoint::chat_completions
+                    ? api::chat_completion_response(g_->meta(), choices, g_->usage())
+                    : api::completion_response(g_->meta(), choices, g_->usage());
+    HttpResponse res;
+    res.set_content(api::dump_json(body), "application/json");
+    ex_->reply(std::move(res));
+  }
 
-void handle(Server& server, api::Endpoint endpoint, const httplib::Request& http, httplib::Response& res) {
+  void step_streaming() {
+    const auto& req = g_->request();
+    const bool chat = req.endpoint == api::Endpoint::chat_completions;
+    std::string out;
+    for (size_t i = 0; i < g_->choices().size(); ++i) {
+      auto& c = g_->choices()[i];
+      if (c.role_sent || !(chat || req.echo)) continue;
+      if (chat) {
+        out += api::sse_event(api::chat_role_chunk(g_->meta(), i));
+      } else {
+        out += api::sse_event(api::completion_chunk(g_->meta(), i, g_->prompt_text(i)));
+        offsets_[i] += g_->prompt_text(i).size();
+      }
+      c.role_sent = true;
+    }
+    const bool more = g_->pump(0ms, [&](size_t i, const Delta& d) {
+      auto& c = g_->choices()[i];
+      if (!c.error.empty()) return;
+      const auto* lp = req.logprobs ? &d.logprobs : nullptr;
+      if (chat) {
+        if (!d.text.empty() || (lp && !lp->empty())) out += api::sse_event(api::chat_content_chunk(g_->meta(), i, d.text, lp));
+        if (d.finished) out += api::sse_event(api::chat_finish_chunk(g_->meta(), i, c.finish));
+      } else {
+        if (!d.text.empty() || (lp && !lp->empty()) || d.finished)
+          out += api::sse_event(api::completion_chunk(g_->meta(), i, d.text, d.finished ? c.finish : api::FinishReason::none,
+                                                      lp, offsets_[i]));
+        offsets_[i] += d.text.size();
+      }
+    });
+    if (!more) {
+      if (auto e = g_->error()) {
+        out += api::sse_event(server_error(server_.accepting() ? 500 : 503, *e).to_json());
+      } else if (req.include_usage) {
+        out += api::sse_event(api::usage_chunk(g_->meta(), req.endpoint, g_->usage()));
+      }
+      out += api::sse_done();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    // A comment line when nothing was sent for a while: SSE clients ignore it, and proxies between
+    // keep the connection open during a long prefill.
+    if (out.empty() && now - last_write_ > 1s) out = ": keep-alive\n\n";
+    if (!out.empty()) {
+      if (!ex_->write(std::move(out))) {  // gone, or reading too slowly: the bound of unsent bytes passed
+        g_->cancel_all();
+        finished_ = true;
+        return;
+      }
+      last_write_ = now;
+    }
+    if (!more) {
+      finished_ = true;
+      ex_->end_stream();
+    }
+  }
+
+  std::shared_ptr<Generation> g_;
+  Server& server_;
+  std::shared_ptr<HttpExchange> ex_;
+  bool finished_ = false;        // on the strand only
+  std::vector<size_t> offsets_;  // completions' text_offset per choice
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_write_ = started_;
+};
+
+// Parses and starts a request. Returns false with res holding the answer (an error), or true once an
+// AsyncAnswer has taken the exchange.
+bool begin(Server& server, api::Endpoint endpoint, const std::shared_ptr<HttpExchange>& ex, HttpResponse& res) {
+  const HttpRequest& http = ex->request();
   json body;
   try {
     body = json::parse(http.body);
   } catch (const json::parse_error&) {
-    return reply_error(res, api::parse_request(endpoint, std::string_view(http.body)).error());
+    return reply_error(res, api::parse_request(endpoint, std::string_view(http.body)).error()), false;
   }
-  if (!server.accepting()) return reply_error(res, server_error(503, "the server is shutting down"));
+  if (!server.accepting()) return reply_error(res, server_error(503, "the server is shutting down")), false;
   auto parsed = api::parse_request(endpoint, body);
-  if (!parsed) return reply_error(res, parsed.error());
+  if (!parsed) return reply_error(res, parsed.error()), false;
   const ServedModel* model = server.find_model(parsed->model);
   if (model == nullptr) {
     std::string names;
@@ -401,45 +438,50 @@ void handle(Server& server, api::Endpoint endpoint, const httplib::Request& http
     api::ApiError e = api::invalid_request("model", "model '" + parsed->model + "' does not exist; this server serves: " + names,
                                            "model_not_found");
     e.http_status = 404;
-    return reply_error(res, e);
+    return reply_error(res, e), false;
   }
   // vLLM's and llama.cpp's extension for benchmarks: generate max_tokens whatever the model says.
   bool ignore_eos = false;
   if (auto it = body.find("ignore_eos"); it != body.end() && !it->is_null()) {
-    if (!it->is_boolean()) return reply_error(res, api::invalid_request("ignore_eos", "'ignore_eos' must be a boolean, got " + std::string(it->type_name())));
+    if (!it->is_boolean()) return reply_error(res, api::invalid_request("ignore_eos", "'ignore_eos' must be a boolean, got " + std::string(it->type_name()))), false;
     ignore_eos = it->get<bool>();
   }
   if (!parsed->arm.empty()) {
     // Refused here, before anything starts, rather than as a failed generation.
     if (std::string why = server.check_arm_choice(model->name, parsed->arm); !why.empty())
-      return reply_error(res, api::invalid_request("tokenhost.arm", why, "arm_not_available"));
+      return reply_error(res, api::invalid_request("tokenhost.arm", why, "arm_not_available")), false;
   }
   auto g = std::make_shared<Generation>(server, std::move(parsed.value()), *model);
   g->set_ignore_eos(ignore_eos);
-  if (auto e = g->prepare()) return reply_error(res, *e);
-  std::string session = http.get_header_value("X-Session-Key");
+  if (auto e = g->prepare()) return reply_error(res, *e), false;
+  std::string session = http.header("X-Session-Key");
   if (session.empty()) session = g->request().user;
-  std::string auth = http.get_header_value("Authorization");
+  std::string auth = http.header("Authorization");
   g->start(session, auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string());
-  if (g->request().stream) answer_streaming(std::move(g), server, res);
-  else answer_whole(*g, server, http, res);
+  std::make_shared<AsyncAnswer>(std::move(g), server, ex)->start();
+  return true;
+}
+
+void handle(Server& server, api::Endpoint endpoint, const std::shared_ptr<HttpExchange>& ex) {
+  HttpResponse res;
+  if (!begin(server, endpoint, ex, res)) ex->reply(std::move(res));
 }
 
 }  // namespace
 
-void add_openai_routes(httplib::Server& gateway, Server& server) {
-  gateway.Post("/v1/completions", [&server](const httplib::Request& req, httplib::Response& res) {
-    handle(server, api::Endpoint::completions, req, res);
+void add_openai_routes(HttpListener& gateway, Server& server) {
+  gateway.route_async("POST", "/v1/completions", [&server](std::shared_ptr<HttpExchange> ex) {
+    handle(server, api::Endpoint::completions, ex);
   });
-  gateway.Post("/v1/chat/completions", [&server](const httplib::Request& req, httplib::Response& res) {
-    handle(server, api::Endpoint::chat_completions, req, res);
+  gateway.route_async("POST", "/v1/chat/completions", [&server](std::shared_ptr<HttpExchange> ex) {
+    handle(server, api::Endpoint::chat_completions, ex);
   });
-  gateway.Get("/v1/models", [&server](const httplib::Request&, httplib::Response& res) {
+  gateway.route("GET", "/v1/models", [&server](const HttpRequest&, HttpResponse& res) {
     std::vector<api::ModelCard> cards;
     for (const auto& m : server.models()) cards.push_back({m.name, m.created, "tokenhost"});
     res.set_content(api::dump_json(api::models_list(cards)), "application/json");
   });
-  gateway.Get(R"(/v1/models/([^/]+))", [&server](const httplib::Request& req, httplib::Response& res) {
+  gateway.route("GET", R"(/v1/models/([^/]+))", [&server](const HttpRequest& req, HttpResponse& res) {
     const ServedModel* m = server.find_model(req.matches[1]);
     if (m == nullptr || req.matches[1].length() == 0) {
       api::ApiError e = api::invalid_request("model", "model '" + std::string(req.matches[1]) + "' does not exist", "model_not_found");

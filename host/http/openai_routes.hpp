@@ -4,14 +4,12 @@
 // per choice, reading their token streams, stop strings, and cancelling sequences whose client left.
 #pragma once
 
-namespace httplib {
-class Server;
-}
+#include "http/http_listener.hpp"
 
 namespace tokenhost {
 
 class Server;
 
-void add_openai_routes(httplib::Server& gateway, Server& server);
+void add_openai_routes(HttpListener& gateway, Server& server);
 
 }  // namespace tokenhost

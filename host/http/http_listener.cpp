@@ -1,0 +1,630 @@
+#include "http/http_listener.hpp"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+namespace tokenhost {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using namespace std::chrono_literals;
+
+struct Route {
+  std::string method;
+  std::regex pattern;
+  HttpListener::BlockingHandler blocking;
+  HttpListener::AsyncHandler async;
+};
+
+// What outlives the listener's I/O: exchanges held by handlers check `alive` (under the mutex) before
+// they touch a connection, and stop() clears it before the I/O context goes away.
+struct Liveness {
+  std::mutex mutex;
+  bool alive = true;
+};
+
+std::string error_json(const std::string& message, const std::string& type) {
+  return nlohmann::json{{"error", {{"message", message}, {"type", type}}}}.dump();
+}
+
+std::string reason_phrase(int status) {
+  const auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
+  return reason.empty() ? "Status" : std::string(reason);
+}
+
+// The start line and headers of an answer, ending with the blank line.
+std::string head_text(const HttpResponse& r, bool chunked, size_t content_length, bool keep_alive) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " " + reason_phrase(r.status) + "\r\n";
+  if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  out += chunked ? std::string("Transfer-Encoding: chunked\r\n") : "Content-Length: " + std::to_string(content_length) + "\r\n";
+  if (!keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
+  return out;
+}
+
+std::string chunk_text(const std::string& data) {
+  char size[24];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+}  // namespace
+
+class Session;
+
+struct HttpListener::Impl {
+  Impl(std::string n, HttpLimits l, size_t io, size_t handler_threads)
+      : name(std::move(n)), limits(l), io_threads(std::max<size_t>(io, 1)), handlers(std::max<size_t>(handler_threads, 1)) {}
+
+  std::string name;
+  HttpLimits limits;
+  size_t io_threads;
+  net::io_context io;
+  net::thread_pool handlers;
+  tcp::acceptor acceptor{io};
+  std::vector<Route> routes;
+  PreRouting pre_routing;
+  std::shared_ptr<const Logger> logger;
+  std::vector<std::thread> threads;
+  std::shared_ptr<Liveness> liveness = std::make_shared<Liveness>();
+  std::atomic<size_t> open{0};
+  std::mutex sessions_mutex;
+  std::set<Session*> sessions;
+  std::atomic<int64_t> last_refusal_log{0};
+  bool started = false, stopped = false;
+
+  void accept();
+  // A log line at most once a second for a flood of the same refusal.
+  bool log_refusal_now() {
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    int64_t last = last_refusal_log.load();
+    return now != last && last_refusal_log.compare_exchange_strong(last, now);
+  }
+};
+
+// One request's answer, shared between the connection and the handler.
+class Exchange final : public HttpExchange {
+ public:
+  Exchange(std::weak_ptr<Session> session, std::shared_ptr<Liveness> liveness, HttpRequest request, bool keep_alive,
+           bool head_only, size_t stream_bound, std::shared_ptr<const HttpListener::Logger> logger)
+      : session_(std::move(session)),
+        liveness_(std::move(liveness)),
+        request_(std::move(request)),
+        keep_alive_(keep_alive),
+        head_only_(head_only),
+        stream_bound_(stream_bound),
+        logger_(std::move(logger)) {}
+
+  const HttpRequest& request() const override { return request_; }
+  void reply(HttpResponse response) override;
+  void start_stream(HttpResponse head) override;
+  bool write(std::string chunk) override;
+  void end_stream() override;
+  void on_gone(std::function<void()> fn) override;
+  bool gone() const override {
+    std::lock_guard lock(mutex_);
+    return gone_;
+  }
+  void post(std::function<void()> fn, std::chrono::milliseconds delay) override;
+
+  // Connection side (its strand).
+  void mark_gone();
+  void sent(size_t bytes) {
+    std::lock_guard lock(mutex_);
+    unsent_ -= std::min(unsent_, bytes);
+  }
+  bool keep_alive() const { return keep_alive_; }
+
+ private:
+  // Runs fn(session) on the session's strand, unless the listener or the session is gone.
+  void on_session(std::function<void(Session&)> fn);
+
+  std::weak_ptr<Session> session_;
+  std::shared_ptr<Liveness> liveness_;
+  HttpRequest request_;
+  const bool keep_alive_, head_only_;
+  const size_t stream_bound_;
+  std::shared_ptr<const HttpListener::Logger> logger_;  // null: none
+  mutable std::mutex mutex_;
+  bool answered_ = false, streaming_ = false, ended_ = false, gone_ = false;
+  size_t unsent_ = 0;
+  std::vector<std::function<void()>> gone_callbacks_;
+};
+
+// One connection: reads requests one after another, hands each to its route, writes the answers in
+// order. Every member runs on the connection's strand.
+class Session final : public std::enable_shared_from_this<Session> {
+ public:
+  Session(HttpListener::Impl& listener, tcp::socket socket) : l_(listener), stream_(std::move(socket)) {
+    ++l_.open;
+    std::lock_guard lock(l_.sessions_mutex);
+    l_.sessions.insert(this);
+  }
+  ~Session() {
+    --l_.open;
+    std::lock_guard lock(l_.sessions_mutex);
+    l_.sessions.erase(this);
+  }
+
+  void start() {
+    beast::error_code ec;
+    stream_.socket().set_option(tcp::no_delay(true), ec);  // streamed tokens are small writes, each wanted at once
+    const auto peer = stream_.socket().remote_endpoint(ec);
+    if (!ec) {
+      remote_addr_ = peer.address().to_string();
+      remote_port_ = peer.port();
+    }
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+  }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Output: data joins the queue; `last` ends the current exchange's answer.
+  void enqueue(std::string data, bool last, size_t counted = 0) {
+    if (closed_) return;
+    out_.push_back({std::move(data), last, counted});
+    if (!writing_) write_next();
+  }
+
+  // The client is gone (closed, reset, or a write failed): the exchange learns it, the socket closes.
+  void client_gone() {
+    if (exchange_) exchange_->mark_gone();
+    close();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+    out_.clear();
+    keep_.reset();  // the last pending operation's handler now holds the only reference
+  }
+
+  void dispatch(HttpRequest request, bool keep_alive, bool head_only);
+
+ private:
+  struct Piece {
+    std::string data;
+    bool last;
+    size_t counted;  // streamed body bytes this piece carries (the exchange's unsent count)
+  };
+
+  // The next request: wait up to idle_timeout for its first byte, then header_timeout for the rest
+  // of its headers.
+  void read_next() {
+    exchange_.reset();
+    keep_.reset();
+    if (buffer_.size() > 0) return read_header();
+    stream_.expires_after(l_.limits.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->close();  // idle too long, or the client closed: nothing is lost
+      self->buffer_.commit(n);
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    parser_.emplace();
+    parser_->header_limit(uint32_t(l_.limits.max_header_bytes));
+    parser_->body_limit(l_.limits.max_body_bytes);
+    stream_.expires_after(l_.limits.header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->on_header(ec);
+    });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec == beast::error::timeout) {
+      spdlog::debug("{}: {}:{} did not complete its request headers within {} ms: closed", l_.name, remote_addr_,
+                    remote_port_, l_.limits.header_timeout.count());
+      return close();
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
+      return close();
+    if (ec == http::error::body_limit)  // a declared Content-Length past the limit
+      return refuse(413, "the request body is larger than the limit of " + std::to_string(l_.limits.max_body_bytes) + " bytes");
+    if (ec == http::error::header_limit)
+      return refuse(431, "the request headers are larger than the limit of " + std::to_string(l_.limits.max_header_bytes) + " bytes");
+    if (ec) return refuse(400, "malformed HTTP request: " + ec.message());
+    const auto& req = parser_->get();
+    if (req.find(http::field::content_length) != req.end() && req.find(http::field::transfer_encoding) != req.end())
+      return refuse(400, "the request has both Content-Length and Transfer-Encoding; send one");
+    if (auto length = parser_->content_length(); length && *length > l_.limits.max_body_bytes)
+      return refuse(413, "the request body (" + std::to_string(*length) + " bytes) is larger than the limit of " +
+                             std::to_string(l_.limits.max_body_bytes) + " bytes");
+    const auto expect = req[http::field::expect];
+    if (beast::iequals(expect, "100-continue")) {
+      auto text = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      stream_.expires_after(l_.limits.body_timeout);
+      net::async_write(stream_, net::buffer(*text), [self = shared_from_this(), text](beast::error_code ec, size_t) {
+        if (ec) return self->close();
+        self->read_body();
+      });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(l_.limits.body_timeout);
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+  }
+
+  void on_body(beast::error_code ec) {
+    if (ec == http::error::body_limit)
+      return refuse(413, "the request body is larger than the limit of " + std::to_string(l_.limits.max_body_bytes) + " bytes");
+    if (ec == beast::error::timeout) {
+      spdlog::debug("{}: {}:{} did not send its request body within {} ms: closed", l_.name, remote_addr_, remote_port_,
+                    l_.limits.body_timeout.count());
+      return close();
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
+      return close();
+    if (ec) return refuse(400, "malformed HTTP request: " + ec.message());
+    stream_.expires_never();
+    auto msg = parser_->release();
+    parser_.reset();
+    HttpRequest r;
+    r.method = std::string(msg.method_string());
+    const std::string_view target = msg.target();
+    const size_t q = target.find('?');
+    r.path = percent_decode(target.substr(0, q), false);
+    if (q != std::string_view::npos) r.query = parse_query(target.substr(q + 1));
+    for (const auto& f : msg) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    r.body = std::move(msg.body());
+    r.remote_addr = remote_addr_;
+    r.remote_port = remote_port_;
+    const bool head_only = msg.method() == http::verb::head;
+    if (head_only) r.method = "GET";
+    dispatch(std::move(r), msg.keep_alive(), head_only);
+  }
+
+  // An answer from the listener itself to a request it cannot take; the connection then closes.
+  void refuse(int status, const std::string& message) {
+    if (l_.log_refusal_now())
+      spdlog::warn("{}: refused a request from {}:{} ({}): {}", l_.name, remote_addr_, remote_port_, status, message);
+    HttpResponse r;
+    r.status = status;
+    r.set_content(error_json(message, "invalid_request_error"), "application/json");
+    parser_.reset();
+    enqueue(head_text(r, false, r.body.size(), false) + r.body, true);
+    refusing_ = true;
+  }
+
+  // After a refusal the client may still be sending its body: stop writing, read and discard what comes
+  // for up to kLinger (nothing is kept), then close, so that it reads the answer instead of a reset
+  // connection.
+  void linger_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    linger_until_ = std::chrono::steady_clock::now() + kLinger;
+    drain();
+  }
+
+  void drain() {
+    const auto left = linger_until_ - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) return close();
+    stream_.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    stream_.async_read_some(buffer_.prepare(64 << 10), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
+  }
+
+  // Watches the socket while the exchange is worked on: readable with nothing to read means the
+  // client closed its side.
+  void watch_gone() {
+    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), ex = exchange_](beast::error_code ec) {
+      if (ec || self->closed_ || self->exchange_ != ex || ex == nullptr) return;
+      char c;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return self->client_gone();
+      if (n < 0) return self->watch_gone();
+      // Bytes of a pipelined request: they wait in the socket until this answer is written.
+    });
+  }
+
+  void write_next() {
+    if (out_.empty() || closed_) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    // A client that reads nothing for idle_timeout while an answer waits is dropped.
+    stream_.expires_after(l_.limits.idle_timeout);
+    net::async_write(stream_, net::buffer(out_.front().data), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->client_gone();
+      self->stream_.expires_never();
+      Piece done = std::move(self->out_.front());
+      self->out_.pop_front();
+      if (done.counted > 0 && self->exchange_) self->exchange_->sent(done.counted);
+      if (!done.last) return self->write_next();
+      self->writing_ = false;
+      const bool keep_alive = !self->refusing_ && self->exchange_ && self->exchange_->keep_alive();
+      if (!keep_alive) return self->refusing_ ? self->linger_close() : self->close();
+      self->read_next();
+    });
+  }
+
+  HttpListener::Impl& l_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<Exchange> exchange_;
+  std::shared_ptr<Session> keep_;  // while a handler holds the exchange, the connection lives
+  std::deque<Piece> out_;
+  bool writing_ = false, closed_ = false, refusing_ = false;
+  static constexpr std::chrono::seconds kLinger{5};
+  std::chrono::steady_clock::time_point linger_until_;
+  std::string remote_addr_;
+  int remote_port_ = 0;
+};
+
+void Session::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
+  const Route* route = nullptr;
+  for (const auto& r : l_.routes) {
+    if (r.method != request.method) continue;
+    std::smatch m;
+    if (!std::regex_match(request.path, m, r.pattern)) continue;
+    for (const auto& g : m) request.matches.push_back(g.str());
+    route = &r;
+    break;
+  }
+  exchange_ = std::make_shared<Exchange>(weak_from_this(), l_.liveness, std::move(request), keep_alive, head_only,
+                                         l_.limits.stream_buffer_bytes, l_.logger);
+  keep_ = shared_from_this();
+  std::shared_ptr<Exchange> ex = exchange_;
+  const HttpRequest& req = ex->request();
+  if (l_.pre_routing) {
+    HttpResponse res;
+    if (l_.pre_routing(req, res)) return ex->reply(std::move(res));
+  }
+  if (route == nullptr) {
+    HttpResponse res;
+    res.status = 404;
+    res.set_content(error_json("no route " + req.method + " " + req.path, "invalid_request_error"), "application/json");
+    return ex->reply(std::move(res));
+  }
+  watch_gone();
+  auto failed = [ex](const char* what) {
+    spdlog::error("HTTP handler failed: {}", what);
+    HttpResponse res;
+    res.status = 500;
+    res.set_content(error_json(what, "internal_error"), "application/json");
+    ex->reply(std::move(res));
+  };
+  if (route->blocking) {
+    net::post(l_.handlers, [ex, handler = route->blocking, failed] {
+      HttpResponse res;
+      try {
+        handler(ex->request(), res);
+      } catch (const std::exception& e) {
+        return failed(e.what());
+      } catch (...) {
+        return failed("internal error");
+      }
+      ex->reply(std::move(res));
+    });
+    return;
+  }
+  try {
+    route->async(ex);
+  } catch (const std::exception& e) {
+    failed(e.what());
+  } catch (...) {
+    failed("internal error");
+  }
+}
+
+void Exchange::on_session(std::function<void(Session&)> fn) {
+  std::lock_guard alive(liveness_->mutex);
+  if (!liveness_->alive) return;
+  auto s = session_.lock();
+  if (!s) return;
+  net::post(s->executor(), [s, fn = std::move(fn)] { fn(*s); });
+}
+
+void Exchange::reply(HttpResponse response) {
+  {
+    std::lock_guard lock(mutex_);
+    if (answered_ || gone_) return;
+    answered_ = ended_ = true;
+  }
+  if (logger_) (*logger_)(request_, response);
+  std::string text = head_text(response, false, response.body.size(), keep_alive_);
+  if (!head_only_) text += response.body;
+  on_session([text = std::move(text)](Session& s) mutable { s.enqueue(std::move(text), true); });
+}
+
+void Exchange::start_stream(HttpResponse head) {
+  {
+    std::lock_guard lock(mutex_);
+    if (answered_ || gone_) return;
+    answered_ = streaming_ = true;
+  }
+  on_session([text = head_text(head, true, 0, keep_alive_)](Session& s) mutable { s.enqueue(std::move(text), false); });
+}
+
+bool Exchange::write(std::string chunk) {
+  if (chunk.empty()) return !gone();
+  {
+    std::lock_guard lock(mutex_);
+    if (!streaming_ || ended_ || gone_) return false;
+    if (unsent_ + chunk.size() > stream_bound_) {
+      spdlog::warn("client {}:{} reads too slowly: {} bytes of its stream are unsent (limit {}); request cancelled",
+                   request_.remote_addr, request_.remote_port, unsent_ + chunk.size(), stream_bound_);
+      gone_ = true;
+      on_session([](Session& s) { s.close(); });
+      return false;
+    }
+    unsent_ += chunk.size();
+  }
+  const size_t counted = chunk.size();
+  on_session([text = chunk_text(chunk), counted](Session& s) mutable { s.enqueue(std::move(text), false, counted); });
+  return true;
+}
+
+void Exchange::end_stream() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!streaming_ || ended_ || gone_) return;
+    ended_ = true;
+  }
+  on_session([](Session& s) { s.enqueue("0\r\n\r\n", true); });
+}
+
+void Exchange::on_gone(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!gone_) {
+      gone_callbacks_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void Exchange::mark_gone() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(mutex_);
+    if (ended_ && !streaming_) return;  // the whole answer was already given
+    gone_ = true;
+    callbacks.swap(gone_callbacks_);
+  }
+  for (auto& fn : callbacks) fn();
+}
+
+void Exchange::post(std::function<void()> fn, std::chrono::milliseconds delay) {
+  if (delay.count() <= 0) return on_session([fn = std::move(fn)](Session&) { fn(); });
+  on_session([fn = std::move(fn), delay](Session& s) mutable {
+    auto timer = std::make_shared<net::steady_timer>(s.executor(), delay);
+    timer->async_wait([timer, fn = std::move(fn), keep = s.shared_from_this()](beast::error_code ec) {
+      if (!ec) fn();
+    });
+  });
+}
+
+void HttpListener::Impl::accept() {
+  acceptor.async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+    if (ec) {
+      // Out of descriptors (EMFILE) and the like: say so, breathe, and accept again.
+      if (log_refusal_now()) spdlog::warn("{}: cannot accept a connection: {}", name, ec.message());
+      auto timer = std::make_shared<net::steady_timer>(io, 50ms);
+      timer->async_wait([this, timer](beast::error_code) { accept(); });
+      return;
+    }
+    if (open.load() >= limits.max_connections) {
+      if (log_refusal_now())
+        spdlog::warn("{}: {} connections open, the limit: a new one is refused with 503", name, limits.max_connections);
+      HttpResponse r;
+      r.status = 503;
+      r.set_header("Retry-After", "1");
+      r.set_content(error_json("too many open connections (" + std::to_string(limits.max_connections) + "); retry later",
+                               "service_unavailable"),
+                    "application/json");
+      auto s = std::make_shared<tcp::socket>(std::move(socket));
+      auto text = std::make_shared<std::string>(head_text(r, false, r.body.size(), false) + r.body);
+      net::async_write(*s, net::buffer(*text), [s, text](beast::error_code, size_t) {
+        beast::error_code ignored;
+        s->shutdown(tcp::socket::shutdown_both, ignored);
+      });
+    } else {
+      std::make_shared<Session>(*this, std::move(socket))->start();
+    }
+    accept();
+  });
+}
+
+HttpListener::HttpListener(std::string name, HttpLimits limits, size_t io_threads, size_t handler_threads)
+    : impl_(std::make_unique<Impl>(std::move(name), limits, io_threads, handler_threads)) {}
+
+HttpListener::~HttpListener() { stop(); }
+
+void HttpListener::route(const std::string& method, const std::string& pattern, BlockingHandler handler) {
+  impl_->routes.push_back({method, std::regex(pattern), std::move(handler), nullptr});
+}
+void HttpListener::route_async(const std::string& method, const std::string& pattern, AsyncHandler handler) {
+  impl_->routes.push_back({method, std::regex(pattern), nullptr, std::move(handler)});
+}
+void HttpListener::set_pre_routing(PreRouting fn) { impl_->pre_routing = std::move(fn); }
+void HttpListener::set_logger(Logger fn) { impl_->logger = std::make_shared<const Logger>(std::move(fn)); }
+size_t HttpListener::connections() const { return impl_->open.load(); }
+
+int HttpListener::bind(const std::string& host, int port) {
+  beast::error_code ec;
+  const auto address = net::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  const std::string where = host + ":" + std::to_string(port);
+  if (ec) throw std::runtime_error("cannot listen on " + where + ": '" + host + "' is not a numeric address");
+  const tcp::endpoint endpoint(address, uint16_t(port));
+  auto& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + where + " (in use, or not an address of this machine): " + ec.message());
+  return a.local_endpoint().port();
+}
+
+void HttpListener::start() {
+  Impl& l = *impl_;
+  if (l.started) return;
+  l.started = true;
+  l.accept();
+  for (size_t i = 0; i < l.io_threads; ++i) l.threads.emplace_back([&l] { l.io.run(); });
+}
+
+void HttpListener::stop() {
+  Impl& l = *impl_;
+  if (l.stopped) return;
+  l.stopped = true;
+  {
+    std::lock_guard lock(l.liveness->mutex);
+    l.liveness->alive = false;  // exchanges held elsewhere touch no connection from now on
+  }
+  if (l.started) {
+    net::post(l.io, [&l] {
+      beast::error_code ec;
+      l.acceptor.close(ec);
+    });
+    std::vector<std::shared_ptr<Session>> open_sessions;  // released outside the lock: ~Session takes it
+    {
+      std::lock_guard lock(l.sessions_mutex);
+      for (Session* s : l.sessions)
+        if (auto keep = s->weak_from_this().lock()) open_sessions.push_back(std::move(keep));
+    }
+    for (auto& s : open_sessions) net::post(s->executor(), [s] { s->close(); });
+    open_sessions.clear();
+    const auto deadline = std::chrono::steady_clock::now() + 2s;
+    while (l.open.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  }
+  l.io.stop();
+  for (auto& t : l.threads) t.join();
+  l.threads.clear();
+  l.handlers.join();
+}
+
+}  // namespace tokenhost
