@@ -289,7 +289,8 @@ class Session final : public std::enable_shared_from_this<Session> {
     r.method = std::string(msg.method_string());
     const std::string_view target = msg.target();
     const size_t q = target.find('?');
-    r.path = percent_decode(target.substr(0, q), false);
+    raw_path_ = std::string(target.substr(0, q));
+    r.path = percent_decode(raw_path_, false);
     if (q != std::string_view::npos) r.query = parse_query(target.substr(q + 1));
     for (const auto& f : msg) r.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     r.body = std::move(msg.body());
@@ -380,15 +381,17 @@ class Session final : public std::enable_shared_from_this<Session> {
   std::chrono::steady_clock::time_point linger_until_;
   std::string remote_addr_;
   int remote_port_ = 0;
+  std::string raw_path_;  // the current request's path as sent (percent-escaped)
 };
 
 void Session::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
   const Route* route = nullptr;
   for (const auto& r : l_.routes) {
     if (r.method != request.method) continue;
+    // Matched as sent, groups decoded after: an escaped '/' inside a name stays inside its group.
     std::smatch m;
-    if (!std::regex_match(request.path, m, r.pattern)) continue;
-    for (const auto& g : m) request.matches.push_back(g.str());
+    if (!std::regex_match(raw_path_, m, r.pattern)) continue;
+    for (const auto& g : m) request.matches.push_back(percent_decode(g.str(), false));
     route = &r;
     break;
   }

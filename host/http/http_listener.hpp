@@ -74,7 +74,8 @@ class HttpListener {
   HttpListener(std::string name, HttpLimits limits, size_t io_threads, size_t handler_threads);
   ~HttpListener();  // stops
 
-  // Routes: the path must match pattern whole (std::regex; its groups land in HttpRequest::matches).
+  // Routes: the path as sent (percent-escaped) must match pattern whole (std::regex); its groups land
+  // in HttpRequest::matches, decoded.
   void route(const std::string& method, const std::string& pattern, BlockingHandler handler);
   void route_async(const std::string& method, const std::string& pattern, AsyncHandler handler);
   void set_pre_routing(PreRouting fn);

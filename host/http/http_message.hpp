@@ -18,7 +18,7 @@ struct HttpRequest {
   std::string body;
   std::string remote_addr;  // numeric, as the socket reports it
   int remote_port = 0;
-  std::vector<std::string> matches;  // the route pattern's whole match, then its groups
+  std::vector<std::string> matches;  // the route pattern's whole match, then its groups (decoded)
 
   // The first header of that name (case-insensitive), or "".
   std::string header(std::string_view name) const;

@@ -1,0 +1,374 @@
+// The HTTP listener against careless and hostile clients, over raw loopback sockets: deadlines, body
+// and header limits, framing, the connection cap, streams to slow readers, clients that leave, and
+// many connections on few threads.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "http/http_listener.hpp"
+
+using namespace tokenhost;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+namespace {
+
+// A loopback TCP connection read and written byte by byte, as a hostile client would.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return fd_ >= 0; }
+  bool send(const std::string& data) { return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == ssize_t(data.size()); }
+  // Reads until `until` appears in what was read, the peer closes, or timeout passes.
+  std::string read(std::chrono::milliseconds timeout, const std::string& until = "") {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      if (!until.empty() && got_.find(until) != std::string::npos) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, int(left.count())) <= 0) break;
+      char buf[65536];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        closed_ = true;
+        break;
+      }
+      got_.append(buf, size_t(n));
+    }
+    return got_;
+  }
+  // Whether the server closed the connection within timeout (reading and dropping what it sent).
+  bool closed_within(std::chrono::milliseconds timeout) {
+    read(timeout);
+    return closed_;
+  }
+  void close() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string got_;
+  bool closed_ = false;
+};
+
+std::string get(const std::string& path, const std::string& extra = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n";
+}
+
+std::string post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// A listener on a free loopback port with a /hello route and an /echo route; limits short enough for
+// tests.
+struct TestListener {
+  explicit TestListener(HttpLimits limits = short_limits(), size_t io_threads = 2) : l("test", limits, io_threads, 2) {
+    l.route("GET", "/hello", [](const HttpRequest& req, HttpResponse& res) {
+      res.set_content("hello " + req.param("name"), "text/plain");
+    });
+    l.route("POST", "/echo", [](const HttpRequest& req, HttpResponse& res) { res.set_content(req.body, "text/plain"); });
+    l.route("GET", R"(/items/([^/]+))", [](const HttpRequest& req, HttpResponse& res) {
+      res.set_content("item " + req.matches.at(1), "text/plain");
+    });
+  }
+  void start() {
+    port = l.bind("127.0.0.1", 0);
+    l.start();
+  }
+  static HttpLimits short_limits() {
+    HttpLimits limits;
+    limits.max_body_bytes = 1024;
+    limits.header_timeout = 300ms;
+    limits.body_timeout = 300ms;
+    limits.idle_timeout = 500ms;
+    limits.max_connections = 64;
+    limits.stream_buffer_bytes = 64 << 10;
+    return limits;
+  }
+  HttpListener l;
+  int port = 0;
+};
+
+}  // namespace
+
+TEST_CASE("http: routes answer with their status, headers, query parameters and path groups", "[http]") {
+  TestListener t;
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/hello?name=a%20b+c")));
+  std::string r = c.read(2s, "hello a b c");
+  REQUIRE_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
+  REQUIRE_THAT(r, Contains("Content-Length: 11\r\n"));
+  // The same connection serves the next request (keep-alive), a path group, then a 404.
+  REQUIRE(c.send(get("/items/x%2Fy")));
+  REQUIRE_THAT(c.read(2s, "item x/y"), Contains("item x/y"));
+  REQUIRE(c.send(get("/nothing")));
+  REQUIRE_THAT(c.read(2s, "no route GET /nothing"), Contains("HTTP/1.1 404 Not Found"));
+}
+
+TEST_CASE("http: pipelined requests on one connection are answered in order", "[http]") {
+  TestListener t;
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/hello?name=1") + post("/echo", "two") + get("/hello?name=3")));
+  const std::string r = c.read(2s, "hello 3");
+  const size_t one = r.find("hello 1"), two = r.find("two"), three = r.find("hello 3");
+  REQUIRE(one != std::string::npos);
+  REQUIRE(two != std::string::npos);
+  REQUIRE(three != std::string::npos);
+  REQUIRE(one < two);
+  REQUIRE(two < three);
+}
+
+TEST_CASE("http: headers that never complete are cut off at the deadline while others are served", "[http]") {
+  TestListener t;
+  t.start();
+  std::vector<std::unique_ptr<RawClient>> slow;
+  for (int i = 0; i < 8; ++i) {
+    slow.push_back(std::make_unique<RawClient>(t.port));
+    REQUIRE(slow.back()->send("GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: "));  // and never the end
+  }
+  // Meanwhile a normal client is answered at once.
+  const auto started = std::chrono::steady_clock::now();
+  RawClient ok(t.port);
+  REQUIRE(ok.send(get("/hello?name=x")));
+  REQUIRE_THAT(ok.read(2s, "hello x"), Contains("hello x"));
+  REQUIRE(std::chrono::steady_clock::now() - started < 250ms);
+  // A byte now and then does not extend the deadline: headers are due within header_timeout.
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(100ms);
+    slow.front()->send("x");
+  }
+  for (auto& s : slow) REQUIRE(s->closed_within(1s));
+}
+
+TEST_CASE("http: a body larger than the limit is refused with 413, declared or chunked, and nothing else is lost", "[http]") {
+  TestListener t;
+  t.start();
+  SECTION("Content-Length over the limit") {
+    RawClient c(t.port);
+    REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 'x')));
+    const std::string r = c.read(2s, "bytes\"");
+    REQUIRE_THAT(r, StartsWith("HTTP/1.1 413 "));
+    REQUIRE_THAT(r, Contains("larger than the limit of 1024 bytes"));
+    REQUIRE(c.closed_within(7s));
+  }
+  SECTION("chunked, past the limit while it is read") {
+    RawClient c(t.port);
+    REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    for (int i = 0; i < 4; ++i) c.send("200\r\n" + std::string(512, 'y') + "\r\n");  // 2048 bytes in all
+    REQUIRE_THAT(c.read(2s, "bytes\""), StartsWith("HTTP/1.1 413 "));
+  }
+  SECTION("chunked within the limit is read whole") {
+    RawClient c(t.port);
+    REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"));
+    REQUIRE_THAT(c.read(2s, "hello world"), Contains("hello world"));
+  }
+  RawClient after(t.port);
+  REQUIRE(after.send(get("/hello?name=still")));
+  REQUIRE_THAT(after.read(2s, "hello still"), Contains("200 OK"));
+}
+
+TEST_CASE("http: a request with both Content-Length and Transfer-Encoding is refused", "[http]") {
+  TestListener t;
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"));
+  const std::string r = c.read(2s, "}");
+  REQUIRE_THAT(r, StartsWith("HTTP/1.1 400 "));
+  REQUIRE_THAT(r, Contains("\"type\":\"invalid_request_error\""));
+  REQUIRE(r.find("hello") == std::string::npos);
+}
+
+TEST_CASE("http: a body that stops arriving is cut off, and headers past their limit get 431", "[http]") {
+  TestListener t;
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\nonly part"));
+  REQUIRE(c.closed_within(1500ms));
+  RawClient big(t.port);
+  REQUIRE(big.send("GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(20000, 'h') + "\r\n\r\n"));
+  REQUIRE_THAT(big.read(2s, "}"), StartsWith("HTTP/1.1 431 "));
+}
+
+TEST_CASE("http: an idle keep-alive connection is closed after the idle deadline", "[http]") {
+  TestListener t;
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/hello?name=i")));
+  REQUIRE_THAT(c.read(1s, "hello i"), Contains("hello i"));
+  const auto started = std::chrono::steady_clock::now();
+  REQUIRE(c.closed_within(3s));
+  REQUIRE(std::chrono::steady_clock::now() - started >= 400ms);
+  // A silent connection that never sends a byte goes the same way.
+  RawClient silent(t.port);
+  REQUIRE(silent.closed_within(3s));
+}
+
+TEST_CASE("http: past the connection cap a new connection is answered 503 and the others keep working", "[http]") {
+  HttpLimits limits = TestListener::short_limits();
+  limits.max_connections = 4;
+  limits.idle_timeout = 10s;
+  limits.header_timeout = 10s;
+  TestListener t(limits);
+  t.start();
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<RawClient>(t.port));
+    REQUIRE(held.back()->send(get("/hello?name=" + std::to_string(i))));
+    REQUIRE_THAT(held.back()->read(2s, "hello " + std::to_string(i)), Contains("200 OK"));
+  }
+  RawClient extra(t.port);
+  REQUIRE(extra.connected());
+  const std::string r = extra.read(2s, "}");
+  REQUIRE_THAT(r, StartsWith("HTTP/1.1 503 "));
+  REQUIRE_THAT(r, Contains("Retry-After: 1"));
+  REQUIRE_THAT(r, Contains("too many open connections (4)"));
+  REQUIRE(held[0]->send(get("/hello?name=again")));
+  REQUIRE_THAT(held[0]->read(2s, "hello again"), Contains("hello again"));
+  held.pop_back();  // one leaves: a new one is let in
+  for (int i = 0; i < 50 && t.l.connections() > 3; ++i) std::this_thread::sleep_for(10ms);
+  RawClient next(t.port);
+  REQUIRE(next.send(get("/hello?name=next")));
+  REQUIRE_THAT(next.read(2s, "hello next"), Contains("200 OK"));
+}
+
+TEST_CASE("http: a stream to a client that does not read stops at the buffer bound", "[http]") {
+  TestListener t;
+  std::mutex m;
+  std::condition_variable cv;
+  size_t accepted = 0;
+  bool refused = false;
+  t.l.route_async("GET", "/flood", [&](std::shared_ptr<HttpExchange> ex) {
+    HttpResponse head;
+    head.content_type = "text/event-stream";
+    ex->start_stream(head);
+    // Written from another thread, as an engine's tokens are: it must never block.
+    std::thread([&, ex] {
+      const std::string chunk(4096, 'z');
+      for (int i = 0; i < 100000; ++i) {
+        if (!ex->write(chunk)) {
+          std::lock_guard lock(m);
+          refused = true;
+          cv.notify_all();
+          return;
+        }
+        std::lock_guard lock(m);
+        accepted += chunk.size();
+      }
+      ex->end_stream();
+    }).detach();
+  });
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/flood")));  // and never read
+  std::unique_lock lock(m);
+  REQUIRE(cv.wait_for(lock, 10s, [&] { return refused; }));
+  // The socket buffers take some; past them at most the bound waits in memory.
+  REQUIRE(accepted < size_t(64 << 20));
+  lock.unlock();
+  REQUIRE(c.closed_within(3s));
+}
+
+TEST_CASE("http: a client that leaves while its request is worked on is seen at once", "[http]") {
+  TestListener t;
+  std::atomic<bool> gone{false};
+  std::shared_ptr<HttpExchange> held;
+  std::mutex m;
+  t.l.route_async("GET", "/wait", [&](std::shared_ptr<HttpExchange> ex) {
+    ex->on_gone([&] { gone = true; });
+    std::lock_guard lock(m);
+    held = ex;  // never answered
+  });
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/wait")));
+  for (int i = 0; i < 100 && !held; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE_FALSE(gone);
+  c.close();
+  for (int i = 0; i < 100 && !gone; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(gone);
+  std::lock_guard lock(m);
+  REQUIRE(held->gone());
+  REQUIRE_FALSE(held->write("late"));
+  held->reply(HttpResponse{});  // answering a departed client is harmless
+}
+
+TEST_CASE("http: blocking handlers do not hold up the I/O threads", "[http]") {
+  TestListener t(TestListener::short_limits(), 1);  // one I/O thread
+  t.l.route("GET", "/slow", [](const HttpRequest&, HttpResponse& res) {
+    std::this_thread::sleep_for(800ms);
+    res.set_content("slow", "text/plain");
+  });
+  t.start();
+  RawClient slow(t.port);
+  REQUIRE(slow.send(get("/slow")));
+  std::this_thread::sleep_for(50ms);
+  const auto started = std::chrono::steady_clock::now();
+  RawClient fast(t.port);
+  REQUIRE(fast.send(get("/hello?name=f")));
+  REQUIRE_THAT(fast.read(2s, "hello f"), Contains("hello f"));
+  REQUIRE(std::chrono::steady_clock::now() - started < 400ms);
+  REQUIRE_THAT(slow.read(3s, "slow"), Contains("200 OK"));
+}
+
+TEST_CASE("http: two I/O threads serve 2000 open connections", "[http][load]") {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < 4500) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4500);
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  getrlimit(RLIMIT_NOFILE, &lim);
+  constexpr size_t kConnections = 2000;
+  if (lim.rlim_cur < 2 * kConnections + 200) {
+    WARN("SKIPPED: the open-file limit " << lim.rlim_cur << " is below " << 2 * kConnections + 200);
+    return;
+  }
+  HttpLimits limits = TestListener::short_limits();
+  limits.idle_timeout = 30s;
+  limits.header_timeout = 30s;
+  limits.max_connections = kConnections + 10;
+  TestListener t(limits, 2);
+  t.start();
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (size_t i = 0; i < kConnections; ++i) {
+    clients.push_back(std::make_unique<RawClient>(t.port));
+    REQUIRE(clients.back()->connected());
+  }
+  for (size_t i = 0; i < kConnections; ++i) REQUIRE(clients[i]->send(get("/hello?name=" + std::to_string(i))));
+  for (size_t i = 0; i < kConnections; ++i) {
+    INFO(i);
+    REQUIRE_THAT(clients[i]->read(5s, "hello " + std::to_string(i)), Contains("hello " + std::to_string(i)));
+  }
+  REQUIRE(t.l.connections() == kConnections);
+}
