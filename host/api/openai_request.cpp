@@ -1,5 +1,7 @@
 #include "api/openai_request.hpp"
 
+#include "api/client_json.hpp"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -376,16 +378,9 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, const json& body, cons
 }
 
 ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, std::string_view body, const RequestLimits& limits) {
-  json parsed;
-  try {
-    parsed = json::parse(body);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    if (auto at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);  // drop "[json.exception...]"
-    return invalid_request("", "the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + what,
-                           "invalid_json");
-  }
-  return parse_request(endpoint, parsed, limits);
+  auto parsed = parse_client_json(body);
+  if (!parsed) return parsed.error();
+  return parse_request(endpoint, parsed.value(), limits);
 }
 
 ApiResult<int64_t> check_context(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t context_length,

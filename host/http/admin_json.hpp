@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "api/client_json.hpp"
 #include "http/http_message.hpp"
 #include <nlohmann/json.hpp>
 
@@ -19,19 +20,18 @@ inline void reply_json(HttpResponse& res, const nlohmann::json& body) {
   res.set_content(body.dump(2, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
-// The body as a JSON object, or nullopt after replying 400.
+// The body as a JSON object (its depth bounded: api/client_json.hpp), or nullopt after replying 400.
 inline std::optional<nlohmann::json> parse_body(const HttpRequest& req, HttpResponse& res) {
-  try {
-    nlohmann::json body = nlohmann::json::parse(req.body);
-    if (!body.is_object()) {
-      reply_error(res, 400, "the request body must be a JSON object", "invalid_request_error");
-      return std::nullopt;
-    }
-    return body;
-  } catch (const nlohmann::json::parse_error& e) {
-    reply_error(res, 400, std::string("malformed JSON: ") + e.what(), "invalid_request_error");
+  auto body = api::parse_client_json(req.body);
+  if (!body) {
+    reply_error(res, 400, "malformed JSON: " + body.error().message, "invalid_request_error");
     return std::nullopt;
   }
+  if (!body->is_object()) {
+    reply_error(res, 400, "the request body must be a JSON object", "invalid_request_error");
+    return std::nullopt;
+  }
+  return std::move(body.value());
 }
 
 }  // namespace tokenhost

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "api/client_json.hpp"
 #include "api/openai_request.hpp"
 #include "api/openai_response.hpp"
 #include "api/stop_strings.hpp"
@@ -422,12 +423,9 @@ class AsyncAnswer : public std::enable_shared_from_this<AsyncAnswer> {
 // AsyncAnswer has taken the exchange.
 bool begin(Server& server, api::Endpoint endpoint, const std::shared_ptr<HttpExchange>& ex, HttpResponse& res) {
   const HttpRequest& http = ex->request();
-  json body;
-  try {
-    body = json::parse(http.body);
-  } catch (const json::parse_error&) {
-    return reply_error(res, api::parse_request(endpoint, std::string_view(http.body)).error()), false;
-  }
+  auto read = api::parse_client_json(http.body);
+  if (!read) return reply_error(res, read.error()), false;
+  json body = std::move(read.value());
   if (!server.accepting()) return reply_error(res, server_error(503, "the server is shutting down")), false;
   auto parsed = api::parse_request(endpoint, body);
   if (!parsed) return reply_error(res, parsed.error()), false;

@@ -31,7 +31,7 @@ struct ServerDecl {
   Endpoint admin_listen{"127.0.0.1", 8081}; // the admin API, loopback unless the manifest says otherwise
   std::string log_level = "info";
   std::vector<std::string> plugin_paths;    // absolute; searched before the default paths
-  int http_threads = 1100;  // gateway threads: each streaming client holds one while it reads
+  int http_threads = 2;  // the gateway's I/O threads (http/http_servers.cpp caps them at 64)
   // The admin API's bearer token: $TOKENHOST_ADMIN_TOKEN, else [server] admin_token, else "" (the
   // server then makes a random one at start and writes it to a file only its user can read).
   std::string admin_token;

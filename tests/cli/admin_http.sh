@@ -39,6 +39,9 @@ expect POST /admin/engines/nope/slots/attention '{"plugin": "attention.reference
 expect POST /admin/engines/main/slots/attention '{"plugin": "attention.reference", "extra": 1}' 400 "unknown field 'extra'"
 expect POST /admin/engines/main/slots/attention 'not json' 400 'malformed JSON'
 expect GET /admin/nothing "" 404 'no route GET /admin/nothing'
+# A config nested 50,000 deep is refused while it is parsed (it once overflowed the server's stack).
+deep=$(head -c 50000 /dev/zero | tr '\0' '[')
+expect POST /admin/router "{\"plugin\": \"router.round_robin\", \"config\": {\"x\": $deep}}" 400 'deeper than 64 levels'
 expect GET /metrics "" 200 'tokenhost_sequences_running\{engine="main",experiment="",arm=""\} 0'
 
 # Still serving, with the swapped plugins.
