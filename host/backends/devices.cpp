@@ -1,6 +1,7 @@
 #include "backends/devices.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -79,6 +80,8 @@ Inventory& inventory() {
     DeviceInfo cpu;
     cpu.name = "cpu";
     cpu.threads = std::max(1u, std::thread::hardware_concurrency());
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) cpu.memory_bytes = uint64_t(pages) * uint64_t(page);  // what plugins check pools against
     i.devices.push_back(cpu);
     probe_cuda(i);
     if (!i.cuda_reason.empty()) spdlog::debug("no CUDA device: {}", i.cuda_reason);

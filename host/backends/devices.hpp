@@ -17,7 +17,7 @@ struct DeviceInfo {
   th_device_kind kind = TH_DEVICE_CPU;
   int32_t index = 0;
   std::string name;          // "cpu", "cuda:0 NVIDIA H200"
-  uint64_t memory_bytes = 0;
+  uint64_t memory_bytes = 0;  // total: the machine's RAM for the CPU
   uint32_t threads = 0;      // CPU: hardware threads
 };
 

@@ -1,5 +1,7 @@
 #include "runtime/gguf_model.hpp"
 
+#include <cmath>
+#include <climits>
 #include <stdexcept>
 
 #include "model/gguf.hpp"
@@ -99,7 +101,10 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   i.n_heads = uint32_t(r.hparam("attention.head_count"));
   i.n_kv_heads = uint32_t(r.hparam("attention.head_count_kv", i.n_heads));
   i.ffn_dim = uint32_t(r.hparam("feed_forward_length"));
-  i.context_len = uint32_t(r.hparam("context_length"));
+  const int64_t context_len = r.hparam("context_length");
+  if (context_len <= 0 || context_len > INT32_MAX)
+    r.fail("'" + r.arch + ".context_length' is " + std::to_string(context_len) + "; a model needs a context of 1 or more positions");
+  i.context_len = uint32_t(context_len);
   i.n_experts = uint32_t(r.hparam("expert_count", 0));
   i.n_experts_used = uint32_t(r.hparam("expert_used_count", 0));
   if (qwen2moe && (i.n_experts == 0 || i.n_experts_used == 0))
@@ -120,7 +125,12 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   if (embd == nullptr || embd->ne.size() != 2) r.fail("missing or malformed tensor 'token_embd.weight'");
   i.vocab_size = uint32_t(embd->ne[1]);
   w->rms_eps = float(r.hparam_float("attention.layer_norm_rms_epsilon", 1e-5));
+  if (!std::isfinite(w->rms_eps) || w->rms_eps <= 0)
+    r.fail("'" + r.arch + ".attention.layer_norm_rms_epsilon' is " + std::to_string(w->rms_eps) +
+           "; the norm needs a finite positive epsilon");
   w->rope.theta = float(r.hparam_float("rope.freq_base", 10000.0));
+  if (!std::isfinite(w->rope.theta) || w->rope.theta <= 0)
+    r.fail("'" + r.arch + ".rope.freq_base' is " + std::to_string(w->rope.theta) + "; rotary embeddings need a finite positive base");
   w->rope.neox = r.arch == "qwen2" || qwen2moe;
   if (file->get_string(r.arch + ".rope.scaling.type").value_or("none") == "linear")
     w->rope.freq_scale = float(1.0 / r.hparam_float("rope.scaling.factor", 1.0));
@@ -179,9 +189,15 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   tok.scores = file->get_float_array("tokenizer.ggml.scores");
   for (int64_t t : file->get_int_array("tokenizer.ggml.token_type")) tok.token_types.push_back(int32_t(t));
   tok.merges = file->get_string_array("tokenizer.ggml.merges");
+  // A special token the file names must exist: dropping it silently would generate without a BOS or
+  // never stop at EOS. -1 (written as a uint32 by converters, 4294967295) is GGUF's "none".
+  const int64_t vocab = tok.tokens.empty() ? int64_t(i.vocab_size) : int64_t(tok.tokens.size());
   auto id = [&](const char* key) {
-    int64_t v = file->get_int(key).value_or(-1);
-    return v >= 0 && v < int64_t(tok.tokens.size()) ? int32_t(v) : -1;
+    const auto v = file->get_int(key);
+    if (!v || *v == -1 || *v == int64_t(UINT32_MAX)) return -1;
+    if (*v < 0 || *v >= vocab)
+      r.fail("'" + std::string(key) + "' is " + std::to_string(*v) + ", outside the vocabulary of " + std::to_string(vocab) + " tokens");
+    return int32_t(*v);
   };
   tok.bos = id("tokenizer.ggml.bos_token_id");
   tok.eos = id("tokenizer.ggml.eos_token_id");

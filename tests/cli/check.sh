@@ -26,6 +26,10 @@ expect_error "$work/typo.toml" "^$work/typo.toml:[0-9]+:1: unknown key 'log_levl
 sed 's/block_size = 16/block_size = 0/' "$here/../../manifests/default.toml" > "$work/range.toml"
 expect_error "$work/range.toml" "^$work/range.toml:[0-9]+:[0-9]+: 'block_size' in \[engines.main.kvcache\].config is out of range \[1, 1024\]$"
 
+# A KV pool larger than this machine's memory is refused by check, not first by serve's allocation.
+sed -E 's/n_blocks = [0-9]+/n_blocks = 2147483647/' "$here/../../manifests/default.toml" > "$work/pool.toml"
+expect_error "$work/pool.toml" "the K and V pools need [0-9]+ bytes \\([0-9]+ MiB\\), more than the [0-9]+ bytes of memory of device cpu"
+
 printf '[server\n' > "$work/syntax.toml"
 expect_error "$work/syntax.toml" "^$work/syntax.toml:1:[0-9]+: TOML syntax error"
 

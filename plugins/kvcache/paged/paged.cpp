@@ -64,9 +64,20 @@ th_status check(const th_check_query* query, th_error* err) {
       sdk::set_error(err, "kvcache.paged: " + why);
       status = TH_ERR_UNSUPPORTED;
     };
-    for (const std::string& why : model_refusals(m)) refuse(why);
+    const auto model_problems = model_refusals(m);
+    for (const std::string& why : model_problems) refuse(why);
     if (query->device != nullptr && query->device->kind != TH_DEVICE_CPU) {
       refuse("keeps its pools in host memory: runs on the CPU only");
+    }
+    // A pool the machine cannot hold is refused here, by `tokenhost check` too, rather than when the
+    // server allocates it.
+    if (model_problems.empty() && query->device != nullptr && query->device->memory_bytes > 0) {
+      const Settings s = read_settings(query->config);
+      const int64_t pools = mul(2, mul(m.n_layers, mul(s.n_blocks, mul(m.n_kv_heads, mul(s.block_size, mul(m.head_dim, sdk::kv_element_bytes(m.kv_dtype)))))));
+      if (uint64_t(pools) > query->device->memory_bytes)
+        refuse("the K and V pools need " + std::to_string(pools) + " bytes (" + std::to_string(pools >> 20) + " MiB), more than the " +
+               std::to_string(query->device->memory_bytes) + " bytes of memory of device " +
+               (query->device->name != nullptr ? query->device->name : "cpu") + "; lower n_blocks or block_size");
     }
     return status;
   });

@@ -231,3 +231,62 @@ TEST_CASE("make_model: inconsistent shared-expert shapes are refused, naming the
   refused([](MakeModelOptions& o) { o.shape.architecture = "deepseek2"; }, "architecture must be llama, qwen2 or qwen2moe");
   refused([](MakeModelOptions& o) { o.type = TH_DTYPE_Q4_0, o.shape.shared_ffn_dim = 48; }, "multiples of 32");
 }
+
+namespace {
+// Overwrites the value of metadata `key` (a scalar of T's size) in place.
+template <class T>
+void patch_value(const std::string& path, const std::string& key, T value) {
+  std::vector<uint8_t> bytes = read_file(path);
+  const size_t at = find_once(bytes, key) + key.size() + 4;  // the key's bytes, then its uint32 value type
+  std::memcpy(&bytes[at], &value, sizeof value);
+  write_file(path, bytes.data(), bytes.size());
+}
+}  // namespace
+
+TEST_CASE("gguf model: metadata a model cannot work with is refused at load, naming the key", "[gguf_model]") {
+  TempDir dir;
+  int files = 0;
+  auto make = [&] {
+    MakeModelOptions o;
+    o.path = dir.file("m" + std::to_string(files++) + ".gguf");
+    o.seed = fresh_rng("gguf refusals")();
+    make_model(o);
+    REQUIRE(load_error(o.path) == "(loaded)");
+    return o.path;
+  };
+  auto refused = [](const std::string& path, const std::string& message) {
+    const std::string error = load_error(path);
+    INFO(error);
+    CHECK(error.rfind(path + ": ", 0) == 0);
+    CHECK_THAT(error, Contains(message));
+  };
+  std::string path = make();
+  patch_value(path, "llama.context_length", uint32_t(0));
+  refused(path, "'llama.context_length' is 0; a model needs a context of 1 or more positions");
+
+  for (float eps : {std::nanf(""), INFINITY, 0.0f, -1e-5f}) {
+    path = make();
+    patch_value(path, "llama.attention.layer_norm_rms_epsilon", eps);
+    refused(path, "'llama.attention.layer_norm_rms_epsilon' is");
+    refused(path, "the norm needs a finite positive epsilon");
+  }
+
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
+    path = make();
+    const uint32_t vocab = uint32_t(load_gguf_model(path, "m").weights->spec.info.vocab_size);
+    patch_value(path, key, vocab);  // one past the last token
+    refused(path, "'" + std::string(key) + "' is " + std::to_string(vocab) + ", outside the vocabulary of " +
+                      std::to_string(vocab) + " tokens");
+  }
+}
+
+TEST_CASE("gguf model: a special token id of -1 (4294967295 as written) means none", "[gguf_model]") {
+  TempDir dir;
+  MakeModelOptions o;
+  o.path = dir.file("m.gguf");
+  make_model(o);
+  patch_value(o.path, "tokenizer.ggml.bos_token_id", uint32_t(UINT32_MAX));
+  const LoadedModel m = load_gguf_model(o.path, "m");
+  REQUIRE(m.tokenizer.bos == -1);
+  REQUIRE(m.tokenizer.eos == 2);
+}

@@ -285,3 +285,23 @@ TEST_CASE("kvcache.paged refuses kv dtypes other than f32 and f16 by name, and h
                       Catch::Contains("'block_size' in the settings of kvcache.paged is out of range [1, 1024]"));
   }
 }
+
+TEST_CASE("kvcache.paged check() refuses pools larger than the device's memory, naming the bytes", "[kvcache][paged]") {
+  auto lib = builtin_catalog().load("kvcache.paged");
+  const th_model_info info = kSpec.to_abi();  // 2 layers, 2 KV heads of 4, f32 (16 bytes a head and position)
+  auto check = [&](int64_t n_blocks, uint64_t memory, th_error& err) {
+    toml::table settings;
+    settings.insert("block_size", 16);
+    settings.insert("n_blocks", n_blocks);
+    th_config config{settings};
+    const th_device device{sizeof(th_device), TH_DEVICE_CPU, 0, "cpu", memory, 1};
+    const th_check_query query{sizeof(th_check_query), &info, &device, &config};
+    return lib->head().check(&query, &err);
+  };
+  // K and V: 2 x 2 layers x n_blocks x 2 heads x 16 positions x 4 floats x 4 bytes = 2048 bytes a block.
+  th_error fits, too_big, unknown;
+  CHECK(check(1024, 2048 * 1024, fits) == TH_OK);
+  CHECK(check(1025, 2048 * 1024, too_big) == TH_ERR_UNSUPPORTED);
+  CHECK(contains(too_big.text(), "the K and V pools need 2099200 bytes (2 MiB), more than the 2097152 bytes of memory of device cpu"));
+  CHECK(check(1025, 0, unknown) == TH_OK);  // memory unknown: nothing to check against
+}
