@@ -10,10 +10,10 @@
 
 namespace tokenhost {
 
-std::string find_admin_token(const std::string& explicit_token) {
+std::string find_admin_token(const std::string& explicit_token, const std::string& url) {
   if (!explicit_token.empty()) return explicit_token;
   if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env != nullptr && *env != '\0') return env;
-  std::ifstream in(cache_dir() + "/admin-token");
+  std::ifstream in(admin_token_path(loadgen::parse_url(url).port));
   std::string token;
   if (in) std::getline(in, token);
   return token;
@@ -52,7 +52,7 @@ nlohmann::json AdminClient::call(const std::string& method, const std::string& p
                               : r->body;
     if (r->status == 401 && token_.empty())
       message += " (no token found: pass --token, set TOKENHOST_ADMIN_TOKEN, or run where the server wrote " +
-                 cache_dir() + "/admin-token)";
+                 admin_token_path(loadgen::parse_url(url_).port) + ")";
     throw AdminCallError(r->status, method + " " + path + ": " + message);
   }
   if (answer.is_discarded()) throw AdminCallError(r->status, method + " " + path + " answered something that is not JSON");

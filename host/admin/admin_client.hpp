@@ -21,8 +21,8 @@ struct AdminCallError : std::runtime_error {
 };
 
 // Where the token comes from, first found: `explicit_token`, $TOKENHOST_ADMIN_TOKEN, the file the
-// server writes when it generates one (cache_dir()/admin-token). "" when none.
-std::string find_admin_token(const std::string& explicit_token);
+// server at `url` writes when it generates one (admin_token_path of its port). "" when none.
+std::string find_admin_token(const std::string& explicit_token, const std::string& url);
 
 class AdminClient {
  public:

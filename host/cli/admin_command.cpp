@@ -71,7 +71,7 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
   AdminArgs& a = o.args;
   auto* admin = app.add_subcommand("admin", "Operate a running server through its admin API: status, plugins, live swaps, "
                                             "engines, experiments.\nThe token comes from --token, $TOKENHOST_ADMIN_TOKEN, "
-                                            "or the file the server wrote ($TOKENHOST_CACHE/admin-token).");
+                                            "or the file the server wrote ($TOKENHOST_CACHE/admin-token-PORT, PORT the admin API's).");
   admin->require_subcommand(1);
   admin->add_option("--url", o.url, "The admin API's base URL")->capture_default_str();
   admin->add_option("--token", o.token, "The admin token");
@@ -185,7 +185,7 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
 int run_admin(const AdminOptions& options) {
   if (!options.action) return 1;
   try {
-    AdminClient client(options.url, find_admin_token(options.token));
+    AdminClient client(options.url, find_admin_token(options.token, options.url));
     return options.action(client, options);
   } catch (const AdminCallError& e) {
     std::cerr << "tokenhost admin: " << e.what() << "\n";

@@ -110,8 +110,18 @@ int run_check(const std::string& path, bool load) {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
-int run_serve(const std::string& path, const std::string& model_file) {
+// What `serve` may override of the manifest's [server] table from the command line.
+struct ServeOverrides {
+  std::string host;           // the gateway's address
+  int port = -1;              // the gateway's port (-1: the manifest's)
+  int admin_port = -1;        // the admin API's port; its address stays the manifest's (loopback by default)
+};
+
+int run_serve(const std::string& path, const std::string& model_file, const ServeOverrides& o) {
   Deployment d = model_file.empty() ? load_deployment(path) : load_deployment_with_model(path, model_file);
+  if (!o.host.empty()) d.server.listen.host = o.host;
+  if (o.port >= 0) d.server.listen.port = o.port;
+  if (o.admin_port >= 0) d.server.admin_listen.port = o.admin_port;
   spdlog::set_level(spdlog::level::from_str(d.server.log_level));
   if (spdlog::get_level() != spdlog::level::from_str(d.server.log_level)) spdlog::set_level(spdlog::level::info);
   spdlog::info("tokenhost {} starting with {}", TOKENHOST_VERSION, d.file);
@@ -182,6 +192,8 @@ int run_plugins(bool inspect, const std::string& id, const std::vector<std::stri
 int main(int argc, char** argv) {
   CLI::App app{"tokenhost: an LLM inference server whose techniques are plugins.\n"
                "Run `tokenhost <command> --help` for each command."};
+  app.set_version_flag("--version", std::string("tokenhost ") + TOKENHOST_VERSION + " (plugin ABI " +
+                                        std::to_string(TH_ABI_VERSION_MAJOR) + "." + std::to_string(TH_ABI_VERSION_MINOR) + ")");
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
@@ -195,6 +207,12 @@ int main(int argc, char** argv) {
                     "A GGUF model file to serve in place of the manifest's one model (the default manifest's demo "
                     "model, when no manifest is given)")
       ->check(CLI::ExistingFile);
+  ServeOverrides serve_overrides;
+  serve->add_option("--host", serve_overrides.host, "The gateway's address, in place of [server] listen's (the admin API keeps its own)");
+  serve->add_option("--port", serve_overrides.port, "The gateway's port, in place of [server] listen's (0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  serve->add_option("--admin-port", serve_overrides.admin_port, "The admin API's port, in place of [server] admin_listen's")
+      ->check(CLI::Range(0, 65535));
 
   auto* check = app.add_subcommand("check", "Validate a deployment manifest without starting anything; errors name "
                                             "file:line:column. Exits 0 when it is valid.");
@@ -230,7 +248,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
-    if (*serve) return run_serve(serve_manifest, serve_model);
+    if (*serve) return run_serve(serve_manifest, serve_model, serve_overrides);
     if (*check) return run_check(check_manifest, !no_load);
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);

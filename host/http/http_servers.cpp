@@ -17,6 +17,7 @@
 #include "http/dashboard_route.hpp"
 #include "http/exchange_pump.hpp"
 #include "http/openai_routes.hpp"
+#include "http/tokenize_routes.hpp"
 
 namespace tokenhost {
 namespace {
@@ -38,16 +39,23 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// A random token, written to $TOKENHOST_CACHE/admin-token (mode 0600) for `tokenhost admin`.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 std::string make_admin_token() {
   std::random_device rd;
   static const char hex[] = "0123456789abcdef";
   std::string token;
   for (int i = 0; i < 32; ++i) token += hex[rd() % 16];
-  const std::string dir = cache_dir();
+  return token;
+}
+
+// Writes a generated token for `tokenhost admin` (mode 0600, by rename: never half-written).
+void write_admin_token(const std::string& token, int admin_port) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::string path = dir + "/admin-token";
+  std::filesystem::create_directories(cache_dir(), ec);
+  const std::string path = admin_token_path(admin_port);
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd >= 0 && ::write(fd, token.data(), token.size()) == ssize_t(token.size()) && ::close(fd) == 0 &&
@@ -56,7 +64,6 @@ std::string make_admin_token() {
   } else {
     spdlog::warn("admin API token generated but not written to {}: {}; set TOKENHOST_ADMIN_TOKEN to choose one", path, std::strerror(errno));
   }
-  return token;
 }
 
 // Each open connection is a descriptor: raise the soft limit on open files to the hard limit so that
@@ -142,6 +149,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   gateway_ = std::make_unique<HttpListener>("gateway", gateway_limits, size_t(io_threads), kGatewayHandlerThreads);
   admin_ = std::make_unique<HttpListener>("admin API", admin_limits, kAdminIoThreads, kAdminHandlerThreads);
   add_openai_routes(*gateway_, server_);
+  add_tokenize_routes(*gateway_, server_);
 
   // Every /admin/ route needs the admin token; /health and /metrics stay open for probes and scrapers.
   admin_token_ = server_.deployment().server.admin_token.empty() ? make_admin_token() : server_.deployment().server.admin_token;
@@ -328,8 +336,14 @@ void HttpServers::start() {
   const auto& cfg = server_.deployment().server;
   gateway_port_ = gateway_->bind(cfg.listen.host, cfg.listen.port);
   admin_port_ = admin_->bind(cfg.admin_listen.host, cfg.admin_listen.port);
+  if (cfg.admin_token.empty()) write_admin_token(admin_token_, admin_port_);
   gateway_->start();
   admin_->start();
+  if (!is_loopback(cfg.admin_listen.host))
+    spdlog::warn("THE ADMIN API LISTENS ON {}:{}, NOT ON LOOPBACK: whoever reaches it with the admin token can load a "
+                 "library into this server and run code as its user (README: Security model). Keep the token "
+                 "secret and the port firewalled, or bind admin_listen to 127.0.0.1.",
+                 cfg.admin_listen.host, admin_port_);
   spdlog::info("gateway listening on {}:{}, admin API on {}:{}", cfg.listen.host, gateway_port_, cfg.admin_listen.host, admin_port_);
 }
 

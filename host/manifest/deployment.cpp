@@ -1,6 +1,7 @@
 #include "manifest/deployment.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,6 +28,8 @@ std::string cache_dir() {
   if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tokenhost";
   return (fs::temp_directory_path() / "tokenhost-cache").string();
 }
+
+std::string admin_token_path(int admin_port) { return cache_dir() + "/admin-token-" + std::to_string(admin_port); }
 
 namespace {
 
@@ -278,11 +281,18 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
       d.server.plugin_paths.push_back((base / p).lexically_normal().string());
     d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(ServerDecl{}.http_threads));
     if (auto token = r.optional_string(*s, "admin_token", "[server]")) {
-      if (token->size() < 16) r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least 16 characters");
+      if (token->size() < kMinAdminTokenLength)
+        r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least " + std::to_string(kMinAdminTokenLength) + " characters");
       d.server.admin_token = *token;
     }
   }
-  if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) d.server.admin_token = env;
+  if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) {
+    // The same rule whatever the source: a short token can be guessed.
+    if (std::strlen(env) < kMinAdminTokenLength)
+      throw ManifestError(r.file(), 1, 1, "$TOKENHOST_ADMIN_TOKEN must be at least " + std::to_string(kMinAdminTokenLength) +
+                                              " characters (it has " + std::to_string(std::strlen(env)) + ")");
+    d.server.admin_token = env;
+  }
   std::vector<std::string> paths = d.server.plugin_paths;
   for (auto& p : default_plugin_paths()) paths.push_back(p);
   d.catalog = std::make_shared<PluginCatalog>(paths);

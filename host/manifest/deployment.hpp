@@ -26,6 +26,9 @@ struct Endpoint {
   std::string str() const { return host + ":" + std::to_string(port); }
 };
 
+// The shortest admin token accepted, from the manifest or $TOKENHOST_ADMIN_TOKEN.
+constexpr size_t kMinAdminTokenLength = 16;
+
 struct ServerDecl {
   Endpoint listen{"127.0.0.1", 8080};       // the inference API
   Endpoint admin_listen{"127.0.0.1", 8081}; // the admin API, loopback unless the manifest says otherwise
@@ -97,6 +100,9 @@ Deployment read_deployment(const std::string& file, std::string_view text);
 // Where demo models (source = "demo") and the embedded default's relative paths live:
 // $TOKENHOST_CACHE, else $XDG_CACHE_HOME/tokenhost, else ~/.cache/tokenhost.
 std::string cache_dir();
+// The file a server writes its generated admin token to, one per admin port so that two servers on
+// one machine do not overwrite each other's: cache_dir()/admin-token-PORT.
+std::string admin_token_path(int admin_port);
 Deployment read_deployment_file(const std::string& path);
 
 // Validates one slot change (as the admin API receives it): the slot exists, the plugin of manifest

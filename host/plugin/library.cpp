@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -26,34 +27,48 @@ std::atomic<size_t> g_open_count{0};
 std::atomic<uint64_t> g_copy_counter{0};
 
 // Private copies live in one directory per process, made with its first copy and removed with its
-// last, so a process that ends leaves nothing in the temporary directory. A process that died with
-// copies open (a crash, SIGKILL) leaves its directory; the next process to make one removes those.
-constexpr const char* kPrivateDirPrefix = "tokenhost-plugins-";
+// last, so a process that ends leaves nothing in the temporary directory. The directory is made by
+// mkdtemp (a new name, mode 0700, this user's): another user cannot have prepared it, nor read or swap
+// the copies in it. A process that died with copies open (a crash, SIGKILL) leaves its directory; the
+// next process to make one removes those.
+constexpr const char* kPrivateDirPrefix = "tokenhost-plugins-";  // then the pid, '-' and mkdtemp's six characters
 std::mutex g_copies_mutex;  // guards the directory's creation, the copies into it and its removal
 size_t g_live_copies = 0;
+fs::path g_private_dir;  // empty while there is none
 
-fs::path private_dir() {
-  return fs::temp_directory_path() / (kPrivateDirPrefix + std::to_string(getpid()));
-}
-
-// Makes the private directory if needed and copies `from` into it as `to` (a path inside it).
-void make_private_copy(const std::string& from, const std::string& to, std::error_code& ec) {
+// Copies `from` into the private directory (made if needed) as `name`; returns the copy's path.
+std::string make_private_copy(const std::string& from, const std::string& name, std::error_code& ec) {
   std::lock_guard<std::mutex> lock(g_copies_mutex);
   if (g_live_copies == 0) {
     if (size_t n = PluginLibrary::remove_stale_private_dirs(); n > 0) {
       spdlog::info("removed {} private plugin director{} left by processes that ended", n, n == 1 ? "y" : "ies");
     }
   }
-  fs::create_directories(private_dir(), ec);
-  if (!ec) fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (!ec) ++g_live_copies;
+  if (g_private_dir.empty()) {
+    const fs::path tmp = fs::temp_directory_path(ec);
+    if (ec) return {};
+    std::string dir = (tmp / (kPrivateDirPrefix + std::to_string(getpid()) + "-XXXXXX")).string();
+    if (::mkdtemp(dir.data()) == nullptr) {
+      ec = std::error_code(errno, std::generic_category());
+      return {};
+    }
+    g_private_dir = dir;
+  }
+  const fs::path to = g_private_dir / name;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return {};
+  ++g_live_copies;
+  return to.string();
 }
 
 void remove_private_copy(const std::string& path) {
   std::lock_guard<std::mutex> lock(g_copies_mutex);
   std::error_code ec;
   fs::remove(path, ec);
-  if (g_live_copies > 0 && --g_live_copies == 0) fs::remove(private_dir(), ec);  // only if empty
+  if (g_live_copies > 0 && --g_live_copies == 0) {
+    fs::remove(g_private_dir, ec);  // only if empty
+    g_private_dir.clear();
+  }
 }
 
 std::string abi_string(unsigned major, unsigned minor) {
@@ -81,10 +96,8 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
   std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
   lib->manifest_ = manifest;
   // Load from a private copy: the file may be replaced while we run, and dlopen caches by path.
-  lib->private_path_ = (private_dir() / (manifest.id + "." + std::to_string(getpid()) + "." +
-                                         std::to_string(++g_copy_counter) + ".so"))
-                           .string();
-  make_private_copy(manifest.library, lib->private_path_, ec);
+  lib->private_path_ = make_private_copy(
+      manifest.library, manifest.id + "." + std::to_string(getpid()) + "." + std::to_string(++g_copy_counter) + ".so", ec);
   if (ec) {
     lib->private_path_.clear();
     throw PluginError(where + ": cannot copy library '" + manifest.library + "': " + ec.message());
@@ -191,7 +204,8 @@ size_t PluginLibrary::remove_stale_private_dirs() {
   for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
+    std::string digits = name.substr(prefix.size());
+    digits = digits.substr(0, digits.find('-'));  // PID-XXXXXX (and the older PID alone)
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = pid_t(std::stol(digits));
     if (pid == getpid() || pid <= 0) continue;

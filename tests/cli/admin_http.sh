@@ -51,17 +51,27 @@ kill -INT $pid
 wait $pid
 pid=""
 
-# Without a configured token the server makes one, readable by its user only, and logs where it is.
+# Without a configured token the server makes one, readable by its user only, and logs where it is:
+# one file per admin port, so a second server does not lock `tokenhost admin` out of the first.
 unset TOKENHOST_ADMIN_TOKEN
 export TOKENHOST_CACHE="$work/cache"
 start_server "$tokenhost" "$here/../../manifests/default.toml"
-grep -q "admin API token generated and written to $TOKENHOST_CACHE/admin-token" "$work/log" || { cat "$work/log"; exit 1; }
-[ "$(stat -c %a "$TOKENHOST_CACHE/admin-token")" = 600 ] || { echo "FAIL: the token file is not mode 600"; exit 1; }
-token=$(cat "$TOKENHOST_CACHE/admin-token")
-[ ${#token} -ge 32 ] || { echo "FAIL: short generated token"; exit 1; }
-curl -sf -H "Authorization: Bearer $token" "$admin/admin/engines" | grep -q '"name": "main"'
-[ "$(curl -s -o /dev/null -w '%{http_code}' "$admin/admin/engines")" = 401 ]
-kill -INT $pid
+first_pid=$pid first_admin=$admin
+mv "$work/log" "$work/first.log"
+start_server "$tokenhost" "$here/../../manifests/default.toml"
+for a in "$first_admin" "$admin"; do
+  file="$TOKENHOST_CACHE/admin-token-${a##*:}"
+  grep -q "admin API token generated and written to $file" "$work/first.log" "$work/log" || { cat "$work/first.log" "$work/log"; exit 1; }
+  [ "$(stat -c %a "$file")" = 600 ] || { echo "FAIL: $file is not mode 600"; exit 1; }
+  token=$(cat "$file")
+  [ ${#token} -ge 32 ] || { echo "FAIL: short generated token"; exit 1; }
+  curl -sf -H "Authorization: Bearer $token" "$a/admin/engines" | grep -q '"name": "main"'
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "$a/admin/engines")" = 401 ]
+  "$tokenhost" admin --url "$a" status | grep -q "main" || { echo "FAIL: tokenhost admin did not find the token of $a"; exit 1; }
+done
+[ "$(cat "$TOKENHOST_CACHE/admin-token-${first_admin##*:}")" != "$(cat "$TOKENHOST_CACHE/admin-token-${admin##*:}")" ]
+kill -INT $first_pid $pid
+wait $first_pid
 wait $pid
 pid=""
 echo "admin API behaves"

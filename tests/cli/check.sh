@@ -30,6 +30,13 @@ expect_error "$work/range.toml" "^$work/range.toml:[0-9]+:[0-9]+: 'block_size' i
 sed -E 's/n_blocks = [0-9]+/n_blocks = 2147483647/' "$here/../../manifests/default.toml" > "$work/pool.toml"
 expect_error "$work/pool.toml" "the K and V pools need [0-9]+ bytes \\([0-9]+ MiB\\), more than the [0-9]+ bytes of memory of device cpu"
 
+# A short admin token is refused whatever its source.
+set +e
+out=$(TOKENHOST_ADMIN_TOKEN=short $tokenhost --log-level warn check "$here/../../manifests/default.toml" 2>&1)
+rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q 'TOKENHOST_ADMIN_TOKEN must be at least 16 characters (it has 5)' <<<"$out" || { echo "FAIL: short token: $rc $out"; exit 1; }
+
 printf '[server\n' > "$work/syntax.toml"
 expect_error "$work/syntax.toml" "^$work/syntax.toml:1:[0-9]+: TOML syntax error"
 

@@ -17,5 +17,23 @@ check "plugins inspect" "whether its library loads"
 check "bench" "OpenAI-compatible"
 check "make-model" "--shared-gate"
 check "generate" "--kv-dtype"
+check "serve" "--admin-port"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
+version=$($tokenhost --version)
+grep -qE '^tokenhost [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI [0-9]+\.[0-9]+\)$' <<<"$version" || { echo "FAIL: --version said '$version'"; exit 1; }
+echo "ok: $version"
+
+# --port and --admin-port replace the embedded default's 8080 and 8081 (0: any free port).
+work=$(mktemp -d)
+TOKENHOST_CACHE="$work" $tokenhost serve --host 127.0.0.1 --port 0 --admin-port 0 > "$work/log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 100); do grep -q "gateway listening" "$work/log" && break; sleep 0.1; done
+line=$(grep "gateway listening" "$work/log") || { cat "$work/log"; exit 1; }
+grep -qE 'listening on 127\.0\.0\.1:[0-9]+, admin API on 127\.0\.0\.1:[0-9]+' <<<"$line" && ! grep -qE ':(8080|8081)\b' <<<"$line" ||
+  { echo "FAIL: the ports were not replaced: $line"; exit 1; }
+gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
+curl -sf "http://127.0.0.1:$gw/v1/models" | grep -q '"demo"'
+kill -TERM $pid; wait $pid
+echo "ok: serve --host --port --admin-port"
 echo "all --help pages present"

@@ -94,6 +94,8 @@ TEST_CASE("loader: private copies leave no directory behind, and directories of 
   const fs::path stale = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(child));
   fs::create_directories(stale);
   std::ofstream(stale / "scheduler.fixture.1.1.so") << "left by a crash";
+  const fs::path stale_new = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(child) + "-Ab12Cd");
+  fs::create_directories(stale_new);
   // A live process's directory (this one's parent) must stay.
   const fs::path live = fs::temp_directory_path() / ("tokenhost-plugins-" + std::to_string(getppid()));
   const bool live_existed = fs::exists(live);
@@ -101,8 +103,11 @@ TEST_CASE("loader: private copies leave no directory behind, and directories of 
 
   auto lib = PluginLibrary::open(read_plugin_manifest(fixture("good")));
   const fs::path dir = fs::path(lib->mapped_path()).parent_path();
-  REQUIRE(dir.filename() == "tokenhost-plugins-" + std::to_string(getpid()));
+  REQUIRE(dir.filename().string().rfind("tokenhost-plugins-" + std::to_string(getpid()) + "-", 0) == 0);
+  // Made by mkdtemp: this user's, and no one else's to read or write.
+  REQUIRE((fs::status(dir).permissions() & fs::perms::all) == fs::perms::owner_all);
   REQUIRE_FALSE(fs::exists(stale));
+  REQUIRE_FALSE(fs::exists(stale_new));
   REQUIRE(fs::exists(live));
   auto second = PluginLibrary::open(read_plugin_manifest(fixture("good")));
   lib.reset();

@@ -1,0 +1,64 @@
+// POST /tokenize and /detokenize against stories260K's own tokenizer: the ids are the model's, the
+// round trip gives the text back, and bad input is a 400 naming the field.
+#include <catch2/catch.hpp>
+
+#include "model/tokenizer.hpp"
+#include "openai_client.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+using nlohmann::json;
+using Catch::Matchers::Contains;
+
+TEST_CASE("tokenize: the served model's ids, pieces on request, and back to the same text", "[openai][tokenize]") {
+  LiveServer s(stories_manifest());
+  const ServedModel& model = *s.server->find_model("");
+  for (const std::string text : {"Once upon a time, there was a little girl.", "Lily saw a big dog", "x"}) {
+    INFO(text);
+    auto a = post(s, "/tokenize", json{{"content", text}}.dump());
+    REQUIRE(a.status == 200);
+    std::vector<int32_t> ids = a.body["tokens"].get<std::vector<int32_t>>();
+    REQUIRE(ids == model.encode(text, false, true));
+    REQUIRE_FALSE(ids.empty());
+    auto with_bos = post(s, "/tokenize", json{{"content", text}, {"add_special", true}}.dump());
+    REQUIRE(with_bos.body["tokens"][0] == model.tokenizer->bos());
+    REQUIRE(with_bos.body["tokens"].size() == ids.size() + 1);
+    auto pieces = post(s, "/tokenize", json{{"content", text}, {"with_pieces", true}}.dump());
+    std::string joined;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      REQUIRE(pieces.body["tokens"][i]["id"] == ids[i]);
+      joined += pieces.body["tokens"][i]["piece"].get<std::string>();
+    }
+    auto back = post(s, "/detokenize", json{{"tokens", ids}}.dump());
+    REQUIRE(back.status == 200);
+    REQUIRE(back.body["content"] == joined);
+    // SentencePiece marks the leading space; the text comes back with it.
+    REQUIRE_THAT(back.body["content"].get<std::string>(), Contains(text.substr(1)));
+  }
+}
+
+TEST_CASE("tokenize: bad input is a 400 naming the field, an unknown model a 404", "[openai][tokenize]") {
+  LiveServer s(stories_manifest());
+  const uint32_t vocab = s.server->find_model("")->vocab_size;
+  struct Case {
+    const char* path;
+    json body;
+    int status;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"/tokenize", json::object(), 400, "'content'"},
+      {"/tokenize", json{{"content", 5}}, 400, "'content'"},
+      {"/tokenize", json{{"content", "a"}, {"add_special", "yes"}}, 400, "'add_special' must be a boolean"},
+      {"/tokenize", json{{"content", "a"}, {"model", "nope"}}, 404, "model 'nope' does not exist"},
+      {"/detokenize", json{{"tokens", "1 2"}}, 400, "'tokens'"},
+      {"/detokenize", json{{"tokens", {1, int64_t(vocab)}}}, 400, "'tokens[1]' is not a token id of model stories"},
+      {"/detokenize", json{{"tokens", {-1}}}, 400, "'tokens[0]'"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.path << " " << c.body.dump());
+    auto a = post(s, c.path, c.body.dump());
+    REQUIRE(a.status == c.status);
+    REQUIRE_THAT(a.body["error"]["message"].get<std::string>(), Contains(c.message));
+  }
+}
