@@ -359,6 +359,12 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, const json& body, cons
 
   if (!chat && r.prompts.empty()) return invalid_request("prompt", "'prompt' is required");
   if (chat && r.messages.empty()) return invalid_request("messages", "'messages' is required");
+  // Each prompt runs n sequences: one request may not fill the KV cache alone.
+  const size_t sequences = (chat ? 1 : r.prompts.size()) * size_t(r.n);
+  if (sequences > limits.max_sequences)
+    return invalid_request("n", "this request asks for " + std::to_string(chat ? 1 : r.prompts.size()) + " prompt(s) x n = " +
+                                    std::to_string(r.n) + ", " + std::to_string(sequences) + " sequences; at most " +
+                                    std::to_string(limits.max_sequences) + " are allowed in one request");
   if (max_completion_tokens) {
     if (r.max_tokens && *r.max_tokens != *max_completion_tokens)
       return invalid_request("max_completion_tokens", "'max_tokens' (" + std::to_string(*r.max_tokens) +
@@ -408,6 +414,7 @@ SamplingParams sampling_params(const OpenAIRequest& r, uint64_t fallback_seed) {
   p.frequency_penalty = float(r.frequency_penalty);
   p.presence_penalty = float(r.presence_penalty);
   p.seed = r.seed ? uint64_t(*r.seed) : fallback_seed;
+  for (const auto& [token, bias] : r.logit_bias) p.logit_bias.emplace_back(token, float(bias));
   p.top_logprobs = r.logprobs ? uint32_t(r.top_logprobs) : 0;
   return p;
 }

@@ -39,6 +39,7 @@ struct RequestLimits {
   // Completions only: how many prompts one request may batch.
   size_t max_prompts = 16;
   size_t max_n = 16;
+  size_t max_sequences = 16;  // prompts x n: the sequences one request starts
   size_t max_stop = 4;
   int max_top_logprobs = 20;
 };

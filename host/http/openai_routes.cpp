@@ -113,6 +113,11 @@ class Generation {
         }
       }
     }
+    for (const auto& [token, bias] : req_.logit_bias)
+      if (uint32_t(token) >= model_.vocab_size)
+        return api::invalid_request("logit_bias." + std::to_string(token), "token " + std::to_string(token) +
+                                                                          " is outside the vocabulary of model " + model_.name + " (" +
+                                                                          std::to_string(model_.vocab_size) + " tokens)");
     const std::string param = req_.endpoint == api::Endpoint::chat_completions ? "messages" : "prompt";
     for (const auto& p : prompts_) {
       if (p.empty()) return api::invalid_request(param, "the prompt is empty");

@@ -23,9 +23,13 @@ void validate(const SamplingParams& p) {
   if (!std::isfinite(p.presence_penalty) || std::abs(p.presence_penalty) > 100.0f) bad("presence_penalty must be in [-100, 100]");
   if (p.penalty_last_n < -1) bad("penalty_last_n must be >= -1");
   if (p.top_logprobs > 20) bad("top_logprobs must be at most 20");
+  for (const auto& [token, bias] : p.logit_bias)
+    if (token < 0 || !std::isfinite(bias) || std::abs(bias) > 100.0f) bad("logit_bias values must be in [-100, 100] for token ids >= 0");
 }
 
 void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& history, const SamplingParams& p) {
+  for (const auto& [token, bias] : p.logit_bias)
+    if (token >= 0 && size_t(token) < logits.size()) logits[size_t(token)] += bias;
   if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
   size_t n = p.penalty_last_n < 0 ? history.size() : std::min(history.size(), size_t(p.penalty_last_n));
   std::unordered_map<int32_t, int> counts;

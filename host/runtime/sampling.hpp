@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace tokenhost {
@@ -19,6 +20,9 @@ struct SamplingParams {
   int32_t penalty_last_n = 64;     // how many recent tokens the penalties look at (-1 = all)
   uint64_t seed = 0;
   uint32_t top_logprobs = 0;       // log-probabilities of this many best tokens
+  // Added to the logits of these tokens before anything else (OpenAI's logit_bias: -100 all but bans a
+  // token, +100 all but forces it); the logprobs reported are of the biased distribution.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct TokenLogprob {
@@ -47,7 +51,7 @@ class Sampler {
   std::mt19937_64 rng_;
 };
 
-// The penalties applied to logits in place (exposed for tests).
+// The logit biases, then the penalties, applied to logits in place (exposed for tests).
 void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& history, const SamplingParams& params);
 
 }  // namespace tokenhost

@@ -324,3 +324,17 @@ TEST_CASE("request: the context check once the prompt is tokenized", "[api][requ
   REQUIRE(too_long.error().message.find("4000") != std::string::npos);
   REQUIRE(too_long.error().message.find("100") != std::string::npos);
 }
+
+TEST_CASE("openai request: prompts x n is capped per request (one request cannot fill the KV cache alone)", "[api]") {
+  const json four = json::array({"a", "b", "c", "d"});
+  auto ok = parse_request(kCmpl, completion_body({{"prompt", four}, {"n", 4}}));
+  REQUIRE(ok.ok());
+  REQUIRE(ok.value().prompts.size() * size_t(ok.value().n) == 16);
+  require_refused(kCmpl, completion_body({{"prompt", four}, {"n", 5}}), "n",
+                  {"4 prompt(s) x n = 5, 20 sequences", "at most 16"});
+  RequestLimits tight;
+  tight.max_sequences = 3;
+  require_refused(kCmpl, completion_body({{"n", 4}}), "n", {"1 prompt(s) x n = 4, 4 sequences", "at most 3"}, tight);
+  require_refused(kChat, chat_body({{"n", 4}}), "n", {"at most 3"}, tight);
+  REQUIRE(parse_request(kChat, chat_body({{"n", 3}}), tight).ok());
+}

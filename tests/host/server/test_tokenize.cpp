@@ -1,5 +1,5 @@
 // POST /tokenize and /detokenize against stories260K's own tokenizer: the ids are the model's, the
-// round trip gives the text back, and bad input is a 400 naming the field.
+// round trip gives the text back, and bad input is a 400 naming the field; logit_bias on the served model.
 #include <catch2/catch.hpp>
 
 #include "model/tokenizer.hpp"
@@ -61,4 +61,25 @@ TEST_CASE("tokenize: bad input is a 400 naming the field, an unknown model a 404
     REQUIRE(a.status == c.status);
     REQUIRE_THAT(a.body["error"]["message"].get<std::string>(), Contains(c.message));
   }
+}
+
+TEST_CASE("openai: logit_bias steers the served model, and a token outside the vocabulary is refused", "[openai]") {
+  LiveServer s(stories_manifest());
+  const uint32_t vocab = s.server->find_model("")->vocab_size;
+  auto plain = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
+                                                {"ignore_eos", true}, {"logprobs", 1}}.dump());
+  REQUIRE(plain.status == 200);
+  // +100 on one token: greedy decoding emits nothing else.
+  const int32_t forced = 100;
+  const std::string piece = s.server->find_model("")->piece(forced);
+  auto biased = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
+                                                 {"ignore_eos", true}, {"logit_bias", {{std::to_string(forced), 100}}}}.dump());
+  REQUIRE(biased.status == 200);
+  std::string expected;
+  for (int i = 0; i < 6; ++i) expected += piece;
+  REQUIRE(biased.body["choices"][0]["text"] == expected);
+  REQUIRE(biased.body["choices"][0]["text"] != plain.body["choices"][0]["text"]);
+  auto outside = post(s, "/v1/completions", json{{"prompt", "Once"}, {"logit_bias", {{std::to_string(vocab), 1}}}}.dump());
+  REQUIRE(outside.status == 400);
+  REQUIRE(outside.body["error"]["param"] == "logit_bias." + std::to_string(vocab));
 }
