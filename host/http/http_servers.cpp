@@ -16,6 +16,7 @@
 #include "http/admin_json.hpp"
 #include "http/dashboard_route.hpp"
 #include "http/exchange_pump.hpp"
+#include "http/json_to_toml.hpp"
 #include "http/openai_routes.hpp"
 #include "http/tokenize_routes.hpp"
 
@@ -79,28 +80,6 @@ void raise_open_file_limit(size_t wanted) {
                  lim.rlim_cur, wanted);
 }
 
-void insert_json(toml::table& t, const std::string& key, const json& v);
-
-toml::array json_array(const json& a) {
-  toml::array out;
-  for (const auto& v : a) {
-    toml::table holder;
-    insert_json(holder, "v", v);
-    out.push_back(*holder.get("v"));
-  }
-  return out;
-}
-
-void insert_json(toml::table& t, const std::string& key, const json& v) {
-  if (v.is_boolean()) t.insert(key, v.get<bool>());
-  else if (v.is_number_integer()) t.insert(key, v.get<int64_t>());
-  else if (v.is_number_float()) t.insert(key, v.get<double>());
-  else if (v.is_string()) t.insert(key, v.get<std::string>());
-  else if (v.is_object()) t.insert(key, json_to_toml(v));
-  else if (v.is_array()) t.insert(key, json_array(v));
-  else throw std::invalid_argument("config '" + key + "' is null; TOML has no null");
-}
-
 // Prompt: a string (tokenized with the served model's tokenizer) or an array of token ids.
 std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json& body, HttpResponse& res) {
   std::vector<int32_t> tokens;
@@ -128,11 +107,6 @@ std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json
 
 }  // namespace
 
-toml::table json_to_toml(const json& object) {
-  toml::table t;
-  for (const auto& [k, v] : object.items()) insert_json(t, k, v);
-  return t;
-}
 
 HttpServers::HttpServers(Server& server) : server_(server) {
   const int asked = server_.deployment().server.http_threads;

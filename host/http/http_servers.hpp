@@ -34,8 +34,4 @@ class HttpServers {
   std::string admin_token_;
 };
 
-// JSON (an admin request's "config") as a TOML table. Throws std::invalid_argument for values TOML
-// cannot hold (null).
-toml::table json_to_toml(const nlohmann::json& object);
-
 }  // namespace tokenhost

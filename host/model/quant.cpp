@@ -12,6 +12,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -76,7 +77,10 @@ __attribute__((target("avx,f16c"))) void fp16_to_f32_f16c(const uint8_t* s, floa
 bool has_f16c() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    // clang (the fuzzing build) knows no "f16c" feature name: its CPUID bit (leaf 1, ECX bit 29) then.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx") && f16c;
   }();
   return yes;
 }

@@ -1,0 +1,41 @@
+#include "http/json_to_toml.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace tokenhost {
+namespace {
+
+using nlohmann::json;
+
+void insert_json(toml::table& t, const std::string& key, const json& v);
+
+toml::array json_array(const json& a) {
+  toml::array out;
+  for (const auto& v : a) {
+    toml::table holder;
+    insert_json(holder, "v", v);
+    out.push_back(*holder.get("v"));
+  }
+  return out;
+}
+
+void insert_json(toml::table& t, const std::string& key, const json& v) {
+  if (v.is_boolean()) t.insert(key, v.get<bool>());
+  else if (v.is_number_integer()) t.insert(key, v.get<int64_t>());
+  else if (v.is_number_float()) t.insert(key, v.get<double>());
+  else if (v.is_string()) t.insert(key, v.get<std::string>());
+  else if (v.is_object()) t.insert(key, json_to_toml(v));
+  else if (v.is_array()) t.insert(key, json_array(v));
+  else throw std::invalid_argument("config '" + key + "' is null; TOML has no null");
+}
+
+}  // namespace
+
+toml::table json_to_toml(const json& object) {
+  toml::table t;
+  for (const auto& [k, v] : object.items()) insert_json(t, k, v);
+  return t;
+}
+
+}  // namespace tokenhost
