@@ -18,6 +18,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
+#include "cli/tokenize_command.hpp"
 #include "http/http_servers.hpp"
 #include "manifest/deployment.hpp"
 #include "plugin/kind.hpp"
@@ -238,6 +239,8 @@ int main(int argc, char** argv) {
   auto* generate = add_generate_command(app, generate_options);
   MakeModelCommand make_model_options;
   auto* make_model_cmd = add_make_model_command(app, make_model_options);
+  TokenizeOptions tokenize_options;
+  auto* tokenize = add_tokenize_command(app, tokenize_options);
   BenchOptions bench_options;
   auto* bench = add_bench_command(app, bench_options);
   AdminOptions admin_options;
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);
     if (*bench) return run_bench(bench_options);
+    if (*tokenize) return run_tokenize(tokenize_options);
     if (*admin) return run_admin(admin_options);
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
   } catch (const ManifestError& e) {

@@ -85,6 +85,34 @@ const char* const kSharedExpertTensors[] = {"ffn_gate_shexp.weight", "ffn_up_she
 
 }  // namespace
 
+TokenizerSpec read_tokenizer_spec(const gguf::File& file, const std::string& path, int64_t vocab_size) {
+  TokenizerSpec tok;
+  tok.model = file.get_string("tokenizer.ggml.model").value_or("");
+  tok.pre = file.get_string("tokenizer.ggml.pre").value_or("default");
+  tok.tokens = file.get_string_array("tokenizer.ggml.tokens");
+  tok.scores = file.get_float_array("tokenizer.ggml.scores");
+  for (int64_t t : file.get_int_array("tokenizer.ggml.token_type")) tok.token_types.push_back(int32_t(t));
+  tok.merges = file.get_string_array("tokenizer.ggml.merges");
+  // A special token the file names must exist: dropping it silently would generate without a BOS or
+  // never stop at EOS. -1 (written as a uint32 by converters, 4294967295) is GGUF's "none".
+  const int64_t vocab = tok.tokens.empty() ? vocab_size : int64_t(tok.tokens.size());
+  auto id = [&](const char* key) {
+    const auto v = file.get_int(key);
+    if (!v || *v == -1 || *v == int64_t(UINT32_MAX)) return -1;
+    if (*v < 0 || *v >= vocab)
+      throw gguf::Error(path + ": '" + std::string(key) + "' is " + std::to_string(*v) + ", outside the vocabulary of " +
+                        std::to_string(vocab) + " tokens");
+    return int32_t(*v);
+  };
+  tok.bos = id("tokenizer.ggml.bos_token_id");
+  tok.eos = id("tokenizer.ggml.eos_token_id");
+  tok.unk = id("tokenizer.ggml.unknown_token_id");
+  tok.pad = id("tokenizer.ggml.padding_token_id");
+  tok.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(tok.model == "llama");
+  tok.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  return tok;
+}
+
 LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   std::shared_ptr<gguf::File> file = gguf::File::open(path);
   Reader r{*file, path, file->get_string("general.architecture").value_or("")};
@@ -182,29 +210,8 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   for (const auto& t : file->tensors()) w->bytes += t.bytes;
 
   LoadedModel out;
-  TokenizerSpec& tok = out.tokenizer;
-  tok.model = file->get_string("tokenizer.ggml.model").value_or("");
-  tok.pre = file->get_string("tokenizer.ggml.pre").value_or("default");
-  tok.tokens = file->get_string_array("tokenizer.ggml.tokens");
-  tok.scores = file->get_float_array("tokenizer.ggml.scores");
-  for (int64_t t : file->get_int_array("tokenizer.ggml.token_type")) tok.token_types.push_back(int32_t(t));
-  tok.merges = file->get_string_array("tokenizer.ggml.merges");
-  // A special token the file names must exist: dropping it silently would generate without a BOS or
-  // never stop at EOS. -1 (written as a uint32 by converters, 4294967295) is GGUF's "none".
-  const int64_t vocab = tok.tokens.empty() ? int64_t(i.vocab_size) : int64_t(tok.tokens.size());
-  auto id = [&](const char* key) {
-    const auto v = file->get_int(key);
-    if (!v || *v == -1 || *v == int64_t(UINT32_MAX)) return -1;
-    if (*v < 0 || *v >= vocab)
-      r.fail("'" + std::string(key) + "' is " + std::to_string(*v) + ", outside the vocabulary of " + std::to_string(vocab) + " tokens");
-    return int32_t(*v);
-  };
-  tok.bos = id("tokenizer.ggml.bos_token_id");
-  tok.eos = id("tokenizer.ggml.eos_token_id");
-  tok.unk = id("tokenizer.ggml.unknown_token_id");
-  tok.pad = id("tokenizer.ggml.padding_token_id");
-  tok.add_bos = file->get_bool("tokenizer.ggml.add_bos_token").value_or(tok.model == "llama");
-  tok.add_space_prefix = file->get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  out.tokenizer = read_tokenizer_spec(*file, path, i.vocab_size);
+  const TokenizerSpec& tok = out.tokenizer;
   out.chat_template = file->get_string("tokenizer.chat_template").value_or("");
   if (!tok.tokens.empty() && tok.tokens.size() != i.vocab_size)
     r.fail("the tokenizer has " + std::to_string(tok.tokens.size()) + " tokens but token_embd.weight has " +

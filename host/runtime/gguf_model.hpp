@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/model_weights.hpp"
 
@@ -20,6 +21,11 @@ struct LoadedModel {
   TokenizerSpec tokenizer;
   std::string chat_template;  // tokenizer.chat_template, "" when absent
 };
+
+// The tokenizer a GGUF file describes (tokenizer.ggml.*), a model's or a vocabulary-only file's.
+// vocab_size bounds the special ids when the file lists no tokens. Throws gguf::Error starting with
+// path for a special id outside the vocabulary.
+TokenizerSpec read_tokenizer_spec(const gguf::File& file, const std::string& path, int64_t vocab_size);
 
 // Reads path. Throws std::runtime_error naming the file and what is wrong or unsupported (an
 // architecture or tensor type by name, a missing tensor, a shape that does not match the metadata).

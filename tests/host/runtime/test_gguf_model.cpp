@@ -290,3 +290,38 @@ TEST_CASE("gguf model: a special token id of -1 (4294967295 as written) means no
   REQUIRE(m.tokenizer.bos == -1);
   REQUIRE(m.tokenizer.eos == 2);
 }
+
+TEST_CASE("gguf model: a vocabulary-only file gives the model's tokenizer, and one without tokens none", "[gguf_model]") {
+  TempDir dir;
+  MakeModelOptions o;
+  o.path = dir.file("m.gguf");
+  o.seed = fresh_rng("vocab only")();
+  make_model(o);
+  const LoadedModel model = load_gguf_model(o.path, "m");
+  // The tokenizer keys alone, as converters write vocab-only files: no tensors at all.
+  const TokenizerSpec& t = model.tokenizer;
+  gguf::Writer w;
+  w.set("general.architecture", "llama");
+  w.set("tokenizer.ggml.model", t.model);
+  w.set_array("tokenizer.ggml.tokens", t.tokens);
+  w.set_array("tokenizer.ggml.scores", t.scores);
+  w.set_array("tokenizer.ggml.token_type", t.token_types);
+  w.set("tokenizer.ggml.bos_token_id", uint32_t(t.bos));
+  w.set("tokenizer.ggml.eos_token_id", uint32_t(t.eos));
+  const std::string vocab_only = dir.file("vocab.gguf");
+  w.write(vocab_only);
+  auto file = gguf::File::open(vocab_only);
+  REQUIRE(file->tensors().empty());
+  const Tokenizer from_vocab(read_tokenizer_spec(*file, vocab_only, 0));
+  const Tokenizer from_model(model.tokenizer);
+  for (const std::string text : {"Once upon a time", "a b  c\n<s>x", "12345 the end."}) {
+    REQUIRE(from_vocab.encode(text, true, true) == from_model.encode(text, true, true));
+  }
+  // Special ids that point past the tokens are refused by key, with the file's path first.
+  gguf::Writer bad = w;
+  bad.set("tokenizer.ggml.eos_token_id", uint32_t(t.tokens.size()));
+  bad.write(vocab_only);
+  auto bad_file = gguf::File::open(vocab_only);
+  REQUIRE_THROWS_WITH(read_tokenizer_spec(*bad_file, vocab_only, 0),
+                      Catch::StartsWith(vocab_only + ": 'tokenizer.ggml.eos_token_id' is"));
+}
