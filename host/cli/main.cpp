@@ -41,9 +41,7 @@ Deployment load_deployment_with_model(const std::string& path, const std::string
   if (path.empty()) {
     text = embedded_default_manifest();
   } else {
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot read " + path);
-    text.assign(std::istreambuf_iterator<char>(in), {});
+    text = TomlReader::read_text(path);
   }
   toml::table doc;
   try {

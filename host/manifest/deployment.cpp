@@ -322,13 +322,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   return d;
 }
 
-Deployment read_deployment_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ManifestError(path, 1, 1, "cannot open the file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return read_deployment(path, buffer.str());
-}
+Deployment read_deployment_file(const std::string& path) { return read_deployment(path, TomlReader::read_text(path)); }
 
 std::map<std::string, EngineDecl> read_engine_additions(const Deployment& d, const std::string& source, std::string_view text) {
   TomlReader r(source, text);

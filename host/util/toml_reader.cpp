@@ -1,6 +1,7 @@
 #include "util/toml_reader.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -39,13 +40,26 @@ TomlReader::TomlReader(std::string file, std::string_view text) : file_(std::mov
   }
 }
 
-TomlReader TomlReader::from_file(const std::string& path) {
+std::string TomlReader::read_text(const std::string& path) {
+  // Manifests come from operators and, through the admin API, from requests: a device (/dev/zero), a
+  // FIFO or a huge file must be refused before it is read, not read until memory runs out.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) throw ManifestError(path, 1, 1, "cannot open the file");
+  if (!std::filesystem::is_regular_file(status)) throw ManifestError(path, 1, 1, "is not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw ManifestError(path, 1, 1, "cannot open the file");
+  if (size > kMaxFileBytes)
+    throw ManifestError(path, 1, 1, "is " + std::to_string(size) + " bytes, more than a manifest may be (" +
+                                        std::to_string(kMaxFileBytes) + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ManifestError(path, 1, 1, "cannot open the file");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return TomlReader(path, buffer.str());
+  return buffer.str();
 }
+
+TomlReader TomlReader::from_file(const std::string& path) { return TomlReader(path, read_text(path)); }
 
 void TomlReader::fail(const toml::node& at, const std::string& message) const {
   auto begin = at.source().begin;

@@ -34,6 +34,11 @@ class TomlReader {
   // Parses text (named file in errors). Throws ManifestError on a syntax error.
   TomlReader(std::string file, std::string_view text);
   // Reads and parses a file. Throws ManifestError when it cannot be read or parsed.
+  // The largest TOML file read (deployment and plugin manifests): 1 MiB.
+  static constexpr uintmax_t kMaxFileBytes = uintmax_t(1) << 20;
+  // The text of a regular file of at most kMaxFileBytes; ManifestError otherwise (cannot open, not a
+  // regular file, too large) at 1:1. from_file reads it as TOML.
+  static std::string read_text(const std::string& path);
   static TomlReader from_file(const std::string& path);
 
   const std::string& file() const { return file_; }

@@ -29,6 +29,10 @@ expect GET /admin/engines "" 200 '"id": "router.round_robin"'
 expect GET /admin/plugins "" 200 '"id": "spec_decode.ngram"'
 expect POST /admin/plugins "{\"manifest\": \"$fixtures/router_v2/plugin.toml\"}" 200 '"id": "router.fixture"'
 expect POST /admin/plugins '{"manifest": "/nonexistent/plugin.toml"}' 404 'cannot open the file'
+# A device or an oversized file is refused before it is read (/dev/zero once grew the server to GBs).
+expect POST /admin/plugins '{"manifest": "/dev/zero"}' 400 '/dev/zero:1:1: is not a regular file'
+head -c 2000000 /dev/zero | tr '\0' '#' > "$work/huge.toml"
+expect POST /admin/plugins "{\"manifest\": \"$work/huge.toml\"}" 400 'is 2000000 bytes, more than a manifest may be \(1048576\)'
 expect POST /admin/router '{"plugin": "router.fixture"}' 200 'router.round_robin 1.0.0 -> router.fixture 2.0.0'
 expect POST /admin/engines/main/slots/scheduler '{"plugin": "scheduler.fifo", "config": {"max_prefill_chunk": 8}}' 200 '"ok": true'
 expect POST /admin/engines/main/slots/spec_decode '{"plugin": "spec_decode.ngram"}' 200 '\(none\) -> spec_decode.ngram'

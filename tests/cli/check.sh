@@ -41,4 +41,5 @@ printf '[server\n' > "$work/syntax.toml"
 expect_error "$work/syntax.toml" "^$work/syntax.toml:1:[0-9]+: TOML syntax error"
 
 expect_error "$work/missing.toml" "^$work/missing.toml:1:1: cannot open the file$"
+expect_error /dev/zero "^/dev/zero:1:1: is not a regular file$"
 echo "check reports file:line:column"
