@@ -54,6 +54,14 @@ std::string load_error(const std::string& path) {
   return "(loaded)";
 }
 
+// Loading path fails with a message that starts with the path and contains `message`.
+void refused(const std::string& path, const std::string& message) {
+  const std::string error = load_error(path);
+  INFO(error);
+  CHECK(error.rfind(path + ": ", 0) == 0);
+  CHECK_THAT(error, Contains(message));
+}
+
 // Where the one occurrence of `text` is in `bytes`.
 size_t find_once(const std::vector<uint8_t>& bytes, const std::string& text) {
   auto at = std::search(bytes.begin(), bytes.end(), text.begin(), text.end());
@@ -178,12 +186,6 @@ TEST_CASE("gguf model: a bad shared expert is refused, naming the tensor and the
     REQUIRE(load_error(o.path) == "(loaded)");
     return o.path;
   };
-  auto refused = [](const std::string& path, const std::string& message) {
-    const std::string error = load_error(path);
-    INFO(error);
-    CHECK(error.rfind(path + ": ", 0) == 0);
-    CHECK_THAT(error, Contains(message));
-  };
 
   std::string path = make("llama", true);
   transpose_shape(path, "blk.1.ffn_up_shexp.weight");
@@ -253,12 +255,6 @@ TEST_CASE("gguf model: metadata a model cannot work with is refused at load, nam
     make_model(o);
     REQUIRE(load_error(o.path) == "(loaded)");
     return o.path;
-  };
-  auto refused = [](const std::string& path, const std::string& message) {
-    const std::string error = load_error(path);
-    INFO(error);
-    CHECK(error.rfind(path + ": ", 0) == 0);
-    CHECK_THAT(error, Contains(message));
   };
   std::string path = make();
   patch_value(path, "llama.context_length", uint32_t(0));
