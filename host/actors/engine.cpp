@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@ struct Sequence {
   th_seq_state state = TH_SEQ_WAITING;
   uint64_t arrival_ns = 0, last_token_ns = 0;
   uint64_t first_token_ns = 0;  // 0 until the first token
+  uint64_t first_step = 0;      // the engine's step count when it arrived, counting one in flight
   std::vector<SampledToken> logprobs;  // when the request asked for them
   caf::typed_response_promise<GenerateResult> promise;
   std::vector<int32_t>& tokens() { return context->tokens; }
@@ -49,6 +51,7 @@ struct EngineMetrics {
   metrics::Family* preemptions = nullptr;
   metrics::Family* kv_used = nullptr;
   metrics::Family* ttft = nullptr;
+  metrics::Family* ttft_steps = nullptr;
   metrics::Family* itl = nullptr;
   metrics::Family* e2e = nullptr;
   metrics::Family* scheduler_seconds = nullptr;
@@ -65,6 +68,10 @@ struct EngineState {
   bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
+  // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
+  // sequences here, never reused.
+  std::map<std::string, uint32_t> client_numbers;
+  uint32_t next_client_number = 0;
   EngineMetrics m;
   static inline const char* name = "tokenhost.engine";
 };
@@ -93,6 +100,10 @@ void register_metrics(EngineState& s) {
   const std::vector<double> latency = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
   s.m.ttft = &r->family(Type::histogram, "tokenhost_time_to_first_token_seconds",
                         "From a request's arrival at the engine to its first generated token", {"engine"}, latency);
+  s.m.ttft_steps = &r->family(Type::histogram, "tokenhost_time_to_first_token_steps",
+                              "Engine steps started from a request's arrival at the engine to its first token, that "
+                              "step included (1: the next step served it): how long the scheduler made it wait",
+                              {"engine"}, {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128});
   s.m.itl = &r->family(Type::histogram, "tokenhost_inter_token_latency_seconds",
                        "Between successive generated tokens of one request", {"engine"}, latency);
   s.m.e2e = &r->family(Type::histogram, "tokenhost_request_duration_seconds",
@@ -184,8 +195,20 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
     view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
                     q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
   }
+  std::vector<uint32_t> clients;
+  std::map<std::string, uint32_t> numbers;  // the clients present now keep theirs
+  for (const auto& q : s.seqs) {
+    auto [it, fresh] = numbers.try_emplace(q.request.client, 0);
+    if (fresh) {
+      auto known = s.client_numbers.find(q.request.client);
+      it->second = known != s.client_numbers.end() ? known->second : s.next_client_number++;
+    }
+    clients.push_back(it->second);
+  }
+  s.client_numbers = std::move(numbers);
   th_sched_state state{sizeof(th_sched_state), view.data(), uint32_t(view.size()), s.kv.total_blocks,
-                       s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns()};
+                       s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns(),
+                       clients.data()};
   run.assign(view.size(), {});
   preempt_ids.assign(view.size(), 0);
   th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0};
@@ -362,6 +385,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (q->generated == 1) {
         q->first_token_ns = now;
         if (s.m.ttft) s.m.ttft->observe({s.init.name}, double(now - q->arrival_ns) * 1e-9);
+        if (s.m.ttft_steps) s.m.ttft_steps->observe({s.init.name}, double(s.steps - q->first_step));
       } else if (s.m.itl) {
         s.m.itl->observe({s.init.name}, double(now - q->last_token_ns) * 1e-9);
       }
@@ -432,6 +456,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         }
         q.context->tokens = req.prompt;
         q.arrival_ns = now_ns();
+        q.first_step = s.steps + (s.step_in_flight ? 1 : 0);
         q.request = std::move(req);
         q.promise = self->make_response_promise<GenerateResult>();
         if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens().size()));

@@ -27,6 +27,9 @@ struct GenerateRequest {
   std::string api_key;
   std::string arm;
   std::string request_class;
+  // Who sent it, for fair shares (the scheduler's th_sched_state.seq_clients, the gateway's per-client
+  // limits): "key:" and the API key, else "addr:" and the client's address; "" for in-process callers.
+  std::string client;
   std::string model;          // the model to serve it: engines of other models are not candidates; "" any
   SamplingParams sampling;    // greedy by default
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)

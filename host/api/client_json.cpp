@@ -5,6 +5,7 @@ namespace {
 using nlohmann::json;
 
 struct TooDeep {};
+struct TooMany {};
 
 // The library's message without its "[json.exception.x.y] " prefix.
 std::string plain(const json::exception& e) {
@@ -14,18 +15,24 @@ std::string plain(const json::exception& e) {
 }
 }  // namespace
 
-ApiResult<json> parse_client_json(std::string_view text, int max_depth) {
+ApiResult<json> parse_client_json(std::string_view text, int max_depth, size_t max_values) {
   std::string last_key;  // the field a failing value belongs to
+  size_t values = 0;
   auto bound = [&](int depth, json::parse_event_t event, json& parsed) {
     if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= max_depth)
-      throw TooDeep{};
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= max_depth) throw TooDeep{};
+    if ((opens || event == json::parse_event_t::value) && ++values > max_values) throw TooMany{};
     return true;
   };
   try {
     return json::parse(text, bound);
   } catch (const TooDeep&) {
     return invalid_request("", "the request body nests objects and arrays deeper than " + std::to_string(max_depth) + " levels",
+                           "invalid_json");
+  } catch (const TooMany&) {
+    return invalid_request("", "the request body holds more than " + std::to_string(max_values) +
+                                   " JSON values (numbers, strings, objects, arrays)",
                            "invalid_json");
   } catch (const json::parse_error& e) {
     return invalid_request("", "the request body is not valid JSON (byte " + std::to_string(e.byte) + "): " + plain(e),

@@ -2,6 +2,7 @@
 
 #include "api/client_json.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -390,7 +391,7 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, std::string_view body,
 }
 
 ApiResult<int64_t> check_context(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t context_length,
-                                 const std::string& param) {
+                                 const std::string& param, int64_t default_max_tokens) {
   const std::string code = "context_length_exceeded";
   if (prompt_tokens >= context_length)
     return invalid_request(param, "prompt has " + std::to_string(prompt_tokens) + " tokens, model context is " +
@@ -401,7 +402,9 @@ ApiResult<int64_t> check_context(int64_t prompt_tokens, std::optional<int64_t> m
                                              std::to_string(*max_tokens) + ", together more than the model context of " +
                                              std::to_string(context_length),
                            code);
-  return max_tokens ? *max_tokens : context_length - prompt_tokens;
+  if (max_tokens) return *max_tokens;
+  const int64_t left = context_length - prompt_tokens;
+  return default_max_tokens > 0 ? std::min(left, default_max_tokens) : left;
 }
 
 SamplingParams sampling_params(const OpenAIRequest& r, uint64_t fallback_seed) {

@@ -56,7 +56,8 @@ struct OpenAIRequest {
   std::vector<ChatMessage> messages;
 
   // completions `max_tokens`; chat `max_completion_tokens` or its older name `max_tokens`. Absent =
-  // up to the end of the context (OpenAI's legacy completions default of 16 is not applied).
+  // the deployment's default_max_tokens ([limits], 512 unless set) or up to the end of the context,
+  // whichever is less (OpenAI's legacy completions default of 16 is not applied).
   std::optional<int64_t> max_tokens;
   double temperature = 1.0;
   double top_p = 1.0;
@@ -93,10 +94,11 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, std::string_view body,
 
 // Once the prompt is tokenized: refuses a prompt that leaves no room in the context, or a max_tokens
 // that does not fit after it (400, code "context_length_exceeded", messages like "prompt has 5000
-// tokens, model context is 4096"). Returns the number of tokens to generate: max_tokens, or what is
-// left of the context when it is absent. `param` names the field blamed ("prompt" or "messages").
+// tokens, model context is 4096"). Returns the number of tokens to generate: max_tokens, or when it is
+// absent default_max_tokens (the deployment's [limits]; 0: no default) or what is left of the context,
+// whichever is smaller. `param` names the field blamed ("prompt" or "messages").
 ApiResult<int64_t> check_context(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t context_length,
-                                 const std::string& param = "prompt");
+                                 const std::string& param = "prompt", int64_t default_max_tokens = 0);
 
 // The sampler's settings for one choice of the request. OpenAI leaves the seed optional; a request
 // without one gets `fallback_seed`, which the caller draws so unseeded requests differ.

@@ -12,7 +12,8 @@
 //                n_seqs exact, block tables as long as their sequences, over random reserve/fork/free),
 //                kvcache.copy_on_write, kvcache.exhaustion_changes_nothing, kvcache.free_returns_blocks
 //   scheduler    scheduler.decision_valid (known ids once each, prefill within the prompt, decode one
-//                token, budgets, preempt only running), scheduler.makes_progress
+//                token, budgets, preempt only running; with 1.3 clients), scheduler.older_host_state (a 1.2-sized
+//                state), scheduler.makes_progress
 //   router       router.target_valid, router.prefers_healthy, router.deterministic
 //   moe          moe.gate_valid (ids in range and distinct per token, weights finite and >= 0),
 //                moe.experts_match_reference (float64 SwiGLU experts, weighted)

@@ -1,5 +1,6 @@
-// scheduler rules: every decision over random engine states is valid (th_scheduler.h), and a scheduler
-// with room runs something.
+// scheduler rules: every decision over random engine states is valid (th_scheduler.h), with the
+// clients of ABI 1.3 and as a 1.2 host fills the state (no clients), and a scheduler with room runs
+// something.
 #include <set>
 
 #include "conformance/conformance.hpp"
@@ -9,6 +10,7 @@ namespace {
 
 struct State {
   std::vector<th_sched_seq> seqs;
+  std::vector<uint32_t> clients;  // th_sched_state.seq_clients (ABI 1.3)
   th_sched_state state{};
 };
 
@@ -39,9 +41,12 @@ State random_state(Rng& rng, bool nothing_running) {
       used += q.kv_blocks;
     }
     s.seqs.push_back(q);
+    // A few clients with sparse numbers, as the host gives them.
+    s.clients.push_back(std::vector<uint32_t>{1, 7, 42, 100000}[uniform(rng, 0, 3)]);
   }
   s.state.struct_size = sizeof s.state;
   s.state.seqs = s.seqs.data();
+  s.state.seq_clients = s.clients.data();
   s.state.n_seqs = uint32_t(s.seqs.size());
   s.state.total_kv_blocks = total;
   s.state.free_kv_blocks = total - used;
@@ -117,11 +122,22 @@ void scheduler_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& 
   if (!inst) {
     r.not_applicable("scheduler.decision_valid", "check() refuses the model: " + why);
     r.not_applicable("scheduler.makes_progress", "check() refuses the model: " + why);
+    r.not_applicable("scheduler.older_host_state", "check() refuses the model: " + why);
     return;
   }
   r.rule("scheduler.decision_valid", [&] {
     for (uint32_t round = 0; round < 20 * o.rounds; ++round) {
       const State s = random_state(rng, false);
+      check_valid(s, decide(*inst, s));
+    }
+  });
+  r.rule("scheduler.older_host_state", [&] {
+    // A 1.2 host's state ends at now_ns: a plugin must not read seq_clients (TH_HAS_MEMBER), and decides
+    // as for one client. The pointer is NULL here: reading it anyway crashes the run.
+    for (uint32_t round = 0; round < 4 * o.rounds; ++round) {
+      State s = random_state(rng, false);
+      s.state.struct_size = uint32_t(TH_SIZE_THROUGH(th_sched_state, now_ns));
+      s.state.seq_clients = nullptr;
       check_valid(s, decide(*inst, s));
     }
   });

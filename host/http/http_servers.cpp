@@ -124,6 +124,26 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_ = std::make_unique<HttpListener>("admin API", admin_limits, kAdminIoThreads, kAdminHandlerThreads);
   add_openai_routes(*gateway_, server_);
   add_tokenize_routes(*gateway_, server_);
+  // With API keys, every gateway request carries one (as vLLM's --api-key); without, the gateway is open.
+  if (!server_.deployment().server.api_keys.empty()) {
+    gateway_->set_pre_routing([this](const HttpRequest& req, HttpResponse& res) {
+      const std::string token = bearer_token(req);
+      bool known = false;
+      for (const auto& key : server_.deployment().server.api_keys) known |= same_secret(token, key);
+      if (known) return false;
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content(json{{"error", {{"message", token.empty() ? "this server needs an API key: 'Authorization: Bearer <key>'"
+                                                                 : "unknown API key"},
+                                      {"type", "authentication_error"},
+                                      {"param", nullptr},
+                                      {"code", "invalid_api_key"}}}}.dump(),
+                      "application/json");
+      server_.count_refusal("api_key");
+      spdlog::info("gateway: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, token.empty() ? "no API key" : "unknown API key");
+      return true;
+    });
+  }
 
   // Every /admin/ route needs the admin token; /health and /metrics stay open for probes and scrapers.
   admin_token_ = server_.deployment().server.admin_token.empty() ? make_admin_token() : server_.deployment().server.admin_token;
@@ -262,11 +282,18 @@ bool HttpServers::start_generate(const std::shared_ptr<HttpExchange>& ex, HttpRe
   if (!priority.is_number_integer()) return reply_error(res, 400, "'priority' must be an integer", "invalid_request_error"), false;
   g.priority = int32_t(priority.get<int64_t>());
   g.session_key = req.header("X-Session-Key");
+  g.api_key = bearer_token(req);
+  g.client = gateway_client(req, server_.deployment().server);
+  const ServedModel* model = server_.find_model("");
+  AdmissionAsk ask{g.client, model ? model->name : "", 1, g.prompt.size() + g.max_tokens, 0};
+  auto admitted = server_.admit(ask);
+  if (auto* refusal = std::get_if<AdmissionRefusal>(&admitted)) return reply_refusal(res, *refusal), false;
   // The sequence's state while it runs; dropped unanswered (the client left), it cancels the sequence.
   struct Pending {
     Pending(Server& s, uint64_t i) : server(s), id(i) {}
     Server& server;
     uint64_t id;
+    std::shared_ptr<AdmissionTicket> ticket;
     std::shared_ptr<TokenStream> stream;
     size_t seen = 0;
     bool answered = false;
@@ -278,6 +305,7 @@ bool HttpServers::start_generate(const std::shared_ptr<HttpExchange>& ex, HttpRe
     }
   };
   auto pending = std::make_shared<Pending>(server_, g.id);
+  pending->ticket = std::get<std::shared_ptr<AdmissionTicket>>(std::move(admitted));
   pending->stream = server_.start(std::move(g));
   auto signal = std::make_shared<StreamSignal>();
   pending->stream->listen(signal);

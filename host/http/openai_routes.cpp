@@ -74,7 +74,10 @@ class Generation {
     meta_ = api::make_response_meta(req_.endpoint, model_.name, rng);
     meta_.include_usage = req_.include_usage;
   }
-  ~Generation() { cancel_all(); }
+  ~Generation() {
+    cancel_all();
+    if (ticket_) ticket_->set_used_tokens(uint64_t(usage().prompt_tokens + usage().completion_tokens));
+  }
 
   // Changes whenever any choice's stream does.
   const std::shared_ptr<StreamSignal>& signal() const { return signal_; }
@@ -121,7 +124,8 @@ class Generation {
     const std::string param = req_.endpoint == api::Endpoint::chat_completions ? "messages" : "prompt";
     for (const auto& p : prompts_) {
       if (p.empty()) return api::invalid_request(param, "the prompt is empty");
-      auto n = api::check_context(int64_t(p.size()), req_.max_tokens, int64_t(model_.context_len), param);
+      auto n = api::check_context(int64_t(p.size()), req_.max_tokens, int64_t(model_.context_len), param,
+                                  int64_t(server_.limits().default_max_tokens));
       if (!n) return n.error();
       max_new_.push_back(uint32_t(n.value()));
       prompt_tokens_ += int64_t(p.size());
@@ -129,7 +133,21 @@ class Generation {
     return std::nullopt;
   }
 
-  void start(const std::string& session_key, const std::string& api_key) {
+  // What the request asks of the gateway's admission (server/admission.hpp), once prepared.
+  AdmissionAsk ask(const std::string& client) const {
+    AdmissionAsk a;
+    a.client = client;
+    a.model = model_.name;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      a.sequences += uint32_t(req_.n);
+      a.tokens += uint64_t(req_.n) * (prompts_[p].size() + max_new_[p]);
+    }
+    return a;
+  }
+  // Held until the generation ends: its sequences and KV demand count against the limits till then.
+  void hold(std::shared_ptr<AdmissionTicket> ticket) { ticket_ = std::move(ticket); }
+
+  void start(const std::string& session_key, const std::string& api_key, const std::string& client) {
     const uint64_t seed = draw_seed();
     for (size_t p = 0; p < prompts_.size(); ++p) {
       for (int64_t k = 0; k < req_.n; ++k) {
@@ -141,6 +159,7 @@ class Generation {
         g.session_key = session_key;
         g.user = req_.user;
         g.api_key = api_key;
+        g.client = client;
         g.arm = req_.arm;
         g.request_class = req_.request_class;
         g.model = model_.name;
@@ -275,6 +294,7 @@ class Generation {
   bool ignore_eos_ = false;
   std::vector<Choice> choices_;
   std::shared_ptr<StreamSignal> signal_ = std::make_shared<StreamSignal>();  // any choice's change
+  std::shared_ptr<AdmissionTicket> ticket_;
 };
 
 // Answers one Generation without holding a thread (ExchangePump): on the connection's strand it takes
@@ -457,10 +477,13 @@ bool begin(Server& server, api::Endpoint endpoint, const std::shared_ptr<HttpExc
   auto g = std::make_shared<Generation>(server, std::move(parsed.value()), *model);
   g->set_ignore_eos(ignore_eos);
   if (auto e = g->prepare()) return reply_error(res, *e), false;
+  const std::string client = gateway_client(http, server.deployment().server);
+  auto admitted = server.admit(g->ask(client));
+  if (auto* refusal = std::get_if<AdmissionRefusal>(&admitted)) return reply_refusal(res, *refusal), false;
+  g->hold(std::get<std::shared_ptr<AdmissionTicket>>(std::move(admitted)));
   std::string session = http.header("X-Session-Key");
   if (session.empty()) session = g->request().user;
-  std::string auth = http.header("Authorization");
-  g->start(session, auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string());
+  g->start(session, bearer_token(http), client);
   std::make_shared<AsyncAnswer>(std::move(g), server, ex)->start();
   return true;
 }
@@ -471,6 +494,27 @@ void handle(Server& server, api::Endpoint endpoint, const std::shared_ptr<HttpEx
 }
 
 }  // namespace
+
+std::string bearer_token(const HttpRequest& req) {
+  const std::string auth = req.header("Authorization");
+  return auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string();
+}
+
+std::string gateway_client(const HttpRequest& req, const ServerDecl& server) {
+  // Without configured keys a bearer token proves nothing: a client could send a new one per request.
+  if (!server.api_keys.empty()) return "key:" + bearer_token(req);
+  return "addr:" + req.remote_addr;
+}
+
+void reply_refusal(HttpResponse& res, const AdmissionRefusal& refusal) {
+  api::ApiError e;
+  e.http_status = refusal.http_status;
+  e.message = refusal.message;
+  e.type = refusal.http_status == 429 ? "rate_limit_error" : "service_unavailable";
+  e.code = refusal.code;
+  reply_error(res, e);
+  res.set_header("Retry-After", std::to_string(refusal.retry_after_s));
+}
 
 void add_openai_routes(HttpListener& gateway, Server& server) {
   gateway.route_async("POST", "/v1/completions", [&server](std::shared_ptr<HttpExchange> ex) {

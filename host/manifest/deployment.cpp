@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "manifest/experiment_decl.hpp"
+#include "model/builtin_model.hpp"
 #include "model/quant.hpp"
 #include "backends/backend.hpp"
 #include "plugin/kind.hpp"
@@ -54,7 +55,9 @@ Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::str
 }
 
 // Loads the GGUF file at m.path into m (the table t locates errors).
-void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string& ctx, ModelDecl& m) {
+// default_context: the context served when the manifest names none (the file's when 0).
+void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string& ctx, ModelDecl& m,
+                    uint32_t default_context = 0) {
   const toml::node& where = t.get("path") ? *t.get("path") : static_cast<const toml::node&>(t);
   std::error_code ec;
   if (!fs::is_regular_file(m.path, ec)) r.fail(where, "model file '" + m.path + "' does not exist");
@@ -65,7 +68,9 @@ void load_gguf_decl(const TomlReader& r, const toml::table& t, const std::string
     r.fail(where, e.what());
   }
   m.spec = m.loaded->weights->spec;
-  if (auto ctx_len = r.optional_int(t, "context_len", ctx, 1, m.spec.info.context_len)) {
+  std::optional<int64_t> ctx_len = r.optional_int(t, "context_len", ctx, 1, m.spec.info.context_len);
+  if (!ctx_len && default_context > 0 && default_context < m.spec.info.context_len) ctx_len = default_context;
+  if (ctx_len) {
     // A shorter context than the file's: less KV memory per sequence.
     m.spec.info.context_len = uint32_t(*ctx_len);
     auto w = std::make_shared<ModelWeights>(*m.loaded->weights);
@@ -127,6 +132,28 @@ ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const to
   return m;
 }
 
+// source = "builtin": a model compiled into the binary (model/builtin_model.hpp), written once into the
+// cache folder and loaded from there as a GGUF file; served at its trained context unless told.
+ModelDecl read_builtin_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
+  r.check_keys(t, {"source", "name", "context_len", "pack_weights"}, ctx + " (a builtin model)");
+  const std::string which = r.optional_string(t, "name", ctx).value_or("stories260K");
+  const BuiltinModel* builtin = find_builtin_model(which);
+  if (builtin == nullptr) {
+    r.fail(t.get("name") ? *t.get("name") : static_cast<const toml::node&>(t),
+           "no builtin model '" + which + "' (this binary has: " + join(builtin_model_names(), ", ") + ")");
+  }
+  ModelDecl m;
+  m.name = name;
+  m.source = "builtin";
+  try {
+    m.path = materialize_builtin_model(*builtin, cache_dir());
+  } catch (const std::exception& e) {
+    r.fail(t, ctx + ": " + e.what());
+  }
+  load_gguf_decl(r, t, ctx, m, builtin->context_len);
+  return m;
+}
+
 ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
   r.check_keys(t, {"source", "path", "context_len", "pack_weights"}, ctx + " (a gguf model takes its shape from the file)");
   ModelDecl m;
@@ -144,8 +171,10 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   std::string source = r.optional_string(t, "source", ctx).value_or("synthetic");
   if (source == "gguf") return read_gguf_model(r, name, t, ctx);
   if (source == "demo") return read_demo_model(r, name, t, ctx);
+  if (source == "builtin") return read_builtin_model(r, name, t, ctx);
   if (source != "synthetic") {
-    r.fail(*t.get("source"), "unknown model source '" + source + "' in " + ctx + suggestion(source, {"synthetic", "gguf", "demo"}));
+    r.fail(*t.get("source"), "unknown model source '" + source + "' in " + ctx +
+                                 suggestion(source, {"synthetic", "gguf", "demo", "builtin"}));
   }
   r.check_keys(t, {"source", "seed", "architecture", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
                    "vocab_size", "context_len", "n_experts", "n_experts_used"}, ctx);
@@ -253,6 +282,52 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   return e;
 }
 
+// [server] api_keys (an array) and api_keys_file (one key per line; blank lines and '#' comments skipped).
+void read_api_keys(const TomlReader& r, const toml::table& s, const fs::path& base, std::vector<std::string>& keys) {
+  auto check = [&](const std::string& key, const std::string& where) {
+    if (key.size() < kMinApiKeyLength || key.find_first_of(" \t\r\n\"") != std::string::npos)
+      throw ManifestError(r.file(), 1, 1, where + ": an API key must be at least " + std::to_string(kMinApiKeyLength) +
+                                              " characters without spaces or quotes");
+    keys.push_back(key);
+  };
+  for (const auto& key : r.optional_string_array(s, "api_keys", "[server]")) check(key, "[server] api_keys");
+  if (auto file = r.optional_string(s, "api_keys_file", "[server]")) {
+    const std::string path = (base / *file).lexically_normal().string();
+    std::string text;
+    try {
+      text = TomlReader::read_text(path);
+    } catch (const ManifestError& e) {
+      r.fail(*s.get("api_keys_file"), "api_keys_file: " + std::string(e.what()));
+    }
+    std::istringstream lines(text);
+    std::string line;
+    for (int n = 1; std::getline(lines, line); ++n) {
+      const size_t a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+      if (a == std::string::npos || line[a] == '#') continue;
+      check(line.substr(a, b - a + 1), path + ":" + std::to_string(n));
+    }
+    if (keys.empty()) r.fail(*s.get("api_keys_file"), "api_keys_file " + path + " holds no key");
+  }
+}
+
+void read_limits(const TomlReader& r, const toml::table& t, GatewayLimits& limits) {
+  const std::string where = "[limits]";
+  r.check_keys(t, {"default_max_tokens", "client_max_sequences", "client_tokens_per_minute", "kv_admission_factor"}, where);
+  limits.default_max_tokens =
+      uint32_t(r.optional_int(t, "default_max_tokens", where, 1, 1 << 20).value_or(limits.default_max_tokens));
+  limits.client_max_sequences =
+      uint32_t(r.optional_int(t, "client_max_sequences", where, 0, 1 << 20).value_or(limits.client_max_sequences));
+  limits.client_tokens_per_minute =
+      uint64_t(r.optional_int(t, "client_tokens_per_minute", where, 0, int64_t(1) << 40).value_or(int64_t(limits.client_tokens_per_minute)));
+  if (const toml::node* f = t.get("kv_admission_factor")) {
+    std::optional<double> v = f->is_integer() ? std::optional<double>(double(f->as_integer()->get())) : f->value<double>();
+    if (!v || !(*v >= 0 && *v <= 1000))
+      r.fail(*f, "'kv_admission_factor' in [limits] must be a number from 0 (off) to 1000, found " +
+                     (v ? (std::ostringstream() << *v).str() : toml_type_name(*f)));
+    limits.kv_admission_factor = *v;
+  }
+}
+
 }  // namespace
 
 ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
@@ -264,12 +339,14 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
 Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
-  r.check_keys(root, {"server", "models", "engines", "router", "experiments"}, "the deployment manifest");
+  r.check_keys(root, {"server", "models", "engines", "router", "experiments", "limits"}, "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
-    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token"}, "[server]");
+    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
+                      "api_keys_file"},
+                 "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
     d.server.log_level = r.optional_string(*s, "log_level", "[server]").value_or(ServerDecl{}.log_level);
@@ -285,7 +362,9 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
         r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least " + std::to_string(kMinAdminTokenLength) + " characters");
       d.server.admin_token = *token;
     }
+    read_api_keys(r, *s, base, d.server.api_keys);
   }
+  if (const toml::table* l = r.optional_table(root, "limits", "the deployment manifest")) read_limits(r, *l, d.limits);
   if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) {
     // The same rule whatever the source: a short token can be guessed.
     if (std::strlen(env) < kMinAdminTokenLength)

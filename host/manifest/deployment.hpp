@@ -28,6 +28,8 @@ struct Endpoint {
 
 // The shortest admin token accepted, from the manifest or $TOKENHOST_ADMIN_TOKEN.
 constexpr size_t kMinAdminTokenLength = 16;
+// The shortest gateway API key accepted.
+constexpr size_t kMinApiKeyLength = 8;
 
 struct ServerDecl {
   Endpoint listen{"127.0.0.1", 8080};       // the inference API
@@ -38,6 +40,26 @@ struct ServerDecl {
   // The admin API's bearer token: $TOKENHOST_ADMIN_TOKEN, else [server] admin_token, else "" (the
   // server then makes a random one at start and writes it to a file only its user can read).
   std::string admin_token;
+  // The gateway's API keys: [server] api_keys and the lines of api_keys_file. When any is set, every
+  // gateway request must carry one ("Authorization: Bearer KEY", else 401) and per-client limits count
+  // by key; when none is, the gateway is open and clients are told apart by address.
+  std::vector<std::string> api_keys;
+};
+
+// What one request and one client may take ([limits]; server/admission.hpp enforces them). A limit of
+// 0 is no limit.
+struct GatewayLimits {
+  // Tokens a request that names no max_tokens generates at most (fewer when the context leaves fewer).
+  uint32_t default_max_tokens = 512;
+  // Sequences (prompts x n) one client runs at once; past it, 429 with Retry-After.
+  uint32_t client_max_sequences = 0;
+  // Tokens (prompt + max_tokens when admitted, prompt + generated once done) one client is charged in
+  // any 60 seconds; past it, 429 with Retry-After (when enough of the last minute's charges expire).
+  uint64_t client_tokens_per_minute = 0;
+  // Admission control: a request is admitted while the KV demand of the admitted sequences of its model
+  // (prompt + max_tokens each) stays within the model's KV pool (all its engines) times this factor;
+  // past it, 503 with Retry-After. Above 1 admits more than fits at once (sequences finish early).
+  double kv_admission_factor = 0;
 };
 
 // A plugin chosen for a slot: its manifest and its config (defaults merged with the settings).
@@ -57,7 +79,9 @@ struct ModelDecl {
   std::string name;
   std::string source = "synthetic";  // "synthetic": seeded random weights of the declared shape;
                                      // "gguf": the model file at `path`;
-                                     // "demo": a file make-model writes on first use, then as gguf
+                                     // "demo": a file make-model writes on first use, then as gguf;
+                                     // "builtin": a model compiled into the binary, written to the
+                                     // cache folder once, then as gguf
   std::string path;                  // absolute
   uint64_t seed = 1;
   ModelSpec spec;
@@ -84,6 +108,7 @@ struct EngineDecl {
 struct Deployment {
   std::string file;
   ServerDecl server;
+  GatewayLimits limits;
   std::map<std::string, ModelDecl> models;
   std::map<std::string, EngineDecl> engines;
   SlotDecl router;

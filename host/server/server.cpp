@@ -43,6 +43,11 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
   config_->set("work-stealing.aggressive-poll-attempts", size_t(10));
   system_ = std::make_unique<caf::actor_system>(*config_);
   registry_ = spawn_registry(*system_, deployment_.catalog);
+  refusals_ = &metrics_.family(metrics::Type::counter, "tokenhost_gateway_refusals_total",
+                               "Requests the gateway refused before they started, by reason (api_key, "
+                               "client_sequences, client_tokens, kv_demand)",
+                               {"reason"});
+  admission_ = std::make_unique<Admission>(deployment_.limits, refusals_);
   try {
     std::vector<RoutedEngine> routed;
     for (const auto& [name, decl] : deployment_.engines) {
@@ -155,6 +160,13 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));
   Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
+  {
+    // The pool's size, for admission control (the worker made its kvcache instance as it started).
+    caf::scoped_actor self{*system_};
+    self->request(e.worker, std::chrono::seconds(60), status_atom::value)
+        .receive([&](const KvState& kv) { out.kv_positions = uint64_t(kv.total_blocks) * kv.block_size; },
+                 [&](caf::error&) {});
+  }
   out.actor = spawn_engine(*system_, std::move(e));
   out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
   spdlog::info("engine {} ready: model {} on {}, {} KV cache", name, decl.model, decl.device,
@@ -222,6 +234,16 @@ std::string Server::decode(const std::vector<int32_t>& tokens) const {
   std::string text;
   for (int32_t id : tokens) text += default_model().piece(id);
   return text;
+}
+
+std::variant<std::shared_ptr<AdmissionTicket>, AdmissionRefusal> Server::admit(AdmissionAsk ask) {
+  {
+    std::lock_guard lock(engines_mutex_);
+    ask.pool_tokens = 0;
+    for (const auto& [name, e] : engines_)
+      if (e.decl.model == ask.model) ask.pool_tokens += e.kv_positions;
+  }
+  return admission_->admit(ask);
 }
 
 std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
@@ -346,6 +368,7 @@ nlohmann::json Server::status() {
           {"router", nlohmann::json::parse(ask_status_of(router_, status_atom::value, std::string()).json)},
           {"accepting", accepting_.load()},
           {"in_flight", in_flight_.load()},
+          {"admission", admission_->status()},
           {"open_libraries", PluginLibrary::open_count()}};
 }
 

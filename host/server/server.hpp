@@ -19,6 +19,7 @@
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
 #include "runtime/model_weights.hpp"
+#include "server/admission.hpp"
 
 namespace tokenhost {
 
@@ -69,6 +70,12 @@ class Server {
   // an error result once the server has stopped.
   TokenStream::Update wait(TokenStream& stream, size_t seen, std::chrono::milliseconds timeout);
   uint64_t next_request_id() { return ++request_ids_; }
+  // Admits a request of `ask` (its pool_tokens filled here from the engines of ask.model), or says why
+  // not (server/admission.hpp). Hold the ticket until the request's last sequence ends.
+  std::variant<std::shared_ptr<AdmissionTicket>, AdmissionRefusal> admit(AdmissionAsk ask);
+  const GatewayLimits& limits() const { return deployment_.limits; }
+  // Counts a request the gateway refused before admission (tokenhost_gateway_refusals_total{reason}).
+  void count_refusal(const std::string& reason) { refusals_->add({reason}, 1); }
   // Text to tokens and back with the served model's tokenizer (one token per byte for synthetic
   // models). Thread-safe.
   std::vector<int32_t> encode(const std::string& text) const;
@@ -132,6 +139,7 @@ class Server {
     engine_actor actor;
     worker_actor worker;
     std::shared_ptr<std::atomic<bool>> stopped;  // set when the engine actor has terminated
+    uint64_t kv_positions = 0;  // its KV pool: blocks x block size, as its worker reported at start
   };
   // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
   // Throws PluginError; nothing of it is left running then.
@@ -176,6 +184,8 @@ class Server {
   std::atomic<bool> stopped_{false};  // actors stopped: waiting requests end
   std::atomic<size_t> in_flight_{0};
   std::atomic<uint64_t> request_ids_{0};
+  metrics::Family* refusals_ = nullptr;
+  std::unique_ptr<Admission> admission_;
   std::once_flag drain_once_, stop_once_;
 };
 

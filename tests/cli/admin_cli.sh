@@ -17,10 +17,10 @@ refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
   echo "ok: admin $* refused"
 }
 
-admin_ok 'engine main +model demo' status
+admin_ok 'engine main +model stories' status
 admin_ok 'attention +attention.cpu_flash 1.0.0' status
 admin_ok 'router router.round_robin' status
-admin_ok 'model demo  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
+admin_ok 'model stories  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
 admin_ok '"engines"' --json status
 admin_ok 'scheduler.continuous' plugins list
 admin_ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"
@@ -37,20 +37,20 @@ admin_ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
 
 cat > "$work/second.toml" <<'TOML'
 [engines.second]
-model = "demo"
+model = "stories"
 attention = { plugin = "attention.reference" }
 kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 128 } }
 scheduler = { plugin = "scheduler.static" }
 TOML
 admin_ok 'added engine second' engines add "$work/second.toml"
-admin_ok 'engine second +model demo' status
+admin_ok 'engine second +model stories' status
 refused "engine 'second' exists already" engines add "$work/second.toml"
 # Both engines serve: round robin sends requests to each.
 for _ in 1 2 3 4; do
   curl -sf "http://127.0.0.1:$gw/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 4}' | grep -q '"finish_reason"'
 done
 admin_ok 'removed engine second' engines remove second --grace 10
-refused "last engine serving model 'demo'" engines remove main
+refused "last engine serving model 'stories'" engines remove main
 refused "no engine 'second'" engines remove second
 
 # No token anywhere: the client says where it looked.
@@ -61,7 +61,7 @@ rc=0; "$tokenhost" admin --url http://127.0.0.1:1 status 2> "$work/err" || rc=$?
 [ "$rc" = 1 ] && grep -q 'cannot reach the admin API at http://127.0.0.1:1' "$work/err" || { echo "FAIL: unreachable server -> $rc"; cat "$work/err"; exit 1; }
 echo "ok: unreachable server said plainly"
 
-# Greedy and past end-of-text: a sampled answer may end early on the demo model's noise.
+# Greedy and past end-of-text: a sampled answer may end early at end-of-text.
 curl -sf "http://127.0.0.1:$gw/v1/completions" -d '{"prompt": "still serving", "max_tokens": 3, "temperature": 0, "ignore_eos": true}' \
   | grep -q '"finish_reason":"length"'
 kill -INT $pid

@@ -1,8 +1,8 @@
 # Shared by the cli tests (sourced): start_server runs `tokenhost serve` on the default manifest with
 # ports chosen by the system and sets pid, gw (gateway port), admin (admin API base URL) and work (a
 # temporary folder removed at exit, with the process killed if still running); require_models sets
-# models (the folder of stories260K, $TOKENHOST_MODELS or ../shared/models beside the checkout) or
-# skips the test (77) when the model is not there.
+# models (the folder of stories260K: $TOKENHOST_MODELS, else the tree's models/) or skips the test (77)
+# when the model is not there.
 work=$(mktemp -d)
 # The admin API's token: curl "${auth[@]}" "$admin/admin/..." sends it.
 export TOKENHOST_ADMIN_TOKEN=cli-test-admin-token-0123456789
@@ -31,6 +31,6 @@ admin_ok() {  # admin_ok PATTERN ARGS...: `tokenhost admin ARGS` ($tokenhost, ag
 }
 
 require_models() {  # require_models TESTS_CLI_DIR
-  models=${TOKENHOST_MODELS:-$1/../../../shared/models}
+  models=${TOKENHOST_MODELS:-$1/../../models}
   if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
 }

@@ -282,7 +282,7 @@ TH_PIN_OFFSET(th_sched_seq, prefilled, 28);
 TH_PIN_OFFSET(th_sched_seq, generated, 32);
 TH_PIN_OFFSET(th_sched_seq, max_new_tokens, 36);
 TH_PIN_OFFSET(th_sched_seq, kv_blocks, 40);
-TH_PIN_SIZE(th_sched_state, 48);
+TH_PIN_SIZE(th_sched_state, 56);
 TH_PIN_OFFSET(th_sched_state, struct_size, 0);
 TH_PIN_OFFSET(th_sched_state, seqs, 8);
 TH_PIN_OFFSET(th_sched_state, n_seqs, 16);
@@ -292,6 +292,7 @@ TH_PIN_OFFSET(th_sched_state, block_size, 28);
 TH_PIN_OFFSET(th_sched_state, max_step_tokens, 32);
 TH_PIN_OFFSET(th_sched_state, max_step_seqs, 36);
 TH_PIN_OFFSET(th_sched_state, now_ns, 40);
+TH_PIN_OFFSET(th_sched_state, seq_clients, 48);  /* ABI 1.3 */
 TH_PIN_SIZE(th_sched_item, 16);
 TH_PIN_OFFSET(th_sched_item, seq_id, 0);
 TH_PIN_OFFSET(th_sched_item, n_tokens, 8);

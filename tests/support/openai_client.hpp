@@ -4,8 +4,13 @@
 
 #include <httplib.h>
 
+#include <cctype>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,14 +68,24 @@ struct LiveServer {
 struct Answer {
   int status = 0;
   nlohmann::json body;
+  std::map<std::string, std::string> headers;  // names lower-cased
 };
 
-inline Answer post(const LiveServer& s, const std::string& path, const std::string& body) {
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+inline Answer post(const LiveServer& s, const std::string& path, const std::string& body, const Headers& headers = {}) {
   auto c = s.client();
-  auto r = c.Post(path.c_str(), body, "application/json");
-  if (!r) return {0, nullptr};
-  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
-  return {r->status, j};
+  httplib::Headers h;
+  for (const auto& [k, v] : headers) h.emplace(k, v);
+  auto r = c.Post(path.c_str(), h, body, "application/json");
+  if (!r) return {0, nullptr, {}};
+  Answer a{r->status, nlohmann::json::parse(r->body, nullptr, false), {}};
+  for (const auto& [k, v] : r->headers) {
+    std::string name = k;
+    for (auto& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    a.headers[name] = v;
+  }
+  return a;
 }
 
 // A streamed completion read event by event. stop_after_events > 0: the client hangs up after that
@@ -84,9 +99,11 @@ struct Streamed {
   bool done = false;  // saw data: [DONE]
   nlohmann::json usage;
   std::string error;
+  double first_text_s = -1;  // from sending the request to the first event with text; -1 none
 };
 
-inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::json body, size_t stop_after_events = 0) {
+inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::json body, size_t stop_after_events = 0,
+                       const Headers& headers = {}) {
   body["stream"] = true;
   Streamed out;
   std::string buffer;
@@ -95,6 +112,8 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
   req.method = "POST";
   req.path = path;
   req.headers = {{"Content-Type", "application/json"}};
+  for (const auto& [k, v] : headers) req.headers.emplace(k, v);
+  const auto sent = std::chrono::steady_clock::now();
   req.body = body.dump();
   req.response_handler = [&](const httplib::Response& r) {
     out.status = r.status;
@@ -121,6 +140,8 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
         if (ch.contains("text")) piece += ch["text"].get<std::string>();
         if (ch.contains("delta") && ch["delta"].contains("content")) piece += ch["delta"]["content"].get<std::string>();
         out.text += piece;
+        if (!piece.empty() && out.first_text_s < 0)
+          out.first_text_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
         const size_t index = ch.value("index", 0);
         if (out.texts.size() <= index) out.texts.resize(index + 1);
         out.texts[index] += piece;

@@ -52,7 +52,7 @@ inline th_sched_state sched_state(const std::vector<th_sched_seq>& seqs, uint32_
   uint32_t held = 0;
   for (const auto& s : seqs) held += s.kv_blocks;
   return th_sched_state{sizeof(th_sched_state), seqs.data(), uint32_t(seqs.size()), held + free_blocks, free_blocks,
-                        block_size, max_tokens, max_seqs, 1000};
+                        block_size, max_tokens, max_seqs, 1000, nullptr};
 }
 
 // The invariants every scheduler's decision keeps, whatever the state: known ids listed once (run or
@@ -129,6 +129,7 @@ struct SimRequest {
   int32_t priority;
   uint32_t prompt;
   uint32_t max_new;
+  uint32_t client = 0;  // th_sched_state.seq_clients
 };
 
 struct SimConfig {
@@ -158,6 +159,7 @@ struct SimResult {
   uint64_t steps = 0;                         // engine steps run (decisions with a non-empty run list)
   uint64_t clock = 0;                         // the step clock when the last request ended
   uint64_t preemptions = 0;
+  std::map<uint64_t, uint64_t> first_token_at;  // request index -> clock of its first token
   std::map<uint64_t, uint64_t> finished_at;   // request index -> clock of its last token
   std::vector<uint64_t> failed;               // request indices the engine failed
 };
@@ -190,16 +192,19 @@ inline SimResult simulate(Scheduler& sched, const std::vector<SimRequest>& reque
     INFO(sched.id << " at clock " << clock << " with " << live.size() << " live sequences");
     REQUIRE(clock < cfg.step_bound);
     std::vector<th_sched_seq> view;
+    std::vector<uint32_t> clients;
     uint32_t held = 0;
     for (const Live& q : live) {
       const SimRequest& r = requests[q.request];
       view.push_back(th_sched_seq{q.request, q.state, r.priority, r.arrival_step, prompt_len(q), q.prefilled,
                                   q.generated, r.max_new, blocks(q.prefilled)});
+      clients.push_back(r.client);
       held += blocks(q.prefilled);
     }
     REQUIRE(held <= cfg.total_blocks);
     const th_sched_state st{sizeof(th_sched_state), view.data(), uint32_t(view.size()), cfg.total_blocks,
-                            cfg.total_blocks - held, cfg.block_size, cfg.max_step_tokens, cfg.max_step_seqs, clock};
+                            cfg.total_blocks - held, cfg.block_size, cfg.max_step_tokens, cfg.max_step_seqs, clock,
+                            clients.data()};
     const SchedDecision d = sched.schedule(st);
     check_sched_decision(st, cfg.max_chunk, d);
     auto find = [&](uint64_t id) {
@@ -225,7 +230,10 @@ inline SimResult simulate(Scheduler& sched, const std::vector<SimRequest>& reque
       REQUIRE(item.n_tokens <= tokens(*q) - q->prefilled);
       q->prefilled += item.n_tokens;
       q->state = TH_SEQ_RUNNING;
-      if (q->prefilled == tokens(*q)) ++q->generated;
+      if (q->prefilled == tokens(*q)) {
+        if (q->generated == 0 && !out.first_token_at.count(q->request)) out.first_token_at[q->request] = clock + 1;
+        ++q->generated;
+      }
     }
     uint32_t used = 0;
     for (const Live& q : live) used += blocks(q.prefilled);

@@ -9,12 +9,20 @@
 // decodes ranked after it leave. When blocks run short, a running sequence preempts running
 // sequences ranked below it (lowest priority, latest arrival first), a waiting one those of a lower
 // priority (config preempt_for_priority), and only when the preemptions make its chunk fit.
+//
+// Fair share (config fair_share, ABI 1.3's client of each sequence): within a priority, a client's
+// k-th sequence ranks with the other clients' k-th ones (its tier), before any client's (k+1)-th, so a
+// client with 256 sequences and a client with one take turns: the one sequence is in the first tier.
+// A sequence's budget reservation counts only the decodes ranked after it that are its client's own or
+// of its tier or a lower one, and a waiting sequence may preempt other clients' sequences of higher
+// tiers for its blocks. With one client the tiers are the rank order itself: nothing changes.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_sched.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <vector>
 
 namespace {
@@ -26,12 +34,13 @@ struct Config {
   uint32_t max_chunk;
   bool preempt_for_priority;
   uint32_t prefill_with_decodes;  // prompt tokens a step takes while sequences decode; 0: no cap
+  bool fair_share;
 };
 
 Config read_config(const th_config* config) {
   const sdk::Config c(config);
   return Config{uint32_t(c.require_int("max_prefill_chunk")), c.require_bool("preempt_for_priority"),
-                uint32_t(c.require_int("max_prefill_tokens_with_decodes"))};
+                uint32_t(c.require_int("max_prefill_tokens_with_decodes")), c.require_bool("fair_share")};
 }
 
 th_status check(const th_check_query* query, th_error* err) {
@@ -51,17 +60,30 @@ int state_class(th_seq_state state) {
 
 class Plan {
  public:
-  Plan(sdk::SchedStep& step, const Config& config) : step_(step), config_(config) {
+  Plan(sdk::SchedStep& step, const Config& config) : step_(step), config_(config), tier_(step.size(), 0) {
     for (uint32_t i = 0; i < step.size(); ++i) {
       const th_sched_seq& s = step.seq(i);
       if (s.state == TH_SEQ_RUNNING || sdk::is_waiting_or_preempted(s)) order_.push_back(i);
+    }
+    auto by_state_then_arrival = [&](uint32_t a, uint32_t b) {
+      const th_sched_seq& x = step.seq(a);
+      const th_sched_seq& y = step.seq(b);
+      if (state_class(x.state) != state_class(y.state)) return state_class(x.state) < state_class(y.state);
+      return x.arrival_ns < y.arrival_ns;
+    };
+    if (config.fair_share) {
+      // Tiers: each sequence's place among its client's own (same priority), in the order below.
+      std::vector<uint32_t> within = order_;
+      std::stable_sort(within.begin(), within.end(), by_state_then_arrival);
+      std::map<std::pair<int32_t, uint32_t>, uint32_t> counts;  // (priority, client) -> sequences so far
+      for (uint32_t i : within) tier_[i] = counts[{step.seq(i).priority, step.client(i)}]++;
     }
     std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
       const th_sched_seq& x = step.seq(a);
       const th_sched_seq& y = step.seq(b);
       if (x.priority != y.priority) return x.priority > y.priority;
-      if (state_class(x.state) != state_class(y.state)) return state_class(x.state) < state_class(y.state);
-      return x.arrival_ns < y.arrival_ns;
+      if (tier_[a] != tier_[b]) return tier_[a] < tier_[b];
+      return by_state_then_arrival(a, b);
     });
   }
 
@@ -102,7 +124,7 @@ class Plan {
       place(i, 1, victims_below(p, all), true);
       return;
     }
-    const uint32_t tokens = prefill_tokens(), slots = spare(step_.seqs_left());
+    const uint32_t tokens = prefill_tokens(p), slots = spare(step_.seqs_left(), p);
     if (tokens == 0 || slots == 0) return;
     const uint32_t before = step_.tokens_left();
     place(i, step_.step_tokens(i, config_.max_chunk, tokens), victims_below(p, all), true);
@@ -118,14 +140,16 @@ class Plan {
       admitting_ = false;
       return;
     }
-    const uint32_t tokens = prefill_tokens(), slots = spare(step_.seqs_left());
+    const uint32_t tokens = prefill_tokens(p), slots = spare(step_.seqs_left(), p);
     if (tokens == 0 || slots == 0) {
       admitting_ = false;
       return;
     }
     std::vector<uint32_t> victims;
-    if (config_.preempt_for_priority) {
-      victims = victims_below(p, [&](const th_sched_seq& v) { return v.priority < s.priority; });
+    if (config_.preempt_for_priority || config_.fair_share) {
+      victims = victims_below(p, [&](uint32_t v) {
+        return (config_.preempt_for_priority && step_.seq(v).priority < s.priority) || ahead_of(i, v);
+      });
       // Preempt only for a sequence whose whole prompt then fits in what it can take: otherwise it
       // would hold blocks it cannot finish with.
       uint64_t reachable = step_.free_blocks();
@@ -161,23 +185,44 @@ class Plan {
     step_.preempt(i);
   }
 
-  // Undecided running sequences ranked after position p that match keep, lowest rank first.
+  // Undecided running sequences ranked after position p that match keep (given a state index), lowest
+  // rank first.
   template <class Keep>
   std::vector<uint32_t> victims_below(size_t p, Keep keep) const {
     std::vector<uint32_t> out;
     for (size_t q = order_.size(); q-- > p + 1;) {
       const uint32_t j = order_[q];
-      if (step_.undecided_running(j) && keep(step_.seq(j))) out.push_back(j);
+      if (step_.undecided_running(j) && keep(j)) out.push_back(j);
     }
     return out;
   }
 
-  static bool all(const th_sched_seq&) { return true; }
+  static bool all(uint32_t) { return true; }
 
-  // What a prefill may take of `left` once the undecided running decodes have theirs.
-  uint32_t spare(uint32_t left) const { return left > decodes_left_ ? left - decodes_left_ : 0; }
-  // Prompt tokens the next prefill chunk may take.
-  uint32_t prefill_tokens() const { return std::min(spare(step_.tokens_left()), prefill_left_); }
+  // Fair share: sequence v is another client's, of a higher tier than i's, and gives way to it.
+  bool ahead_of(uint32_t i, uint32_t v) const {
+    return config_.fair_share && step_.client(v) != step_.client(i) && tier_[v] > tier_[i] &&
+           step_.seq(v).priority <= step_.seq(i).priority;
+  }
+
+  // Undecided running decodes ranked after position p whose token and slot the sequence at p leaves
+  // them: all of them, or with fair share those not ahead_of it.
+  uint32_t reserved(size_t p) const {
+    if (!config_.fair_share) return decodes_left_;
+    uint32_t n = 0;
+    for (size_t q = p + 1; q < order_.size(); ++q) {
+      const uint32_t j = order_[q];
+      if (step_.undecided_running(j) && sdk::is_decoding(step_.seq(j)) && !ahead_of(order_[p], j)) ++n;
+    }
+    return n;
+  }
+  // What a prefill at position p may take of `left` once the decodes it leaves theirs have them.
+  uint32_t spare(uint32_t left, size_t p) const {
+    const uint32_t r = reserved(p);
+    return left > r ? left - r : 0;
+  }
+  // Prompt tokens the prefill chunk at position p may take.
+  uint32_t prefill_tokens(size_t p) const { return std::min(spare(step_.tokens_left(), p), prefill_left_); }
 
   void force_top_running() {
     for (size_t p = 0; p < order_.size(); ++p) {
@@ -198,6 +243,7 @@ class Plan {
   sdk::SchedStep& step_;
   const Config& config_;
   std::vector<uint32_t> order_;  // state indices in rank order
+  std::vector<uint32_t> tier_;   // by state index: its place among its client's sequences (fair share)
   uint32_t decodes_left_ = 0;    // undecided running decodes not yet reached
   bool admitting_ = true;
   uint32_t prefill_left_ = std::numeric_limits<uint32_t>::max();  // config prefill_with_decodes

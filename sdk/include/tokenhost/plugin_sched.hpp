@@ -5,6 +5,7 @@
 //     kv_blocks blocks needs max(0, ceil((prefilled + n) / block_size) - kv_blocks) more to run n tokens);
 //   - sdk::next_token_positions(), final_positions(), never_fits(): what a sequence needs at least / at most;
 //   - sdk::check_schedule_args(): the NULL checks every schedule() starts with;
+//   - sdk::seq_client(): the client of a sequence (ABI 1.3; 0 for all on an older host);
 //   - sdk::SchedStep: one schedule() call's budgets (tokens, sequence slots, free blocks), which
 //     sequences are decided (run or preempted), and the decision writer.
 //
@@ -62,6 +63,13 @@ inline bool never_fits(const th_sched_state& state, const th_sched_seq& seq) {
   return kv_blocks_for(next_token_positions(seq), state.block_size) > state.total_kv_blocks;
 }
 
+// The client of sequence i (th_sched_state.seq_clients, ABI 1.3). A state from a 1.2 host has no such
+// array: every sequence is then client 0's, one client holding them all.
+inline uint32_t seq_client(const th_sched_state& state, uint32_t i) {
+  if (!TH_HAS_MEMBER(&state, th_sched_state, seq_clients) || state.seq_clients == nullptr) return 0;
+  return state.seq_clients[i];
+}
+
 // Throws Error(TH_ERR_INVALID_ARGUMENT), naming plugin_id, when a schedule() argument is NULL.
 inline void check_schedule_args(const char* plugin_id, const th_sched_state* state, const th_sched_decision* decision) {
   if (state == nullptr || decision == nullptr ||
@@ -90,6 +98,7 @@ class SchedStep {
   const th_sched_state& state() const { return state_; }
   uint32_t size() const { return state_.n_seqs; }
   const th_sched_seq& seq(uint32_t i) const { return state_.seqs[i]; }
+  uint32_t client(uint32_t i) const { return seq_client(state_, i); }
   bool decided(uint32_t i) const { return decided_[i]; }
   bool running(uint32_t i) const { return state_.seqs[i].state == TH_SEQ_RUNNING; }
   bool undecided_running(uint32_t i) const { return running(i) && !decided_[i]; }

@@ -50,9 +50,10 @@ extern "C" {
  *   1.1  appended th_host_api.parallel_for and compute_threads.
  *   1.2  the growth rule enforced per minor (a vtable is checked against its declared minor's size;
  *        members past a struct_size are never called nor read); appended th_kv_layout.device and
- *        device_index, and th_attention_batch.device and device_index (where the buffers live). */
+ *        device_index, and th_attention_batch.device and device_index (where the buffers live).
+ *   1.3  appended th_sched_state.seq_clients (the client of each sequence, for fair sharing). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 2
+#define TH_ABI_VERSION_MINOR 3
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

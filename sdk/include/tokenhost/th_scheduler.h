@@ -53,6 +53,14 @@ typedef struct th_sched_state {
   uint32_t max_step_tokens; /* token budget of one step (engine setting) */
   uint32_t max_step_seqs;   /* sequences per step at most (engine setting) */
   uint64_t now_ns;
+  /* ABI 1.3. The client of each sequence, parallel to seqs ([n_seqs]): sequences of one client (the
+   * gateway's API key, else the address the request came from) carry the same number while the client
+   * has sequences in this engine; different clients carry different numbers. Numbers are not dense
+   * and are not reused while any sequence of their client is held. A scheduler that shares steps
+   * between clients reads it (scheduler.continuous: fair_share); a state from a 1.2 host lacks it
+   * (TH_HAS_MEMBER(state, th_sched_state, seq_clients)): every sequence is then one client's.
+   * OWNERSHIP: host, valid during schedule(). */
+  const uint32_t *seq_clients;
 } th_sched_state;
 
 /* One sequence to run in this step: n_tokens prompt tokens to prefill (a prefill chunk), or 1 to

@@ -45,14 +45,14 @@ typedef struct th_spec_decode_vtable {
   void (*destroy)(th_instance *instance);
   th_status (*check)(const th_check_query *query, th_error *err);
 
-  /* REQUIRED. Writes a draft for each sequence of args. Reserved: not called by host 1.2 (the
+  /* REQUIRED. Writes a draft for each sequence of args. Reserved: not called by host 1.3 (the
    * engine does not verify drafts yet; a proposer loads, passes check() and create(), and is told
    * seq_end). */
   th_status (*propose)(th_instance *instance, const th_spec_propose_args *args, th_error *err);
   /* Told that n_accepted of the n_proposed draft tokens of seq_id were kept (along the accepted path).
-   * OPTIONAL (may be NULL). Reserved: not called by host 1.2. */
+   * OPTIONAL (may be NULL). Reserved: not called by host 1.3. */
   void (*accepted)(th_instance *instance, uint64_t seq_id, uint32_t n_proposed, uint32_t n_accepted);
-  /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.2 when a
+  /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.3 when a
    * request of the engine ends, whatever its reason. */
   void (*seq_end)(th_instance *instance, uint64_t seq_id);
 } th_spec_decode_vtable;

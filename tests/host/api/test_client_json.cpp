@@ -1,4 +1,4 @@
-// Client JSON: bounded depth, refused while parsing; numbers out of range named by their field.
+// Client JSON: bounded depth and value count, refused while parsing; numbers out of range named by their field.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -41,4 +41,22 @@ TEST_CASE("client json: a number out of range names its field, malformed text na
   auto fine = parse_client_json(R"({"a": [1, 2.5, "x", null, {"b": true}]})");
   REQUIRE(fine.ok());
   REQUIRE(fine.value()["a"][4]["b"] == true);
+}
+
+TEST_CASE("client json: a body of more values than the limit is refused while parsing, one within it is read", "[api]") {
+  auto array_of = [](size_t n, const std::string& item) {
+    std::string s = "{\"prompt\": [";
+    for (size_t i = 0; i < n; ++i) s += (i ? "," : "") + item;
+    return s + "]}";
+  };
+  // The object and the array count too.
+  CHECK(parse_client_json(array_of(kMaxJsonValues - 2, "1")).ok());
+  auto r = parse_client_json(array_of(kMaxJsonValues - 1, "1"));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().http_status == 400);
+  CHECK_THAT(r.error().message, Catch::Contains("more than " + std::to_string(kMaxJsonValues) + " JSON values"));
+  // Short strings, the costliest values per byte of body, are refused as well.
+  CHECK_FALSE(parse_client_json(array_of(kMaxJsonValues, "\"a\"")).ok());
+  CHECK(parse_client_json(array_of(10, "\"a\""), 64, 12).ok());
+  CHECK_FALSE(parse_client_json(array_of(11, "\"a\""), 64, 12).ok());
 }

@@ -81,6 +81,64 @@ scheduler = { plugin = "scheduler.fifo" }
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("deployment: the builtin stories260K is the tree's file, written once, served at context 512", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / ("tokenhost-builtin-" + std::to_string(fresh_rng("builtin model dir")()));
+  ::setenv("TOKENHOST_CACHE", dir.c_str(), 1);
+  const std::string engine = "[engines.e]\nmodel = \"s\"\nattention = { plugin = \"attention.reference\" }\n"
+                             "kvcache = { plugin = \"kvcache.paged\" }\nscheduler = { plugin = \"scheduler.fifo\" }\n";
+  Deployment d = read_deployment("builtin.toml", "[models.s]\nsource = \"builtin\"\n" + engine);
+  const auto file = dir / "builtin-stories260K.gguf";
+  REQUIRE(d.models.at("s").path == file.string());
+  auto bytes = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  CHECK(bytes(file) == bytes(std::string(TOKENHOST_SOURCE_DIR) + "/models/stories260K.gguf"));
+  CHECK(d.models.at("s").spec.info.context_len == 512);  // the file says 2048
+  CHECK(d.models.at("s").spec.info.vocab_size == 512);
+  const auto written = std::filesystem::last_write_time(file);
+  Deployment again = read_deployment("builtin.toml", "[models.s]\nsource = \"builtin\"\nname = \"stories260K\"\ncontext_len = 256\n" + engine);
+  CHECK(std::filesystem::last_write_time(file) == written);
+  CHECK(again.models.at("s").spec.info.context_len == 256);
+  // A damaged copy in the cache is replaced.
+  { std::ofstream(file, std::ios::binary | std::ios::trunc) << "not a model"; }
+  read_deployment("builtin.toml", "[models.s]\nsource = \"builtin\"\n" + engine);
+  CHECK(bytes(file).size() == bytes(std::string(TOKENHOST_SOURCE_DIR) + "/models/stories260K.gguf").size());
+  CHECK_THAT(error_of("[models.s]\nsource = \"builtin\"\nname = \"gpt5\"\n"),
+             Catch::Matchers::Contains("no builtin model 'gpt5' (this binary has: stories260K)"));
+  CHECK_THAT(error_of("[models.s]\nsource = \"builtin\"\npath = \"x.gguf\"\n"), Catch::Matchers::Contains("unknown key 'path'"));
+  // The embedded default serves it.
+  Deployment def = read_deployment("<embedded manifests/default.toml>", embedded_default_manifest());
+  CHECK(def.models.at("stories").source == "builtin");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("deployment: API keys and [limits] are read and checked", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / ("tokenhost-keys-" + std::to_string(fresh_rng("keys dir")()));
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "keys.txt") << "# team keys\n\n  key-from-file-1  \nkey-from-file-2\n"; }
+  Deployment d = read_deployment((dir / "d.toml").string(), "[server]\napi_keys = [\"inline-key-1\"]\napi_keys_file = \"keys.txt\"\n"
+                                 "[limits]\ndefault_max_tokens = 64\nclient_max_sequences = 32\nclient_tokens_per_minute = 100000\n"
+                                 "kv_admission_factor = 1.5\n" + kModel + kEngine);
+  CHECK(d.server.api_keys == std::vector<std::string>{"inline-key-1", "key-from-file-1", "key-from-file-2"});
+  CHECK(d.limits.default_max_tokens == 64);
+  CHECK(d.limits.client_max_sequences == 32);
+  CHECK(d.limits.client_tokens_per_minute == 100000);
+  CHECK(d.limits.kv_admission_factor == 1.5);
+  Deployment none = read_deployment("d.toml", kModel + kEngine);
+  CHECK(none.server.api_keys.empty());
+  CHECK(none.limits.default_max_tokens == GatewayLimits{}.default_max_tokens);
+  CHECK(none.limits.kv_admission_factor == 0);
+  CHECK_THAT(error_of("[server]\napi_keys = [\"short\"]\n" + kModel + kEngine), Catch::Matchers::Contains("at least 8 characters"));
+  CHECK_THAT(error_of("[server]\napi_keys_file = \"/nonexistent/keys\"\n" + kModel + kEngine), Catch::Matchers::Contains("api_keys_file"));
+  CHECK_THAT(error_of("[limits]\nkv_admission_factor = -1\n" + kModel + kEngine),
+             Catch::Matchers::Contains("'kv_admission_factor' in [limits] must be a number from 0 (off) to 1000"));
+  CHECK_THAT(error_of("[limits]\nkv_admission_factor = \"2\"\n" + kModel + kEngine), Catch::Matchers::Contains("found a string"));
+  CHECK_THAT(error_of("[limits]\ndefault_max_tokens = 0\n" + kModel + kEngine), Catch::Matchers::Contains("default_max_tokens"));
+  CHECK_THAT(error_of("[limits]\nclient_max_seqs = 3\n" + kModel + kEngine), Catch::Matchers::Contains("did you mean 'client_max_sequences'"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("deployment: mistakes are reported at file:line:column with what was expected", "[manifest]") {
   CHECK(error_of("[server]\nlisten = \"127.0.0.1:8080\"\nlistn = \"x\"\n" + kModel + kEngine) ==
         "3:1: unknown key 'listn' in [server] (did you mean 'listen'?)");

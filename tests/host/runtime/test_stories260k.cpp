@@ -1,6 +1,6 @@
 // The real trained stories260K model (GGUF, f32): greedy generation from "Once upon a time" must
 // reproduce, byte for byte, the text its author documented. Skipped (CTest says so) when the model
-// files are not there ($TOKENHOST_MODELS, default ../shared/models beside the checkout).
+// files are not there ($TOKENHOST_MODELS, default the tree's models/, then ../shared/models beside the checkout).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

@@ -331,3 +331,136 @@ TEST_CASE("scheduler.continuous serves a request that outgrows the pool until th
   CHECK(r.failed == std::vector<uint64_t>{3});
   CHECK(r.finished_at.size() == requests.size() - 1);
 }
+
+// ---- Fair share between clients (ABI 1.3: th_sched_state.seq_clients) ----
+
+namespace {
+
+Scheduler continuous_fair(bool fair_share) {
+  return Scheduler("scheduler.continuous", toml::table{{"max_prefill_chunk", 256}, {"fair_share", fair_share}});
+}
+
+// Client 0 decodes 8 sequences (ids 1..8, 5 positions each in 2 blocks of 4: the next token fits);
+// client 1's one request (id 9) waits with a 4-token prompt (1 block).
+std::vector<th_sched_seq> crowded() {
+  std::vector<th_sched_seq> seqs;
+  for (uint64_t id = 1; id <= 8; ++id) seqs.push_back(seq(id, TH_SEQ_RUNNING, 0, id, 5, 5, 2));
+  seqs.push_back(seq(9, TH_SEQ_WAITING, 0, 9, 4, 0, 0));
+  return seqs;
+}
+
+bool runs(const SchedDecision& d, uint64_t id) {
+  return std::any_of(d.run.begin(), d.run.end(), [&](const th_sched_item& it) { return it.seq_id == id; });
+}
+
+}  // namespace
+
+TEST_CASE("scheduler.continuous gives a one-sequence client a slot among another client's many", "[scheduler][continuous][fair]") {
+  const std::vector<th_sched_seq> seqs = crowded();
+  const std::vector<uint32_t> clients = {7, 7, 7, 7, 7, 7, 7, 7, 3};  // numbers are not dense
+  th_sched_state st = sched_state(seqs, 100, 4, 512, 4);  // four slots for nine sequences
+  st.seq_clients = clients.data();
+  Scheduler fair = continuous_fair(true), unfair = continuous_fair(false);
+  SchedDecision d = fair.schedule(st);
+  check_sched_decision(st, 256, d);
+  CHECK(runs(d, 9));
+  CHECK(d.run.size() == 4);
+  CHECK(runs(d, 1));  // client 7's first sequence keeps its turn
+  // Without fair share, client 7's running decodes take every slot.
+  d = unfair.schedule(st);
+  CHECK_FALSE(runs(d, 9));
+  // A state as a 1.2 host fills it (no seq_clients member): one client, the order of old.
+  th_sched_state old = st;
+  old.struct_size = uint32_t(TH_SIZE_THROUGH(th_sched_state, now_ns));
+  d = fair.schedule(old);
+  CHECK_FALSE(runs(d, 9));
+  CHECK(ids(d.run) == ids(unfair.schedule(st).run));
+}
+
+TEST_CASE("scheduler.continuous takes blocks from the client that holds the most for another client's first sequence", "[scheduler][continuous][fair]") {
+  const std::vector<th_sched_seq> seqs = crowded();
+  const std::vector<uint32_t> clients = {0, 0, 0, 0, 0, 0, 0, 0, 1};
+  th_sched_state st = sched_state(seqs, 0, 4, 512, 16);  // the pool is full
+  st.seq_clients = clients.data();
+  Scheduler fair = continuous_fair(true), unfair = continuous_fair(false);
+  SchedDecision d = fair.schedule(st);
+  check_sched_decision(st, 256, d);
+  CHECK(runs(d, 9));
+  CHECK(d.preempt == std::vector<uint64_t>{8});  // client 0's latest
+  // Same priority, no fair share: nobody is preempted and client 1 waits.
+  d = unfair.schedule(st);
+  CHECK(d.preempt.empty());
+  CHECK_FALSE(runs(d, 9));
+  // One client: its own later sequence is never preempted for its waiting one.
+  const std::vector<uint32_t> one = {5, 5, 5, 5, 5, 5, 5, 5, 5};
+  st.seq_clients = one.data();
+  d = fair.schedule(st);
+  CHECK(d.preempt.empty());
+}
+
+TEST_CASE("scheduler.continuous decisions keep every invariant with random clients", "[scheduler][continuous][fair]") {
+  auto rng = fresh_rng("scheduler.continuous random clients");
+  auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  Scheduler fair = continuous_fair(true);
+  int cross_client_preemptions = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    const uint32_t bs = std::vector<uint32_t>{1, 4, 16}[u(0, 2)];
+    const std::vector<th_sched_seq> seqs = random_sched_seqs(rng, bs, trial % 2 == 0);
+    std::vector<uint32_t> clients;
+    for (size_t i = 0; i < seqs.size(); ++i) clients.push_back(u(0, 3));
+    th_sched_state st = sched_state(seqs, u(0, 1) ? u(0, 4) : u(0, 100), bs, u(1, 512), u(1, 24));
+    st.seq_clients = clients.data();
+    INFO("trial " << trial);
+    const SchedDecision d = fair.schedule(st);
+    check_sched_decision(st, 256, d);
+    for (uint64_t id : d.preempt) {
+      const size_t v = size_t(std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s.seq_id == id; }) - seqs.begin());
+      for (const auto& item : d.run) {
+        const size_t r = size_t(std::find_if(seqs.begin(), seqs.end(), [&](const auto& s) { return s.seq_id == item.seq_id; }) - seqs.begin());
+        cross_client_preemptions += seqs[r].state != TH_SEQ_RUNNING && clients[r] != clients[v] &&
+                                    seqs[r].priority == seqs[v].priority;
+      }
+    }
+  }
+  INFO("admissions beside a preemption of another client's sequence of the same priority: " << cross_client_preemptions);
+  CHECK(cross_client_preemptions > 0);
+}
+
+TEST_CASE("scheduler.continuous: a 1-sequence client's request starts within 3 steps while another client runs 48", "[scheduler][continuous][fair]") {
+  auto rng = fresh_rng("scheduler.continuous fair simulation");
+  auto u = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  for (const bool tight : {false, true}) {
+    SimConfig cfg;
+    cfg.block_size = 4;
+    cfg.total_blocks = tight ? 100 : 2000;  // tight: client 0 alone wants ~48 x 11 = 528 blocks
+    cfg.max_step_tokens = 256;
+    cfg.max_step_seqs = 16;
+    std::vector<SimRequest> requests;
+    for (int i = 0; i < 48; ++i) requests.push_back(SimRequest{0, 0, u(8, 16), u(24, 32), 0});
+    std::vector<size_t> small;
+    for (uint64_t at = 5; at < 125; at += 6) {
+      small.push_back(requests.size());
+      requests.push_back(SimRequest{at, 0, u(4, 12), 2, 1});
+    }
+    std::stable_sort(requests.begin(), requests.end(), [](const SimRequest& a, const SimRequest& b) { return a.arrival_step < b.arrival_step; });
+    small.clear();
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (requests[i].client == 1) small.push_back(i);
+    cfg.step_bound = sim_step_bound(requests);
+    INFO((tight ? "tight pool" : "roomy pool"));
+    Scheduler fair = continuous_fair(true), unfair = continuous_fair(false);
+    const SimResult r = simulate(fair, requests, cfg);
+    CHECK(r.failed.empty());
+    CHECK(r.finished_at.size() == requests.size());
+    uint64_t worst = 0;
+    for (size_t i : small) worst = std::max(worst, r.first_token_at.at(i) - requests[i].arrival_step);
+    CHECK(worst <= 3);
+    if (tight) CHECK(r.preemptions > 0);
+    // The same load without fair share keeps the small client waiting behind the large one's decodes.
+    const SimResult b = simulate(unfair, requests, cfg);
+    uint64_t worst_unfair = 0;
+    for (size_t i : small) worst_unfair = std::max(worst_unfair, b.first_token_at.at(i) - requests[i].arrival_step);
+    INFO("worst wait for a first token: fair " << worst << " steps, not fair " << worst_unfair);
+    CHECK(worst_unfair > 3);
+  }
+}

@@ -44,7 +44,7 @@ th_sched_state make_state(const std::vector<th_sched_seq>& seqs, uint32_t free_b
   uint32_t held = 0;
   for (const auto& s : seqs) held += s.kv_blocks;
   return th_sched_state{sizeof(th_sched_state), seqs.data(), uint32_t(seqs.size()), held + free_blocks, free_blocks,
-                        block_size, max_tokens, max_seqs, 1000};
+                        block_size, max_tokens, max_seqs, 1000, nullptr};
 }
 
 th_sched_seq seq(uint64_t id, th_seq_state state, uint32_t prompt_len, uint32_t prefilled, uint32_t kv_blocks) {
