@@ -2,13 +2,12 @@
 // small client for the OpenAI endpoints (whole answers and server-sent event streams).
 #pragma once
 
-#include <httplib.h>
-
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "http/http_client.hpp"
 #include "http/http_servers.hpp"
 #include "models.hpp"
 #include "test_server.hpp"
@@ -52,10 +51,10 @@ struct LiveServer {
     http->stop();
     server->stop();
   }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", http->gateway_port());
-    c.set_read_timeout(120, 0);
-    return c;
+  HttpClient client() const {
+    HttpClientOptions options;
+    options.read_timeout = std::chrono::seconds(120);
+    return HttpClient("127.0.0.1", http->gateway_port(), std::move(options));
   }
   nlohmann::json engine_status() { return server->status()["engines"][0]; }
 };
@@ -66,11 +65,10 @@ struct Answer {
 };
 
 inline Answer post(const LiveServer& s, const std::string& path, const std::string& body) {
-  auto c = s.client();
-  auto r = c.Post(path.c_str(), body, "application/json");
-  if (!r) return {0, nullptr};
-  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
-  return {r->status, j};
+  auto r = s.client().request("POST", path, body, "application/json");
+  if (!r.ok()) return {0, nullptr};
+  nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+  return {r.status, j};
 }
 
 // A streamed completion read event by event. stop_after_events > 0: the client hangs up after that
@@ -90,18 +88,13 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
   body["stream"] = true;
   Streamed out;
   std::string buffer;
-  auto c = s.client();
-  httplib::Request req;
+  HttpClientRequest req;
   req.method = "POST";
-  req.path = path;
-  req.headers = {{"Content-Type", "application/json"}};
+  req.target = path;
+  req.content_type = "application/json";
   req.body = body.dump();
-  req.response_handler = [&](const httplib::Response& r) {
-    out.status = r.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
+  auto read = [&](const HttpClientResult&, std::string_view data) {
+    buffer.append(data);
     size_t end;
     while ((end = buffer.find("\n\n")) != std::string::npos) {
       std::string event = buffer.substr(0, end);
@@ -130,7 +123,7 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
     }
     return true;
   };
-  c.send(req);
+  out.status = s.client().stream(req, read).status;
   return out;
 }
 
