@@ -4,8 +4,8 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
-  libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libcpp-httplib-dev libboost1.81-dev nlohmann-json3-dev libcli11-dev
+  build-essential cmake git
+  libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libboost1.81-dev nlohmann-json3-dev libcli11-dev
   curl
   clang-15 libfuzzer-15-dev  # the fuzz targets (fuzz/), built with clang and libFuzzer
   nodejs prometheus  # the tests: the OpenAI Node SDK against the server (npm), promtool on /metrics

@@ -3,8 +3,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include <httplib.h>
-
+#include "http/http_client.hpp"
 #include "loadgen/client.hpp"
 #include "manifest/deployment.hpp"
 
@@ -21,10 +20,12 @@ std::string find_admin_token(const std::string& explicit_token, const std::strin
 
 AdminClient::AdminClient(const std::string& url, std::string token) : url_(url), token_(std::move(token)) {
   loadgen::Target t = loadgen::parse_url(url);
-  http_ = std::make_unique<httplib::Client>(t.host, t.port);
-  http_->set_connection_timeout(5);
+  HttpClientOptions options;
+  options.connect_timeout = std::chrono::seconds(5);
   // A swap or an engine drain can take as long as the longest step; a new engine loads its plugins.
-  http_->set_read_timeout(180);
+  options.read_timeout = std::chrono::seconds(180);
+  if (!token_.empty()) options.headers.emplace_back("Authorization", "Bearer " + token_);
+  http_ = std::make_unique<HttpClient>(t.host, t.port, std::move(options));
 }
 
 AdminClient::~AdminClient() = default;
@@ -35,27 +36,30 @@ nlohmann::json AdminClient::patch(const std::string& path, const nlohmann::json&
 nlohmann::json AdminClient::del(const std::string& path) { return call("DELETE", path, nullptr); }
 
 nlohmann::json AdminClient::call(const std::string& method, const std::string& path, const nlohmann::json* body) {
-  httplib::Headers headers;
-  if (!token_.empty()) headers.emplace("Authorization", "Bearer " + token_);
-  std::string text = body ? body->dump() : std::string();
-  httplib::Result r = method == "GET"     ? http_->Get(path, headers)
-                      : method == "POST"  ? http_->Post(path, headers, text, "application/json")
-                      : method == "PATCH" ? http_->Patch(path, headers, text, "application/json")
-                                          : http_->Delete(path, headers);
-  if (!r)
-    throw AdminCallError(0, "cannot reach the admin API at " + url_ + " (" + httplib::to_string(r.error()) +
-                                "); is `tokenhost serve` running there? (--url)");
-  nlohmann::json answer = nlohmann::json::parse(r->body, nullptr, false);
-  if (r->status >= 400) {
+  HttpClientResult r = http_->request(method, path, body ? body->dump() : std::string(), body ? "application/json" : "");
+  switch (r.error) {
+    case HttpClientError::none:
+      break;
+    case HttpClientError::refused:
+      throw AdminCallError(0, "cannot reach the admin API at " + url_ + " (connection refused); is `tokenhost serve` running there? (--url)");
+    case HttpClientError::resolve:
+    case HttpClientError::connect_timeout:
+    case HttpClientError::connect:
+      throw AdminCallError(0, "cannot reach the admin API at " + url_ + " (" + r.message + "); is `tokenhost serve` running there? (--url)");
+    default:  // reached, but no whole answer came
+      throw AdminCallError(0, method + " " + path + ": " + r.message);
+  }
+  nlohmann::json answer = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status >= 400) {
     std::string message = answer.is_object() && answer.contains("error") && answer["error"].is_object()
-                              ? answer["error"].value("message", r->body)
-                              : r->body;
-    if (r->status == 401 && token_.empty())
+                              ? answer["error"].value("message", r.body)
+                              : r.body;
+    if (r.status == 401 && token_.empty())
       message += " (no token found: pass --token, set TOKENHOST_ADMIN_TOKEN, or run where the server wrote " +
                  admin_token_path(loadgen::parse_url(url_).port) + ")";
-    throw AdminCallError(r->status, method + " " + path + ": " + message);
+    throw AdminCallError(r.status, method + " " + path + ": " + message);
   }
-  if (answer.is_discarded()) throw AdminCallError(r->status, method + " " + path + " answered something that is not JSON");
+  if (answer.is_discarded()) throw AdminCallError(r.status, method + " " + path + " answered something that is not JSON");
   return answer;
 }
 

@@ -9,15 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
-namespace httplib {
-class Client;
-}
-
 namespace tokenhost {
+
+class HttpClient;
 
 struct AdminCallError : std::runtime_error {
   AdminCallError(int status, const std::string& message) : std::runtime_error(message), http_status(status) {}
-  int http_status;  // 0: the server was not reached
+  int http_status;  // 0: no answer came (the server was not reached, or it did not answer in time)
 };
 
 // Where the token comes from, first found: `explicit_token`, $TOKENHOST_ADMIN_TOKEN, the file the
@@ -40,7 +38,7 @@ class AdminClient {
   nlohmann::json call(const std::string& method, const std::string& path, const nlohmann::json* body);
   std::string url_;
   std::string token_;
-  std::unique_ptr<httplib::Client> http_;
+  std::unique_ptr<HttpClient> http_;
 };
 
 }  // namespace tokenhost

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <stdexcept>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "http/http_client.hpp"
 #include "loadgen/openai.hpp"
 #include "loadgen/sse.hpp"
 
@@ -47,29 +48,31 @@ Target parse_url(const std::string& url) {
 
 namespace {
 
-std::unique_ptr<httplib::Client> connect(const EndpointOptions& o, const Target& t) {
-  auto c = std::make_unique<httplib::Client>(t.host, t.port);
-  c->set_keep_alive(true);
-  c->set_tcp_nodelay(true);  // small requests go out at once (no Nagle delay)
-  c->set_connection_timeout(10, 0);
-  auto secs = time_t(o.timeout_s);
-  c->set_read_timeout(secs, long(1e6 * (o.timeout_s - double(secs))));
-  c->set_write_timeout(secs, 0);
-  return c;
+HttpClient connect(const EndpointOptions& o, const Target& t) {
+  HttpClientOptions h;
+  h.connect_timeout = std::chrono::seconds(10);
+  h.read_timeout = std::chrono::milliseconds(int64_t(1e3 * o.timeout_s));
+  h.write_timeout = h.read_timeout;
+  if (!o.api_key.empty()) h.headers.emplace_back("Authorization", "Bearer " + o.api_key);
+  return HttpClient(t.host, t.port, std::move(h));
 }
 
-httplib::Headers headers(const EndpointOptions& o) {
-  httplib::Headers h;
-  if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
-  return h;
-}
-
-std::string transport_error(const EndpointOptions& o, httplib::Error e) {
-  if (e == httplib::Error::Connection) return "cannot connect to " + o.url + " (is a server listening there?)";
-  if (e == httplib::Error::ConnectionTimeout) return "cannot connect to " + o.url + " (no answer within 10 s)";
-  if (e == httplib::Error::Read) return "reading the response from " + o.url + " failed (closed, or timed out after " +
-                                        std::to_string(int(o.timeout_s)) + " s)";
-  return "request to " + o.url + " failed: " + httplib::to_string(e);
+// What `tokenhost bench` says when no answer came: the same words for every request to the URL, so that
+// the report counts them as one error.
+std::string transport_error(const EndpointOptions& o, const HttpClientResult& r) {
+  switch (r.error) {
+    case HttpClientError::refused:
+      return "cannot connect to " + o.url + " (is a server listening there?)";
+    case HttpClientError::connect_timeout:
+      return "cannot connect to " + o.url + " (no answer within 10 s)";
+    case HttpClientError::read_timeout: {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", o.timeout_s);
+      return "reading the response from " + o.url + " timed out (nothing for " + seconds + " s)";
+    }
+    default:
+      return r.message;
+  }
 }
 
 }  // namespace
@@ -77,13 +80,13 @@ std::string transport_error(const EndpointOptions& o, httplib::Error e) {
 struct Client::Impl {
   EndpointOptions options;
   Target target;
-  std::unique_ptr<httplib::Client> http;
+  HttpClient http;
 };
 
-Client::Client(const EndpointOptions& options) : impl_(std::make_unique<Impl>()) {
-  impl_->options = options;
-  impl_->target = parse_url(options.url);
-  impl_->http = connect(options, impl_->target);
+Client::Client(const EndpointOptions& options) {
+  Target target = parse_url(options.url);
+  HttpClient http = connect(options, target);
+  impl_ = std::make_unique<Impl>(Impl{options, std::move(target), std::move(http)});
 }
 
 Client::~Client() = default;
@@ -94,17 +97,15 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
   r.prompt_words = prompt.words;
 
   BodyOptions body_options{o.chat, o.model, o.stream, o.ignore_eos};
-  httplib::Request req;
+  HttpClientRequest req;
   req.method = "POST";
-  req.path = impl_->target.base_path + (o.chat ? "/v1/chat/completions" : "/v1/completions");
-  req.headers = headers(o);
-  req.set_header("Content-Type", "application/json");
-  if (o.stream) req.set_header("Accept", "text/event-stream");
+  req.target = impl_->target.base_path + (o.chat ? "/v1/chat/completions" : "/v1/completions");
+  req.content_type = "application/json";
+  if (o.stream) req.headers.emplace_back("Accept", "text/event-stream");
   req.body = request_body(body_options, prompt.text, prompt.max_tokens);
 
   const auto sent = std::chrono::steady_clock::now();
   auto since_sent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(); };
-  int status = 0;
   std::string raw;          // the body of an error response, or of a non-streamed one
   std::string fail;         // the first problem seen in the stream
   std::string head;         // the stream's first bytes, for a message when it is not SSE
@@ -137,41 +138,32 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
     }
   });
 
-  req.response_handler = [&](const httplib::Response& res) {
-    status = res.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (status == 200 && o.stream) {
-      if (head.size() < 200) head.append(data, std::min(n, 200 - head.size()));
-      parser.feed(std::string_view(data, n));
+  auto sink = [&](const HttpClientResult& answer, std::string_view data) {
+    if (answer.status == 200 && o.stream) {
+      if (head.size() < 200) head.append(data.substr(0, 200 - head.size()));
+      parser.feed(data);
       return fail.empty();
     }
-    if (raw.size() < (1u << 24)) raw.append(data, n);
+    if (raw.size() < (1u << 24)) raw.append(data);
     return true;
   };
 
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
-  bool sent_ok = impl_->http->send(req, res, err);
+  HttpClientResult res = impl_->http.stream(req, sink);
   r.latency_s = since_sent();
-  if (!sent_ok && err != httplib::Error::Canceled) {
-    r.error = transport_error(o, err);
-    impl_->http = connect(o, impl_->target);  // start over on a fresh connection
+  // A problem in the stream cancels the read (the sink returns false): that one is `fail`, said below.
+  if (!res.ok() && res.error != HttpClientError::cancelled) {
+    r.error = transport_error(o, res);
     return r;
   }
-  if (status == 0) status = res.status;
-  if (status != 200) {
-    if (raw.empty()) raw = res.body;
+  if (res.status != 200) {
     std::string msg = error_message(raw);
-    r.error = "HTTP " + std::to_string(status) + (msg.empty() ? std::string(" ") + res.reason : ": " + msg);
+    r.error = "HTTP " + std::to_string(res.status) + (msg.empty() ? " " + res.reason : ": " + msg);
     return r;
   }
   if (o.stream) {
     parser.finish();
     if (!fail.empty()) {
       r.error = fail;
-      impl_->http = connect(o, impl_->target);
       return r;
     }
     if (!done && !finished) {
@@ -205,19 +197,19 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
 ModelsProbe probe_models(const EndpointOptions& o) {
   ModelsProbe p;
   Target t = parse_url(o.url);
-  auto http = connect(o, t);
-  http->set_read_timeout(std::min<time_t>(30, time_t(o.timeout_s) + 1), 0);
-  auto res = http->Get((t.base_path + "/v1/models").c_str(), headers(o));
-  if (!res) {
-    p.error = transport_error(o, res.error());
+  HttpClient http = connect(o, t);
+  http.options().read_timeout = std::chrono::milliseconds(int64_t(1e3 * std::min(30.0, o.timeout_s + 1)));
+  HttpClientResult res = http.request("GET", t.base_path + "/v1/models");
+  if (!res.ok()) {
+    p.error = transport_error(o, res);
     return p;
   }
   p.reachable = true;
-  if (res->status != 200) {
-    p.error = "GET /v1/models: HTTP " + std::to_string(res->status) + ": " + error_message(res->body);
+  if (res.status != 200) {
+    p.error = "GET /v1/models: HTTP " + std::to_string(res.status) + ": " + error_message(res.body);
     return p;
   }
-  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  auto j = nlohmann::json::parse(res.body, nullptr, false);
   if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() && j["data"][0].is_object() &&
       j["data"][0].contains("id") && j["data"][0]["id"].is_string())
     p.first_model = j["data"][0]["id"].get<std::string>();

@@ -2,8 +2,6 @@
 // small client for the OpenAI endpoints (whole answers and server-sent event streams).
 #pragma once
 
-#include <httplib.h>
-
 #include <cctype>
 #include <chrono>
 #include <map>
@@ -14,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/http_client.hpp"
 #include "http/http_servers.hpp"
 #include "models.hpp"
 #include "test_server.hpp"
@@ -57,10 +56,10 @@ struct LiveServer {
     http->stop();
     server->stop();
   }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", http->gateway_port());
-    c.set_read_timeout(120, 0);
-    return c;
+  HttpClient client() const {
+    HttpClientOptions options;
+    options.read_timeout = std::chrono::seconds(120);
+    return HttpClient("127.0.0.1", http->gateway_port(), std::move(options));
   }
   nlohmann::json engine_status() { return server->status()["engines"][0]; }
 };
@@ -71,16 +70,19 @@ struct Answer {
   std::map<std::string, std::string> headers;  // names lower-cased
 };
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using Headers = HttpHeaders;
 
 inline Answer post(const LiveServer& s, const std::string& path, const std::string& body, const Headers& headers = {}) {
-  auto c = s.client();
-  httplib::Headers h;
-  for (const auto& [k, v] : headers) h.emplace(k, v);
-  auto r = c.Post(path.c_str(), h, body, "application/json");
-  if (!r) return {0, nullptr, {}};
-  Answer a{r->status, nlohmann::json::parse(r->body, nullptr, false), {}};
-  for (const auto& [k, v] : r->headers) {
+  HttpClientRequest req;
+  req.method = "POST";
+  req.target = path;
+  req.content_type = "application/json";
+  req.headers = headers;
+  req.body = body;
+  auto r = s.client().request(req);
+  if (!r.ok()) return {0, nullptr, {}};
+  Answer a{r.status, nlohmann::json::parse(r.body, nullptr, false), {}};
+  for (const auto& [k, v] : r.headers) {
     std::string name = k;
     for (auto& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
     a.headers[name] = v;
@@ -107,20 +109,15 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
   body["stream"] = true;
   Streamed out;
   std::string buffer;
-  auto c = s.client();
-  httplib::Request req;
+  HttpClientRequest req;
   req.method = "POST";
-  req.path = path;
-  req.headers = {{"Content-Type", "application/json"}};
-  for (const auto& [k, v] : headers) req.headers.emplace(k, v);
+  req.target = path;
+  req.content_type = "application/json";
+  req.headers = headers;
   const auto sent = std::chrono::steady_clock::now();
   req.body = body.dump();
-  req.response_handler = [&](const httplib::Response& r) {
-    out.status = r.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
+  auto read = [&](const HttpClientResult&, std::string_view data) {
+    buffer.append(data);
     size_t end;
     while ((end = buffer.find("\n\n")) != std::string::npos) {
       std::string event = buffer.substr(0, end);
@@ -151,7 +148,7 @@ inline Streamed stream(const LiveServer& s, const std::string& path, nlohmann::j
     }
     return true;
   };
-  c.send(req);
+  out.status = s.client().stream(req, read).status;
   return out;
 }
 

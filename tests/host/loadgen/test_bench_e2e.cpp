@@ -1,4 +1,4 @@
-// The load generator end to end against a fake OpenAI server in the test: a cpp-httplib server on
+// The load generator end to end against a fake OpenAI server in the test: an HttpListener on
 // 127.0.0.1 (port chosen by the system) that streams max_tokens SSE chunks, the first after a known
 // delay and each next one after another, then a usage chunk and data: [DONE]. Closed loop with
 // concurrency 4 and 20 requests; an open loop with a cap; a duration-bounded run; and failures: HTTP
@@ -7,14 +7,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "http/http_listener.hpp"
 #include "loadgen/client.hpp"
 #include "loadgen/progress.hpp"
 #include "loadgen/prompts.hpp"
@@ -33,20 +34,16 @@ class FakeServer {
  public:
   enum class Mode { ok, bad_request, garbage };
 
-  explicit FakeServer(Mode mode, bool send_usage = true) : mode_(mode), send_usage_(send_usage) {
-    server_.new_task_queue = [] { return new httplib::ThreadPool(16); };
-    server_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+  explicit FakeServer(Mode mode, bool send_usage = true)
+      : mode_(mode), send_usage_(send_usage), server_("fake", tokenhost::HttpLimits{}, 2, 4) {
+    server_.route("GET", "/v1/models", [](const tokenhost::HttpRequest&, tokenhost::HttpResponse& res) {
       res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
     });
-    server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res); });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    server_.route_async("POST", "/v1/completions", [this](std::shared_ptr<tokenhost::HttpExchange> ex) { complete(std::move(ex)); });
+    port_ = server_.bind("127.0.0.1", 0);
+    server_.start();
   }
-  ~FakeServer() {
-    server_.stop();
-    thread_.join();
-  }
+  ~FakeServer() { server_.stop(); }
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::vector<json> bodies() {
@@ -56,54 +53,65 @@ class FakeServer {
   int max_in_flight() const { return max_in_flight_; }
 
  private:
-  void complete(const httplib::Request& req, httplib::Response& res) {
-    json body = json::parse(req.body);
+  // On an I/O thread: the chunks are timers on the exchange's strand, not sleeps.
+  void complete(std::shared_ptr<tokenhost::HttpExchange> ex) {
+    json body = json::parse(ex->request().body);
     {
       std::lock_guard lock(mu_);
       bodies_.push_back(body);
     }
     if (mode_ == Mode::bad_request) {
+      tokenhost::HttpResponse res;
       res.status = 400;
       res.set_content(R"({"error":{"message":"max_tokens must be at most 4","type":"invalid_request_error"}})", "application/json");
-      return;
+      return ex->reply(std::move(res));
     }
     const int n = body.at("max_tokens").get<int>();
     const int now = ++in_flight_;
     for (int m = max_in_flight_; now > m && !max_in_flight_.compare_exchange_weak(m, now);) {
     }
-    auto sent = std::make_shared<int>(0);
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, n, sent](size_t, httplib::DataSink& sink) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(*sent == 0 ? kFirstDelayMs : kTokenDelayMs));
-          std::string out;
-          if (mode_ == Mode::garbage) {
-            out = "data: {\"choices\": [{\"text\": \"x\"\n\n";
-          } else {
-            json chunk = {{"object", "text_completion"},
-                          {"choices", {{{"index", 0}, {"text", " tok" + std::to_string(*sent)},
-                                        {"finish_reason", *sent + 1 == n ? json("length") : json(nullptr)}}}}};
-            out = "data: " + chunk.dump() + "\n\n";
-          }
-          if (++*sent == n || mode_ == Mode::garbage) {
-            if (send_usage_ && mode_ == Mode::ok)
-              out += "data: " + json{{"choices", json::array()}, {"usage", {{"prompt_tokens", 11}, {"completion_tokens", n}}}}.dump() + "\n\n";
-            out += "data: [DONE]\n\n";
-            sink.write(out.data(), out.size());
-            sink.done();
-          } else {
-            sink.write(out.data(), out.size());
-          }
-          return true;
-        },
-        [this](bool) { --in_flight_; });
+    // Counted out once, whether the stream ends or the client leaves.
+    auto out = std::make_shared<std::atomic<bool>>(false);
+    auto leave = [this, out] {
+      if (!out->exchange(true)) --in_flight_;
+    };
+    ex->on_gone(leave);
+    tokenhost::HttpResponse head;
+    head.content_type = "text/event-stream";
+    ex->start_stream(std::move(head));
+    send_chunk(ex, n, 0, leave);
+  }
+
+  void send_chunk(std::shared_ptr<tokenhost::HttpExchange> ex, int n, int sent, std::function<void()> leave) {
+    const auto delay = std::chrono::milliseconds(sent == 0 ? kFirstDelayMs : kTokenDelayMs);
+    ex->post([this, ex, n, sent, leave] {
+      std::string out;
+      if (mode_ == Mode::garbage) {
+        out = "data: {\"choices\": [{\"text\": \"x\"\n\n";
+      } else {
+        json chunk = {{"object", "text_completion"},
+                      {"choices", {{{"index", 0}, {"text", " tok" + std::to_string(sent)},
+                                    {"finish_reason", sent + 1 == n ? json("length") : json(nullptr)}}}}};
+        out = "data: " + chunk.dump() + "\n\n";
+      }
+      if (sent + 1 < n && mode_ != Mode::garbage) {
+        if (ex->write(std::move(out))) send_chunk(ex, n, sent + 1, leave);
+        return;
+      }
+      if (send_usage_ && mode_ == Mode::ok)
+        out += "data: " + json{{"choices", json::array()}, {"usage", {{"prompt_tokens", 11}, {"completion_tokens", n}}}}.dump() + "\n\n";
+      out += "data: [DONE]\n\n";
+      // Counted out before the end goes out: the client's next request may arrive as soon as it has read it.
+      leave();
+      ex->write(std::move(out));
+      ex->end_stream();
+    }, delay);
   }
 
   Mode mode_;
   bool send_usage_;
-  httplib::Server server_;
+  tokenhost::HttpListener server_;
   int port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::vector<json> bodies_;
   std::atomic<int> in_flight_{0}, max_in_flight_{0};

@@ -83,13 +83,13 @@ std::pair<int, size_t> mapped_resident(const std::string& path) {
   return {mappings, rss};
 }
 
-httplib::Client admin_client(const LiveServer& s, bool with_token = true) {
-  httplib::Client c("127.0.0.1", s.http->admin_port());
-  if (with_token) c.set_bearer_token_auth("test-admin-token-0123456789");
-  return c;
+HttpClient admin_client(const LiveServer& s, bool with_token = true) {
+  HttpClientOptions options;
+  if (with_token) options.headers.emplace_back("Authorization", "Bearer test-admin-token-0123456789");
+  return HttpClient("127.0.0.1", s.http->admin_port(), std::move(options));
 }
 
-json body_of(const httplib::Result& r) { return r ? json::parse(r->body, nullptr, false) : json(); }
+json body_of(const HttpClientResult& r) { return r.ok() ? json::parse(r.body, nullptr, false) : json(); }
 
 }  // namespace
 
@@ -155,11 +155,11 @@ TEST_CASE("experiments: a request chooses its arm where the experiment allows it
 
   // Without allow_request_choice the same field is refused.
   auto c = admin_client(live);
-  REQUIRE(c.Delete("/admin/experiments/sched")->status == 200);
+  REQUIRE(c.request("DELETE", "/admin/experiments/sched").status == 200);
   json no_choice = {{"name", "strict"}, {"arms", {{{"name", "a"}, {"engine", "stat"}, {"percent", 50}}, {{"name", "b"}, {"engine", "cont"}, {"percent", 50}}}}};
-  auto started = c.Post("/admin/experiments", no_choice.dump(), "application/json");
-  INFO(started->body);
-  REQUIRE(started->status == 200);
+  auto started = c.request("POST", "/admin/experiments", no_choice.dump(), "application/json");
+  INFO(started.body);
+  REQUIRE(started.status == 200);
   auto refused = ask({{"arm", "b"}});
   REQUIRE(refused.status == 400);
   REQUIRE(refused.body["error"]["param"] == "tokenhost.arm");
@@ -196,14 +196,14 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
           "[server][experiments][admin]") {
   LiveServer live(ab_manifest(kTinyModel, kExperiment));
   auto anonymous = admin_client(live, false);
-  REQUIRE(anonymous.Get("/admin/experiments")->status == 401);
-  REQUIRE(anonymous.Get("/admin/experiments/sched/report")->status == 401);
-  REQUIRE(anonymous.Post("/admin/experiments", "{}", "application/json")->status == 401);
-  REQUIRE(anonymous.Patch("/admin/experiments/sched", R"({"arms": [{"name": "a", "percent": 100}]})", "application/json")->status == 401);
-  REQUIRE(anonymous.Delete("/admin/experiments/sched")->status == 401);
+  REQUIRE(anonymous.request("GET", "/admin/experiments").status == 401);
+  REQUIRE(anonymous.request("GET", "/admin/experiments/sched/report").status == 401);
+  REQUIRE(anonymous.request("POST", "/admin/experiments", "{}", "application/json").status == 401);
+  REQUIRE(anonymous.request("PATCH", "/admin/experiments/sched", R"({"arms": [{"name": "a", "percent": 100}]})", "application/json").status == 401);
+  REQUIRE(anonymous.request("DELETE", "/admin/experiments/sched").status == 401);
 
   auto c = admin_client(live);
-  auto list = [&] { return body_of(c.Get("/admin/experiments")); };
+  auto list = [&] { return body_of(c.request("GET", "/admin/experiments")); };
   auto engines_of = [&] {  // where 30 sticky keys go now
     std::vector<std::string> out;
     for (int i = 0; i < 30; ++i) out.push_back(live.server->generate(keyed(*live.server, "k" + std::to_string(i))).engine);
@@ -213,7 +213,7 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
   REQUIRE(before["experiments"][0]["name"] == "sched");
   REQUIRE(before["experiments"][0]["arms"][1]["holdback_classes"] == json{"batch"});
   const auto split_before = engines_of();
-  const json report_before = body_of(c.Get("/admin/experiments/sched/report"));
+  const json report_before = body_of(c.request("GET", "/admin/experiments/sched/report"));
 
   struct Bad {
     std::string method, path, body;
@@ -237,17 +237,16 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
   };
   for (const auto& b : bad) {
     INFO(b.method << " " << b.path << " " << b.body);
-    httplib::Result r = b.method == "PATCH"  ? c.Patch(b.path.c_str(), b.body, "application/json")
-                        : b.method == "POST" ? c.Post(b.path.c_str(), b.body, "application/json")
-                                             : c.Delete(b.path.c_str());
-    REQUIRE(r);
-    INFO(r->body);
-    REQUIRE(r->status == b.status);
+    HttpClientResult r = c.request(b.method, b.path, b.body, b.body.empty() ? "" : "application/json");
+    INFO(r.message);
+    REQUIRE(r.ok());
+    INFO(r.body);
+    REQUIRE(r.status == b.status);
     REQUIRE_THAT(body_of(r)["error"]["message"].get<std::string>(), Contains(b.says));
   }
   REQUIRE(list() == before);
   REQUIRE(engines_of() == split_before);
-  auto report_after = body_of(c.Get("/admin/experiments/sched/report"));
+  auto report_after = body_of(c.request("GET", "/admin/experiments/sched/report"));
   for (size_t arm = 0; arm < 2; ++arm) {  // only the 30 requests above were added; the split is as it was
     REQUIRE(report_after["arms"][arm]["percent"] == report_before["arms"][arm]["percent"]);
     REQUIRE(report_after["arms"][arm]["engine"] == report_before["arms"][arm]["engine"]);
@@ -255,8 +254,8 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
   REQUIRE(report_after["arms"][0]["requests"].get<int>() + report_after["arms"][1]["requests"].get<int>() == 60);
 
   // A valid change applies: everything goes to arm a.
-  auto ok = c.Patch("/admin/experiments/sched", R"({"arms": [{"name": "a", "percent": 100}, {"name": "b", "percent": 0}]})", "application/json");
-  REQUIRE(ok->status == 200);
+  auto ok = c.request("PATCH", "/admin/experiments/sched", R"({"arms": [{"name": "a", "percent": 100}, {"name": "b", "percent": 0}]})", "application/json");
+  REQUIRE(ok.status == 200);
   for (const auto& e : engines_of()) REQUIRE(e == "stat");
   // /metrics labels engine series with their experiment and arm; promtool's rules are checked by the CLI test.
   std::string metrics = live.server->metrics().prometheus_text();
