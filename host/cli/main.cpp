@@ -22,6 +22,7 @@
 #include "http/http_servers.hpp"
 #include "manifest/deployment.hpp"
 #include "plugin/kind.hpp"
+#include "plugin/library.hpp"
 #include "server/server.hpp"
 #include "util/text.hpp"
 
@@ -116,7 +117,17 @@ struct ServeOverrides {
   int admin_port = -1;        // the admin API's port; its address stays the manifest's (loopback by default)
 };
 
+// This executable's path: the program that vets plugin libraries in a process of their own.
+std::string self_executable() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
 int run_serve(const std::string& path, const std::string& model_file, const ServeOverrides& o) {
+  // Every library the server opens is opened first by `tokenhost vet-plugin` in a child process: one the
+  // host refuses runs none of its code in the server (README: Security model).
+  PluginLibrary::set_vetting_program(self_executable());
   Deployment d = model_file.empty() ? load_deployment(path) : load_deployment_with_model(path, model_file);
   if (!o.host.empty()) d.server.listen.host = o.host;
   if (o.port >= 0) d.server.listen.port = o.port;
@@ -244,7 +255,23 @@ int main(int argc, char** argv) {
   AdminOptions admin_options;
   auto* admin = add_admin_command(app, admin_options);
 
+  // Internal: opens and validates one plugin library in this process and says why it is refused (the
+  // server runs it before loading a library itself). Not listed in --help.
+  auto* vet = app.add_subcommand("vet-plugin", "")->group("");
+  std::string vet_manifest, vet_library;
+  vet->add_option("manifest", vet_manifest)->required();
+  vet->add_option("library", vet_library)->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (*vet) {
+    try {
+      PluginLibrary::vet_here(vet_manifest, vet_library);
+      return 0;
+    } catch (const std::exception& e) {
+      std::cout << e.what() << std::endl;
+      return 1;
+    }
+  }
   // The log goes to stderr: stdout is the command's output (generate's text, inspect --json, ...).
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));

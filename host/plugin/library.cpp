@@ -103,16 +103,26 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
     throw PluginError(where + ": cannot copy library '" + manifest.library + "': " + ec.message());
   }
 
+  if (!vetting_program().empty()) vet_in_child(manifest, lib->private_path_);
+  load(*lib, lib->private_path_);
+  spdlog::info("loaded plugin {} {} (ABI {}) from {}", lib->id_, lib->version_, abi_string(lib->abi_major_, lib->abi_minor_),
+               manifest.library);
+  return lib;
+}
+
+void PluginLibrary::load(PluginLibrary& lib, const std::string& path) {
+  const PluginManifest& manifest = lib.manifest_;
+  const std::string where = "plugin " + manifest.id + " (" + manifest.file + ")";
   dlerror();
-  lib->handle_ = dlopen(lib->private_path_.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib->handle_ == nullptr) {
+  lib.handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib.handle_ == nullptr) {
     const char* e = dlerror();
     throw PluginError(where + ": cannot load library '" + manifest.library + "': " +
-                      real_path_error(e ? e : "unknown dlopen error", lib->private_path_, manifest.library));
+                      real_path_error(e ? e : "unknown dlopen error", path, manifest.library));
   }
   ++g_open_count;
 
-  auto entry = reinterpret_cast<th_plugin_entry_fn>(dlsym(lib->handle_, TH_PLUGIN_ENTRY_SYMBOL));
+  auto entry = reinterpret_cast<th_plugin_entry_fn>(dlsym(lib.handle_, TH_PLUGIN_ENTRY_SYMBOL));
   if (entry == nullptr) {
     throw PluginError(where + ": library '" + manifest.library + "' has no entry symbol '" +
                       TH_PLUGIN_ENTRY_SYMBOL + "' (build it with tokenhost_add_plugin and TOKENHOST_PLUGIN_ENTRY)");
@@ -133,8 +143,8 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
     throw PluginError(where + ": descriptor struct_size " + std::to_string(d->struct_size) +
                       " is smaller than the ABI 1.0 descriptor");
   }
-  lib->abi_major_ = d->abi_major;
-  lib->abi_minor_ = d->abi_minor;
+  lib.abi_major_ = d->abi_major;
+  lib.abi_minor_ = d->abi_minor;
   const std::string plugin_abi = abi_string(d->abi_major, d->abi_minor);
   const std::string host_abi = abi_string(TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR);
   if (d->abi_major != TH_ABI_VERSION_MAJOR) {
@@ -152,22 +162,22 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
   if (d->id == nullptr || d->version == nullptr) {
     throw PluginError(where + ": descriptor has a NULL id or version");
   }
-  lib->id_ = d->id;  // copied: the strings live in the library's image
-  lib->version_ = d->version;
-  lib->kind_ = d->kind;
+  lib.id_ = d->id;  // copied: the strings live in the library's image
+  lib.version_ = d->version;
+  lib.kind_ = d->kind;
   if (d->kind != manifest.kind) {
     throw PluginError(where + ": the library declares kind '" + kind_name(d->kind) + "' but plugin.toml says '" +
                       kind_name(manifest.kind) + "'");
   }
-  if (lib->id_ != manifest.id) {
-    throw PluginError(where + ": the library declares id '" + lib->id_ + "' but plugin.toml says '" + manifest.id + "'");
+  if (lib.id_ != manifest.id) {
+    throw PluginError(where + ": the library declares id '" + lib.id_ + "' but plugin.toml says '" + manifest.id + "'");
   }
-  if (lib->version_ != manifest.version) {
-    throw PluginError(where + ": the library declares version " + lib->version_ + " but plugin.toml says " +
+  if (lib.version_ != manifest.version) {
+    throw PluginError(where + ": the library declares version " + lib.version_ + " but plugin.toml says " +
                       manifest.version + " (rebuild the library or correct plugin.toml: operators see the manifest's)");
   }
   if (d->vtable == nullptr) throw PluginError(where + ": descriptor has no vtable");
-  lib->vtable_ = d->vtable;
+  lib.vtable_ = d->vtable;
   // The vtable must cover the vtable of the minor it declares (GROWTH, th_common.h); members past its
   // struct_size are never called (PluginInstance::fn).
   const uint32_t vt_size = static_cast<const th_vtable_head*>(d->vtable)->struct_size;
@@ -182,8 +192,6 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest& manifes
     throw PluginError(where + ": required vtable member" + (missing.size() > 1 ? "s " : " ") + join(missing, ", ") +
                       (missing.size() > 1 ? " are" : " is") + " NULL");
   }
-  spdlog::info("loaded plugin {} {} (ABI {}) from {}", lib->id_, lib->version_, plugin_abi, manifest.library);
-  return lib;
 }
 
 PluginLibrary::~PluginLibrary() {

@@ -24,8 +24,19 @@ class PluginError : public std::runtime_error {
 class PluginLibrary {
  public:
   // Copies manifest.library to a private file, opens it and validates its descriptor. Each call opens
-  // a new copy, so a library rewritten since an earlier load is loaded anew. Throws PluginError.
+  // a new copy, so a library rewritten since an earlier load is loaded anew. With a vetting program
+  // set (below), the copy is first opened and validated by that program in a process of its own, and
+  // only a library it accepts is opened here: a refused library runs none of its code (constructors,
+  // entry point) inside this process. Throws PluginError.
   static std::shared_ptr<PluginLibrary> open(const PluginManifest& manifest);
+
+  // The program open() runs as `PROGRAM vet-plugin MANIFEST LIBRARY` before it loads a library ("" =
+  // none: load in this process at once). `tokenhost serve` sets its own executable.
+  static void set_vetting_program(const std::string& program);
+  // What `tokenhost vet-plugin` does in that process: reads the plugin.toml at manifest_file, opens
+  // library (the private copy) in place of its library, validates it as open() does and closes it.
+  // Throws PluginError with the reason a server would give.
+  static void vet_here(const std::string& manifest_file, const std::string& library);
   ~PluginLibrary();
   PluginLibrary(const PluginLibrary&) = delete;
   PluginLibrary& operator=(const PluginLibrary&) = delete;
@@ -52,6 +63,13 @@ class PluginLibrary {
 
  private:
   PluginLibrary() = default;
+  // Opens path (the private copy, or the vetted file) into lib and validates its descriptor against
+  // lib->manifest_.
+  static void load(PluginLibrary& lib, const std::string& path);
+  // Runs the vetting program on the private copy; throws PluginError with its reason when it refuses
+  // (library_vetting.cpp).
+  static void vet_in_child(const PluginManifest& manifest, const std::string& private_path);
+  static std::string vetting_program();
 
   PluginManifest manifest_;
   std::string id_, version_;

@@ -4,6 +4,7 @@
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
+export TOKENHOST_FIXTURE_MARK="$work/mark"  # the marked fixtures' constructors write their process's pid there
 start_server "$tokenhost" "$here/../../manifests/default.toml"
 
 expect() {  # expect METHOD PATH BODY STATUS PATTERN
@@ -33,6 +34,15 @@ expect POST /admin/plugins '{"manifest": "/nonexistent/plugin.toml"}' 404 'canno
 expect POST /admin/plugins '{"manifest": "/dev/zero"}' 400 '/dev/zero:1:1: is not a regular file'
 head -c 2000000 /dev/zero | tr '\0' '#' > "$work/huge.toml"
 expect POST /admin/plugins "{\"manifest\": \"$work/huge.toml\"}" 400 'is 2000000 bytes, more than a manifest may be \(1048576\)'
+# A library is opened first in a separate process: one the host refuses runs none of its code in the
+# server (its constructor ran only there); one it accepts is then opened in the server too.
+expect POST /admin/plugins "{\"manifest\": \"$fixtures/marked_refused/plugin.toml\"}" 400 "declares kind 'router' but plugin.toml says 'scheduler'"
+{ [ -s "$work/mark" ] && ! grep -qx "$pid" "$work/mark"; } ||
+  { echo "FAIL: the refused library's constructor ran in the server ($pid), or nowhere:"; cat "$work/mark" 2>/dev/null; exit 1; }
+echo "ok: the refused library ran only in the checking process ($(tr '\n' ' ' < "$work/mark"))"
+expect POST /admin/plugins "{\"manifest\": \"$fixtures/marked_router/plugin.toml\"}" 200 '"id": "router.marked"'
+grep -qx "$pid" "$work/mark" || { echo "FAIL: the accepted library was not opened in the server ($pid):"; cat "$work/mark"; exit 1; }
+echo "ok: the accepted library was opened in the server after its check"
 expect POST /admin/router '{"plugin": "router.fixture"}' 200 'router.round_robin 1.0.0 -> router.fixture 2.0.0'
 expect POST /admin/engines/main/slots/scheduler '{"plugin": "scheduler.fifo", "config": {"max_prefill_chunk": 8}}' 200 '"ok": true'
 expect POST /admin/engines/main/slots/spec_decode '{"plugin": "spec_decode.ngram"}' 200 '\(none\) -> spec_decode.ngram'
