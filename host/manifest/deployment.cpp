@@ -345,7 +345,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   fs::path base = fs::absolute(file).parent_path();
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
-                      "api_keys_file"},
+                      "api_keys_file", "plugins_from_anywhere"},
                  "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
@@ -363,6 +363,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
       d.server.admin_token = *token;
     }
     read_api_keys(r, *s, base, d.server.api_keys);
+    d.server.plugins_from_anywhere = r.optional_bool(*s, "plugins_from_anywhere", "[server]").value_or(false);
   }
   if (const toml::table* l = r.optional_table(root, "limits", "the deployment manifest")) read_limits(r, *l, d.limits);
   if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) {

@@ -44,6 +44,10 @@ struct ServerDecl {
   // gateway request must carry one ("Authorization: Bearer KEY", else 401) and per-client limits count
   // by key; when none is, the gateway is open and clients are told apart by address.
   std::vector<std::string> api_keys;
+  // Whether POST /admin/plugins may register a plugin.toml outside the plugin folders (plugin_paths,
+  // $TOKENHOST_PLUGIN_PATH, the built-in folder). Off: an admin token alone cannot load a library from
+  // anywhere on the machine, only from folders the deployment names.
+  bool plugins_from_anywhere = false;
 };
 
 // What one request and one client may take ([limits]; server/admission.hpp enforces them). A limit of

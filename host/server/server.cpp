@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -184,6 +185,22 @@ LoadReply Server::load_library(const std::string& id) {
 }
 
 std::string Server::register_plugin(const std::string& manifest_path) {
+  if (!deployment_.server.plugins_from_anywhere) {
+    // Only from the plugin folders: compared after resolving links and "..", before anything is read.
+    std::error_code ec;
+    const auto file = std::filesystem::weakly_canonical(std::filesystem::absolute(manifest_path, ec), ec);
+    bool inside = false;
+    for (const auto& dir : deployment_.catalog->search_paths()) {
+      const auto folder = std::filesystem::weakly_canonical(dir, ec);
+      auto rel = file.lexically_relative(folder);
+      if (!rel.empty() && *rel.begin() != ".." && rel.is_relative()) inside = true;
+    }
+    if (!inside)
+      throw AdminError(403, "'" + manifest_path + "' is outside the plugin folders (" +
+                                join(deployment_.catalog->search_paths(), ", ") +
+                                "): install the plugin there, add its folder to [server] plugin_paths, or set "
+                                "[server] plugins_from_anywhere = true");
+  }
   std::lock_guard lock(admin_mutex_);
   caf::scoped_actor self{*system_};
   LoadReply out;

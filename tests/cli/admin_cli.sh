@@ -5,7 +5,9 @@
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
-start_server "$tokenhost" "$here/../../manifests/default.toml"
+# The test registers fixtures from the build folder, outside the plugin folders.
+sed '/^\[server\]/a plugins_from_anywhere = true' "$here/../../manifests/default.toml" > "$work/anywhere.toml"
+start_server "$tokenhost" "$work/anywhere.toml"
 
 refused() {  # refused PATTERN ARGS...: exits 1 and says PATTERN on stderr
   local pattern=$1; shift

@@ -5,7 +5,9 @@ set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"
 export TOKENHOST_FIXTURE_MARK="$work/mark"  # the marked fixtures' constructors write their process's pid there
-start_server "$tokenhost" "$here/../../manifests/default.toml"
+# The test registers fixtures from the build folder, outside the plugin folders.
+sed '/^\[server\]/a plugins_from_anywhere = true' "$here/../../manifests/default.toml" > "$work/anywhere.toml"
+start_server "$tokenhost" "$work/anywhere.toml"
 
 expect() {  # expect METHOD PATH BODY STATUS PATTERN
   local status

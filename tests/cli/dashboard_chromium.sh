@@ -21,6 +21,7 @@ cat > "$work/two_engines.toml" <<TOML
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "info"
+plugins_from_anywhere = true  # the test registers fixtures from the build folder
 
 [models.stories260K]
 source = "gguf"

@@ -29,7 +29,7 @@ pid=""
 [ $rc -eq 0 ] || { echo "FAIL: exit code $rc"; cat "$work/log"; exit 1; }
 wait  # the curls
 for i in $(seq 6); do
-  if ! grep -qE '"finish_reason": "length"|shutting down' "$work/r$i.json"; then
+  if ! grep -qE '"finish_reason": "(length|stop)"|shutting down' "$work/r$i.json"; then  # stop: the story ended
     echo "FAIL: request $i ended without tokens or an error:"; cat "$work/r$i.json"; cat "$work/log"; exit 1
   fi
 done

@@ -16,6 +16,7 @@
 // Usage: test_hostile TOKENHOST_BINARY
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -272,7 +273,8 @@ void json_probes(const ServerProcess& s) {
   a = round_trip(s.gateway, post_request("/v1/completions", "{\"prompt\": " + prompts + "], \"n\": 16}", auth(kLight)));
   check(status_of(a) == 400 && body_of(a).find("\"n\"") != std::string::npos, "16 prompts x n = 16: 400 naming n");
   a = round_trip(s.admin, post_request("/admin/plugins", R"({"manifest": "/dev/zero"})", auth(kAdminToken)), 10s);
-  check(status_of(a) == 400, "/dev/zero as a plugin manifest: " + std::to_string(status_of(a)) + " at once");
+  check(status_of(a) == 403 && body_of(a).find("outside the plugin folders") != std::string::npos,
+        "/dev/zero as a plugin manifest: " + std::to_string(status_of(a)) + " at once (outside the plugin folders)");
 }
 
 std::string stream_request(const std::string& key, const json& body) {
@@ -395,30 +397,41 @@ int main(int argc, char** argv) {
     const auto started = std::chrono::steady_clock::now();
     std::cout << "server on ports " << server.gateway << " and " << server.admin << ", idle at " << (watch.idle_rss() >> 20)
               << " MiB" << std::endl;
-    std::vector<Conn> slow;
-    slowloris(server, slow);
-    std::atomic<bool> dripping{true};
-    std::thread drip([&] {  // a header byte a second on each, while the next phases run
-      while (dripping) {
-        for (auto& c : slow) c.send("a");
-        std::this_thread::sleep_for(1s);
+    // The attacks run in a thread of a lower priority (nice 10; the threads it starts inherit it), so
+    // that the /health probe, at the server's own priority, measures the server's answer and not the
+    // wait of a probe crowded out by this process's own senders on a 2-core machine.
+    std::thread attacks([&] {
+      ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), 10);
+      try {
+        std::vector<Conn> slow;
+        slowloris(server, slow);
+        std::atomic<bool> dripping{true};
+        std::thread drip([&] {  // a header byte a second on each, while the next phases run
+          while (dripping) {
+            for (auto& c : slow) c.send("a");
+            std::this_thread::sleep_for(1s);
+          }
+        });
+        bodies(server, watch);
+        watch.report("bodies");
+        json_probes(server);
+        watch.report("malformed JSON");
+        std::this_thread::sleep_for(std::chrono::seconds(std::max<int64_t>(0, 11 - std::chrono::duration_cast<std::chrono::seconds>(
+                                                                                    std::chrono::steady_clock::now() - started).count())));
+        dripping = false;
+        drip.join();
+        int closed = 0;
+        for (auto& c : slow) closed += c.closed_by_peer(15s) ? 1 : 0;
+        check(closed == 72, std::to_string(closed) + " of 72 slowloris connections closed by the server at its header deadline");
+        watch.report("slowloris");
+        fairness(server);
+        watch.report("fairness");
+        many(server, watch);
+      } catch (const std::exception& e) {
+        check(false, e.what());
       }
     });
-    bodies(server, watch);
-    watch.report("bodies");
-    json_probes(server);
-    watch.report("malformed JSON");
-    std::this_thread::sleep_for(std::chrono::seconds(std::max<int64_t>(0, 11 - std::chrono::duration_cast<std::chrono::seconds>(
-                                                                                std::chrono::steady_clock::now() - started).count())));
-    dripping = false;
-    drip.join();
-    int closed = 0;
-    for (auto& c : slow) closed += c.closed_by_peer(15s) ? 1 : 0;
-    check(closed == 72, std::to_string(closed) + " of 72 slowloris connections closed by the server at its header deadline");
-    watch.report("slowloris");
-    fairness(server);
-    watch.report("fairness");
-    many(server, watch);
+    attacks.join();
     watch.finish();
     check(server.alive(), "the server is still running");
     check(server.stop(), "SIGTERM drained it and it exited 0");

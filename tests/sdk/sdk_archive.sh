@@ -62,7 +62,10 @@ done
 echo "ok: both examples build against the archive alone and pass tokenhost-conformance"
 
 # Loaded into a running server and swapped in live while requests stream.
-start_server "$tokenhost" "$cli/../../manifests/default.toml"
+# As a vendor's plugin is installed: its folder is one of the deployment's plugin folders.
+sed "/^\[server\]/a plugin_paths = [\"$work/c_scheduler/build\", \"$work/cpp_router/build\"]" \
+  "$cli/../../manifests/default.toml" > "$work/vendor.toml"
+start_server "$tokenhost" "$work/vendor.toml"
 complete() {
   curl -sf "http://127.0.0.1:$gw/v1/completions" \
     -d '{"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": true}' | grep -q '"finish_reason":"length"'

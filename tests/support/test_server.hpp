@@ -24,6 +24,7 @@ listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
 http_threads = 32
+plugins_from_anywhere = true
 
 [models.tiny]
 seed = 7
@@ -50,6 +51,7 @@ inline std::string moe_test_manifest() {
 [server]
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
+plugins_from_anywhere = true
 
 [models.moe]
 seed = 3

@@ -3,6 +3,10 @@
 // load are in test_hot_swap.cpp.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <atomic>
 #include <future>
 #include <thread>
@@ -199,4 +203,44 @@ TEST_CASE("server: the router plugin's feedback carries the request's TTFT, tota
   CHECK(ttft > 0);
   CHECK(ttft == Approx(*r.ttft_s));
   CHECK(total >= ttft);
+}
+
+TEST_CASE("server: plugin manifests register only from the plugin folders unless the deployment opts in", "[server][admin]") {
+  auto outside = [](const std::string& server_lines) {
+    std::string m = test_manifest();
+    const std::string opt = "plugins_from_anywhere = true\n";
+    m.replace(m.find(opt), opt.size(), server_lines);
+    return std::make_unique<Server>(read_deployment("test.toml", m));
+  };
+  {
+    auto server = outside("");
+    for (const std::string& path : {fixture("router_v1"), fixture_dir() + "/router_v1/../router_v2/plugin.toml",
+                                    std::string("/dev/zero"), std::string("/nonexistent/plugin.toml")}) {
+      try {
+        server->register_plugin(path);
+        FAIL("registered " << path);
+      } catch (const AdminError& e) {
+        CHECK(e.http_status == 403);
+        CHECK_THAT(e.what(), Contains("is outside the plugin folders") && Contains("plugins_from_anywhere"));
+      }
+    }
+  }
+  // A folder named in plugin_paths holding the fixture: inside it, it registers; a path that climbs out
+  // of it with ".." does not.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tokenhost-plugin-folder-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "router_v1");
+  for (const auto& f : fs::directory_iterator(fs::path(fixture("router_v1")).parent_path()))
+    fs::copy(f.path(), dir / "router_v1" / f.path().filename(), fs::copy_options::overwrite_existing);
+  {
+    auto server = outside("plugin_paths = [\"" + dir.string() + "\"]\n");
+    CHECK(server->register_plugin((dir / "router_v1" / "plugin.toml").string()) == "router.fixture");
+    try {
+      server->register_plugin((dir / ".." / "x" / "plugin.toml").string());
+      FAIL("registered a file above the plugin folder");
+    } catch (const AdminError& e) {
+      CHECK(e.http_status == 403);
+    }
+  }
+  fs::remove_all(dir);
 }
