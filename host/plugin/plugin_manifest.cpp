@@ -165,6 +165,12 @@ PluginManifest read_plugin_manifest(const std::string& path) {
       else reader.fail(*t.get("type"), "unknown type '" + type + "' in " + context + suggestion(type, {"int", "float", "bool", "string"}));
       param.min = number(reader, t, "min", context);
       param.max = number(reader, t, "max", context);
+      // An int's bounds are ints: a float bound (65E36) would not convert back to one.
+      for (const char* bound : {"min", "max"}) {
+        const toml::node* b = t.get(bound);
+        if (param.type == ParamType::integer && b != nullptr && !b->is_integer())
+          reader.fail(*b, "'" + std::string(bound) + "' of the int " + context + " must be an integer, found " + toml_type_name(*b));
+      }
       param.doc = reader.require_string(t, "doc", context);
       const toml::node* def = t.get("default");
       if (def == nullptr) reader.fail(t, "missing key 'default' in " + context);

@@ -68,4 +68,7 @@ TEST_CASE("plugin manifest: mistakes are reported at file:line:column", "[manife
   CHECK(error_of(kHead + "[config.n]\ntype = \"int\"\ndefault = 9\nmax = 4\ndoc = \"d\"\n") ==
         "9:11: 'n' in [config.n] is out of range [-inf, 4]");
   CHECK(error_of(kHead + "devices = [\"gpu\"]\n") == "7:11: unknown device 'gpu' in [plugin] devices (did you mean 'cpu'?)");
+  // Found by fuzz_plugin_manifest: a float bound of an int (listing it converted 65E36 to an int).
+  CHECK(error_of(kHead + "[config.n]\ntype = \"int\"\ndefault = 1\nmax = 65E36\ndoc = \"d\"\n") ==
+        "10:7: 'max' of the int [config.n] must be an integer, found a float");
 }
