@@ -5,8 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake git
-  libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libboost1.81-dev nlohmann-json3-dev libcli11-dev
-  curl
+  libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libboost1.81-dev libssl-dev nlohmann-json3-dev libcli11-dev
+  curl openssl  # the CLI tests: curl against the server, openssl makes throwaway TLS certificates
   clang-15 libfuzzer-15-dev  # the fuzz targets (fuzz/), built with clang and libFuzzer
   nodejs prometheus  # the tests: the OpenAI Node SDK against the server (npm), promtool on /metrics
   chromium chromium-driver fonts-dejavu-core  # the dashboard test: headless Chromium through chromedriver

@@ -18,13 +18,17 @@ std::string find_admin_token(const std::string& explicit_token, const std::strin
   return token;
 }
 
-AdminClient::AdminClient(const std::string& url, std::string token) : url_(url), token_(std::move(token)) {
+AdminClient::AdminClient(const std::string& url, std::string token, const std::string& ca_file, bool insecure)
+    : url_(url), token_(std::move(token)) {
   loadgen::Target t = loadgen::parse_url(url);
   HttpClientOptions options;
   options.connect_timeout = std::chrono::seconds(5);
   // A swap or an engine drain can take as long as the longest step; a new engine loads its plugins.
   options.read_timeout = std::chrono::seconds(180);
   if (!token_.empty()) options.headers.emplace_back("Authorization", "Bearer " + token_);
+  options.tls.enabled = t.tls;
+  options.tls.ca_file = ca_file;
+  options.tls.verify = !insecure;
   http_ = std::make_unique<HttpClient>(t.host, t.port, std::move(options));
 }
 
@@ -46,6 +50,8 @@ nlohmann::json AdminClient::call(const std::string& method, const std::string& p
     case HttpClientError::connect_timeout:
     case HttpClientError::connect:
       throw AdminCallError(0, "cannot reach the admin API at " + url_ + " (" + r.message + "); is `tokenhost serve` running there? (--url)");
+    case HttpClientError::tls:
+      throw AdminCallError(0, r.message + " (--cacert FILE trusts the server's certificate; --insecure skips the check)");
     default:  // reached, but no whole answer came
       throw AdminCallError(0, method + " " + path + ": " + r.message);
   }

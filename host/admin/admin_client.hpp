@@ -24,8 +24,10 @@ std::string find_admin_token(const std::string& explicit_token, const std::strin
 
 class AdminClient {
  public:
-  // url: "http://HOST:PORT" of the admin API. Throws std::invalid_argument for a URL it cannot use.
-  AdminClient(const std::string& url, std::string token);
+  // url: "http[s]://HOST:PORT" of the admin API. With https, the server's certificate must chain to
+  // ca_file's certificates ("": the system's), unless insecure. Throws std::invalid_argument for a URL
+  // it cannot use.
+  AdminClient(const std::string& url, std::string token, const std::string& ca_file = "", bool insecure = false);
   ~AdminClient();
 
   nlohmann::json get(const std::string& path);

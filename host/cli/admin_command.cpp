@@ -75,6 +75,9 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
   admin->require_subcommand(1);
   admin->add_option("--url", o.url, "The admin API's base URL")->capture_default_str();
   admin->add_option("--token", o.token, "The admin token");
+  admin->add_option("--cacert", o.ca_file, "With an https:// URL: PEM certificates to trust for the server's (default: the system's)")
+      ->check(CLI::ExistingFile);
+  admin->add_flag("--insecure", o.insecure, "With an https:// URL: take any certificate (encrypted, not authenticated)");
   admin->add_flag("--json", o.json, "Print the server's JSON answers");
 
   admin->add_subcommand("status", "Engines, their plugins and versions, the router")->callback([&o] {
@@ -185,7 +188,7 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
 int run_admin(const AdminOptions& options) {
   if (!options.action) return 1;
   try {
-    AdminClient client(options.url, find_admin_token(options.token, options.url));
+    AdminClient client(options.url, find_admin_token(options.token, options.url), options.ca_file, options.insecure);
     return options.action(client, options);
   } catch (const AdminCallError& e) {
     std::cerr << "tokenhost admin: " << e.what() << "\n";

@@ -30,6 +30,8 @@ struct AdminArgs {
 struct AdminOptions {
   std::string url = "http://127.0.0.1:8081";
   std::string token;
+  std::string ca_file;    // https: the certificates to trust
+  bool insecure = false;  // https: any certificate
   bool json = false;  // print the server's JSON answer instead of a summary
   AdminArgs args;
   std::function<int(AdminClient&, const AdminOptions&)> action;

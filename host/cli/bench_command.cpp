@@ -83,12 +83,15 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
       "The table goes to stdout (to stderr with --json -); exits 1 when any request failed.\n"
       "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.");
-  cmd->add_option("--url", o.url, "Server base URL, http://HOST:PORT (without /v1)")->required()->check(http_url());
+  cmd->add_option("--url", o.url, "Server base URL, http[s]://HOST:PORT (without /v1)")->required()->check(http_url());
   cmd->add_option("--endpoint", o.endpoint, "completions (/v1/completions) or chat (/v1/chat/completions)")
       ->capture_default_str()
       ->check(CLI::IsMember({"completions", "chat"}));
   cmd->add_option("--model", o.model, "Model name to send (default: the first of GET /v1/models; none if that fails)");
   cmd->add_option("--api-key", o.api_key, "Sent as 'Authorization: Bearer KEY'")->envname("OPENAI_API_KEY");
+  cmd->add_option("--cacert", o.ca_file, "With an https:// URL: PEM certificates to trust for the server's (default: the system's)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--insecure", o.insecure, "With an https:// URL: take any certificate (encrypted, not authenticated)");
   auto* conc = cmd->add_option("--concurrency,-c", o.concurrency, "Closed loop: requests in flight at all times")
                    ->capture_default_str()
                    ->check(CLI::Range(1u, 100000u));
@@ -131,6 +134,8 @@ int run_bench(const BenchOptions& o) {
   ep.chat = o.endpoint == "chat";
   ep.model = o.model;
   ep.api_key = o.api_key;
+  ep.ca_file = o.ca_file;
+  ep.insecure = o.insecure;
   ep.stream = !o.no_stream;
   ep.ignore_eos = o.ignore_eos;
   ep.timeout_s = o.timeout_s;

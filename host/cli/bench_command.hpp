@@ -16,6 +16,8 @@ struct BenchOptions {
   std::string endpoint = "completions";
   std::string model;
   std::string api_key;
+  std::string ca_file;    // https: PEM certificates to trust
+  bool insecure = false;  // https: any certificate
   uint32_t concurrency = 1;
   double rate = 0;
   uint32_t max_concurrency = 0;

@@ -20,6 +20,7 @@
 #include "cli/make_model_command.hpp"
 #include "cli/tokenize_command.hpp"
 #include "http/http_servers.hpp"
+#include "http/http_tls.hpp"
 #include "manifest/deployment.hpp"
 #include "plugin/kind.hpp"
 #include "plugin/library.hpp"
@@ -88,15 +89,29 @@ std::vector<std::string> check_plugins(const Deployment& d) {
   return problems;
 }
 
+// Loads each port's certificate and key as serve would (no plugin code runs).
+std::vector<std::string> check_tls(const Deployment& d) {
+  std::vector<std::string> problems;
+  for (const auto& [port, tls] : {std::pair{"the gateway", &d.server.tls}, std::pair{"the admin API", &d.server.admin_tls}}) {
+    if (!tls->enabled()) continue;
+    try {
+      load_server_tls(tls->certificate, tls->private_key);
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("TLS of ") + port + ": " + e.what());
+    }
+  }
+  return problems;
+}
+
 int run_check(const std::string& path, bool load) {
   try {
     Deployment d = load_deployment(path);
-    if (load) {
-      auto problems = check_plugins(d);
-      if (!problems.empty()) {
-        for (const auto& p : problems) std::cerr << (path.empty() ? d.file : path) << ": " << p << "\n";
-        return 1;
-      }
+    std::vector<std::string> problems = check_tls(d);
+    if (load)
+      for (auto& p : check_plugins(d)) problems.push_back(std::move(p));
+    if (!problems.empty()) {
+      for (const auto& p : problems) std::cerr << (path.empty() ? d.file : path) << ": " << p << "\n";
+      return 1;
     }
     std::cout << d.file << ": OK (" << d.models.size() << " model(s), " << d.engines.size() << " engine(s)"
               << (load ? ", every plugin loaded and accepts its engine" : "") << ")\n";

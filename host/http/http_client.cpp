@@ -7,8 +7,12 @@
 #include <optional>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include "http/http_tls.hpp"
 
 namespace tokenhost {
 namespace {
@@ -16,6 +20,7 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 
 constexpr uint32_t kHeaderLimit = 64 << 10;
@@ -28,7 +33,7 @@ std::string duration_text(std::chrono::milliseconds d) {
 // How a connection the server has closed while it idled shows itself on the next request.
 bool closed_by_peer(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-         ec == net::error::broken_pipe;
+         ec == net::error::broken_pipe || ec == net::ssl::error::stream_truncated;
 }
 
 HttpClientResult failure(HttpClientError error, std::string message, HttpClientResult head = {}) {
@@ -47,7 +52,7 @@ std::string HttpClientResult::header(std::string_view name) const {
 
 struct HttpClient::Impl {
   Impl(std::string h, int p, HttpClientOptions o)
-      : host(std::move(h)), port(p), options(std::move(o)), url("http://" + authority()) {}
+      : host(std::move(h)), port(p), options(std::move(o)), url((options.tls.enabled ? "https://" : "http://") + authority()) {}
 
   std::string host;
   int port;
@@ -56,7 +61,10 @@ struct HttpClient::Impl {
   // Every operation runs on this context, on the caller's thread, one at a time: synchronous calls
   // with the deadlines of Beast's asynchronous stream.
   net::io_context io;
-  std::optional<beast::tcp_stream> stream;  // engaged while connected
+  // One of them engaged while connected: plain, or TLS (its context made for the first connection).
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  std::shared_ptr<TlsContext> tls_context;
   beast::flat_buffer buffer;
   std::vector<char> piece;  // a streamed body's landing place
 
@@ -75,21 +83,32 @@ struct HttpClient::Impl {
     return result;
   }
 
+  bool connected() const { return plain || secure; }
+  // The TCP stream beneath: deadlines and the socket.
+  beast::tcp_stream& tcp_layer() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+  // Runs op(stream) on the connection's stream, whichever it is.
+  template <class Op>
+  beast::error_code on_stream(Op&& op) {
+    return secure ? op(*secure) : op(*plain);
+  }
+
+  // Without TLS's closing alert: a request is framed by its headers, and the server may be gone.
   void close() {
-    if (!stream) return;
+    if (!connected()) return;
     beast::error_code ignored;
-    stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream->close();
-    stream.reset();
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    tcp_layer().close();
+    plain.reset();
+    secure.reset();
     buffer.clear();
   }
 
   // Whether a kept connection is still open: the server closes idle ones, and a request sent on one of
   // those would be lost. Bytes waiting before a request is sent belong to no answer: not usable either.
   bool usable() {
-    if (!stream || buffer.size() > 0) return false;
+    if (!connected() || buffer.size() > 0) return false;
     char c;
-    const ssize_t n = ::recv(stream->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(tcp_layer().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
   }
 
@@ -105,12 +124,23 @@ struct HttpClient::Impl {
       endpoints = resolver.resolve(host, std::to_string(port), ec);
       if (ec) return failure(HttpClientError::resolve, "cannot resolve the host of " + url + ": " + ec.message());
     }
-    stream.emplace(io);
-    stream->expires_after(options.connect_timeout);
+    if (options.tls.enabled) {
+      if (!tls_context) {
+        try {
+          tls_context = make_client_tls(options.tls.ca_file, options.tls.verify);
+        } catch (const std::exception& e) {
+          return failure(HttpClientError::tls, "cannot connect to " + url + ": " + e.what());
+        }
+      }
+      secure.emplace(io, *tls_context);
+    } else {
+      plain.emplace(io);
+    }
+    tcp_layer().expires_after(options.connect_timeout);
     if (numeric)
-      ec = run([&](auto done) { stream->async_connect(tcp::endpoint(address, uint16_t(port)), std::move(done)); });
+      ec = run([&](auto done) { tcp_layer().async_connect(tcp::endpoint(address, uint16_t(port)), std::move(done)); });
     else
-      ec = run([&](auto done) { stream->async_connect(endpoints, std::move(done)); });
+      ec = run([&](auto done) { tcp_layer().async_connect(endpoints, std::move(done)); });
     if (ec) {
       close();
       if (ec == beast::error::timeout)
@@ -120,9 +150,26 @@ struct HttpClient::Impl {
         return failure(HttpClientError::refused, "cannot connect to " + url + ": connection refused");
       return failure(HttpClientError::connect, "cannot connect to " + url + ": " + ec.message());
     }
-    stream->expires_never();
-    stream->socket().set_option(tcp::no_delay(true), ec);  // a request goes out at once, not after Nagle's wait
+    tcp_layer().expires_never();
+    tcp_layer().socket().set_option(tcp::no_delay(true), ec);  // a request goes out at once, not after Nagle's wait
+    if (secure) return handshake(numeric);
     return {};
+  }
+
+  // TLS: the server's name for its certificate (SNI), the certificate checked against the host, the
+  // handshake within connect_timeout.
+  HttpClientResult handshake(bool numeric) {
+    if (!numeric) SSL_set_tlsext_host_name(secure->native_handle(), host.c_str());
+    if (options.tls.verify) secure->set_verify_callback(ssl::host_name_verification(host));
+    tcp_layer().expires_after(options.connect_timeout);
+    const beast::error_code ec = run([&](auto done) { secure->async_handshake(ssl::stream_base::client, std::move(done)); });
+    tcp_layer().expires_never();
+    if (!ec) return {};
+    std::string why = ec == beast::error::timeout ? "no answer within " + duration_text(options.connect_timeout) : tls_error_text(ec);
+    if (const long verified = SSL_get_verify_result(secure->native_handle()); verified != X509_V_OK)
+      why += " (" + std::string(X509_verify_cert_error_string(verified)) + ")";
+    close();
+    return failure(HttpClientError::tls, "TLS handshake with " + url + " failed: " + why);
   }
 
   beast::error_code write(const HttpClientRequest& r) {
@@ -137,18 +184,19 @@ struct HttpClient::Impl {
     if (!r.content_type.empty()) req.set(http::field::content_type, r.content_type);
     req.body() = r.body;
     req.prepare_payload();
-    stream->expires_after(options.write_timeout);
-    const beast::error_code ec = run([&](auto done) { http::async_write(*stream, req, std::move(done)); });
-    stream->expires_never();
+    tcp_layer().expires_after(options.write_timeout);
+    const beast::error_code ec = on_stream([&](auto& s) { return run([&](auto done) { http::async_write(s, req, std::move(done)); }); });
+    tcp_layer().expires_never();
     return ec;
   }
 
   // One read from the socket into the parser, within read_timeout.
   template <class Parser>
   beast::error_code read_some(Parser& p) {
-    stream->expires_after(options.read_timeout);
-    beast::error_code ec = run([&](auto done) { http::async_read_some(*stream, buffer, p, std::move(done)); });
-    stream->expires_never();
+    tcp_layer().expires_after(options.read_timeout);
+    beast::error_code ec =
+        on_stream([&](auto& s) { return run([&](auto done) { http::async_read_some(s, buffer, p, std::move(done)); }); });
+    tcp_layer().expires_never();
     if (ec == http::error::need_buffer) ec = {};  // a streamed piece is full: hand it over, read on
     return ec;
   }

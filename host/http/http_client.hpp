@@ -21,6 +21,14 @@ namespace tokenhost {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
+// https: TLS over the connection (http/http_tls.hpp), the server's certificate checked against its
+// name (or address) and trusted certificates.
+struct HttpClientTls {
+  bool enabled = false;
+  std::string ca_file;  // PEM certificates to trust; "": the system's store
+  bool verify = true;   // false: any certificate is taken (encrypted, not authenticated: --insecure)
+};
+
 struct HttpClientOptions {
   std::chrono::milliseconds connect_timeout{10000};
   // The longest wait for the answer's next bytes, its first ones included. Not a bound on the whole
@@ -29,6 +37,7 @@ struct HttpClientOptions {
   std::chrono::milliseconds write_timeout{60000};  // for the whole request
   size_t max_body_bytes = 64u << 20;                // of a whole answer; a streamed body is the sink's
   HttpHeaders headers;                              // sent with every request (Authorization, ...)
+  HttpClientTls tls;
 };
 
 enum class HttpClientError {
@@ -37,6 +46,8 @@ enum class HttpClientError {
   refused,          // nothing listens there
   connect_timeout,  // no answer to the connection attempt within connect_timeout
   connect,          // another connection failure (unreachable network, ...)
+  tls,              // the TLS handshake failed (an untrusted certificate, not a TLS server, ...), or the
+                    // CA file cannot be used
   write,            // sending the request failed
   read_timeout,     // the answer's next bytes did not come within read_timeout
   read,             // the connection closed or broke mid-answer, or the answer is not HTTP
@@ -87,7 +98,7 @@ class HttpClient {
   // Closes the connection (the next request opens another).
   void close();
   HttpClientOptions& options();
-  // "http://HOST:PORT", as the messages name it.
+  // "http://HOST:PORT" (https:// with TLS), as the messages name it.
   const std::string& url() const;
 
  private:

@@ -1,6 +1,8 @@
 #include "http/http_listener.hpp"
 
 #include <malloc.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -10,12 +12,16 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "http/http_tls.hpp"
 
 namespace tokenhost {
 namespace {
@@ -23,6 +29,7 @@ namespace {
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace ssl = net::ssl;
 using tcp = net::ip::tcp;
 using namespace std::chrono_literals;
 
@@ -68,7 +75,7 @@ std::string chunk_text(const std::string& data) {
 
 }  // namespace
 
-class Session;
+class Connection;
 
 struct HttpListener::Impl {
   Impl(std::string n, HttpLimits l, size_t io, size_t handler_threads)
@@ -77,6 +84,12 @@ struct HttpListener::Impl {
   std::string name;
   HttpLimits limits;
   size_t io_threads;
+  // Before the I/O context: handlers it still holds when it is destroyed (a timer posted by a
+  // handler, say) release sessions, whose destructors reach these.
+  std::atomic<size_t> open{0};
+  std::mutex sessions_mutex;
+  std::set<Connection*> sessions;
+  std::shared_ptr<TlsContext> tls;  // null: plain HTTP
   net::io_context io;
   net::thread_pool handlers;
   tcp::acceptor acceptor{io};
@@ -85,9 +98,6 @@ struct HttpListener::Impl {
   std::shared_ptr<const Logger> logger;
   std::vector<std::thread> threads;
   std::shared_ptr<Liveness> liveness = std::make_shared<Liveness>();
-  std::atomic<size_t> open{0};
-  std::mutex sessions_mutex;
-  std::set<Session*> sessions;
   std::atomic<int64_t> last_refusal_log{0};
   bool started = false, stopped = false;
 
@@ -106,7 +116,7 @@ constexpr size_t kReturnMemoryAfterBytes = 1 << 20;
 
 class Exchange final : public HttpExchange {
  public:
-  Exchange(std::weak_ptr<Session> session, std::shared_ptr<Liveness> liveness, HttpRequest request, bool keep_alive,
+  Exchange(std::weak_ptr<Connection> session, std::shared_ptr<Liveness> liveness, HttpRequest request, bool keep_alive,
            bool head_only, size_t stream_bound, std::shared_ptr<const HttpListener::Logger> logger)
       : session_(std::move(session)),
         liveness_(std::move(liveness)),
@@ -147,9 +157,9 @@ class Exchange final : public HttpExchange {
 
  private:
   // Runs fn(session) on the session's strand, unless the listener or the session is gone.
-  void on_session(std::function<void(Session&)> fn);
+  void on_session(std::function<void(Connection&)> fn);
 
-  std::weak_ptr<Session> session_;
+  std::weak_ptr<Connection> session_;
   std::shared_ptr<Liveness> liveness_;
   HttpRequest request_;
   const bool keep_alive_, head_only_;
@@ -161,16 +171,34 @@ class Exchange final : public HttpExchange {
   std::vector<std::function<void()>> gone_callbacks_;
 };
 
-// One connection: reads requests one after another, hands each to its route, writes the answers in
-// order. Every member runs on the connection's strand.
-class Session final : public std::enable_shared_from_this<Session> {
+// A connection as its exchanges and the listener reach it: a Session over plain TCP or over TLS.
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Session(HttpListener::Impl& listener, tcp::socket socket) : l_(listener), stream_(std::move(socket)) {
+  virtual ~Connection() = default;
+  virtual net::any_io_executor executor() = 0;
+  // Output: data joins the queue; `last` ends the current exchange's answer; `counted` is the streamed
+  // body bytes it carries.
+  virtual void enqueue(std::string data, bool last, size_t counted) = 0;
+  // Closes the socket; what is queued is dropped.
+  virtual void close() = 0;
+};
+
+// One connection: reads requests one after another, hands each to its route, writes the answers in
+// order. Every member runs on the connection's strand. Stream is beast::tcp_stream (HTTP) or an
+// ssl_stream over one (HTTPS: a handshake first, within header_timeout); deadlines, the socket and the
+// lingering close act on the TCP stream beneath either.
+template <class Stream>
+class Session final : public Connection {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <class... Args>
+  Session(HttpListener::Impl& listener, Args&&... stream_args) : l_(listener), stream_(std::forward<Args>(stream_args)...) {
     ++l_.open;
     std::lock_guard lock(l_.sessions_mutex);
     l_.sessions.insert(this);
   }
-  ~Session() {
+  ~Session() override {
     --l_.open;
     std::lock_guard lock(l_.sessions_mutex);
     l_.sessions.erase(this);
@@ -178,19 +206,25 @@ class Session final : public std::enable_shared_from_this<Session> {
 
   void start() {
     beast::error_code ec;
-    stream_.socket().set_option(tcp::no_delay(true), ec);  // streamed tokens are small writes, each wanted at once
-    const auto peer = stream_.socket().remote_endpoint(ec);
+    tcp_layer().socket().set_option(tcp::no_delay(true), ec);  // streamed tokens are small writes, each wanted at once
+    const auto peer = tcp_layer().socket().remote_endpoint(ec);
     if (!ec) {
       remote_addr_ = peer.address().to_string();
       remote_port_ = peer.port();
     }
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_header(); });
+    net::dispatch(executor(), [self = self()] {
+      if constexpr (kTls) {
+        self->tcp_layer().expires_after(self->l_.limits.header_timeout);
+        self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) { self->on_handshake(ec); });
+      } else {
+        self->read_header();
+      }
+    });
   }
 
-  net::any_io_executor executor() { return stream_.get_executor(); }
+  net::any_io_executor executor() override { return stream_.get_executor(); }
 
-  // Output: data joins the queue; `last` ends the current exchange's answer.
-  void enqueue(std::string data, bool last, size_t counted = 0) {
+  void enqueue(std::string data, bool last, size_t counted) override {
     if (closed_) return;
     out_.push_back({std::move(data), last, counted});
     if (!writing_) write_next();
@@ -202,12 +236,12 @@ class Session final : public std::enable_shared_from_this<Session> {
     close();
   }
 
-  void close() {
+  void close() override {
     if (closed_) return;
     closed_ = true;
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);
+    tcp_layer().close();
     out_.clear();
     keep_.reset();  // the last pending operation's handler now holds the only reference
   }
@@ -227,8 +261,8 @@ class Session final : public std::enable_shared_from_this<Session> {
     exchange_.reset();
     keep_.reset();
     if (buffer_.size() > 0) return read_header();
-    stream_.expires_after(l_.limits.idle_timeout);
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    tcp_layer().expires_after(l_.limits.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = self()](beast::error_code ec, size_t n) {
       if (ec) return self->close();  // idle too long, or the client closed: nothing is lost
       self->buffer_.commit(n);
       self->read_header();
@@ -239,8 +273,8 @@ class Session final : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(uint32_t(l_.limits.max_header_bytes));
     parser_->body_limit(l_.limits.max_body_bytes);
-    stream_.expires_after(l_.limits.header_timeout);
-    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    tcp_layer().expires_after(l_.limits.header_timeout);
+    http::async_read_header(stream_, buffer_, *parser_, [self = self()](beast::error_code ec, size_t) {
       self->on_header(ec);
     });
   }
@@ -268,8 +302,8 @@ class Session final : public std::enable_shared_from_this<Session> {
     const auto expect = req[http::field::expect];
     if (beast::iequals(expect, "100-continue")) {
       auto text = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-      stream_.expires_after(l_.limits.body_timeout);
-      net::async_write(stream_, net::buffer(*text), [self = shared_from_this(), text](beast::error_code ec, size_t) {
+      tcp_layer().expires_after(l_.limits.body_timeout);
+      net::async_write(stream_, net::buffer(*text), [self = self(), text](beast::error_code ec, size_t) {
         if (ec) return self->close();
         self->read_body();
       });
@@ -279,8 +313,8 @@ class Session final : public std::enable_shared_from_this<Session> {
   }
 
   void read_body() {
-    stream_.expires_after(l_.limits.body_timeout);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+    tcp_layer().expires_after(l_.limits.body_timeout);
+    http::async_read(stream_, buffer_, *parser_, [self = self()](beast::error_code ec, size_t) { self->on_body(ec); });
   }
 
   void on_body(beast::error_code ec) {
@@ -295,7 +329,7 @@ class Session final : public std::enable_shared_from_this<Session> {
         ec == net::error::operation_aborted)
       return close();
     if (ec) return refuse(400, "malformed HTTP request: " + ec.message());
-    stream_.expires_never();
+    tcp_layer().expires_never();
     auto msg = parser_->release();
     parser_.reset();
     HttpRequest r;
@@ -322,7 +356,7 @@ class Session final : public std::enable_shared_from_this<Session> {
     r.status = status;
     r.set_content(error_json(message, "invalid_request_error"), "application/json");
     parser_.reset();
-    enqueue(head_text(r, false, r.body.size(), false) + r.body, true);
+    enqueue(head_text(r, false, r.body.size(), false) + r.body, true, 0);
     refusing_ = true;
   }
 
@@ -331,7 +365,7 @@ class Session final : public std::enable_shared_from_this<Session> {
   // connection.
   void linger_close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    tcp_layer().socket().shutdown(tcp::socket::shutdown_send, ec);
     linger_until_ = std::chrono::steady_clock::now() + kLinger;
     drain();
   }
@@ -339,23 +373,25 @@ class Session final : public std::enable_shared_from_this<Session> {
   void drain() {
     const auto left = linger_until_ - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) return close();
-    stream_.expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(left));
-    stream_.async_read_some(buffer_.prepare(64 << 10), [self = shared_from_this()](beast::error_code ec, size_t) {
+    tcp_layer().expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    tcp_layer().async_read_some(buffer_.prepare(64 << 10), [self = self()](beast::error_code ec, size_t) {
       if (ec) return self->close();
       self->drain();
     });
   }
 
   // Watches the socket while the exchange is worked on: readable with nothing to read means the
-  // client closed its side.
+  // client closed its side (or reset the connection).
   void watch_gone() {
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), ex = exchange_](beast::error_code ec) {
+    tcp_layer().socket().async_wait(tcp::socket::wait_read, [self = self(), ex = exchange_](beast::error_code ec) {
       if (ec || self->closed_ || self->exchange_ != ex || ex == nullptr) return;
       char c;
-      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      const ssize_t n = ::recv(self->tcp_layer().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return self->client_gone();
       if (n < 0) return self->watch_gone();
-      // Bytes of a pipelined request: they wait in the socket until this answer is written.
+      // Bytes of a pipelined request (they wait in the socket until this answer is written), or with
+      // TLS an alert that may precede the client's close.
+      self->poll_gone(ex);
     });
   }
 
@@ -366,11 +402,11 @@ class Session final : public std::enable_shared_from_this<Session> {
     }
     writing_ = true;
     // A client that reads nothing for idle_timeout while an answer waits is dropped.
-    stream_.expires_after(l_.limits.idle_timeout);
-    net::async_write(stream_, net::buffer(out_.front().data), [self = shared_from_this()](beast::error_code ec, size_t) {
+    tcp_layer().expires_after(l_.limits.idle_timeout);
+    net::async_write(stream_, net::buffer(out_.front().data), [self = self()](beast::error_code ec, size_t) {
       if (self->closed_) return;
       if (ec) return self->client_gone();
-      self->stream_.expires_never();
+      self->tcp_layer().expires_never();
       Piece done = std::move(self->out_.front());
       self->out_.pop_front();
       if (done.counted > 0 && self->exchange_) self->exchange_->sent(done.counted);
@@ -382,22 +418,69 @@ class Session final : public std::enable_shared_from_this<Session> {
     });
   }
 
+  std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(this->shared_from_this()); }
+  beast::tcp_stream& tcp_layer() { return beast::get_lowest_layer(stream_); }
+
+  // HTTPS: the handshake is done (read the first request), or it failed: a plain HTTP request on this
+  // port is told so in plain HTTP, as nginx does; anything else closes the connection.
+  void on_handshake(beast::error_code ec) {
+    if (!ec) return read_header();
+    if (tls_got_plain_http(ec)) {
+      HttpResponse r;
+      r.status = 400;
+      r.set_content(error_json("this port speaks HTTPS: send the request with https://", "invalid_request_error"),
+                    "application/json");
+      auto text = std::make_shared<std::string>(head_text(r, false, r.body.size(), false) + r.body);
+      tcp_layer().expires_after(l_.limits.header_timeout);
+      net::async_write(tcp_layer(), net::buffer(*text), [self = self(), text](beast::error_code, size_t) { self->linger_close(); });
+      return;
+    }
+    if (ec == beast::error::timeout)
+      spdlog::debug("{}: {}:{} did not complete its TLS handshake within {} ms: closed", l_.name, remote_addr_, remote_port_,
+                    l_.limits.header_timeout.count());
+    else if (l_.log_refusal_now())
+      spdlog::info("{}: TLS handshake with {}:{} failed: {}", l_.name, remote_addr_, remote_port_, tls_error_text(ec));
+    close();
+  }
+
+  // Whether the client has closed its side of the connection, from the TCP state alone (unread bytes
+  // before its FIN hide the end of stream from a read).
+  bool peer_closed() {
+    tcp_info info{};
+    socklen_t size = sizeof info;
+    if (::getsockopt(tcp_layer().socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &size) != 0) return true;
+    return info.tcpi_state == TCP_CLOSE_WAIT || info.tcpi_state == TCP_LAST_ACK || info.tcpi_state == TCP_CLOSE;
+  }
+
+  // Bytes wait unread while the exchange is worked on (a pipelined request, or with TLS a closing
+  // alert): look at the TCP state every kGonePoll until the exchange ends.
+  void poll_gone(const std::shared_ptr<Exchange>& ex) {
+    auto timer = std::make_shared<net::steady_timer>(executor(), kGonePoll);
+    timer->async_wait([self = self(), ex, timer](beast::error_code ec) {
+      if (ec || self->closed_ || self->exchange_ != ex) return;
+      if (self->peer_closed()) return self->client_gone();
+      self->poll_gone(ex);
+    });
+  }
+
   HttpListener::Impl& l_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<Exchange> exchange_;
-  std::shared_ptr<Session> keep_;  // while a handler holds the exchange, the connection lives
+  std::shared_ptr<Connection> keep_;  // while a handler holds the exchange, the connection lives
   std::deque<Piece> out_;
   bool writing_ = false, closed_ = false, refusing_ = false;
   static constexpr std::chrono::seconds kLinger{5};
+  static constexpr std::chrono::milliseconds kGonePoll{200};
   std::chrono::steady_clock::time_point linger_until_;
   std::string remote_addr_;
   int remote_port_ = 0;
   std::string raw_path_;  // the current request's path as sent (percent-escaped)
 };
 
-void Session::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
+template <class Stream>
+void Session<Stream>::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
   const Route* route = nullptr;
   for (const auto& r : l_.routes) {
     if (r.method != request.method) continue;
@@ -410,7 +493,7 @@ void Session::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
   }
   exchange_ = std::make_shared<Exchange>(weak_from_this(), l_.liveness, std::move(request), keep_alive, head_only,
                                          l_.limits.stream_buffer_bytes, l_.logger);
-  keep_ = shared_from_this();
+  keep_ = this->shared_from_this();
   std::shared_ptr<Exchange> ex = exchange_;
   const HttpRequest& req = ex->request();
   if (l_.pre_routing) {
@@ -454,7 +537,7 @@ void Session::dispatch(HttpRequest request, bool keep_alive, bool head_only) {
   }
 }
 
-void Exchange::on_session(std::function<void(Session&)> fn) {
+void Exchange::on_session(std::function<void(Connection&)> fn) {
   std::lock_guard alive(liveness_->mutex);
   if (!liveness_->alive) return;
   auto s = session_.lock();
@@ -471,7 +554,7 @@ void Exchange::reply(HttpResponse response) {
   if (logger_) (*logger_)(request_, response);
   std::string text = head_text(response, false, response.body.size(), keep_alive_);
   if (!head_only_) text += response.body;
-  on_session([text = std::move(text)](Session& s) mutable { s.enqueue(std::move(text), true); });
+  on_session([text = std::move(text)](Connection& s) mutable { s.enqueue(std::move(text), true, 0); });
 }
 
 void Exchange::start_stream(HttpResponse head) {
@@ -480,7 +563,7 @@ void Exchange::start_stream(HttpResponse head) {
     if (answered_ || gone_) return;
     answered_ = streaming_ = true;
   }
-  on_session([text = head_text(head, true, 0, keep_alive_)](Session& s) mutable { s.enqueue(std::move(text), false); });
+  on_session([text = head_text(head, true, 0, keep_alive_)](Connection& s) mutable { s.enqueue(std::move(text), false, 0); });
 }
 
 bool Exchange::write(std::string chunk) {
@@ -492,13 +575,13 @@ bool Exchange::write(std::string chunk) {
       spdlog::warn("client {}:{} reads too slowly: {} bytes of its stream are unsent (limit {}); request cancelled",
                    request_.remote_addr, request_.remote_port, unsent_ + chunk.size(), stream_bound_);
       gone_ = true;
-      on_session([](Session& s) { s.close(); });
+      on_session([](Connection& s) { s.close(); });
       return false;
     }
     unsent_ += chunk.size();
   }
   const size_t counted = chunk.size();
-  on_session([text = chunk_text(chunk), counted](Session& s) mutable { s.enqueue(std::move(text), false, counted); });
+  on_session([text = chunk_text(chunk), counted](Connection& s) mutable { s.enqueue(std::move(text), false, counted); });
   return true;
 }
 
@@ -508,7 +591,7 @@ void Exchange::end_stream() {
     if (!streaming_ || ended_ || gone_) return;
     ended_ = true;
   }
-  on_session([](Session& s) { s.enqueue("0\r\n\r\n", true); });
+  on_session([](Connection& s) { s.enqueue("0\r\n\r\n", true, 0); });
 }
 
 void Exchange::on_gone(std::function<void()> fn) {
@@ -534,8 +617,8 @@ void Exchange::mark_gone() {
 }
 
 void Exchange::post(std::function<void()> fn, std::chrono::milliseconds delay) {
-  if (delay.count() <= 0) return on_session([fn = std::move(fn)](Session&) { fn(); });
-  on_session([fn = std::move(fn), delay](Session& s) mutable {
+  if (delay.count() <= 0) return on_session([fn = std::move(fn)](Connection&) { fn(); });
+  on_session([fn = std::move(fn), delay](Connection& s) mutable {
     auto timer = std::make_shared<net::steady_timer>(s.executor(), delay);
     timer->async_wait([timer, fn = std::move(fn), keep = s.shared_from_this()](beast::error_code ec) {
       if (!ec) fn();
@@ -569,7 +652,10 @@ void HttpListener::Impl::accept() {
         s->shutdown(tcp::socket::shutdown_both, ignored);
       });
     } else {
-      std::make_shared<Session>(*this, std::move(socket))->start();
+      if (tls)
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, std::move(socket), *tls)->start();
+      else
+        std::make_shared<Session<beast::tcp_stream>>(*this, std::move(socket))->start();
     }
     accept();
   });
@@ -587,6 +673,7 @@ void HttpListener::route_async(const std::string& method, const std::string& pat
   impl_->routes.push_back({method, std::regex(pattern), nullptr, std::move(handler)});
 }
 void HttpListener::set_pre_routing(PreRouting fn) { impl_->pre_routing = std::move(fn); }
+void HttpListener::use_tls(std::shared_ptr<TlsContext> context) { impl_->tls = std::move(context); }
 void HttpListener::set_logger(Logger fn) { impl_->logger = std::make_shared<const Logger>(std::move(fn)); }
 size_t HttpListener::connections() const { return impl_->open.load(); }
 
@@ -626,10 +713,10 @@ void HttpListener::stop() {
       beast::error_code ec;
       l.acceptor.close(ec);
     });
-    std::vector<std::shared_ptr<Session>> open_sessions;  // released outside the lock: ~Session takes it
+    std::vector<std::shared_ptr<Connection>> open_sessions;  // released outside the lock: ~Session takes it
     {
       std::lock_guard lock(l.sessions_mutex);
-      for (Session* s : l.sessions)
+      for (Connection* s : l.sessions)
         if (auto keep = s->weak_from_this().lock()) open_sessions.push_back(std::move(keep));
     }
     for (auto& s : open_sessions) net::post(s->executor(), [s] { s->close(); });

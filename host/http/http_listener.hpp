@@ -10,6 +10,9 @@
 // stream's unsent bytes are bounded (a slow reader never blocks the writer: past the bound the
 // write is refused and the handler cancels its work). A client that closes its connection while its
 // request is being worked on is seen by the socket itself (on_gone).
+//
+// With use_tls, the listener speaks HTTPS: each connection's TLS handshake must complete within
+// header_timeout; a plain HTTP request sent to it is answered 400 in plain HTTP, naming https.
 #pragma once
 
 #include <chrono>
@@ -21,6 +24,10 @@
 #include <vector>
 
 #include "http/http_message.hpp"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace tokenhost {
 
@@ -79,6 +86,8 @@ class HttpListener {
   void route(const std::string& method, const std::string& pattern, BlockingHandler handler);
   void route_async(const std::string& method, const std::string& pattern, AsyncHandler handler);
   void set_pre_routing(PreRouting fn);
+  // HTTPS with this certificate (http/http_tls.hpp's load_server_tls), before start().
+  void use_tls(std::shared_ptr<boost::asio::ssl::context> context);
   void set_logger(Logger fn);
 
   // Binds host:port (port 0: any free port) and returns the port. Throws std::runtime_error naming

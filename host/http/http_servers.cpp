@@ -16,6 +16,7 @@
 #include "http/admin_json.hpp"
 #include "http/dashboard_route.hpp"
 #include "http/exchange_pump.hpp"
+#include "http/http_tls.hpp"
 #include "http/json_to_toml.hpp"
 #include "http/openai_routes.hpp"
 #include "http/tokenize_routes.hpp"
@@ -122,6 +123,9 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   raise_open_file_limit(gateway_limits.max_connections + admin_limits.max_connections);
   gateway_ = std::make_unique<HttpListener>("gateway", gateway_limits, size_t(io_threads), kGatewayHandlerThreads);
   admin_ = std::make_unique<HttpListener>("admin API", admin_limits, kAdminIoThreads, kAdminHandlerThreads);
+  const ServerDecl& decl = server_.deployment().server;
+  if (decl.tls.enabled()) gateway_->use_tls(load_server_tls(decl.tls.certificate, decl.tls.private_key));
+  if (decl.admin_tls.enabled()) admin_->use_tls(load_server_tls(decl.admin_tls.certificate, decl.admin_tls.private_key));
   add_openai_routes(*gateway_, server_);
   add_tokenize_routes(*gateway_, server_);
   // With API keys, every gateway request carries one (as vLLM's --api-key); without, the gateway is open.
@@ -149,15 +153,15 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_token_ = server_.deployment().server.admin_token.empty() ? make_admin_token() : server_.deployment().server.admin_token;
   admin_->set_pre_routing([this](const HttpRequest& req, HttpResponse& res) {
     if (req.path.rfind("/admin/", 0) != 0) return false;
-    const std::string auth = req.header("Authorization");
-    if (auth.rfind("Bearer ", 0) == 0 && same_secret(auth.substr(7), admin_token_)) return false;
+    const std::string token = bearer_token(req);
+    if (!token.empty() && same_secret(token, admin_token_)) return false;
     res.status = 401;
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(json{{"error", {{"message", auth.empty() ? "the admin API needs 'Authorization: Bearer <admin token>'"
-                                                              : "wrong admin token"},
+    res.set_content(json{{"error", {{"message", token.empty() ? "the admin API needs 'Authorization: Bearer <admin token>'"
+                                                               : "wrong admin token"},
                                     {"type", "authentication_error"}}}}.dump(),
                     "application/json");
-    spdlog::warn("admin API: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, auth.empty() ? "no token" : "wrong token");
+    spdlog::warn("admin API: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, token.empty() ? "no token" : "wrong token");
     return true;
   });
 
@@ -344,9 +348,14 @@ void HttpServers::start() {
   if (!is_loopback(cfg.admin_listen.host))
     spdlog::warn("THE ADMIN API LISTENS ON {}:{}, NOT ON LOOPBACK: whoever reaches it with the admin token can load a "
                  "library into this server and run code as its user (README: Security model). Keep the token "
-                 "secret and the port firewalled, or bind admin_listen to 127.0.0.1.",
-                 cfg.admin_listen.host, admin_port_);
-  spdlog::info("gateway listening on {}:{}, admin API on {}:{}", cfg.listen.host, gateway_port_, cfg.admin_listen.host, admin_port_);
+                 "secret and the port firewalled, or bind admin_listen to 127.0.0.1.{}",
+                 cfg.admin_listen.host, admin_port_,
+                 cfg.admin_tls.enabled() ? "" : " Without admin_tls_certificate the token crosses the network in clear text.");
+  // Scripts read this line's addresses: TLS is said after them.
+  const char* tls = cfg.tls.enabled() ? (cfg.admin_tls.enabled() ? "; both speak HTTPS" : "; the gateway speaks HTTPS")
+                                      : (cfg.admin_tls.enabled() ? "; the admin API speaks HTTPS" : "");
+  spdlog::info("gateway listening on {}:{}, admin API on {}:{}{}", cfg.listen.host, gateway_port_, cfg.admin_listen.host,
+               admin_port_, tls);
 }
 
 void HttpServers::stop() {

@@ -14,11 +14,11 @@
 namespace tokenhost::loadgen {
 
 Target parse_url(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind("https://", 0) == 0) throw std::invalid_argument("'" + url + "': https is not supported (use http://)");
-  if (url.rfind(scheme, 0) != 0) throw std::invalid_argument("'" + url + "': expected http://HOST[:PORT][/PREFIX]");
-  std::string rest = url.substr(scheme.size());
   Target t;
+  t.tls = url.rfind("https://", 0) == 0;
+  if (!t.tls && url.rfind("http://", 0) != 0) throw std::invalid_argument("'" + url + "': expected http[s]://HOST[:PORT][/PREFIX]");
+  if (t.tls) t.port = 443;
+  std::string rest = url.substr(t.tls ? 8 : 7);
   auto slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
   if (slash != std::string::npos) t.base_path = rest.substr(slash);
@@ -54,6 +54,9 @@ HttpClient connect(const EndpointOptions& o, const Target& t) {
   h.read_timeout = std::chrono::milliseconds(int64_t(1e3 * o.timeout_s));
   h.write_timeout = h.read_timeout;
   if (!o.api_key.empty()) h.headers.emplace_back("Authorization", "Bearer " + o.api_key);
+  h.tls.enabled = t.tls;
+  h.tls.ca_file = o.ca_file;
+  h.tls.verify = !o.insecure;
   return HttpClient(t.host, t.port, std::move(h));
 }
 

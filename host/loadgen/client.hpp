@@ -14,12 +14,13 @@
 namespace tokenhost::loadgen {
 
 struct Target {
+  bool tls = false;  // https://
   std::string host;
-  int port = 80;
+  int port = 80;     // 443 for https:// without a port
   std::string base_path;  // "" or "/prefix" (no trailing slash; a trailing "/v1" is dropped)
 };
 
-// "http://HOST[:PORT][/PREFIX]"; throws std::invalid_argument for anything else (https included).
+// "http[s]://HOST[:PORT][/PREFIX]"; throws std::invalid_argument for anything else.
 Target parse_url(const std::string& url);
 
 struct EndpointOptions {
@@ -27,6 +28,8 @@ struct EndpointOptions {
   bool chat = false;        // /v1/chat/completions instead of /v1/completions
   std::string model;        // empty: no "model" field
   std::string api_key;      // empty: no Authorization header
+  std::string ca_file;      // https: PEM certificates to trust ("": the system's)
+  bool insecure = false;    // https: take any certificate
   bool stream = true;
   bool ignore_eos = false;
   double timeout_s = 600;   // read timeout per request

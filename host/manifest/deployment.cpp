@@ -310,6 +310,24 @@ void read_api_keys(const TomlReader& r, const toml::table& s, const fs::path& ba
   }
 }
 
+// [server] PREFIXtls_certificate and PREFIXtls_private_key: both or neither, each a file (relative to the
+// manifest's folder). What they hold is checked when they are loaded (serve, `tokenhost check`).
+TlsFiles read_tls(const TomlReader& r, const toml::table& s, const std::string& prefix) {
+  const std::string cert_key = prefix + "tls_certificate", key_key = prefix + "tls_private_key";
+  auto cert = r.optional_string(s, cert_key, "[server]");
+  auto key = r.optional_string(s, key_key, "[server]");
+  if (!cert && !key) return {};
+  if (!cert || !key)
+    r.fail(*s.get(cert ? cert_key : key_key), "'" + (cert ? cert_key : key_key) + "' in [server] needs '" +
+                                                  (cert ? key_key : cert_key) + "' beside it (TLS takes a certificate and its key)");
+  TlsFiles tls{manifest_path(r, *cert), manifest_path(r, *key)};
+  for (const auto& [name, path] : {std::pair{cert_key, tls.certificate}, std::pair{key_key, tls.private_key}}) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) r.fail(*s.get(name), "'" + name + "' in [server]: " + path + " is not a file");
+  }
+  return tls;
+}
+
 void read_limits(const TomlReader& r, const toml::table& t, GatewayLimits& limits) {
   const std::string where = "[limits]";
   r.check_keys(t, {"default_max_tokens", "client_max_sequences", "client_tokens_per_minute", "kv_admission_factor"}, where);
@@ -345,7 +363,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   fs::path base = fs::absolute(file).parent_path();
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
-                      "api_keys_file", "plugins_from_anywhere"},
+                      "api_keys_file", "plugins_from_anywhere", "tls_certificate", "tls_private_key",
+                      "admin_tls_certificate", "admin_tls_private_key"},
                  "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
@@ -364,6 +383,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     }
     read_api_keys(r, *s, base, d.server.api_keys);
     d.server.plugins_from_anywhere = r.optional_bool(*s, "plugins_from_anywhere", "[server]").value_or(false);
+    d.server.tls = read_tls(r, *s, "");
+    d.server.admin_tls = read_tls(r, *s, "admin_");
   }
   if (const toml::table* l = r.optional_table(root, "limits", "the deployment manifest")) read_limits(r, *l, d.limits);
   if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) {

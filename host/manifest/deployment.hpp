@@ -31,6 +31,13 @@ constexpr size_t kMinAdminTokenLength = 16;
 // The shortest gateway API key accepted.
 constexpr size_t kMinApiKeyLength = 8;
 
+// TLS for one port: the PEM certificate chain (the server's certificate first) and its unencrypted PEM
+// private key, absolute paths. None: plain HTTP. http/http_tls.hpp loads and checks them.
+struct TlsFiles {
+  std::string certificate, private_key;
+  bool enabled() const { return !certificate.empty(); }
+};
+
 struct ServerDecl {
   Endpoint listen{"127.0.0.1", 8080};       // the inference API
   Endpoint admin_listen{"127.0.0.1", 8081}; // the admin API, loopback unless the manifest says otherwise
@@ -48,6 +55,8 @@ struct ServerDecl {
   // $TOKENHOST_PLUGIN_PATH, the built-in folder). Off: an admin token alone cannot load a library from
   // anywhere on the machine, only from folders the deployment names.
   bool plugins_from_anywhere = false;
+  TlsFiles tls;        // the gateway's: [server] tls_certificate and tls_private_key
+  TlsFiles admin_tls;  // the admin API's: [server] admin_tls_certificate and admin_tls_private_key
 };
 
 // What one request and one client may take ([limits]; server/admission.hpp enforces them). A limit of

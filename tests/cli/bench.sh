@@ -28,7 +28,7 @@ expect_error() {  # expect_error PATTERN ARGS...: `tokenhost bench ARGS` exits n
 expect_error "^tokenhost bench: cannot connect to http://127\.0\.0\.1:1 \(is a server listening there\?\)$" --url http://127.0.0.1:1
 expect_error "^tokenhost bench: cannot connect to http://127\.0\.0\.1:1 " --url http://127.0.0.1:1 --model m --requests 3
 expect_error "--url is required" --requests 3
-expect_error "--url: 'ftp://x': expected http://HOST\[:PORT\]\[/PREFIX\]" --url ftp://x
+expect_error "--url: 'ftp://x': expected http\[s\]://HOST\[:PORT\]\[/PREFIX\]" --url ftp://x
 expect_error "--prompt-tokens: '0': token counts must be in \[1, 1000000\]" --url http://127.0.0.1:1 --prompt-tokens 0
 expect_error "--output-tokens: '9:3': LO must not exceed HI" --url http://127.0.0.1:1 --output-tokens 9:3
 expect_error "--output-tokens: 'normal:5': expected normal:MEAN:SD" --url http://127.0.0.1:1 --output-tokens normal:5

@@ -19,7 +19,11 @@ status=$(curl -s -o "$work/bad.json" -w '%{http_code}' "${auth[@]}" "$admin/admi
 for i in $(seq 6); do
   curl -s "http://127.0.0.1:$gw/v1/generate" -d "{\"prompt\": \"request $i\", \"max_tokens\": 400}" > "$work/r$i.json" &
 done
-sleep 0.3
+# Every one of them in flight first (a loaded machine starts curl late): the engine holds 6 sequences.
+for _ in $(seq 100); do
+  curl -s "${auth[@]}" "$admin/admin/engines" | grep -q '"sequences": *6\b' && break
+  sleep 0.1
+done
 kill -TERM $pid
 for _ in $(seq 200); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 if kill -0 $pid 2>/dev/null; then echo "FAIL: still running 20 s after SIGTERM"; cat "$work/log"; exit 1; fi

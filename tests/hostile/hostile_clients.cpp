@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "prometheus_text.hpp"
 #include "raw_http.hpp"
 #include "streams.hpp"
 
@@ -286,8 +287,7 @@ std::string stream_request(const std::string& key, const json& body) {
 // A series' value in the admin port's /metrics: the line that starts with `series` (name and labels).
 double metric(const ServerProcess& s, const std::string& series) {
   const std::string text = body_of(round_trip(s.admin, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10s));
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 2));
+  return tokenhost::testing::prometheus_value(text, series);
 }
 
 void fairness(const ServerProcess& s) {

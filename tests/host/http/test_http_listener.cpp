@@ -323,6 +323,26 @@ TEST_CASE("http: a client that leaves while its request is worked on is seen at 
   held->reply(HttpResponse{});  // answering a departed client is harmless
 }
 
+TEST_CASE("http: a client that sent more bytes and then left is seen although its bytes are unread", "[http]") {
+  TestListener t;
+  std::atomic<bool> gone{false}, held{false};
+  t.l.route_async("GET", "/wait", [&](std::shared_ptr<HttpExchange> ex) {
+    ex->on_gone([&] { gone = true; });
+    held = true;
+    ex->post([ex] {}, 10s);  // kept, never answered
+  });
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/wait") + "GET /hel"));  // the next request's first bytes wait in the socket
+  for (int i = 0; i < 100 && !held; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(held);
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_FALSE(gone);
+  c.close();
+  for (int i = 0; i < 200 && !gone; ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(gone);
+}
+
 TEST_CASE("http: blocking handlers do not hold up the I/O threads", "[http]") {
   TestListener t(TestListener::short_limits(), 1);  // one I/O thread
   t.l.route("GET", "/slow", [](const HttpRequest&, HttpResponse& res) {

@@ -282,8 +282,13 @@ TEST_CASE("loadgen: URLs and progress lines", "[loadgen]") {
   t = parse_url("http://10.0.0.1/api");
   CHECK(t.port == 80);
   CHECK(t.base_path == "/api");
-  CHECK_THROWS_WITH(parse_url("https://x"), "'https://x': https is not supported (use http://)");
-  CHECK_THROWS_WITH(parse_url("localhost:8080"), "'localhost:8080': expected http://HOST[:PORT][/PREFIX]");
+  CHECK_FALSE(t.tls);
+  t = parse_url("https://example.org/v1");
+  CHECK(t.tls);
+  CHECK(t.port == 443);
+  CHECK(t.host == "example.org");
+  CHECK(parse_url("https://[::1]:8443").port == 8443);
+  CHECK_THROWS_WITH(parse_url("localhost:8080"), "'localhost:8080': expected http[s]://HOST[:PORT][/PREFIX]");
   CHECK_THROWS_WITH(parse_url("http://h:99999"), "'http://h:99999': '99999' is not a port number");
   CHECK(ProgressDisplay::line(5, 1, 10, 2.5, 0, 123.45, false) == "5/10 requests (1 failed), 2.5 s, 123.5 tokens/s");
   CHECK(ProgressDisplay::line(5, 0, 0, 30, 60, 1, true) == "[############............] 5 requests, 30.0/60 s, 1.0 tokens/s");

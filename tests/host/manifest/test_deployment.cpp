@@ -139,6 +139,34 @@ TEST_CASE("deployment: API keys and [limits] are read and checked", "[manifest]"
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("deployment: TLS files for either port are read as pairs, relative to the manifest", "[manifest]") {
+  auto dir = std::filesystem::temp_directory_path() / ("tokenhost-tls-" + std::to_string(fresh_rng("tls dir")()));
+  std::filesystem::create_directories(dir / "certs");
+  for (const char* f : {"certs/gw.crt", "certs/gw.key", "certs/admin.crt", "certs/admin.key"}) std::ofstream(dir / f) << "pem\n";
+  Deployment d = read_deployment((dir / "d.toml").string(),
+                                 "[server]\ntls_certificate = \"certs/gw.crt\"\ntls_private_key = \"certs/gw.key\"\n"
+                                 "admin_tls_certificate = \"" + (dir / "certs/admin.crt").string() +
+                                     "\"\nadmin_tls_private_key = \"certs/admin.key\"\n" + kModel + kEngine);
+  CHECK(d.server.tls.enabled());
+  CHECK(d.server.tls.certificate == (dir / "certs/gw.crt").string());
+  CHECK(d.server.tls.private_key == (dir / "certs/gw.key").string());
+  CHECK(d.server.admin_tls.certificate == (dir / "certs/admin.crt").string());
+  CHECK(d.server.admin_tls.private_key == (dir / "certs/admin.key").string());
+  Deployment plain = read_deployment("d.toml", kModel + kEngine);
+  CHECK_FALSE(plain.server.tls.enabled());
+  CHECK_FALSE(plain.server.admin_tls.enabled());
+  CHECK(error_of("[server]\ntls_certificate = \"" + (dir / "certs/gw.crt").string() + "\"\n" + kModel + kEngine) ==
+        "2:19: 'tls_certificate' in [server] needs 'tls_private_key' beside it (TLS takes a certificate and its key)");
+  CHECK_THAT(error_of("[server]\nadmin_tls_private_key = \"/x.key\"\n" + kModel + kEngine),
+             Catch::Matchers::Contains("'admin_tls_private_key' in [server] needs 'admin_tls_certificate' beside it"));
+  CHECK(error_of("[server]\ntls_certificate = \"/nonexistent/a.crt\"\ntls_private_key = \"" + (dir / "certs/gw.key").string() +
+                 "\"\n" + kModel + kEngine) == "2:19: 'tls_certificate' in [server]: /nonexistent/a.crt is not a file");
+  CHECK_THAT(error_of("[server]\ntls_certificate = \"" + dir.string() + "\"\ntls_private_key = \"" + (dir / "certs/gw.key").string() +
+                      "\"\n" + kModel + kEngine),
+             Catch::Matchers::Contains("is not a file"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("deployment: mistakes are reported at file:line:column with what was expected", "[manifest]") {
   CHECK(error_of("[server]\nlisten = \"127.0.0.1:8080\"\nlistn = \"x\"\n" + kModel + kEngine) ==
         "3:1: unknown key 'listn' in [server] (did you mean 'listen'?)");

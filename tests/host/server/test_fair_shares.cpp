@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "openai_client.hpp"
+#include "prometheus_text.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;
@@ -108,12 +109,6 @@ TEST_CASE("fair shares: past the KV pool times the admission factor, 503 with Re
   CHECK_THAT(s.server->metrics().prometheus_text(), Catch::Contains("tokenhost_gateway_refusals_total{reason=\"kv_demand\"} 1"));
 }
 
-// A series' value in Prometheus text: the line that starts with `series` (name and labels).
-double series_value(const std::string& text, const std::string& series) {
-  const size_t at = text.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size() + 2));
-}
-
 TEST_CASE("fair shares: a 1-sequence client's first token comes within 3 engine steps while another client runs 256", "[fair]") {
   LiveServer s(manifest_with(""));
   // The heavy client: 16 streams of 16 choices, long outputs, more than the KV pool holds at once.
@@ -129,7 +124,7 @@ TEST_CASE("fair shares: a 1-sequence client's first token comes within 3 engine 
   // Until each of its 256 sequences has had its first token: from then on every first token the engine
   // counts is the small client's.
   const std::string labels = "{engine=\"main\",experiment=\"\",arm=\"\"";
-  auto metric = [&](const std::string& series) { return series_value(s.server->metrics().prometheus_text(), series); };
+  auto metric = [&](const std::string& series) { return prometheus_value(s.server->metrics().prometheus_text(), series); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (metric("tokenhost_time_to_first_token_seconds_count" + labels + "}") < 256 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -8,92 +8,35 @@
 #include <string>
 #include <vector>
 
-#include "harness.hpp"
+#include "sched_harness.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
 namespace {
 
-struct Decision {
-  std::vector<th_sched_item> run;
-  std::vector<uint64_t> preempt;
-};
-
-struct Fifo {
-  std::shared_ptr<PluginInstance> inst;
-  explicit Fifo(int64_t max_chunk)
-      : inst(make_plugin("scheduler.fifo", model_spec(), toml::table{{"max_prefill_chunk", max_chunk}})) {}
-
-  Decision schedule(const th_sched_state& state) {
-    std::vector<th_sched_item> run(state.n_seqs, th_sched_item{~0ull, 0});
-    std::vector<uint64_t> preempt(state.n_seqs, ~0ull);
-    th_sched_decision d{sizeof(th_sched_decision), run.data(), 12345, preempt.data(), 12345};
-    th_error err;
-    REQUIRE(inst->vtable<th_scheduler_vtable>().schedule(inst->handle(), &state, &d, &err) == TH_OK);
-    REQUIRE(d.n_run <= state.n_seqs);
-    REQUIRE(d.n_preempt <= state.n_seqs);
-    run.resize(d.n_run);
-    preempt.resize(d.n_preempt);
-    return {run, preempt};
-  }
-};
-
-th_sched_state make_state(const std::vector<th_sched_seq>& seqs, uint32_t free_blocks, uint32_t block_size,
-                          uint32_t max_tokens, uint32_t max_seqs) {
-  uint32_t held = 0;
-  for (const auto& s : seqs) held += s.kv_blocks;
-  return th_sched_state{sizeof(th_sched_state), seqs.data(), uint32_t(seqs.size()), held + free_blocks, free_blocks,
-                        block_size, max_tokens, max_seqs, 1000, nullptr};
-}
+// scheduler.fifo with its max_prefill_chunk.
+Scheduler fifo_scheduler(int64_t max_chunk) { return Scheduler("scheduler.fifo", toml::table{{"max_prefill_chunk", max_chunk}}); }
 
 th_sched_seq seq(uint64_t id, th_seq_state state, uint32_t prompt_len, uint32_t prefilled, uint32_t kv_blocks) {
   return th_sched_seq{id, state, 0, id * 10, prompt_len, prefilled, prefilled >= prompt_len ? 3u : 0u, 64, kv_blocks};
 }
 
-uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
-// Every invariant the decision must keep, whatever the state.
-void check_decision(const th_sched_state& st, uint32_t max_chunk, const Decision& d) {
+// The invariants of every scheduler (sched_harness.hpp), then FIFO's own: preempted sequences arrived
+// after every running sequence that runs; no admission in a step that preempts; admitted sequences
+// are the first waiting/preempted ones, in order (no overtaking).
+void check_decision(const th_sched_state& st, uint32_t max_chunk, const SchedDecision& d) {
+  check_sched_decision(st, max_chunk, d);
   std::map<uint64_t, size_t> index;
   for (size_t i = 0; i < st.n_seqs; ++i) index[st.seqs[i].seq_id] = i;
-  REQUIRE(d.run.size() <= st.max_step_seqs);
-  uint64_t tokens = 0, need = 0, freed = 0;
-  std::set<uint64_t> listed;
   int64_t last_running_run = -1, first_preempted = int64_t(st.n_seqs);
   std::vector<size_t> admitted;  // indices of waiting/preempted sequences that run
   for (const th_sched_item& item : d.run) {
-    INFO("run seq " << item.seq_id << " n_tokens " << item.n_tokens);
-    REQUIRE(index.count(item.seq_id) == 1);
-    REQUIRE(listed.insert(item.seq_id).second);  // never twice
     const size_t i = index[item.seq_id];
-    const th_sched_seq& s = st.seqs[i];
-    REQUIRE(item.n_tokens >= 1);
-    if (s.prefilled < s.prompt_len) {
-      REQUIRE(item.n_tokens <= s.prompt_len - s.prefilled);
-      REQUIRE(item.n_tokens <= max_chunk);
-    } else {
-      REQUIRE(item.n_tokens == 1);  // a decode
-    }
-    tokens += item.n_tokens;
-    const uint64_t blocks = div_up(uint64_t(s.prefilled) + item.n_tokens, st.block_size);
-    need += blocks > s.kv_blocks ? blocks - s.kv_blocks : 0;
-    if (s.state == TH_SEQ_RUNNING) last_running_run = std::max<int64_t>(last_running_run, int64_t(i));
+    if (st.seqs[i].state == TH_SEQ_RUNNING) last_running_run = std::max<int64_t>(last_running_run, int64_t(i));
     else admitted.push_back(i);
   }
-  REQUIRE(tokens <= st.max_step_tokens);
-  for (uint64_t id : d.preempt) {
-    INFO("preempted seq " << id);
-    REQUIRE(index.count(id) == 1);
-    REQUIRE(listed.insert(id).second);  // not also run, not twice
-    const th_sched_seq& s = st.seqs[index[id]];
-    REQUIRE(s.state == TH_SEQ_RUNNING);
-    freed += s.kv_blocks;
-    first_preempted = std::min<int64_t>(first_preempted, int64_t(index[id]));
-  }
-  REQUIRE(need <= uint64_t(st.free_kv_blocks) + freed);  // fits once the preempted blocks are freed
-  // FIFO: preempted sequences arrived after every running sequence that runs; no admission in a step
-  // that preempts; admitted sequences are the first waiting/preempted ones, in order (no overtaking).
+  for (uint64_t id : d.preempt) first_preempted = std::min<int64_t>(first_preempted, int64_t(index[id]));
   REQUIRE(last_running_run < first_preempted);
   if (!d.preempt.empty()) REQUIRE(admitted.empty());
   std::vector<size_t> queue;
@@ -112,7 +55,7 @@ TEST_CASE("scheduler.fifo decisions keep every invariant on random states", "[sc
   int preempting = 0, admitting = 0, chunked = 0;
   for (int inst = 0; inst < 12; ++inst) {
     const uint32_t max_chunk = inst % 3 == 0 ? 65536 : u(1, 64);
-    Fifo fifo(max_chunk);
+    Scheduler fifo = fifo_scheduler(max_chunk);
     for (int trial = 0; trial < 150; ++trial) {
       const uint32_t bs = std::vector<uint32_t>{1, 4, 16}[u(0, 2)];
       std::vector<th_sched_seq> seqs;
@@ -123,17 +66,17 @@ TEST_CASE("scheduler.fifo decisions keep every invariant on random states", "[sc
         if (state == TH_SEQ_RUNNING) {
           const uint32_t prefilled = u(0, 1) ? prompt : u(1, prompt);
           const uint32_t generated = prefilled == prompt ? u(1, 20) : 0;
-          const uint32_t blocks = uint32_t(div_up(prefilled + generated, bs)) + u(0, 1);
+          const uint32_t blocks = uint32_t(sched_div_up(prefilled + generated, bs)) + u(0, 1);
           seqs.push_back(th_sched_seq{1000 + i, state, 0, i, prompt, prefilled, generated, 64, blocks});
         } else {
           seqs.push_back(th_sched_seq{1000 + i, state, 0, i, prompt, 0, 0, 64, 0});
         }
       }
-      const th_sched_state st = make_state(seqs, u(0, 1) ? u(0, 4) : u(0, 100), bs, u(1, 512), u(1, 24));
+      const th_sched_state st = sched_state(seqs, u(0, 1) ? u(0, 4) : u(0, 100), bs, u(1, 512), u(1, 24));
       INFO("instance " << inst << " max_prefill_chunk " << max_chunk << " trial " << trial << " block_size " << bs
                        << " free " << st.free_kv_blocks << " max_tokens " << st.max_step_tokens << " max_seqs "
                        << st.max_step_seqs);
-      const Decision d = fifo.schedule(st);
+      const SchedDecision d = fifo.schedule(st);
       check_decision(st, max_chunk, d);
       preempting += !d.preempt.empty();
       for (const auto& item : d.run) {
@@ -150,17 +93,17 @@ TEST_CASE("scheduler.fifo decisions keep every invariant on random states", "[sc
 }
 
 TEST_CASE("scheduler.fifo serves in arrival order without overtaking", "[scheduler][fifo]") {
-  Fifo fifo(256);
+  Scheduler fifo = fifo_scheduler(256);
   // A decodes; B (arrived before C) needs 10 blocks, only 3 are free: neither B nor C may run.
   std::vector<th_sched_seq> seqs = {seq(1, TH_SEQ_RUNNING, 8, 8, 3), seq(2, TH_SEQ_WAITING, 40, 0, 0),
                                     seq(3, TH_SEQ_WAITING, 4, 0, 0)};
-  Decision d = fifo.schedule(make_state(seqs, 3, 4, 512, 8));
+  SchedDecision d = fifo.schedule(sched_state(seqs, 3, 4, 512, 8));
   REQUIRE(d.run.size() == 1);
   CHECK(d.run[0].seq_id == 1);
   CHECK(d.run[0].n_tokens == 1);
   CHECK(d.preempt.empty());
   // With room, both are admitted, B before C, after the running A.
-  d = fifo.schedule(make_state(seqs, 20, 4, 512, 8));
+  d = fifo.schedule(sched_state(seqs, 20, 4, 512, 8));
   REQUIRE(d.run.size() == 3);
   CHECK(d.run[0].seq_id == 1);
   CHECK(d.run[1].seq_id == 2);
@@ -168,22 +111,22 @@ TEST_CASE("scheduler.fifo serves in arrival order without overtaking", "[schedul
   CHECK(d.run[2].seq_id == 3);
   CHECK(d.run[2].n_tokens == 4);
   // A sequence slot limit of 2 admits B only, never C ahead of B.
-  d = fifo.schedule(make_state(seqs, 20, 4, 512, 2));
+  d = fifo.schedule(sched_state(seqs, 20, 4, 512, 2));
   REQUIRE(d.run.size() == 2);
   CHECK(d.run[1].seq_id == 2);
 }
 
 TEST_CASE("scheduler.fifo chunks prefill by max_prefill_chunk and the token budget", "[scheduler][fifo]") {
-  Fifo fifo(8);
+  Scheduler fifo = fifo_scheduler(8);
   std::vector<th_sched_seq> seqs = {seq(1, TH_SEQ_RUNNING, 20, 16, 4), seq(2, TH_SEQ_WAITING, 20, 0, 0),
                                     seq(3, TH_SEQ_PREEMPTED, 30, 0, 0)};
-  Decision d = fifo.schedule(make_state(seqs, 100, 4, 512, 8));
+  SchedDecision d = fifo.schedule(sched_state(seqs, 100, 4, 512, 8));
   REQUIRE(d.run.size() == 3);
   CHECK(d.run[0].n_tokens == 4);  // the rest of seq 1's prompt
   CHECK(d.run[1].n_tokens == 8);  // a chunk of max_prefill_chunk
   CHECK(d.run[2].n_tokens == 8);
   // A budget of 10 tokens: 4 + 6, and nothing for seq 3.
-  d = fifo.schedule(make_state(seqs, 100, 4, 10, 8));
+  d = fifo.schedule(sched_state(seqs, 100, 4, 10, 8));
   REQUIRE(d.run.size() == 2);
   CHECK(d.run[0].n_tokens == 4);
   CHECK(d.run[1].seq_id == 2);
@@ -191,11 +134,11 @@ TEST_CASE("scheduler.fifo chunks prefill by max_prefill_chunk and the token budg
 }
 
 TEST_CASE("scheduler.fifo preempts the latest arrival when blocks run out", "[scheduler][fifo]") {
-  Fifo fifo(256);
+  Scheduler fifo = fifo_scheduler(256);
   // A, B, C decode at a block boundary (each needs one more block), none free; D waits.
   std::vector<th_sched_seq> seqs = {seq(1, TH_SEQ_RUNNING, 8, 8, 2), seq(2, TH_SEQ_RUNNING, 8, 8, 2),
                                     seq(3, TH_SEQ_RUNNING, 8, 8, 2), seq(4, TH_SEQ_WAITING, 2, 0, 0)};
-  Decision d = fifo.schedule(make_state(seqs, 0, 4, 512, 8));
+  SchedDecision d = fifo.schedule(sched_state(seqs, 0, 4, 512, 8));
   REQUIRE(d.preempt == std::vector<uint64_t>{3});
   REQUIRE(d.run.size() == 2);
   CHECK(d.run[0].seq_id == 1);
@@ -204,13 +147,13 @@ TEST_CASE("scheduler.fifo preempts the latest arrival when blocks run out", "[sc
   // With C holding only 1 block, B cannot run either: B is then the latest undecided running
   // sequence and preempts itself; A runs.
   seqs[2].kv_blocks = 1;
-  d = fifo.schedule(make_state(seqs, 0, 4, 512, 8));
+  d = fifo.schedule(sched_state(seqs, 0, 4, 512, 8));
   CHECK(d.preempt == std::vector<uint64_t>{3, 2});
   REQUIRE(d.run.size() == 1);
   CHECK(d.run[0].seq_id == 1);
   // Alone and out of blocks, a running sequence preempts itself.
   const std::vector<th_sched_seq> alone = {seq(1, TH_SEQ_RUNNING, 8, 8, 2)};
-  d = fifo.schedule(make_state(alone, 0, 4, 512, 8));
+  d = fifo.schedule(sched_state(alone, 0, 4, 512, 8));
   CHECK(d.run.empty());
   CHECK(d.preempt == std::vector<uint64_t>{1});
 }
