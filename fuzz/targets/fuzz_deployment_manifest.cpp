@@ -1,0 +1,98 @@
+// A deployment manifest as an operator hands it to `tokenhost serve` or `tokenhost check`: read with
+// full validation (syntax, keys, types, ranges, models, engines and their devices, plugin ids against
+// the catalog, plugin configs, experiments). Anything may be refused with a ManifestError naming
+// file:line:column; nothing may crash, and nothing else may escape.
+//
+// What the reader touches, and how this target confines it:
+// - The plugin catalog: $TOKENHOST_PLUGIN_PATH is the tree's plugins/ (FUZZ_PLUGIN_DIR), the build
+//   and install folders are not compiled in; the catalog reads plugin.toml files only, it opens no
+//   library (support/deployment_confine.cpp makes opening one an abort).
+// - Files: the manifest "is" SANDBOX/deployment.toml, so relative paths ([models.X] path, [server]
+//   plugin_paths and api_keys_file) resolve in the sandbox, a folder of this process's own, emptied
+//   before every input; $TOKENHOST_CACHE (builtin and demo models) is SANDBOX/cache. An input that
+//   holds a string which could lead out of it (absolute, "~", a ".." anywhere) is skipped before the
+//   reader sees it. The reader's model writers and loaders check the sandbox again
+//   (support/deployment_confine.cpp) and abort on a path outside it: that would be a hole here.
+// - Demo models (source = "demo") are written for real; a preset past 4M parameters ("110M", "1.1B":
+//   hundreds of MB to GB, valid and documented) is refused as a ManifestError instead of written.
+// - Synthetic models allocate no weights while read (only the shape is checked); gguf models are the
+//   files in the sandbox, i.e. the builtin and demo models written by the same input.
+// - $TOKENHOST_ADMIN_TOKEN is unset; logging is off.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <spdlog/spdlog.h>
+#include <toml++/toml.h>
+
+#include "manifest/deployment.hpp"
+
+namespace fs = std::filesystem;
+
+namespace tokenhost::fuzz {
+fs::path sandbox;  // support/deployment_confine.cpp checks paths against it
+}  // namespace tokenhost::fuzz
+
+namespace {
+
+// Whether a string could name a file outside the sandbox.
+bool leads_out(std::string_view s) {
+  return (!s.empty() && (s.front() == '/' || s.front() == '~')) || s.find("..") != std::string_view::npos;
+}
+
+bool any_string_leads_out(const toml::node& node) {
+  if (const auto* t = node.as_table()) {
+    for (const auto& [key, value] : *t)
+      if (any_string_leads_out(value)) return true;
+  } else if (const auto* a = node.as_array()) {
+    for (const auto& value : *a)
+      if (any_string_leads_out(value)) return true;
+  } else if (const auto* s = node.as_string()) {
+    return leads_out(s->get());
+  }
+  return false;
+}
+
+void empty_sandbox() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(tokenhost::fuzz::sandbox, ec)) fs::remove_all(entry.path(), ec);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  using tokenhost::fuzz::sandbox;
+  sandbox = fs::temp_directory_path() / ("tokenhost-fuzz-deployment-" + std::to_string(::getpid()));
+  fs::create_directories(sandbox);
+  sandbox = fs::canonical(sandbox);
+  ::setenv("TOKENHOST_CACHE", (sandbox / "cache").c_str(), 1);
+  ::setenv("TOKENHOST_PLUGIN_PATH", FUZZ_PLUGIN_DIR, 1);
+  ::unsetenv("TOKENHOST_ADMIN_TOKEN");
+  spdlog::set_level(spdlog::level::off);
+  std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(tokenhost::fuzz::sandbox, ec);
+  });
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  // The reader parses the same text with the same parser: what does not parse here fails there too.
+  try {
+    if (any_string_leads_out(toml::parse(text))) return 0;
+  } catch (const toml::parse_error&) {
+  }
+  empty_sandbox();
+  try {
+    const tokenhost::Deployment d = tokenhost::read_deployment((tokenhost::fuzz::sandbox / "deployment.toml").string(), text);
+    for (const auto& [name, engine] : d.engines) (void)tokenhost::engine_model(d, engine);
+  } catch (const tokenhost::ManifestError&) {
+  }
+  return 0;
+}
