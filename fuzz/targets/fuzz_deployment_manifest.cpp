@@ -1,7 +1,10 @@
 // A deployment manifest as an operator hands it to `tokenhost serve` or `tokenhost check`: read with
 // full validation (syntax, keys, types, ranges, models, engines and their devices, plugin ids against
 // the catalog, plugin configs, experiments). Anything may be refused with a ManifestError naming
-// file:line:column; nothing may crash, and nothing else may escape.
+// file:line:column; nothing may crash, and nothing else may escape. After a line "#+", the rest of the
+// input is an engine addition as POST /admin/engines hands it over, read against the deployment. Every
+// slot the deployment accepted must be accepted again as an admin slot change with its merged config
+// (read_slot_change, which prints the config as TOML and reads it back).
 //
 // What the reader touches, and how this target confines it:
 // - The plugin catalog: $TOKENHOST_PLUGIN_PATH is the tree's plugins/ (FUZZ_PLUGIN_DIR), the build
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -58,6 +62,17 @@ bool any_string_leads_out(const toml::node& node) {
   return false;
 }
 
+// A slot's merged config, accepted in the manifest, is accepted as an admin slot change.
+void same_as_slot_change(const tokenhost::SlotDecl& decl, const std::string& slot) {
+  try {
+    (void)tokenhost::read_slot_change(decl.manifest, slot, decl.config, "admin request");
+  } catch (const tokenhost::ManifestError& e) {
+    std::fprintf(stderr, "fuzz_deployment_manifest: the %s slot's config, accepted in the manifest, is refused as a slot change: %s\n",
+                 slot.c_str(), e.what());
+    std::abort();
+  }
+}
+
 void empty_sandbox() {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(tokenhost::fuzz::sandbox, ec)) fs::remove_all(entry.path(), ec);
@@ -88,11 +103,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (any_string_leads_out(toml::parse(text))) return 0;
   } catch (const toml::parse_error&) {
   }
+  const size_t cut = text.find("\n#+\n");
+  const std::string_view manifest = text.substr(0, cut);
   empty_sandbox();
+  tokenhost::Deployment d;
   try {
-    const tokenhost::Deployment d = tokenhost::read_deployment((tokenhost::fuzz::sandbox / "deployment.toml").string(), text);
-    for (const auto& [name, engine] : d.engines) (void)tokenhost::engine_model(d, engine);
+    d = tokenhost::read_deployment((tokenhost::fuzz::sandbox / "deployment.toml").string(), manifest);
   } catch (const tokenhost::ManifestError&) {
+    return 0;
+  }
+  for (const auto& [name, engine] : d.engines) {
+    (void)tokenhost::engine_model(d, engine);
+    for (const auto& [slot, decl] : engine.slots) same_as_slot_change(decl, slot);
+  }
+  same_as_slot_change(d.router, "router");
+  if (cut != std::string_view::npos) {
+    try {
+      (void)tokenhost::read_engine_additions(d, "admin request", text.substr(cut + 4));
+    } catch (const tokenhost::ManifestError&) {
+    }
   }
   return 0;
 }
