@@ -11,8 +11,9 @@
 //   and install folders are not compiled in; the catalog reads plugin.toml files only, it opens no
 //   library (support/deployment_confine.cpp makes opening one an abort).
 // - Files: the manifest "is" SANDBOX/deployment.toml, so relative paths ([models.X] path, [server]
-//   plugin_paths and api_keys_file) resolve in the sandbox, a folder of this process's own, emptied
-//   before every input; $TOKENHOST_CACHE (builtin and demo models) is SANDBOX/cache. An input that
+//   plugin_paths and api_keys_file) resolve in the sandbox, a folder of this process's own in $TMPDIR,
+//   emptied before every input and removed at exit (or by the next run when the process crashed);
+//   $TOKENHOST_CACHE (builtin and demo models) is SANDBOX/cache. An input that
 //   holds a string which could lead out of it (absolute, "~", a ".." anywhere) is skipped before the
 //   reader sees it. The reader's model writers and loaders check the sandbox again
 //   (support/deployment_confine.cpp) and abort on a path outside it: that would be a hole here.
@@ -21,8 +22,10 @@
 // - Synthetic models allocate no weights while read (only the shape is checked); gguf models are the
 //   files in the sandbox, i.e. the builtin and demo models written by the same input.
 // - $TOKENHOST_ADMIN_TOKEN is unset; logging is off.
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
@@ -82,7 +85,16 @@ void empty_sandbox() {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   using tokenhost::fuzz::sandbox;
-  sandbox = fs::temp_directory_path() / ("tokenhost-fuzz-deployment-" + std::to_string(::getpid()));
+  const std::string prefix = "tokenhost-fuzz-deployment-";
+  // The sandboxes of processes that crashed (no exit handler ran) go first.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::temp_directory_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    const long pid = std::atol(name.c_str() + prefix.size());
+    if (pid > 0 && ::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), ec);
+  }
+  sandbox = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
   fs::create_directories(sandbox);
   sandbox = fs::canonical(sandbox);
   ::setenv("TOKENHOST_CACHE", (sandbox / "cache").c_str(), 1);
