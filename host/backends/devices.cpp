@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backends/cuda/cuda_backend.h"
+#include "util/system_memory.hpp"
 
 namespace tokenhost {
 namespace {
@@ -80,8 +81,7 @@ Inventory& inventory() {
     DeviceInfo cpu;
     cpu.name = "cpu";
     cpu.threads = std::max(1u, std::thread::hardware_concurrency());
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    if (pages > 0 && page > 0) cpu.memory_bytes = uint64_t(pages) * uint64_t(page);  // what plugins check pools against
+    cpu.memory_bytes = physical_memory_bytes();  // what plugins check pools against
     i.devices.push_back(cpu);
     probe_cuda(i);
     if (!i.cuda_reason.empty()) spdlog::debug("no CUDA device: {}", i.cuda_reason);

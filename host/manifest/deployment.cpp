@@ -14,6 +14,8 @@
 #include "backends/backend.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/make_model.hpp"
+#include "runtime/synthetic_model.hpp"
+#include "util/system_memory.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -198,6 +200,11 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   if (i.n_heads % i.n_kv_heads != 0) r.fail(t, ctx + ": n_heads " + std::to_string(i.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(i.n_kv_heads));
   if (i.n_experts_used > i.n_experts) r.fail(t, ctx + ": n_experts_used exceeds n_experts");
   i.head_dim = i.dim / i.n_heads;
+  // Each dimension has its range; their product must fit too (serve allocates it all at start).
+  const uint64_t bytes = synthetic_weight_bytes(i), memory = physical_memory_bytes();
+  if (memory > 0 && bytes > memory)
+    r.fail(t, ctx + ": a synthetic model of this shape holds " + std::to_string(bytes >> 20) + " MiB of f32 weights, more than this machine's memory (" +
+                  std::to_string(memory >> 20) + " MiB)");
   i.weight_dtype = TH_DTYPE_F32;
   i.act_dtype = TH_DTYPE_F32;
   i.kv_dtype = TH_DTYPE_F32;

@@ -8,6 +8,7 @@
 
 #include "manifest/deployment.hpp"
 #include "runtime/make_model.hpp"
+#include "runtime/synthetic_model.hpp"
 #include "skip.hpp"
 #include "test_server.hpp"
 
@@ -137,6 +138,20 @@ TEST_CASE("deployment: API keys and [limits] are read and checked", "[manifest]"
   CHECK_THAT(error_of("[limits]\ndefault_max_tokens = 0\n" + kModel + kEngine), Catch::Matchers::Contains("default_max_tokens"));
   CHECK_THAT(error_of("[limits]\nclient_max_seqs = 3\n" + kModel + kEngine), Catch::Matchers::Contains("did you mean 'client_max_sequences'"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("deployment: a synthetic model larger than this machine's memory is refused before anything is allocated", "[manifest]") {
+  // The reader's size is what make_synthetic_weights allocates, dense and MoE.
+  for (const std::string shape : {"dim = 48\nn_heads = 6\nn_kv_heads = 2\nffn_dim = 72\nn_layers = 3\n",
+                                  "dim = 32\nn_heads = 4\nn_experts = 5\nn_experts_used = 2\nvocab_size = 300\n"}) {
+    const bool moe = shape.find("n_experts") != std::string::npos;
+    Deployment d = read_deployment("d.toml", "[models.m]\n" + shape + kEngine + (moe ? "moe = { plugin = \"moe.topk\" }\n" : ""));
+    const ModelSpec& spec = d.models.at("m").spec;
+    CHECK(synthetic_weight_bytes(spec.info) == make_synthetic_weights(spec, 1)->bytes);
+  }
+  CHECK_THAT(error_of("[models.m]\ndim = 16384\nn_heads = 128\nn_layers = 256\nvocab_size = 1048576\n" + kEngine),
+             Catch::Matchers::Matches("1:1: \\[models.m\\]: a synthetic model of this shape holds [0-9]+ MiB of f32 weights, more than "
+                                      "this machine's memory \\([0-9]+ MiB\\)"));
 }
 
 TEST_CASE("deployment: TLS files for either port are read as pairs, relative to the manifest", "[manifest]") {
