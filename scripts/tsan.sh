@@ -18,7 +18,8 @@ A data race or other report fails the test case it happens in. Every suppression
 tests/tsan/suppressions.txt says why it is there. Arguments after `--` go to ctest
 (e.g. `-- -R hot_swap`).
 
-Time on a 2-core machine: about 15 minutes to build from scratch, 5 to run the tests.
+Time on a 2-core machine: about 20 minutes of CPU to build from scratch (45 of wall time on a
+busy machine), under 2 minutes to run the tests.
 Environment: JOBS (build jobs, default 2).
 EOF
 }
