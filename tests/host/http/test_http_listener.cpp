@@ -312,7 +312,11 @@ TEST_CASE("http: a client that leaves while its request is worked on is seen at 
   t.start();
   RawClient c(t.port);
   REQUIRE(c.send(get("/wait")));
-  for (int i = 0; i < 100 && !held; ++i) std::this_thread::sleep_for(10ms);
+  const auto is_held = [&] {  // held is written on an I/O thread: read it under the same lock
+    std::lock_guard lock(m);
+    return held != nullptr;
+  };
+  for (int i = 0; i < 100 && !is_held(); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE_FALSE(gone);
   c.close();
   for (int i = 0; i < 100 && !gone; ++i) std::this_thread::sleep_for(10ms);
