@@ -276,8 +276,10 @@ std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
       request.model = m->name;
   ++in_flight_;
   // A short-lived actor asks the router and finishes the stream with the answer; the engine pushes
-  // tokens to the stream meanwhile.
-  system_->spawn([this, router = router_, request = std::move(request), stream](caf::event_based_actor* self) mutable {
+  // tokens to the stream meanwhile. The request and the stream are spawn arguments, not captures: an
+  // actor spawned without arguments makes CAF 0.17 bind a reference to a null tuple (undefined
+  // behaviour that UBSan stops the server for).
+  auto ask = [this, router = router_](caf::event_based_actor* self, GenerateRequest request, std::shared_ptr<TokenStream> stream) {
     self->request(router, caf::infinite, generate_atom::value, std::move(request))
         .then(
             [this, stream](GenerateResult& r) {
@@ -288,7 +290,8 @@ std::shared_ptr<TokenStream> Server::start(GenerateRequest request) {
               stream->finish(GenerateResult::failed("", "request failed: " + self->system().render(e)));
               --in_flight_;
             });
-  });
+  };
+  system_->spawn(ask, std::move(request), stream);
   return stream;
 }
 
