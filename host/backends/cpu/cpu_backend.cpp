@@ -34,6 +34,12 @@ class CpuBackend final : public Backend {
       status = TH_ERR_UNSUPPORTED;
       return nullptr;
     }
+    // More than the machine has never succeeds (and some allocators abort rather than answer null).
+    if (const uint64_t memory = tokenhost::devices().front().memory_bytes; memory > 0 && bytes > memory) {
+      why = "out of host memory: " + std::to_string(bytes) + " bytes asked, the machine has " + std::to_string(memory);
+      status = TH_ERR_OUT_OF_MEMORY;
+      return nullptr;
+    }
     if (bytes >= kHugeFrom) alignment = std::max(alignment, kHugePage);
     const size_t rounded = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
     void* p = std::aligned_alloc(alignment, rounded);
