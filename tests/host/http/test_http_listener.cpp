@@ -17,67 +17,15 @@
 #include <thread>
 
 #include "http/http_listener.hpp"
+#include "raw_client.hpp"
 
 using namespace tokenhost;
+using namespace tokenhost::testing;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
-
-// A loopback TCP connection read and written byte by byte, as a hostile client would.
-class RawClient {
- public:
-  explicit RawClient(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~RawClient() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  bool connected() const { return fd_ >= 0; }
-  bool send(const std::string& data) { return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == ssize_t(data.size()); }
-  // Reads until `until` appears in what was read, the peer closes, or timeout passes.
-  std::string read(std::chrono::milliseconds timeout, const std::string& until = "") {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      if (!until.empty() && got_.find(until) != std::string::npos) break;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, int(left.count())) <= 0) break;
-      char buf[65536];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) {
-        closed_ = true;
-        break;
-      }
-      got_.append(buf, size_t(n));
-    }
-    return got_;
-  }
-  // Whether the server closed the connection within timeout (reading and dropping what it sent).
-  bool closed_within(std::chrono::milliseconds timeout) {
-    read(timeout);
-    return closed_;
-  }
-  void close() {
-    ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-  std::string got_;
-  bool closed_ = false;
-};
 
 std::string get(const std::string& path, const std::string& extra = "") {
   return "GET " + path + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n";

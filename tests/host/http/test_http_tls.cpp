@@ -4,11 +4,6 @@
 // has a live server whose ports speak TLS from its manifest.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +13,7 @@
 #include "http/http_client.hpp"
 #include "http/http_listener.hpp"
 #include "http/http_tls.hpp"
+#include "raw_client.hpp"
 #include "test_certificates.hpp"
 
 using namespace tokenhost;
@@ -54,39 +50,6 @@ bool eventually(Done done, std::chrono::milliseconds within = 2s) {
   }
   return true;
 }
-
-// A plain TCP connection to a loopback port; read() returns what came until the server closed or
-// timeout passed.
-struct RawSocket {
-  explicit RawSocket(int port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  }
-  ~RawSocket() { ::close(fd); }
-  void send(const std::string& data) { REQUIRE(::send(fd, data.data(), data.size(), MSG_NOSIGNAL) == ssize_t(data.size())); }
-  std::string read(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::string got;
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      pollfd p{fd, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return got;
-      char buf[4096];
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) {
-        closed = true;
-        return got;
-      }
-      got.append(buf, size_t(n));
-    }
-  }
-  int fd = -1;
-  bool closed = false;
-};
 
 }  // namespace
 
@@ -166,22 +129,21 @@ TEST_CASE("tls: plain HTTP on a TLS port is told to use https, and a handshake t
   limits.header_timeout = 300ms;
   TlsServer s(cert, limits);
 
-  RawSocket plain(s.port);
-  plain.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  RawClient plain(s.port);
+  REQUIRE(plain.send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"));
   const std::string answer = plain.read(3s);
   CHECK_THAT(answer, Catch::StartsWith("HTTP/1.1 400 "));
   CHECK_THAT(answer, Contains("this port speaks HTTPS"));
 
-  RawSocket silent(s.port);
+  RawClient silent(s.port);
   const auto t0 = std::chrono::steady_clock::now();
-  CHECK(silent.read(3s).empty());
-  CHECK(silent.closed);
+  CHECK(silent.closed_within(3s));
+  CHECK(silent.read(0ms).empty());
   CHECK(std::chrono::steady_clock::now() - t0 < 2s);
 
-  RawSocket garbage(s.port);
-  garbage.send(std::string(64, '\x16'));
-  garbage.read(3s);
-  CHECK(garbage.closed);
+  RawClient garbage(s.port);
+  REQUIRE(garbage.send(std::string(64, '\x16')));
+  CHECK(garbage.closed_within(3s));
 
   // And the port still serves.
   HttpClientResult r = s.client(cert.certificate_file).request("GET", "/hello?name=after");
