@@ -159,6 +159,7 @@ int run_serve(const std::string& path, const std::string& model_file, const Serv
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   spdlog::info("received signal {}: draining", int(g_signal));
   server.drain();
+  http.drain();  // the answers of requests that ended while draining reach their clients
   http.stop();
   server.stop();
   return 0;

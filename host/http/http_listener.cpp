@@ -87,6 +87,7 @@ struct HttpListener::Impl {
   // Before the I/O context: handlers it still holds when it is destroyed (a timer posted by a
   // handler, say) release sessions, whose destructors reach these.
   std::atomic<size_t> open{0};
+  std::atomic<size_t> unanswered{0};  // sessions whose current request's answer is not yet written
   std::mutex sessions_mutex;
   std::set<Connection*> sessions;
   std::shared_ptr<TlsContext> tls;  // null: plain HTTP
@@ -199,6 +200,7 @@ class Session final : public Connection {
     l_.sessions.insert(this);
   }
   ~Session() override {
+    answered();
     --l_.open;
     std::lock_guard lock(l_.sessions_mutex);
     l_.sessions.erase(this);
@@ -239,6 +241,7 @@ class Session final : public Connection {
   void close() override {
     if (closed_) return;
     closed_ = true;
+    answered();  // or never will be: the drain stops waiting for it
     beast::error_code ec;
     tcp_layer().socket().shutdown(tcp::socket::shutdown_both, ec);
     tcp_layer().close();
@@ -249,6 +252,13 @@ class Session final : public Connection {
   void dispatch(HttpRequest request, bool keep_alive, bool head_only);
 
  private:
+  // The request taken by dispatch() has its whole answer written (or the connection closed).
+  void answered() {
+    if (!unanswered_) return;
+    unanswered_ = false;
+    --l_.unanswered;
+  }
+
   struct Piece {
     std::string data;
     bool last;
@@ -412,6 +422,7 @@ class Session final : public Connection {
       if (done.counted > 0 && self->exchange_) self->exchange_->sent(done.counted);
       if (!done.last) return self->write_next();
       self->writing_ = false;
+      self->answered();
       const bool keep_alive = !self->refusing_ && self->exchange_ && self->exchange_->keep_alive();
       if (!keep_alive) return self->refusing_ ? self->linger_close() : self->close();
       self->read_next();
@@ -471,6 +482,7 @@ class Session final : public Connection {
   std::shared_ptr<Connection> keep_;  // while a handler holds the exchange, the connection lives
   std::deque<Piece> out_;
   bool writing_ = false, closed_ = false, refusing_ = false;
+  bool unanswered_ = false;  // counted in l_.unanswered
   static constexpr std::chrono::seconds kLinger{5};
   static constexpr std::chrono::milliseconds kGonePoll{200};
   std::chrono::steady_clock::time_point linger_until_;
@@ -493,6 +505,10 @@ void Session<Stream>::dispatch(HttpRequest request, bool keep_alive, bool head_o
   }
   exchange_ = std::make_shared<Exchange>(weak_from_this(), l_.liveness, std::move(request), keep_alive, head_only,
                                          l_.limits.stream_buffer_bytes, l_.logger);
+  if (!unanswered_) {
+    unanswered_ = true;
+    ++l_.unanswered;
+  }
   keep_ = this->shared_from_this();
   std::shared_ptr<Exchange> ex = exchange_;
   const HttpRequest& req = ex->request();
@@ -676,6 +692,7 @@ void HttpListener::set_pre_routing(PreRouting fn) { impl_->pre_routing = std::mo
 void HttpListener::use_tls(std::shared_ptr<TlsContext> context) { impl_->tls = std::move(context); }
 void HttpListener::set_logger(Logger fn) { impl_->logger = std::make_shared<const Logger>(std::move(fn)); }
 size_t HttpListener::connections() const { return impl_->open.load(); }
+size_t HttpListener::unanswered() const { return impl_->unanswered.load(); }
 
 int HttpListener::bind(const std::string& host, int port) {
   beast::error_code ec;
@@ -698,6 +715,18 @@ void HttpListener::start() {
   l.started = true;
   l.accept();
   for (size_t i = 0; i < l.io_threads; ++i) l.threads.emplace_back([&l] { l.io.run(); });
+}
+
+size_t HttpListener::drain(std::chrono::milliseconds timeout) {
+  Impl& l = *impl_;
+  if (!l.started || l.stopped) return 0;
+  net::post(l.io, [&l] {
+    beast::error_code ec;
+    l.acceptor.close(ec);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (l.unanswered.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  return l.unanswered.load();
 }
 
 void HttpListener::stop() {

@@ -95,11 +95,18 @@ class HttpListener {
   int bind(const std::string& host, int port);
   // Serves on the bound address until stop().
   void start();
+  // Stops accepting connections and waits, up to timeout, until every request taken has its answer
+  // written (a stream: its end) or its client gone; idle keep-alive connections do not count. Returns
+  // how many were still unanswered. Call before stop(), which drops what is still queued: answers a
+  // handler gives just before shutdown then still reach their clients.
+  size_t drain(std::chrono::milliseconds timeout);
   // Closes the listener and every connection, and joins the threads.
   void stop();
 
   // Open connections now (for tests and status).
   size_t connections() const;
+  // Requests taken whose answer is not yet written (for drain, tests and status).
+  size_t unanswered() const;
 
   struct Impl;  // http_listener.cpp's; its connections reach it
 

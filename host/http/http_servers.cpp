@@ -358,6 +358,18 @@ void HttpServers::start() {
                admin_port_, tls);
 }
 
+void HttpServers::drain(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto* l : {gateway_.get(), admin_.get()}) {
+    if (l == nullptr) continue;
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
+    if (const size_t n = l->drain(left); n > 0)
+      spdlog::warn("{} {} answer(s) still unwritten after {} ms: their connections are closed", n,
+                   l == gateway_.get() ? "gateway" : "admin API", timeout.count());
+  }
+}
+
 void HttpServers::stop() {
   if (gateway_) gateway_->stop();
   if (admin_) admin_->stop();

@@ -3,6 +3,7 @@
 // the admin port answers whatever the gateway carries.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,10 @@ class HttpServers {
   // Binds both listeners (port 0 picks a free port) and serves in background threads. Throws
   // std::runtime_error naming the address that could not be bound.
   void start();
+  // Stops taking connections and lets the answers already given reach their clients (a request the
+  // server ended while draining is answered asynchronously, up to a pump tick later), for up to
+  // timeout. Call between Server::drain() and stop().
+  void drain(std::chrono::milliseconds timeout = std::chrono::seconds(2));
   void stop();
   int gateway_port() const { return gateway_port_; }
   // What the admin API's Authorization header must carry after "Bearer ".

@@ -13,10 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "eventually.hpp"
 #include "http/http_client.hpp"
 #include "http/http_listener.hpp"
 
 using namespace tokenhost;
+using tokenhost::testing::eventually;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 
@@ -34,17 +36,6 @@ struct Server {
   HttpListener listener;
   int port = 0;
 };
-
-// Waits up to two seconds for done().
-template <class Done>
-bool eventually(Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
 
 // Writes the second piece once `seen` is set, looking again every 2 ms on the exchange's strand.
 void second_piece_when(std::shared_ptr<HttpExchange> ex, const std::atomic<bool>& seen) {

@@ -295,6 +295,63 @@ TEST_CASE("http: a client that sent more bytes and then left is seen although it
   REQUIRE(gone);
 }
 
+TEST_CASE("http: drain lets an answer given just before stop reach its client and takes no new connection", "[http]") {
+  TestListener t;
+  const std::string body(256 << 10, 'x');  // more than one write on loopback
+  std::shared_ptr<HttpExchange> held;
+  std::mutex m;
+  t.l.route_async("GET", "/later", [&](std::shared_ptr<HttpExchange> ex) {
+    std::lock_guard lock(m);
+    held = ex;
+  });
+  t.start();
+  RawClient idle(t.port);  // a kept-alive connection between requests: nothing to wait for
+  REQUIRE(idle.send(get("/hello?name=i")));
+  REQUIRE_THAT(idle.read(2s, "hello i"), Contains("hello i"));
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/later")));
+  const auto is_held = [&] {
+    std::lock_guard lock(m);
+    return held != nullptr;
+  };
+  for (int i = 0; i < 200 && !is_held(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(is_held());
+  REQUIRE(t.l.unanswered() == 1);
+  {
+    HttpResponse r;
+    r.set_content(body, "text/plain");
+    std::lock_guard lock(m);
+    held->reply(std::move(r));  // queued on the connection's strand; stop() would drop it
+  }
+  REQUIRE(t.l.drain(5s) == 0);
+  REQUIRE(t.l.unanswered() == 0);
+  REQUIRE_FALSE(RawClient(t.port).connected());  // the acceptor is closed
+  t.l.stop();
+  const std::string got = c.read(3s);
+  REQUIRE_THAT(got, StartsWith("HTTP/1.1 200"));
+  REQUIRE(got.size() >= body.size());
+  REQUIRE(got.compare(got.size() - body.size(), body.size(), body) == 0);
+}
+
+TEST_CASE("http: drain gives up after its timeout on a request never answered and says how many", "[http]") {
+  TestListener t;
+  std::shared_ptr<HttpExchange> held;
+  std::mutex m;
+  t.l.route_async("GET", "/never", [&](std::shared_ptr<HttpExchange> ex) {
+    std::lock_guard lock(m);
+    held = ex;
+  });
+  t.start();
+  RawClient c(t.port);
+  REQUIRE(c.send(get("/never")));
+  for (int i = 0; i < 200 && t.l.unanswered() == 0; ++i) std::this_thread::sleep_for(10ms);
+  const auto started = std::chrono::steady_clock::now();
+  REQUIRE(t.l.drain(300ms) == 1);
+  REQUIRE(std::chrono::steady_clock::now() - started >= 300ms);
+  t.l.stop();
+  REQUIRE(c.closed_within(2s));
+}
+
 TEST_CASE("http: blocking handlers do not hold up the I/O threads", "[http]") {
   TestListener t(TestListener::short_limits(), 1);  // one I/O thread
   t.l.route("GET", "/slow", [](const HttpRequest&, HttpResponse& res) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "eventually.hpp"
 #include "files.hpp"
 #include "http/http_client.hpp"
 #include "http/http_listener.hpp"
@@ -40,16 +41,6 @@ struct TlsServer {
   HttpListener listener;
   int port = 0;
 };
-
-template <class Done>
-bool eventually(Done done, std::chrono::milliseconds within = 2s) {
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
 
 }  // namespace
 
