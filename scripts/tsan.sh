@@ -8,18 +8,18 @@ Usage: scripts/tsan.sh [BUILD_DIR] [-- CTEST_ARGS...]
 
 Configures BUILD_DIR (default: build-tsan in the repository root) with -DTOKENHOST_TSAN=ON
 (ThreadSanitizer on every target, CUDA and the fuzz targets off), builds the test executable
-test_tsan (the tests under tests/host/actors, tests/host/server and tests/host/http, linked
-against tokenhost_core) with the plugins and fixture plugins it loads, then runs its tests
-(CTest label `tsan`) with
+test_tsan (the tests under tests/host/actors, tests/host/server and tests/host/http, less those
+tagged [measured], linked against tokenhost_core) with the plugins and fixture plugins it loads, then
+runs its tests (CTest label `tsan`) with
 
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=tests/tsan/suppressions.txt"
 
 A data race or other report fails the test case it happens in. Every suppression in
-tests/tsan/suppressions.txt says why it is there. Arguments after `--` go to ctest
+tests/tsan/suppressions.txt says why it is there; tests/tsan/caf_annotations.cpp tells TSan how
+CAF (not instrumented) orders actors and messages. Arguments after `--` go to ctest
 (e.g. `-- -R hot_swap`).
 
-Time on a 2-core machine: about 20 minutes of CPU to build from scratch (45 of wall time on a
-busy machine), under 2 minutes to run the tests.
+Time on a 2-core machine: under 10 minutes to build from scratch, about 3 to run the tests.
 Environment: JOBS (build jobs, default 2).
 EOF
 }

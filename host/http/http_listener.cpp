@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -720,11 +721,16 @@ void HttpListener::start() {
 size_t HttpListener::drain(std::chrono::milliseconds timeout) {
   Impl& l = *impl_;
   if (!l.started || l.stopped) return 0;
-  net::post(l.io, [&l] {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // The acceptor belongs to the I/O threads: closed there, and closed before drain returns.
+  auto closed = std::make_shared<std::promise<void>>();
+  auto acceptor_closed = closed->get_future();
+  net::post(l.io, [&l, closed] {
     beast::error_code ec;
     l.acceptor.close(ec);
+    closed->set_value();
   });
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  acceptor_closed.wait_until(deadline);
   while (l.unanswered.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
   return l.unanswered.load();
 }

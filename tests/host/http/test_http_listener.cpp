@@ -66,6 +66,22 @@ struct TestListener {
   int port = 0;
 };
 
+// A route whose exchanges stay unanswered, kept for the test to answer (or not).
+struct HeldExchange {
+  void route(HttpListener& l, const std::string& path) {
+    l.route_async("GET", path, [this](std::shared_ptr<HttpExchange> ex) {
+      std::lock_guard lock(m);
+      held = std::move(ex);
+    });
+  }
+  std::shared_ptr<HttpExchange> get() {  // written on an I/O thread: read under the same lock
+    std::lock_guard lock(m);
+    return held;
+  }
+  std::mutex m;
+  std::shared_ptr<HttpExchange> held;
+};
+
 }  // namespace
 
 TEST_CASE("http: routes answer with their status, headers, query parameters and path groups", "[http]") {
@@ -298,31 +314,20 @@ TEST_CASE("http: a client that sent more bytes and then left is seen although it
 TEST_CASE("http: drain lets an answer given just before stop reach its client and takes no new connection", "[http]") {
   TestListener t;
   const std::string body(256 << 10, 'x');  // more than one write on loopback
-  std::shared_ptr<HttpExchange> held;
-  std::mutex m;
-  t.l.route_async("GET", "/later", [&](std::shared_ptr<HttpExchange> ex) {
-    std::lock_guard lock(m);
-    held = ex;
-  });
+  HeldExchange later;
+  later.route(t.l, "/later");
   t.start();
   RawClient idle(t.port);  // a kept-alive connection between requests: nothing to wait for
   REQUIRE(idle.send(get("/hello?name=i")));
   REQUIRE_THAT(idle.read(2s, "hello i"), Contains("hello i"));
   RawClient c(t.port);
   REQUIRE(c.send(get("/later")));
-  const auto is_held = [&] {
-    std::lock_guard lock(m);
-    return held != nullptr;
-  };
-  for (int i = 0; i < 200 && !is_held(); ++i) std::this_thread::sleep_for(10ms);
-  REQUIRE(is_held());
+  for (int i = 0; i < 200 && !later.get(); ++i) std::this_thread::sleep_for(10ms);
+  REQUIRE(later.get());
   REQUIRE(t.l.unanswered() == 1);
-  {
-    HttpResponse r;
-    r.set_content(body, "text/plain");
-    std::lock_guard lock(m);
-    held->reply(std::move(r));  // queued on the connection's strand; stop() would drop it
-  }
+  HttpResponse r;
+  r.set_content(body, "text/plain");
+  later.get()->reply(std::move(r));  // queued on the connection's strand; stop() would drop it
   REQUIRE(t.l.drain(5s) == 0);
   REQUIRE(t.l.unanswered() == 0);
   REQUIRE_FALSE(RawClient(t.port).connected());  // the acceptor is closed
@@ -335,12 +340,8 @@ TEST_CASE("http: drain lets an answer given just before stop reach its client an
 
 TEST_CASE("http: drain gives up after its timeout on a request never answered and says how many", "[http]") {
   TestListener t;
-  std::shared_ptr<HttpExchange> held;
-  std::mutex m;
-  t.l.route_async("GET", "/never", [&](std::shared_ptr<HttpExchange> ex) {
-    std::lock_guard lock(m);
-    held = ex;
-  });
+  HeldExchange never;
+  never.route(t.l, "/never");
   t.start();
   RawClient c(t.port);
   REQUIRE(c.send(get("/never")));

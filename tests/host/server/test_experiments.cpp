@@ -263,7 +263,7 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
   REQUIRE_THAT(metrics, Contains("tokenhost_kv_blocks_free{engine=\"spare\",experiment=\"\",arm=\"\"}"));
 }
 
-TEST_CASE("experiments: two arms of one model hold one copy of its weights", "[server][experiments][memory]") {
+TEST_CASE("experiments: two arms of one model hold one copy of its weights", "[server][experiments][memory][measured]") {
   // A model big enough to see in resident memory: about 38 MiB of f32 weights.
   const std::string path = cache_dir() + "/experiments-memory-test.gguf";
   if (!std::filesystem::exists(path)) {

@@ -109,10 +109,18 @@ TEST_CASE("fair shares: past the KV pool times the admission factor, 503 with Re
   CHECK_THAT(s.server->metrics().prometheus_text(), Catch::Contains("tokenhost_gateway_refusals_total{reason=\"kv_demand\"} 1"));
 }
 
-TEST_CASE("fair shares: a 1-sequence client's first token comes within 3 engine steps while another client runs 256", "[fair]") {
+TEST_CASE("fair shares: a 1-sequence client's first token comes within 3 engine steps while another client runs 256",
+          "[fair][measured]") {
   LiveServer s(manifest_with(""));
   // The heavy client: 16 streams of 16 choices, long outputs, more than the KV pool holds at once.
   std::vector<std::thread> heavy;
+  struct JoinAll {  // a failed REQUIRE leaves the test with the heavy client's threads joined, not running
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
+    }
+  } join_heavy{heavy};
   std::atomic<int> heavy_ok{0};
   for (int i = 0; i < 16; ++i) {
     heavy.emplace_back([&, i] {

@@ -239,7 +239,7 @@ TEST_CASE("openai: bad input gets a 4xx naming what was wrong, and the server ke
   }
 }
 
-TEST_CASE("openai: the gateway holds 1000 concurrent streaming connections", "[openai][load]") {
+TEST_CASE("openai: the gateway holds 1000 concurrent streaming connections", "[openai][load][measured]") {
   // 16 sequences per step: the engine works through the thousand while every client stays connected.
   LiveServer s(stories_manifest("scheduler.continuous", 512, 16, 1100));
   constexpr size_t kClients = 1000;
