@@ -18,6 +18,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
+#include "cli/quantize_command.hpp"
 #include "cli/tokenize_command.hpp"
 #include "http/http_servers.hpp"
 #include "http/http_tls.hpp"
@@ -264,6 +265,8 @@ int main(int argc, char** argv) {
   auto* generate = add_generate_command(app, generate_options);
   MakeModelCommand make_model_options;
   auto* make_model_cmd = add_make_model_command(app, make_model_options);
+  QuantizeOptions quantize_options;
+  auto* quantize = add_quantize_command(app, quantize_options);
   TokenizeOptions tokenize_options;
   auto* tokenize = add_tokenize_command(app, tokenize_options);
   BenchOptions bench_options;
@@ -296,6 +299,7 @@ int main(int argc, char** argv) {
     if (*check) return run_check(check_manifest, !no_load);
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);
+    if (*quantize) return run_quantize(quantize_options);
     if (*bench) return run_bench(bench_options);
     if (*tokenize) return run_tokenize(tokenize_options);
     if (*admin) return run_admin(admin_options);

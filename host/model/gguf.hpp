@@ -107,7 +107,11 @@ class File {
     ValueType elem_type;  // arrays only
     uint64_t count;       // arrays only: number of elements
     const uint8_t* data;  // scalar: the value; string: its bytes (count = length); array: first element
+    const uint8_t* encoded;  // the value as the file encodes it, after its type field (Writer::copy_value)
+    size_t encoded_bytes;
   };
+  // A metadata value as stored (nullptr for a missing key).
+  const Value* value(const std::string& key) const { return find(key); }
 
  private:
   File() = default;
@@ -146,6 +150,9 @@ class Writer {
   void set_array(const std::string& key, const std::vector<std::string>& v);
   void set_array(const std::string& key, const std::vector<float>& v);
   void set_array(const std::string& key, const std::vector<int32_t>& v);
+  // The value `key` has in `from`, of whatever type (an array of uint8 token types, say), byte for byte.
+  // Throws std::invalid_argument when `from` has no such key.
+  void copy_value(const std::string& key, const File& from);
 
   // Copies `bytes` bytes of tensor data, which must be exactly row_bytes(type, ne[0]) * ne[1] * ...
   // Throws std::invalid_argument for a duplicate or empty name, an unsupported type, 0 or more than 4

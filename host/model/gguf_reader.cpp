@@ -255,7 +255,7 @@ void File::parse() {
     if (!known_type(type)) {
       fail(at + ": unknown value type " + std::to_string(type) + " at byte " + std::to_string(type_pos));
     }
-    Value v{ValueType(type), ValueType::UINT8, 0, nullptr};
+    Value v{ValueType(type), ValueType::UINT8, 0, nullptr, base_ + c.pos, 0};
     if (v.type == ValueType::STRING) {
       const std::string_view s = c.str(at + " value");
       v.data = reinterpret_cast<const uint8_t*>(s.data());
@@ -284,6 +284,7 @@ void File::parse() {
     } else {
       v.data = c.take(scalar_size(type), at + " value");
     }
+    v.encoded_bytes = size_t(base_ + c.pos - v.encoded);
     kv_index_.emplace(key, kv_.size());
     kv_.emplace_back(key, v);
   }

@@ -125,6 +125,15 @@ void Writer::set_array(const std::string& key, const std::vector<int32_t>& v) {
   put(key, std::move(e));
 }
 
+void Writer::copy_value(const std::string& key, const File& from) {
+  const File::Value* v = from.value(key);
+  if (v == nullptr) throw std::invalid_argument(from.path() + " has no metadata key '" + key + "'");
+  Entry e{v->type, v->elem_type};
+  e.payload.assign(v->encoded, v->encoded + v->encoded_bytes);
+  if (key == "general.alignment") e.integer = from.get_int(key);  // the reader has checked it is one
+  put(key, std::move(e));
+}
+
 uint32_t Writer::alignment() const {
   auto it = kv_index_.find("general.alignment");
   return it == kv_index_.end() ? kDefaultAlignment : uint32_t(*kv_[it->second].second.integer);

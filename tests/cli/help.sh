@@ -18,6 +18,7 @@ check "bench" "OpenAI-compatible"
 check "make-model" "--shared-gate"
 check "generate" "--kv-dtype"
 check "tokenize" "--pieces"
+check "quantize" "multiple of the type's"
 check "serve" "--admin-port"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
 version=$($tokenhost --version)
