@@ -2,6 +2,7 @@
 // default: the README is what operators read, plugin.toml what the host applies.
 #include <catch2/catch.hpp>
 
+#include <charconv>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -28,6 +29,11 @@ TEST_CASE("plugins: each README's configuration table lists every declared key w
         using T = std::decay_t<decltype(v)>;
         if constexpr (toml::is_string<T>) def << "`" << v.get() << "`";
         else if constexpr (toml::is_boolean<T>) def << (v.get() ? "true" : "false");
+        else if constexpr (toml::is_floating_point<T>) {  // as written: the shortest form that reads back
+          char text[32];
+          const auto end = std::to_chars(text, text + sizeof text, v.get()).ptr;
+          def << std::string(text, end) << (std::string(text, end).find_first_of(".e") == std::string::npos ? ".0" : "");
+        }
         else def << v;
       });
       const std::string row = "| `" + p.key + "` | " + param_type_name(p.type) + " | " + def.str() + " |";
