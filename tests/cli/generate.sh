@@ -37,15 +37,8 @@ grep -q '4 experts per layer, 2 used per token: moe.topk (normalize = true)' "$w
 grep -q '^decode: 8 tokens in' "$work/err.txt" || fail "the MoE model did not generate 8 tokens"
 echo "ok: an MoE model generates through moe.topk"
 
-expect_error() {  # expect_error TEXT ARGS...: generate fails, saying TEXT
-  local text=$1
-  shift
-  if "$tokenhost" generate "$@" > "$work/out.txt" 2> "$work/err.txt"; then fail "generate $* succeeded"; fi
-  grep -qF -- "$text" "$work/err.txt" || { cat "$work/err.txt"; fail "generate $* did not say '$text'"; }
-  echo "ok: generate $* -> $text"
-}
-expect_error "--kv-dtype" -m "$models/stories260K.gguf" -p hi --kv-dtype q8_0
-expect_error "does not exist" -m "$work/none.gguf" -p hi
-expect_error "--block-size" -m "$models/stories260K.gguf" -p hi --block-size 0
-expect_error "moe.nothing" -m "$work/moe.gguf" -p hi --moe moe.nothing
+expect_fail generate "--kv-dtype" -m "$models/stories260K.gguf" -p hi --kv-dtype q8_0
+expect_fail generate "does not exist" -m "$work/none.gguf" -p hi
+expect_fail generate "--block-size" -m "$models/stories260K.gguf" -p hi --block-size 0
+expect_fail generate "moe.nothing" -m "$work/moe.gguf" -p hi --moe moe.nothing
 echo "generate: all checks passed"

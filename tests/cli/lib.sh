@@ -30,6 +30,14 @@ admin_ok() {  # admin_ok PATTERN ARGS...: `tokenhost admin ARGS` ($tokenhost, ag
   echo "ok: admin $*"
 }
 
+expect_fail() {  # expect_fail COMMAND TEXT ARGS...: `tokenhost COMMAND ARGS` ($tokenhost) exits non-zero, saying TEXT on stderr
+  local command=$1 text=$2
+  shift 2
+  if "$tokenhost" "$command" "$@" > "$work/out.txt" 2> "$work/err.txt"; then echo "FAIL: $command $* succeeded"; exit 1; fi
+  grep -qF -- "$text" "$work/err.txt" || { cat "$work/err.txt"; echo "FAIL: $command $* did not say '$text'"; exit 1; }
+  echo "ok: $command $* -> $text"
+}
+
 require_models() {  # require_models TESTS_CLI_DIR
   models=${TOKENHOST_MODELS:-$1/../../models}
   if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi

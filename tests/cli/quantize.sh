@@ -33,16 +33,9 @@ grep -q "no matrix of this model fits q4_K's blocks" "$work/err.txt" || { cat "$
 grep -q 'multiple of the q4_K block (256)' "$work/out.txt" || fail "the kept tensors are not listed for q4_K"
 echo "ok: q4_K keeps every tensor of stories260K, listed, with a warning"
 
-expect_error() {  # expect_error TEXT ARGS...: quantize fails, saying TEXT
-  local text=$1
-  shift
-  if "$tokenhost" quantize "$@" > "$work/out.txt" 2> "$work/err.txt"; then fail "quantize $* succeeded"; fi
-  grep -qF -- "$text" "$work/err.txt" || { cat "$work/err.txt"; fail "quantize $* did not say '$text'"; }
-  echo "ok: quantize $* -> $text"
-}
-expect_error "is not one of q8_0, q4_0, q4_K, q6_K" "$models/stories260K.gguf" "$work/x.gguf" --type f16
-expect_error "is the input" "$work/q8.gguf" "$work/q8.gguf" --type q4_0
-expect_error "does not exist" "$work/none.gguf" "$work/x.gguf" --type q8_0
-expect_error "$work/no/such/dir/x.gguf" "$models/stories260K.gguf" "$work/no/such/dir/x.gguf" --type q8_0
+expect_fail quantize "is not one of q8_0, q4_0, q4_K, q6_K" "$models/stories260K.gguf" "$work/x.gguf" --type f16
+expect_fail quantize "is the input" "$work/q8.gguf" "$work/q8.gguf" --type q4_0
+expect_fail quantize "does not exist" "$work/none.gguf" "$work/x.gguf" --type q8_0
+expect_fail quantize "$work/no/such/dir/x.gguf" "$models/stories260K.gguf" "$work/no/such/dir/x.gguf" --type q8_0
 [ ! -e "$work/x.gguf" ] || fail "a refused quantize left a file"
 echo "quantize: all checks passed"

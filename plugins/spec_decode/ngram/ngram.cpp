@@ -1,6 +1,6 @@
 // spec_decode.ngram: prompt-lookup decoding. Finds the latest earlier occurrence of the sequence's
 // last n tokens (longest n first) and proposes the tokens that followed it, as a chain. Stateless.
-#include <tokenhost/plugin.hpp>
+#include <tokenhost/plugin_spec.hpp>
 
 #include <algorithm>
 #include <string>
@@ -68,18 +68,11 @@ void propose_one(const NgramRange& range, const th_spec_seq& seq, uint32_t max_d
 
 th_status propose(th_instance* instance, const th_spec_propose_args* args, th_error* err) {
   return sdk::guard(err, [&] {
-    if (args == nullptr || (args->n_seqs > 0 && (args->seqs == nullptr || args->drafts == nullptr))) {
-      throw Error(TH_ERR_INVALID_ARGUMENT, "spec_decode.ngram: propose() got a NULL argument");
-    }
+    sdk::check_propose_args("spec_decode.ngram", args);
     const NgramRange& range = sdk::self<Ngram>(instance).range;
     for (uint32_t s = 0; s < args->n_seqs; ++s) {
       const th_spec_seq& seq = args->seqs[s];
       th_spec_draft& draft = args->drafts[s];
-      if ((seq.n_tokens > 0 && seq.tokens == nullptr) ||
-          (args->max_draft > 0 && (draft.tokens == nullptr || draft.parents == nullptr))) {
-        throw Error(TH_ERR_INVALID_ARGUMENT,
-                    "spec_decode.ngram: sequence " + std::to_string(seq.seq_id) + " has a NULL buffer");
-      }
       propose_one(range, seq, args->max_draft, draft);
     }
   });

@@ -5,7 +5,7 @@
 // drafts, rare ones short or none. The cache is a trie of every window of the ended sequences (depth
 // max_match + max_spec), bounded by max_cached_tokens, oldest sequence forgotten first. README.md says
 // the exact rule.
-#include <tokenhost/plugin.hpp>
+#include <tokenhost/plugin_spec.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -212,19 +212,11 @@ uint32_t Suffix::propose(const th_spec_seq& seq, uint32_t max_draft, th_spec_dra
 
 th_status propose(th_instance* instance, const th_spec_propose_args* args, th_error* err) {
   return sdk::guard(err, [&] {
-    if (args == nullptr || (args->n_seqs > 0 && (args->seqs == nullptr || args->drafts == nullptr))) {
-      throw Error(TH_ERR_INVALID_ARGUMENT, "spec_decode.suffix: propose() got a NULL argument");
-    }
+    sdk::check_propose_args("spec_decode.suffix", args);
     auto& self = sdk::self<Suffix>(instance);
     for (uint32_t s = 0; s < args->n_seqs; ++s) {
       const th_spec_seq& seq = args->seqs[s];
       th_spec_draft& draft = args->drafts[s];
-      if ((seq.n_tokens > 0 && seq.tokens == nullptr) ||
-          (args->max_draft > 0 && (draft.tokens == nullptr || draft.parents == nullptr))) {
-        throw Error(TH_ERR_INVALID_ARGUMENT,
-                    "spec_decode.suffix: sequence " + std::to_string(seq.seq_id) + " has a NULL buffer");
-      }
-      draft.n_draft = 0;
       draft.n_draft = self.propose(seq, args->max_draft, draft);
     }
   });

@@ -219,3 +219,25 @@ TEST_CASE("spec_decode.suffix stops where the continuation is too uncertain, and
   CHECK(s.propose(6, {2, 5}, 4).empty());
   CHECK(s.propose(7, {7, 7}, 2) == std::vector<int32_t>{7, 7});
 }
+
+TEST_CASE("spec_decode proposers refuse NULL arrays and buffers, naming the sequence", "[spec_decode][suffix][ngram]") {
+  for (const char* id : {"spec_decode.suffix", "spec_decode.ngram"}) {
+    INFO(id);
+    auto inst = make_plugin(id, model_spec(), toml::table{});
+    const auto& vt = inst->vtable<th_spec_decode_vtable>();
+    std::vector<int32_t> tokens = {1, 2, 1, 2}, out(4), parents(4);
+    th_spec_seq seq{42, tokens.data(), 4};
+    th_spec_draft draft{out.data(), nullptr, 0};
+    th_spec_propose_args args{sizeof(th_spec_propose_args), &seq, 1, 4, &draft};
+    th_error err;
+    CHECK(vt.propose(inst->handle(), &args, &err) == TH_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(err.text(), Catch::Contains(std::string(id) + ": sequence 42 has a NULL buffer"));
+    th_error err2;
+    CHECK(vt.propose(inst->handle(), nullptr, &err2) == TH_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(err2.text(), Catch::Contains("propose() got a NULL argument"));
+    draft.parents = parents.data();  // and with its buffers, a proposal
+    th_error err3;
+    CHECK(vt.propose(inst->handle(), &args, &err3) == TH_OK);
+    CHECK(draft.n_draft > 0);
+  }
+}
