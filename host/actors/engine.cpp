@@ -55,6 +55,8 @@ struct EngineMetrics {
   metrics::Family* itl = nullptr;
   metrics::Family* e2e = nullptr;
   metrics::Family* scheduler_seconds = nullptr;
+  metrics::Family* draft_tokens = nullptr;
+  metrics::Family* accepted_tokens = nullptr;
 };
 
 struct EngineState {
@@ -109,6 +111,11 @@ void register_metrics(EngineState& s) {
   s.m.e2e = &r->family(Type::histogram, "tokenhost_request_duration_seconds",
                        "From a request's arrival at the engine to its end", {"engine"}, latency);
   s.m.scheduler_seconds = &plugin_seconds_family(*r);
+  s.m.draft_tokens = &r->family(Type::counter, "tokenhost_spec_draft_tokens_total",
+                                "Draft tokens the spec_decode plugin proposed and the engine verified", {"engine", "plugin"});
+  s.m.accepted_tokens = &r->family(Type::counter, "tokenhost_spec_accepted_tokens_total",
+                                   "Draft tokens the target model agreed with: each one a token without a step of its own",
+                                   {"engine", "plugin"});
 }
 
 void update_gauges(EngineState& s) {
@@ -154,6 +161,58 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   if (spec && spec->fn(&th_spec_decode_vtable::seq_end))
     spec->call(&th_spec_decode_vtable::seq_end, "seq_end", spec->handle(), seq.request.id);
   seq.promise.deliver(std::move(r));
+}
+
+// Speculative decoding: the spec_decode plugin's drafts for the step's decoding items (one pending
+// token each), chains of at most kMaxDraft tokens within the step's token budget and the context;
+// the worker verifies them. A draft is cut at its first entry that is not a chain link or not a token
+// of the vocabulary; a failed propose() costs the step its drafts, nothing else.
+constexpr uint32_t kMaxDraft = 4;  // until a controller picks each step's length (issue 15)
+
+void add_drafts(EngineState& s, StepBatch& batch) {
+  const auto& spec = s.init.spec_decode;
+  if (!spec) return;
+  uint32_t rows = 0;
+  for (const auto& item : batch.items) rows += uint32_t(item.tokens.size());
+  std::vector<size_t> items;
+  std::vector<th_spec_seq> seqs;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const StepItem& item = batch.items[i];
+    if (!item.sample || item.tokens.size() != 1 || item.start + 2 > s.init.context_len) continue;
+    const Sequence* q = nullptr;
+    for (const auto& x : s.seqs)
+      if (x.request.id == item.seq_id) q = &x;
+    if (q == nullptr || q->generated == 0) continue;  // the first token comes from the prompt's last row
+    items.push_back(i);
+    seqs.push_back(th_spec_seq{item.seq_id, q->tokens().data(), uint32_t(q->tokens().size())});
+  }
+  if (seqs.empty() || rows >= s.init.max_step_tokens) return;
+  const uint32_t max_draft = kMaxDraft;
+  std::vector<int32_t> tokens(seqs.size() * max_draft, -1), parents(seqs.size() * max_draft, -2);
+  std::vector<th_spec_draft> drafts(seqs.size());
+  for (size_t k = 0; k < seqs.size(); ++k) drafts[k] = th_spec_draft{&tokens[k * max_draft], &parents[k * max_draft], 0};
+  th_spec_propose_args args{sizeof args, seqs.data(), uint32_t(seqs.size()), max_draft, drafts.data()};
+  th_error err;
+  if (th_status st = spec->call(&th_spec_decode_vtable::propose, "propose", spec->handle(), &args, &err)) {
+    spdlog::warn("engine {}: {} propose failed with status {}: {}; the step runs without drafts", s.init.name, spec->id(),
+                 int(st), err.text());
+    return;
+  }
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    StepItem& item = batch.items[items[k]];
+    const uint32_t room = std::min(s.init.max_step_tokens - rows, s.init.context_len - (item.start + 1));
+    uint32_t n = 0;
+    const uint32_t offered = std::min(drafts[k].n_draft, max_draft);
+    while (n < offered && n < room && parents[k * max_draft + n] == int32_t(n) - 1 &&
+           tokens[k * max_draft + n] >= 0 && uint32_t(tokens[k * max_draft + n]) < s.init.vocab_size)
+      ++n;
+    if (n == 0) continue;
+    item.tokens.insert(item.tokens.end(), tokens.begin() + long(k * max_draft), tokens.begin() + long(k * max_draft + n));
+    item.n_draft = n;
+    item.logit_rows = n + 1;
+    rows += n;
+    if (rows >= s.init.max_step_tokens) break;
+  }
 }
 
 void preempt(self_ptr self, Sequence& seq) {
@@ -320,6 +379,7 @@ void tick(self_ptr self) {
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
   }
+  add_drafts(s, batch);
   s.step_in_flight = true;
   s.swaps.step_started();
   auto started = std::chrono::steady_clock::now();
@@ -370,28 +430,46 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       }
     }
   } else {
-    size_t sampled = 0;
+    size_t sampled = 0, sampled_item = 0;
     for (const auto& item : batch.items) {
       Sequence* q = find(s, item.seq_id);
+      const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;
+      const size_t run_begin = sampled;
+      if (item.sample) sampled += accepted + 1, ++sampled_item;
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
-      q->prefilled += uint32_t(item.tokens.size());
+      // The KV cache holds the item's own tokens and the draft tokens the target agreed with.
+      q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
       if (!item.sample) continue;
-      const SampledToken& t = result.sampled.at(sampled++);
-      q->tokens().push_back(t.token);
-      ++q->generated;
-      ++s.tokens_out;
-      if (s.m.tokens_out) s.m.tokens_out->add({s.init.name}, 1);
-      const uint64_t now = now_ns();
-      if (q->generated == 1) {
-        q->first_token_ns = now;
-        if (s.m.ttft) s.m.ttft->observe({s.init.name}, double(now - q->arrival_ns) * 1e-9);
-        if (s.m.ttft_steps) s.m.ttft_steps->observe({s.init.name}, double(s.steps - q->first_step));
-      } else if (s.m.itl) {
-        s.m.itl->observe({s.init.name}, double(now - q->last_token_ns) * 1e-9);
+      if (item.n_draft > 0) {
+        const auto& spec = s.init.spec_decode;
+        if (s.m.draft_tokens && spec) s.m.draft_tokens->add({s.init.name, spec->id()}, item.n_draft);
+        if (s.m.accepted_tokens && spec) s.m.accepted_tokens->add({s.init.name, spec->id()}, accepted);
+        if (spec && spec->fn(&th_spec_decode_vtable::accepted))
+          spec->call(&th_spec_decode_vtable::accepted, "accepted", spec->handle(), item.seq_id, item.n_draft, accepted);
       }
-      q->last_token_ns = now;
-      if (q->request.logprobs) q->logprobs.push_back(t);
-      if (q->request.stream) q->request.stream->push(t);
+      // Each token of the run as plain decoding would have given it, one at a time: the run stops where
+      // the request does (end of sequence, max_tokens, the context), and what follows is dropped.
+      for (uint32_t k = 0; k <= accepted; ++k) {
+        const SampledToken& t = result.sampled.at(run_begin + k);
+        q->tokens().push_back(t.token);
+        ++q->generated;
+        ++s.tokens_out;
+        if (s.m.tokens_out) s.m.tokens_out->add({s.init.name}, 1);
+        const uint64_t now = now_ns();
+        if (q->generated == 1) {
+          q->first_token_ns = now;
+          if (s.m.ttft) s.m.ttft->observe({s.init.name}, double(now - q->arrival_ns) * 1e-9);
+          if (s.m.ttft_steps) s.m.ttft_steps->observe({s.init.name}, double(s.steps - q->first_step));
+        } else if (s.m.itl) {
+          s.m.itl->observe({s.init.name}, double(now - q->last_token_ns) * 1e-9);
+        }
+        q->last_token_ns = now;
+        if (q->request.logprobs) q->logprobs.push_back(t);
+        if (q->request.stream) q->request.stream->push(t);
+        if ((t.token == s.init.eos && !q->request.ignore_eos) || q->generated >= q->request.max_tokens ||
+            q->tokens().size() >= s.init.context_len)
+          break;
+      }
     }
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];

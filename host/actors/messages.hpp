@@ -45,7 +45,10 @@ struct KvState {
   uint32_t block_size = 0;
 };
 struct StepResult {
-  std::vector<SampledToken> sampled;  // one per item with sample set, in item order
+  // The tokens of each item with sample set, in item order: accepted[i] verified draft tokens and then
+  // the next token, accepted[i] + 1 in all (1 for an item without a draft).
+  std::vector<SampledToken> sampled;
+  std::vector<uint32_t> accepted;     // per item with sample set
   std::string error;                  // the step failed as a whole: why
   // The failure's status: TH_ERR_RESOURCE_EXHAUSTED when the kvcache plugin had no blocks for the
   // step (the engine preempts and retries), TH_ERR_INTERNAL for any other failure; TH_OK on success.

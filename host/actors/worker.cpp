@@ -34,34 +34,74 @@ void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
   add("moe", s.init.moe, t.moe);
 }
 
-// The next token of each sampled item: its sequence's sampler, or greedy when it has none. Items are
-// sampled in parallel on the compute pool (each sampler owns its random state, so the result does
-// not depend on the split).
-std::vector<SampledToken> sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits) {
+// Draft positions are reserved after every item's own tokens, so that a draft never takes the blocks
+// the scheduler counted on for another sequence: a draft the pool cannot hold is dropped (the item
+// decodes one token), never a reason to preempt. Throws KvExhausted when an item's own tokens do not fit
+// (the scheduler over-committed, as without drafts).
+void reserve_drafts(StepBatch& batch, PluginInstance& kv) {
+  auto reserve = [&](const StepItem& item, uint32_t end) {
+    th_error err;
+    return kv.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv.handle(), item.seq_id, end, item.start, &err);
+  };
+  for (const auto& item : batch.items) {
+    if (item.n_draft == 0) continue;
+    const th_status st = reserve(item, item.start + uint32_t(item.tokens.size()) - item.n_draft);
+    if (st == TH_ERR_RESOURCE_EXHAUSTED) throw KvExhausted(kv.id() + " seq_reserve: no blocks for sequence " + std::to_string(item.seq_id));
+    if (st != TH_OK) throw std::runtime_error(kv.id() + " seq_reserve failed with status " + std::to_string(st));
+  }
+  for (auto& item : batch.items) {
+    if (item.n_draft == 0 || reserve(item, item.start + uint32_t(item.tokens.size())) == TH_OK) continue;
+    item.tokens.resize(item.tokens.size() - item.n_draft);
+    item.n_draft = 0;
+    item.logit_rows = 0;
+  }
+}
+
+// The tokens of each sampled item: its sequence's sampler (greedy when it has none) on its first
+// marked row; with a draft, on the next row too while the token sampled equals the draft's there, each
+// row sampled with the tokens accepted before it in the history, exactly as decoding them one step at
+// a time would (the sampler's random state advances once per token sampled). Items are sampled in
+// parallel on the compute pool (each sampler owns its random state, so the result does not depend on
+// the split).
+void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, StepResult& result) {
   std::vector<const StepItem*> items;
-  std::vector<size_t> last_row;  // each sampled item's last marked row, an index into logits
+  std::vector<size_t> first_row;  // each sampled item's first marked row, an index into logits
   size_t row = 0;
   for (const auto& item : batch.items) {
-    row += std::min<size_t>(item.marked_rows(), item.tokens.size());
+    const size_t marked = std::min<size_t>(item.marked_rows(), item.tokens.size());
+    row += marked;
     if (item.sample) {
       items.push_back(&item);
-      last_row.push_back(row - 1);
+      first_row.push_back(row - (item.n_draft > 0 ? item.n_draft + 1 : 1));
     }
   }
-  std::vector<SampledToken> out(items.size());
+  std::vector<std::vector<SampledToken>> runs(items.size());
   auto sample_range = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
-      auto& l = logits.at(last_row[i]);
-      if (items[i]->context) {
-        out[i] = items[i]->context->sampler.sample(std::move(l), items[i]->context->tokens);
-      } else {
-        out[i].token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+      const StepItem& item = *items[i];
+      const int32_t* draft = item.tokens.data() + item.tokens.size() - item.n_draft;
+      std::vector<int32_t>* history = item.context ? &item.context->tokens : nullptr;
+      for (uint32_t r = 0; r <= item.n_draft; ++r) {
+        auto& l = logits.at(first_row[i] + r);
+        SampledToken t;
+        if (history) {
+          t = item.context->sampler.sample(std::move(l), *history);
+        } else {
+          t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+        }
+        runs[i].push_back(t);
+        if (r == item.n_draft || t.token != draft[r]) break;
+        if (history) history->push_back(t.token);  // the next row's history; taken back below
       }
+      if (history) history->resize(history->size() - (runs[i].size() - 1));
     }
   };
   if (items.size() > 1) compute_pool().parallel_for(items.size(), sample_range);
   else sample_range(0, items.size());
-  return out;
+  for (auto& run : runs) {
+    result.accepted.push_back(uint32_t(run.size() - 1));
+    result.sampled.insert(result.sampled.end(), run.begin(), run.end());
+  }
 }
 
 // Where the worker holds the instance of one of its slots (the slot table's rows it owns), or NULL.
@@ -101,17 +141,19 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
     self->state.plugin_seconds = &plugin_seconds_family(*r);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
   return {
-      [=](step_atom, const StepBatch& batch) -> StepResult {
+      [=](step_atom, StepBatch batch) -> StepResult {
         auto& s = self->state;
         StepResult result;
         s.swaps.step_started();
         try {
           auto started = std::chrono::steady_clock::now();
+          if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; }))
+            reserve_drafts(batch, *s.init.kvcache);
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
                                                  {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
-          result.sampled = sample_all(batch, logits);
+          sample_all(batch, logits, result);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {

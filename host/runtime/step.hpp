@@ -34,6 +34,9 @@ struct StepItem {
   // The rows whose logits the step returns: the last logit_rows of tokens (every draft position of a
   // speculative step, say). 0: the last row when `sample`, none otherwise.
   uint32_t logit_rows = 0;
+  // The last n_draft tokens are a proposer's draft, not yet the sequence's: the worker verifies them
+  // (logit_rows = n_draft + 1) and keeps the longest run the target's own sampling agrees with.
+  uint32_t n_draft = 0;
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
 };
 

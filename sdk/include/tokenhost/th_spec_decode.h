@@ -45,12 +45,16 @@ typedef struct th_spec_decode_vtable {
   void (*destroy)(th_instance *instance);
   th_status (*check)(const th_check_query *query, th_error *err);
 
-  /* REQUIRED. Writes a draft for each sequence of args. Reserved: not called by host 1.3 (the
-   * engine does not verify drafts yet; a proposer loads, passes check() and create(), and is told
-   * seq_end). */
+  /* REQUIRED. Writes a draft for each sequence of args. Called by the engine once per step, on its
+   * thread, for the sequences that decode a token in that step (not while they prefill), with
+   * max_draft 4. The host verifies every draft in that step and keeps the longest run the target's own
+   * sampling agrees with, so output is exactly plain decoding's whatever is proposed. Host 1.3 takes
+   * chains only: a draft ends at its first entry whose parent is not the entry before it, or whose
+   * token is outside the vocabulary. A call that fails costs that step its drafts, nothing else. */
   th_status (*propose)(th_instance *instance, const th_spec_propose_args *args, th_error *err);
   /* Told that n_accepted of the n_proposed draft tokens of seq_id were kept (along the accepted path).
-   * OPTIONAL (may be NULL). Reserved: not called by host 1.3. */
+   * OPTIONAL (may be NULL). Called after each verified draft (n_proposed counts what the host kept of
+   * the draft, after the cuts above and the pool's room), on the engine's thread. */
   void (*accepted)(th_instance *instance, uint64_t seq_id, uint32_t n_proposed, uint32_t n_accepted);
   /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.3 when a
    * request of the engine ends, whatever its reason. */
