@@ -163,58 +163,6 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   seq.promise.deliver(std::move(r));
 }
 
-// Speculative decoding: the spec_decode plugin's drafts for the step's decoding items (one pending
-// token each), chains of at most kMaxDraft tokens within the step's token budget and the context;
-// the worker verifies them. A draft is cut at its first entry that is not a chain link or not a token
-// of the vocabulary; a failed propose() costs the step its drafts, nothing else.
-constexpr uint32_t kMaxDraft = 4;  // until a controller picks each step's length (issue 15)
-
-void add_drafts(EngineState& s, StepBatch& batch) {
-  const auto& spec = s.init.spec_decode;
-  if (!spec) return;
-  uint32_t rows = 0;
-  for (const auto& item : batch.items) rows += uint32_t(item.tokens.size());
-  std::vector<size_t> items;
-  std::vector<th_spec_seq> seqs;
-  for (size_t i = 0; i < batch.items.size(); ++i) {
-    const StepItem& item = batch.items[i];
-    if (!item.sample || item.tokens.size() != 1 || item.start + 2 > s.init.context_len) continue;
-    const Sequence* q = nullptr;
-    for (const auto& x : s.seqs)
-      if (x.request.id == item.seq_id) q = &x;
-    if (q == nullptr || q->generated == 0) continue;  // the first token comes from the prompt's last row
-    items.push_back(i);
-    seqs.push_back(th_spec_seq{item.seq_id, q->tokens().data(), uint32_t(q->tokens().size())});
-  }
-  if (seqs.empty() || rows >= s.init.max_step_tokens) return;
-  const uint32_t max_draft = kMaxDraft;
-  std::vector<int32_t> tokens(seqs.size() * max_draft, -1), parents(seqs.size() * max_draft, -2);
-  std::vector<th_spec_draft> drafts(seqs.size());
-  for (size_t k = 0; k < seqs.size(); ++k) drafts[k] = th_spec_draft{&tokens[k * max_draft], &parents[k * max_draft], 0};
-  th_spec_propose_args args{sizeof args, seqs.data(), uint32_t(seqs.size()), max_draft, drafts.data()};
-  th_error err;
-  if (th_status st = spec->call(&th_spec_decode_vtable::propose, "propose", spec->handle(), &args, &err)) {
-    spdlog::warn("engine {}: {} propose failed with status {}: {}; the step runs without drafts", s.init.name, spec->id(),
-                 int(st), err.text());
-    return;
-  }
-  for (size_t k = 0; k < seqs.size(); ++k) {
-    StepItem& item = batch.items[items[k]];
-    const uint32_t room = std::min(s.init.max_step_tokens - rows, s.init.context_len - (item.start + 1));
-    uint32_t n = 0;
-    const uint32_t offered = std::min(drafts[k].n_draft, max_draft);
-    while (n < offered && n < room && parents[k * max_draft + n] == int32_t(n) - 1 &&
-           tokens[k * max_draft + n] >= 0 && uint32_t(tokens[k * max_draft + n]) < s.init.vocab_size)
-      ++n;
-    if (n == 0) continue;
-    item.tokens.insert(item.tokens.end(), tokens.begin() + long(k * max_draft), tokens.begin() + long(k * max_draft + n));
-    item.n_draft = n;
-    item.logit_rows = n + 1;
-    rows += n;
-    if (rows >= s.init.max_step_tokens) break;
-  }
-}
-
 void preempt(self_ptr self, Sequence& seq) {
   auto& s = self->state;
   // The blocks it holds now, counted free until the worker's reply says exactly: the scheduler may
@@ -245,6 +193,55 @@ Sequence* find(EngineState& s, uint64_t id) {
   for (auto& q : s.seqs)
     if (q.request.id == id) return &q;
   return nullptr;
+}
+
+// Speculative decoding: the spec_decode plugin's drafts for the step's decoding items (one pending
+// token each), chains of at most kMaxDraft tokens within the step's token budget and the context;
+// the worker verifies them. A draft is cut at its first entry that is not a chain link or not a token
+// of the vocabulary; a failed propose() costs the step its drafts, nothing else.
+constexpr uint32_t kMaxDraft = 4;  // until a controller picks each step's length (issue 15)
+
+void add_drafts(EngineState& s, StepBatch& batch) {
+  const auto& spec = s.init.spec_decode;
+  if (!spec) return;
+  uint32_t rows = 0;
+  for (const auto& item : batch.items) rows += uint32_t(item.tokens.size());
+  std::vector<size_t> items;
+  std::vector<th_spec_seq> seqs;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const StepItem& item = batch.items[i];
+    if (!item.sample || item.tokens.size() != 1 || item.start + 2 > s.init.context_len) continue;
+    const Sequence* q = find(s, item.seq_id);
+    if (q == nullptr || q->generated == 0) continue;  // the first token comes from the prompt's last row
+    items.push_back(i);
+    seqs.push_back(th_spec_seq{item.seq_id, q->tokens().data(), uint32_t(q->tokens().size())});
+  }
+  if (seqs.empty() || rows >= s.init.max_step_tokens) return;
+  std::vector<int32_t> tokens(seqs.size() * kMaxDraft, -1), parents(seqs.size() * kMaxDraft, -2);
+  std::vector<th_spec_draft> drafts(seqs.size());
+  for (size_t k = 0; k < seqs.size(); ++k) drafts[k] = th_spec_draft{&tokens[k * kMaxDraft], &parents[k * kMaxDraft], 0};
+  th_spec_propose_args args{sizeof args, seqs.data(), uint32_t(seqs.size()), kMaxDraft, drafts.data()};
+  th_error err;
+  if (th_status st = spec->call(&th_spec_decode_vtable::propose, "propose", spec->handle(), &args, &err)) {
+    spdlog::warn("engine {}: {} propose failed with status {}: {}; the step runs without drafts", s.init.name, spec->id(),
+                 int(st), err.text());
+    return;
+  }
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    StepItem& item = batch.items[items[k]];
+    const uint32_t room = std::min(s.init.max_step_tokens - rows, s.init.context_len - (item.start + 1));
+    uint32_t n = 0;
+    const uint32_t offered = std::min(drafts[k].n_draft, kMaxDraft);
+    while (n < offered && n < room && parents[k * kMaxDraft + n] == int32_t(n) - 1 &&
+           tokens[k * kMaxDraft + n] >= 0 && uint32_t(tokens[k * kMaxDraft + n]) < s.init.vocab_size)
+      ++n;
+    if (n == 0) continue;
+    item.tokens.insert(item.tokens.end(), tokens.begin() + long(k * kMaxDraft), tokens.begin() + long(k * kMaxDraft + n));
+    item.n_draft = n;
+    item.logit_rows = n + 1;
+    rows += n;
+    if (rows >= s.init.max_step_tokens) break;
+  }
 }
 
 // Asks the scheduler plugin for a decision and checks it. Returns an error message, or "".
