@@ -12,6 +12,7 @@
 #include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
 #include "actors/plugin_seconds.hpp"
+#include "actors/speculation.hpp"
 #include "plugin/kind.hpp"
 
 namespace tokenhost {
@@ -57,6 +58,7 @@ struct EngineMetrics {
   metrics::Family* scheduler_seconds = nullptr;
   metrics::Family* draft_tokens = nullptr;
   metrics::Family* accepted_tokens = nullptr;
+  metrics::Family* accepted_length = nullptr;
 };
 
 struct EngineState {
@@ -69,6 +71,13 @@ struct EngineState {
   SwapLatency swaps;  // scheduler and spec_decode swaps (the worker keeps its own)  // replaced or removed: finishing what it has, then stopping
   bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
+  // Speculative decoding since the engine started: drafts verified, their tokens, those accepted.
+  uint64_t spec_drafts = 0, spec_drafted = 0, spec_accepted = 0, spec_propose_failures = 0;
+  // After each step: the blocks the sequences' positions need by the engine's count, the blocks the
+  // kvcache plugin reports in use, and how many steps the two disagreed (rolled-back drafts not given
+  // back, a plugin's accounting off): the scheduler plans with the plugin's count.
+  uint32_t kv_planned = 0, kv_reported = 0;
+  uint64_t kv_disagreements = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
   // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
   // sequences here, never reused.
@@ -116,6 +125,9 @@ void register_metrics(EngineState& s) {
   s.m.accepted_tokens = &r->family(Type::counter, "tokenhost_spec_accepted_tokens_total",
                                    "Draft tokens the target model agreed with: each one a token without a step of its own",
                                    {"engine", "plugin"});
+  s.m.accepted_length = &r->family(Type::histogram, "tokenhost_spec_accepted_length",
+                                   "Draft tokens accepted per verified draft (its count: drafts verified)", {"engine", "plugin"},
+                                   {0, 1, 2, 3, 4, 6, 8, 12, 16});
 }
 
 void update_gauges(EngineState& s) {
@@ -195,53 +207,30 @@ Sequence* find(EngineState& s, uint64_t id) {
   return nullptr;
 }
 
-// Speculative decoding: the spec_decode plugin's drafts for the step's decoding items (one pending
-// token each), chains of at most kMaxDraft tokens within the step's token budget and the context;
-// the worker verifies them. A draft is cut at its first entry that is not a chain link or not a token
-// of the vocabulary; a failed propose() costs the step its drafts, nothing else.
-constexpr uint32_t kMaxDraft = 4;  // until a controller picks each step's length (issue 15)
-
+// Speculative decoding: the spec_decode plugin's drafts for the step's items that decode one token of
+// a sequence that has generated before and may take a draft (its request's max_draft, within the
+// engine's limit); speculation.cpp adds what the step can verify.
 void add_drafts(EngineState& s, StepBatch& batch) {
   const auto& spec = s.init.spec_decode;
-  if (!spec) return;
-  uint32_t rows = 0;
-  for (const auto& item : batch.items) rows += uint32_t(item.tokens.size());
-  std::vector<size_t> items;
-  std::vector<th_spec_seq> seqs;
+  if (!spec || !s.init.no_speculation.empty()) return;
+  std::vector<DraftCandidate> candidates;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
     if (!item.sample || item.tokens.size() != 1 || item.start + 2 > s.init.context_len) continue;
     const Sequence* q = find(s, item.seq_id);
-    if (q == nullptr || q->generated == 0) continue;  // the first token comes from the prompt's last row
-    items.push_back(i);
-    seqs.push_back(th_spec_seq{item.seq_id, q->tokens().data(), uint32_t(q->tokens().size())});
+    if (q == nullptr || q->generated == 0) continue;
+    const uint32_t max_draft = std::min(q->request.max_draft, kDefaultMaxDraft);
+    if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
   }
-  if (seqs.empty() || rows >= s.init.max_step_tokens) return;
-  std::vector<int32_t> tokens(seqs.size() * kMaxDraft, -1), parents(seqs.size() * kMaxDraft, -2);
-  std::vector<th_spec_draft> drafts(seqs.size());
-  for (size_t k = 0; k < seqs.size(); ++k) drafts[k] = th_spec_draft{&tokens[k * kMaxDraft], &parents[k * kMaxDraft], 0};
-  th_spec_propose_args args{sizeof args, seqs.data(), uint32_t(seqs.size()), kMaxDraft, drafts.data()};
-  th_error err;
-  if (th_status st = spec->call(&th_spec_decode_vtable::propose, "propose", spec->handle(), &args, &err)) {
-    spdlog::warn("engine {}: {} propose failed with status {}: {}; the step runs without drafts", s.init.name, spec->id(),
-                 int(st), err.text());
-    return;
-  }
-  for (size_t k = 0; k < seqs.size(); ++k) {
-    StepItem& item = batch.items[items[k]];
-    const uint32_t room = std::min(s.init.max_step_tokens - rows, s.init.context_len - (item.start + 1));
-    uint32_t n = 0;
-    const uint32_t offered = std::min(drafts[k].n_draft, kMaxDraft);
-    while (n < offered && n < room && parents[k * kMaxDraft + n] == int32_t(n) - 1 &&
-           tokens[k * kMaxDraft + n] >= 0 && uint32_t(tokens[k * kMaxDraft + n]) < s.init.vocab_size)
-      ++n;
-    if (n == 0) continue;
-    item.tokens.insert(item.tokens.end(), tokens.begin() + long(k * kMaxDraft), tokens.begin() + long(k * kMaxDraft + n));
-    item.n_draft = n;
-    item.logit_rows = n + 1;
-    rows += n;
-    if (rows >= s.init.max_step_tokens) break;
-  }
+  add_drafts(*spec, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
+             s.spec_propose_failures);
+}
+
+// A spec_decode plugin the engine cannot use says so in the log (at start and when swapped in).
+void warn_no_speculation(const EngineState& s) {
+  if (s.init.spec_decode && !s.init.no_speculation.empty())
+    spdlog::warn("engine {}: runs without speculative decoding ({} stays idle): {}", s.init.name, s.init.spec_decode->id(),
+                 s.init.no_speculation);
 }
 
 // Asks the scheduler plugin for a decision and checks it. Returns an error message, or "".
@@ -403,6 +392,20 @@ void tick(self_ptr self) {
           });
 }
 
+// Every block the kvcache reports in use after a step holds positions of the engine's sequences: the
+// frees sent before the step have landed, and none is sent while a step is in flight. A disagreement is
+// logged (the first, then each 100th) and counted in the admin status.
+void check_kv_accounting(EngineState& s, const KvState& kv) {
+  uint32_t planned = 0;
+  for (const auto& q : s.seqs) planned += blocks_for(q.prefilled, s.kv.block_size);
+  s.kv_planned = planned;
+  s.kv_reported = kv.total_blocks - std::min(kv.free_blocks, kv.total_blocks);
+  if (s.kv_planned == s.kv_reported) return;
+  if (s.kv_disagreements++ % 100 == 0)
+    spdlog::warn("engine {}: after step {} the kvcache reports {} blocks in use, the sequences' positions need {} ({} such steps)",
+                 s.init.name, s.steps, s.kv_reported, s.kv_planned, s.kv_disagreements);
+}
+
 void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result) {
   auto& s = self->state;
   s.step_in_flight = false;
@@ -431,18 +434,23 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     for (const auto& item : batch.items) {
       Sequence* q = find(s, item.seq_id);
       const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;
+      const uint32_t drafted = item.sample ? result.drafted.at(sampled_item) : 0;
       const size_t run_begin = sampled;
       if (item.sample) sampled += accepted + 1, ++sampled_item;
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
       // The KV cache holds the item's own tokens and the draft tokens the target agreed with.
       q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
       if (!item.sample) continue;
-      if (item.n_draft > 0) {
+      if (drafted > 0) {
         const auto& spec = s.init.spec_decode;
-        if (s.m.draft_tokens && spec) s.m.draft_tokens->add({s.init.name, spec->id()}, item.n_draft);
+        ++s.spec_drafts;
+        s.spec_drafted += drafted;
+        s.spec_accepted += accepted;
+        if (s.m.draft_tokens && spec) s.m.draft_tokens->add({s.init.name, spec->id()}, drafted);
         if (s.m.accepted_tokens && spec) s.m.accepted_tokens->add({s.init.name, spec->id()}, accepted);
+        if (s.m.accepted_length && spec) s.m.accepted_length->observe({s.init.name, spec->id()}, accepted);
         if (spec && spec->fn(&th_spec_decode_vtable::accepted))
-          spec->call(&th_spec_decode_vtable::accepted, "accepted", spec->handle(), item.seq_id, item.n_draft, accepted);
+          spec->call(&th_spec_decode_vtable::accepted, "accepted", spec->handle(), item.seq_id, drafted, accepted);
       }
       // Each token of the run as plain decoding would have given it, one at a time: the run stops where
       // the request does (end of sequence, max_tokens, the context), and what follows is dropped.
@@ -468,6 +476,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
           break;
       }
     }
+    check_kv_accounting(s, result.kv);
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];
       if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
@@ -499,6 +508,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
 engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   self->state.init = std::move(init);
   register_metrics(self->state);
+  warn_no_speculation(self->state);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.name);
   self->state.swaps.applied("kvcache", self->state.init.kvcache_swap_requested_ns);
   self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
@@ -553,6 +563,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           s.swaps.applied(swap.slot, swap.requested_ns, s.seqs.empty());
           std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
           spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
+          if (swap.slot == "spec_decode") warn_no_speculation(s);
           return SwapResult{true, swap.slot + ": " + old + " -> " + now};
         }
         swap.engine_idle = s.seqs.empty() && !s.step_in_flight;
@@ -570,7 +581,16 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"preemptions", s.preemptions},
                             {"draining", s.draining},
                             {"retiring", s.retiring},
-                            {"last_engine_swap", s.swaps.last()}};
+                            {"last_engine_swap", s.swaps.last()},
+                            {"speculation", {{"enabled", s.init.spec_decode && s.init.no_speculation.empty()},
+                                             {"drafts", s.spec_drafts},
+                                             {"draft_tokens", s.spec_drafted},
+                                             {"accepted_tokens", s.spec_accepted},
+                                             {"propose_failures", s.spec_propose_failures}}},
+                            {"kv_accounting", {{"planned_blocks", s.kv_planned},
+                                               {"reported_blocks", s.kv_reported},
+                                               {"disagreements", s.kv_disagreements}}}};
+        if (!s.init.no_speculation.empty()) j["speculation"]["why_not"] = s.init.no_speculation;
         for (const SlotInfo& slot : slot_table())  // each slot the engine owns, under its name (null: empty)
           if (slot.owner == SlotOwner::engine) j[slot.name] = plugin_json(*held(s.init, slot.name));
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())

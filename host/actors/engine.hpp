@@ -21,6 +21,9 @@ struct EngineInit {
   uint32_t max_step_seqs = 64;
   std::shared_ptr<PluginInstance> scheduler;
   std::shared_ptr<PluginInstance> spec_decode;  // may be NULL
+  // Why this engine cannot speculate whatever its spec_decode slot holds (its kvcache plugin cannot
+  // roll back rejected drafts), or "" when it can.
+  std::string no_speculation;
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
   uint64_t kvcache_swap_requested_ns = 0;  // it replaces an engine for a kvcache swap asked for then

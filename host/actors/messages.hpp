@@ -49,6 +49,9 @@ struct StepResult {
   // the next token, accepted[i] + 1 in all (1 for an item without a draft).
   std::vector<SampledToken> sampled;
   std::vector<uint32_t> accepted;     // per item with sample set
+  // Per item with sample set: the draft tokens verified (the item's n_draft, or 0 when the pool could
+  // not hold its draft and the worker dropped it).
+  std::vector<uint32_t> drafted;
   std::string error;                  // the step failed as a whole: why
   // The failure's status: TH_ERR_RESOURCE_EXHAUSTED when the kvcache plugin had no blocks for the
   // step (the engine preempts and retries), TH_ERR_INTERNAL for any other failure; TH_OK on success.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/draft_limits.hpp"
 #include "runtime/sampling.hpp"
 
 namespace tokenhost {
@@ -34,6 +35,9 @@ struct GenerateRequest {
   SamplingParams sampling;    // greedy by default
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
   bool ignore_eos = false;    // generate past the end-of-sequence token, up to max_tokens
+  // Speculative decoding: the most draft tokens a step verifies for this request (0: none), within
+  // the engine's own limit.
+  uint32_t max_draft = kMaxDraftTokens;
   // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
   std::shared_ptr<TokenStream> stream;
 };

@@ -39,28 +39,45 @@ void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
 // decodes one token), never a reason to preempt. Throws KvExhausted when an item's own tokens do not fit
 // (the scheduler over-committed, as without drafts).
 void reserve_drafts(StepBatch& batch, PluginInstance& kv) {
-  auto reserve = [&](const StepItem& item, uint32_t end) {
-    th_error err;
+  auto reserve = [&](const StepItem& item, uint32_t end, th_error& err) {
     return kv.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv.handle(), item.seq_id, end, item.start, &err);
   };
-  for (const auto& item : batch.items) {
-    if (item.n_draft == 0) continue;
-    const th_status st = reserve(item, item.start + uint32_t(item.tokens.size()) - item.n_draft);
-    if (st == TH_ERR_RESOURCE_EXHAUSTED) throw KvExhausted(kv.id() + " seq_reserve: no blocks for sequence " + std::to_string(item.seq_id));
-    if (st != TH_OK) throw std::runtime_error(kv.id() + " seq_reserve failed with status " + std::to_string(st));
+  for (const auto& item : batch.items) {  // every item's own positions, drafted or not
+    th_error err;
+    if (th_status st = reserve(item, item.start + uint32_t(item.tokens.size()) - item.n_draft, err))
+      throw_plugin_failure(kv, "seq_reserve", st, err);
   }
   for (auto& item : batch.items) {
-    if (item.n_draft == 0 || reserve(item, item.start + uint32_t(item.tokens.size())) == TH_OK) continue;
+    th_error err;
+    if (item.n_draft == 0 || reserve(item, item.start + uint32_t(item.tokens.size()), err) == TH_OK) continue;
     item.tokens.resize(item.tokens.size() - item.n_draft);
     item.n_draft = 0;
     item.logit_rows = 0;
   }
 }
 
+// Gives back the positions of rejected draft tokens: each sequence keeps its own tokens and the run the
+// target accepted (result.accepted, one per sampled item), so the cache's accounting, which the
+// scheduler plans with, stays exact.
+void truncate_drafts(const StepBatch& batch, const StepResult& result, PluginInstance& kv) {
+  size_t sampled = 0;
+  for (const auto& item : batch.items) {
+    if (!item.sample) continue;
+    const uint32_t accepted = result.accepted.at(sampled++);
+    if (item.n_draft == 0 || accepted == item.n_draft) continue;
+    const uint32_t keep = item.start + uint32_t(item.tokens.size()) - item.n_draft + accepted;
+    th_error err;
+    if (th_status st = kv.call(&th_kvcache_vtable::seq_truncate, "seq_truncate", kv.handle(), item.seq_id, keep, &err))
+      throw_plugin_failure(kv, "seq_truncate", st, err);
+  }
+}
+
 // The tokens of each sampled item: its sequence's sampler (greedy when it has none) on its first
 // marked row; with a draft, on the next row too while the token sampled equals the draft's there, each
 // row sampled with the tokens accepted before it in the history, exactly as decoding them one step at
-// a time would (the sampler's random state advances once per token sampled). Items are sampled in
+// a time would (the sampler's random state advances once per token sampled). A draft token given with
+// its proposer's distribution is verified by speculative sampling instead (accepted with p/q, else a
+// token drawn from the residual): the same distribution as plain decoding, not the same draws. Items are sampled in
 // parallel on the compute pool (each sampler owns its random state, so the result does not depend on
 // the split).
 void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, StepResult& result) {
@@ -84,13 +101,17 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
       for (uint32_t r = 0; r <= item.n_draft; ++r) {
         auto& l = logits.at(first_row[i] + r);
         SampledToken t;
-        if (history) {
-          t = item.context->sampler.sample(std::move(l), *history);
+        bool accepted = false;
+        if (history && r < item.n_draft && !item.draft_dist.empty() && !item.draft_dist[r].empty()) {
+          // A draft token with its proposer's distribution: speculative sampling.
+          t = item.context->sampler.verify_draft(std::move(l), *history, draft[r], item.draft_dist[r], accepted);
         } else {
-          t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+          if (history) t = item.context->sampler.sample(std::move(l), *history);
+          else t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+          accepted = r < item.n_draft && t.token == draft[r];
         }
         runs[i].push_back(t);
-        if (r == item.n_draft || t.token != draft[r]) break;
+        if (!accepted) break;
         if (history) history->push_back(t.token);  // the next row's history; taken back below
       }
       if (history) history->resize(history->size() - (runs[i].size() - 1));
@@ -98,7 +119,9 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
   };
   if (items.size() > 1) compute_pool().parallel_for(items.size(), sample_range);
   else sample_range(0, items.size());
-  for (auto& run : runs) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& run = runs[i];
+    result.drafted.push_back(items[i]->n_draft);
     result.accepted.push_back(uint32_t(run.size() - 1));
     result.sampled.insert(result.sampled.end(), run.begin(), run.end());
   }
@@ -154,6 +177,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
                                                  {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
           sample_all(batch, logits, result);
+          if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; }))
+            truncate_drafts(batch, result, *s.init.kvcache);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {

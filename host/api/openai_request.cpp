@@ -1,6 +1,7 @@
 #include "api/openai_request.hpp"
 
 #include "api/client_json.hpp"
+#include "runtime/draft_limits.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -104,18 +105,35 @@ Err get_string(const json& v, const std::string& param, std::string& out) {
 }
 
 // The `tokenhost` extension object: {"arm": "b"} asks for an arm of the model's running experiment,
-// {"class": "batch"} names the request's class (which arms may be held back from).
+// {"class": "batch"} names the request's class (which arms may be held back from), {"speculate":
+// false} turns speculative decoding off for the request and {"max_draft": N} bounds its draft length.
 Err parse_tokenhost(const json& v, OpenAIRequest& r) {
   if (!v.is_object()) return wrong_type("tokenhost", "an object", v);
+  std::optional<bool> speculate;
   for (const auto& [k, x] : v.items()) {
     if (k == "arm") {
       if (auto e = get_string(x, "tokenhost.arm", r.arm)) return e;
       if (r.arm.empty()) return invalid_request("tokenhost.arm", "'tokenhost.arm' must name an arm, got an empty string");
     } else if (k == "class") {
       if (auto e = get_string(x, "tokenhost.class", r.request_class)) return e;
+    } else if (k == "speculate") {
+      bool on = true;
+      if (auto e = get_bool(x, "tokenhost.speculate", on)) return e;
+      speculate = on;
+    } else if (k == "max_draft") {
+      int64_t n = 0;
+      if (auto e = get_int_in(x, "tokenhost.max_draft", 0, kMaxDraftTokens, n)) return e;
+      r.max_draft = uint32_t(n);
     } else {
-      return invalid_request("tokenhost." + k, "unknown field 'tokenhost." + k + "' (the tokenhost object takes 'arm' and 'class')");
+      return invalid_request("tokenhost." + k, "unknown field 'tokenhost." + k +
+                                                   "' (the tokenhost object takes 'arm', 'class', 'speculate' and 'max_draft')");
     }
+  }
+  if (speculate == false) {
+    if (r.max_draft.value_or(0) > 0)
+      return invalid_request("tokenhost.max_draft", "'tokenhost.max_draft' is " + std::to_string(*r.max_draft) +
+                                                        " but 'tokenhost.speculate' is false: drop one of them");
+    r.max_draft = 0;
   }
   r.tokenhost = v;
   return {};

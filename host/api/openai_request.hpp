@@ -82,6 +82,9 @@ struct OpenAIRequest {
   nlohmann::json tokenhost = nlohmann::json::object();  // the `tokenhost` extension object as sent
   std::string arm;            // tokenhost.arm: an arm of the model's A/B experiment, "" none
   std::string request_class;  // tokenhost.class: the request's class for experiment hold-backs, "" none
+  // tokenhost.speculate / tokenhost.max_draft: the most draft tokens per step speculative decoding may
+  // verify for this request (0: none; speculate false is 0); unset: the engine decides.
+  std::optional<uint32_t> max_draft;
 
   std::vector<std::string> ignored_fields;  // top-level fields not understood, sorted by name
 };

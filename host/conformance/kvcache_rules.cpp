@@ -1,5 +1,7 @@
 // kvcache rules: the layout fits the model, accounting is exact over random operations, forks copy on
-// write, a reservation that cannot fit changes nothing, freeing returns every block.
+// write, truncation (ABI 1.4) gives back only what lies past the cut, a reservation that cannot fit
+// changes nothing, freeing returns every block.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -33,6 +35,14 @@ struct Cache {
     th_error err;
     th_status st = inst.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", inst.handle(), seq, n, first_write, &err);
     if (st == TH_OK) lengths[seq] = std::max(lengths[seq], n);
+    return st;
+  }
+  // seq_truncate (ABI 1.4, optional): NULL when the plugin has none.
+  bool can_truncate() const { return inst.fn(&th_kvcache_vtable::seq_truncate) != nullptr; }
+  th_status truncate(uint64_t seq, uint32_t n) {
+    th_error err;
+    th_status st = inst.call(&th_kvcache_vtable::seq_truncate, "seq_truncate", inst.handle(), seq, n, &err);
+    if (st == TH_OK && lengths.count(seq)) lengths[seq] = std::min(lengths[seq], n);
     return st;
   }
   void free(uint64_t seq) {
@@ -95,7 +105,7 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
   std::string why;
   auto inst = instance_for(catalog, plugin, model, why);
   if (!inst) {
-    for (const char* rule : {"kvcache.layout_fits_model", "kvcache.accounting", "kvcache.copy_on_write",
+    for (const char* rule : {"kvcache.layout_fits_model", "kvcache.accounting", "kvcache.copy_on_write", "kvcache.truncate",
                              "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks"})
       r.not_applicable(rule, "check() refuses an f16 cache of a 2-layer, 2 kv-head model: " + why);
     return;
@@ -126,7 +136,7 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
   uint64_t next_seq = 1;
   r.rule("kvcache.accounting", [&] {
     for (uint32_t op = 0; op < 20 * o.rounds; ++op) {
-      const uint32_t what = uniform(rng, 0, 9);
+      const uint32_t what = uniform(rng, 0, 9);  // 9: a truncation when the plugin has it, else a free
       if (c.lengths.empty() || what < 4) {  // a new sequence
         const uint32_t n = uniform(rng, 1, std::max(1u, std::min(total * bs / 8, 4 * bs)));
         const th_status st = c.reserve(next_seq, n, 0);
@@ -142,6 +152,12 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
           const th_status st = c.reserve(seq, n + uniform(rng, 1, 2 * bs), n);
           expect(st == TH_OK || st == TH_ERR_RESOURCE_EXHAUSTED, "seq_reserve returned " + std::to_string(st));
           c.check_accounting("after growing sequence " + std::to_string(seq));
+        } else if (what == 9 && c.can_truncate()) {  // roll it back (ABI 1.4), to any length
+          const uint32_t keep = uniform(rng, 0, n);
+          const th_status st = c.truncate(seq, keep);
+          expect(st == TH_OK, "seq_truncate(" + std::to_string(seq) + ", " + std::to_string(keep) + ") returned " + std::to_string(st));
+          c.check_accounting("after truncating sequence " + std::to_string(seq) + " from " + std::to_string(n) + " to " +
+                             std::to_string(keep) + " positions");
         } else if (what < 8) {  // fork it
           th_error err;
           const th_status st = inst->call(&th_kvcache_vtable::seq_fork, "seq_fork", inst->handle(), seq, next_seq, &err);
@@ -187,6 +203,49 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
     }
     expect(checked > 0, "no fork could be reserved: the pool has no room for two short sequences");
   });
+  if (!c.can_truncate()) {
+    r.not_applicable("kvcache.truncate", "the plugin has no seq_truncate (optional, ABI 1.4): its engines run without "
+                                         "speculative decoding");
+  } else {
+    r.rule("kvcache.truncate", [&] {
+      while (!c.lengths.empty()) c.free(c.lengths.begin()->first);
+      th_error err;
+      expect(c.truncate(next_seq++, 0) == TH_ERR_NOT_FOUND, "seq_truncate of an unknown sequence did not return TH_ERR_NOT_FOUND");
+      for (uint32_t round = 0; round < o.rounds; ++round) {
+        // A sequence forked from a parent, then drafts reserved past both and rolled back: the child
+        // keeps its blocks below the cut, the parent's table and contents are untouched.
+        const uint64_t parent = next_seq++, child = next_seq++;
+        const uint32_t n = uniform(rng, 1, 3 * bs);
+        if (c.reserve(parent, n, 0) != TH_OK) continue;
+        const auto parent_table = c.table(parent);
+        for (uint32_t p = 0; p < n; ++p) c.write_position(parent_table[p / bs], p % bs, rng);
+        std::vector<std::string> before;
+        for (uint32_t p = 0; p < n; ++p) before.push_back(c.position_bytes(parent_table[p / bs], p % bs));
+        expect(inst->call(&th_kvcache_vtable::seq_fork, "seq_fork", inst->handle(), parent, child, &err) == TH_OK,
+               "seq_fork failed: " + err.text());
+        c.lengths[child] = n;
+        const uint32_t drafted = n + uniform(rng, 1, 2 * bs);
+        if (c.reserve(child, drafted, n) != TH_OK) continue;
+        const auto grown = c.table(child);
+        const uint32_t keep = uniform(rng, 0, drafted);
+        expect(c.truncate(child, keep) == TH_OK, "seq_truncate of a forked sequence failed");
+        const auto cut = c.table(child);
+        expect(cut.size() == (keep + bs - 1) / bs, "after seq_truncate(" + std::to_string(keep) + ") the sequence holds " +
+                                                        std::to_string(cut.size()) + " blocks of " + std::to_string(bs));
+        expect(std::equal(cut.begin(), cut.end(), grown.begin()), "seq_truncate changed the blocks it kept");
+        expect(c.table(parent) == parent_table, "truncating a forked sequence changed its parent's block table");
+        for (uint32_t p = 0; p < n; ++p)
+          expect(c.position_bytes(parent_table[p / bs], p % bs) == before[p],
+                 "truncating a forked sequence changed its parent's position " + std::to_string(p));
+        c.check_accounting("after truncating a forked sequence to " + std::to_string(keep) + " positions");
+        // Past its length: nothing changes.
+        expect(c.truncate(child, drafted + bs) == TH_OK && c.table(child) == cut, "seq_truncate past the sequence's length changed it");
+        c.free(parent);
+        c.free(child);
+        c.check_accounting("after freeing truncated sequences");
+      }
+    });
+  }
   r.rule("kvcache.exhaustion_changes_nothing", [&] {
     const th_kv_stats before = c.stats();
     const uint32_t too_many = (before.free_blocks + 1) * bs;

@@ -167,6 +167,7 @@ class Generation {
         g.sampling.seed += uint64_t(k);  // n choices of one seeded request differ, reproducibly
         g.logprobs = req_.logprobs;
         g.ignore_eos = ignore_eos_;
+        if (req_.max_draft) g.max_draft = *req_.max_draft;
         Choice c;
         c.id = g.id;
         c.stop = api::StopMatcher(req_.stop);

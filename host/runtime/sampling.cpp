@@ -44,8 +44,19 @@ void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& his
 
 Sampler::Sampler(SamplingParams params) : params_(params), rng_(params.seed) { validate(params_); }
 
-SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {
-  apply_penalties(logits, history, params_);
+// The candidates a draw chooses among and their weights (unnormalized probabilities), with what the
+// log-probabilities need. `order` empty: every token, in id order (weights[i] is token i's).
+struct Sampler::Weights {
+  std::vector<int32_t> order;
+  std::vector<double> weights;
+  size_t k = 0;        // candidates: the first k of order (of the vocabulary when order is empty)
+  double total = 0;    // the sum of weights[0..k)
+  double log_norm = 0; // log of the (penalized, temperature 1) softmax's denominator
+  int32_t token(size_t i) const { return order.empty() ? int32_t(i) : order[i]; }
+};
+
+Sampler::Weights Sampler::weights(const std::vector<float>& logits) const {
+  Weights w;
   // Log-probabilities under the (penalized) model distribution, for the chosen token and the top-n.
   const float max_logit = vec::max(logits.data(), logits.size());
   const bool top_k_cuts = params_.top_k > 0 && size_t(params_.top_k) < logits.size();
@@ -58,81 +69,91 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   for (size_t i = 0; i < logits.size(); ++i) exps[i] = logits[i] - max_logit;
   vec::exp(exps.data(), exps.data(), exps.size());
   const double norm = vec::sum(exps.data(), exps.size());
-  const double log_norm = std::log(norm) + max_logit;
-  auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
-
+  w.log_norm = std::log(norm) + max_logit;
+  if (params_.temperature == 0.0f) return w;
+  if (draw_from_all && params_.min_p == 0.0f) {
+    w.weights.assign(exps.begin(), exps.end());  // every token, in id order, by its exponential
+    w.k = exps.size();
+    w.total = norm;
+    return w;
+  }
   auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
-  // The token whose cumulative weight (weights[0..k) in candidate order) passes a point uniform in
-  // [0, total): what std::discrete_distribution does, without building and normalizing its table for
-  // each token. Rounding can leave the point at the very end: then the last token with any weight.
-  auto draw = [&](const auto& weights, size_t k, double total) {
-    const double point = std::generate_canonical<double, 53>(rng_) * total;
-    size_t last_weighted = 0;
+  std::vector<int32_t>& order = w.order;
+  order.resize(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Candidates: the top-k (sorted) when top_k is set, else every token (in id order: sorting the
+  // whole vocabulary per token is what top-p alone needs, and only then is it paid for).
+  size_t k = order.size();
+  if (top_k_cuts) {
+    k = size_t(params_.top_k);
+    std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
+    order.resize(k);
+  } else if (params_.top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), by_logit);
+  }
+  std::vector<double>& probs = w.weights;
+  probs.resize(k);
+  if (draw_from_all) {
+    std::copy(exps.begin(), exps.end(), probs.begin());
+  } else {
+    const float inv_t = 1.0f / params_.temperature;
+    exps.resize(k);
+    for (size_t i = 0; i < k; ++i) exps[i] = (logits[size_t(order[i])] - max_logit) * inv_t;
+    vec::exp(exps.data(), exps.data(), k);
+    std::copy(exps.begin(), exps.end(), probs.begin());
+  }
+  if (params_.min_p > 0.0f) {
+    // Drop tokens less than min_p times as likely as the best (the best has weight 1 here).
+    size_t kept = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (probs[i] >= params_.min_p) {
+        probs[kept] = probs[i];
+        order[kept++] = order[i];
+      }
+    }
+    k = kept;
+    probs.resize(k);
+    order.resize(k);
+  }
+  if (params_.top_p < 1.0f) {
+    // order is sorted here: keep the smallest prefix whose mass reaches top_p.
+    const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
     double sum = 0;
     for (size_t i = 0; i < k; ++i) {
-      if (weights[i] > 0) last_weighted = i;
-      sum += weights[i];
-      if (point < sum) return i;
-    }
-    return last_weighted;
-  };
-
-  SampledToken out;
-  if (params_.temperature == 0.0f) {
-    out.token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // the first best
-  } else if (draw_from_all && params_.min_p == 0.0f) {
-    out.token = int32_t(draw(exps, exps.size(), norm));  // every token, in id order, by its exponential
-  } else {
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    // Candidates: the top-k (sorted) when top_k is set, else every token (in id order: sorting the
-    // whole vocabulary per token is what top-p alone needs, and only then is it paid for).
-    size_t k = order.size();
-    if (top_k_cuts) {
-      k = size_t(params_.top_k);
-      std::partial_sort(order.begin(), order.begin() + long(k), order.end(), by_logit);
-      order.resize(k);
-    } else if (params_.top_p < 1.0f) {
-      std::sort(order.begin(), order.end(), by_logit);
-    }
-    std::vector<double> probs(k);
-    if (draw_from_all) {
-      std::copy(exps.begin(), exps.end(), probs.begin());
-    } else {
-      const float inv_t = 1.0f / params_.temperature;
-      exps.resize(k);
-      for (size_t i = 0; i < k; ++i) exps[i] = (logits[size_t(order[i])] - max_logit) * inv_t;
-      vec::exp(exps.data(), exps.data(), k);
-      std::copy(exps.begin(), exps.end(), probs.begin());
-    }
-    if (params_.min_p > 0.0f) {
-      // Drop tokens less than min_p times as likely as the best (the best has weight 1 here).
-      size_t kept = 0;
-      for (size_t i = 0; i < k; ++i) {
-        if (probs[i] >= params_.min_p) {
-          probs[kept] = probs[i];
-          order[kept++] = order[i];
-        }
-      }
-      k = kept;
-      probs.resize(k);
-      order.resize(k);
-    }
-    if (params_.top_p < 1.0f) {
-      // order is sorted here: keep the smallest prefix whose mass reaches top_p.
-      const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
-      double sum = 0;
-      for (size_t i = 0; i < k; ++i) {
-        sum += probs[i] / total;
-        if (sum >= params_.top_p) {
-          k = i + 1;
-          break;
-        }
+      sum += probs[i] / total;
+      if (sum >= params_.top_p) {
+        k = i + 1;
+        break;
       }
     }
-    out.token = order[draw(probs, k, std::accumulate(probs.begin(), probs.begin() + long(k), 0.0))];
   }
-  out.logprob = logprob(out.token);
+  w.k = k;
+  w.total = std::accumulate(probs.begin(), probs.begin() + long(k), 0.0);
+  return w;
+}
+
+// The candidate whose cumulative weight (weights[0..k) in candidate order) passes a point uniform in
+// [0, total): what std::discrete_distribution does, without building and normalizing its table for
+// each token. Rounding can leave the point at the very end: then the last candidate with any weight.
+size_t Sampler::draw(const std::vector<double>& weights, size_t k, double total) {
+  const double point = std::generate_canonical<double, 53>(rng_) * total;
+  size_t last_weighted = 0;
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    if (weights[i] > 0) last_weighted = i;
+    sum += weights[i];
+    if (point < sum) return i;
+  }
+  return last_weighted;
+}
+
+// The chosen token with its log-probability and the top_logprobs best, under the penalized model.
+SampledToken Sampler::annotate(const std::vector<float>& logits, double log_norm, int32_t token) const {
+  auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
+  auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+  SampledToken out;
+  out.token = token;
+  out.logprob = logprob(token);
   if (params_.top_logprobs > 0) {
     std::vector<int32_t> best(logits.size());
     std::iota(best.begin(), best.end(), 0);
@@ -141,6 +162,45 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
     for (size_t i = 0; i < n; ++i) out.top.push_back({best[i], logprob(best[i])});
   }
   return out;
+}
+
+SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {
+  apply_penalties(logits, history, params_);
+  const Weights w = weights(logits);
+  int32_t token;
+  if (params_.temperature == 0.0f) token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // the first best
+  else token = w.token(draw(w.weights, w.k, w.total));
+  return annotate(logits, w.log_norm, token);
+}
+
+SampledToken Sampler::verify_draft(std::vector<float> logits, const std::vector<int32_t>& history, int32_t draft,
+                                   const DraftDistribution& q, bool& accepted) {
+  if (params_.temperature == 0.0f) {
+    // p is all on the best token: accepting with p/q and drawing from (p - q)+ both give it.
+    SampledToken t = sample(std::move(logits), history);
+    accepted = t.token == draft;
+    return t;
+  }
+  apply_penalties(logits, history, params_);
+  const Weights w = weights(logits);
+  std::unordered_map<int32_t, double> q_of;
+  for (const auto& [token, prob] : q) q_of[token] += prob;
+  auto q_at = [&](int32_t t) {
+    auto it = q_of.find(t);
+    return it == q_of.end() ? 0.0 : it->second;
+  };
+  double p_draft = 0;
+  for (size_t i = 0; i < w.k; ++i)
+    if (w.token(i) == draft) p_draft = w.weights[i] / w.total;
+  // Accept with probability min(1, p / q).
+  accepted = std::generate_canonical<double, 53>(rng_) * q_at(draft) < p_draft;
+  if (accepted) return annotate(logits, w.log_norm, draft);
+  // Rejected: draw from the residual max(0, p - q), normalized.
+  std::vector<double> residual(w.k);
+  double total = 0;
+  for (size_t i = 0; i < w.k; ++i) total += residual[i] = std::max(0.0, w.weights[i] / w.total - q_at(w.token(i)));
+  const int32_t token = total > 0 ? w.token(draw(residual, w.k, total)) : w.token(draw(w.weights, w.k, w.total));
+  return annotate(logits, w.log_norm, token);
 }
 
 }  // namespace tokenhost

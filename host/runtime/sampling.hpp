@@ -39,14 +39,30 @@ struct SampledToken {
 // Throws std::invalid_argument naming the field that is out of range.
 void validate(const SamplingParams& params);
 
+// A proposer's distribution for one draft token: (token, probability) pairs, the tokens not listed at
+// probability 0 (th_spec_propose_args.dist_*).
+using DraftDistribution = std::vector<std::pair<int32_t, float>>;
+
 class Sampler {
  public:
   explicit Sampler(SamplingParams params);
   // history: the tokens of the sequence so far (prompt and generated), for the penalties.
   SampledToken sample(std::vector<float> logits, const std::vector<int32_t>& history);
+  // Speculative sampling of a draft token drawn from q: accepted with probability min(1, p/q), p being
+  // this sampler's distribution over logits (every option applied); when rejected, the token returned
+  // is drawn from max(0, p - q) normalized. Its token then follows p exactly, whatever q. Greedy: the
+  // best token, accepted when it is the draft. q must be a distribution holding the draft (the caller
+  // checks).
+  SampledToken verify_draft(std::vector<float> logits, const std::vector<int32_t>& history, int32_t draft,
+                            const DraftDistribution& q, bool& accepted);
   const SamplingParams& params() const { return params_; }
 
  private:
+  struct Weights;
+  Weights weights(const std::vector<float>& logits) const;
+  size_t draw(const std::vector<double>& weights, size_t k, double total);
+  SampledToken annotate(const std::vector<float>& logits, double log_norm, int32_t token) const;
+
   SamplingParams params_;
   std::mt19937_64 rng_;
 };

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
 #include "runtime/sampling.hpp"
 
@@ -37,6 +39,10 @@ struct StepItem {
   // The last n_draft tokens are a proposer's draft, not yet the sequence's: the worker verifies them
   // (logit_rows = n_draft + 1) and keeps the longest run the target's own sampling agrees with.
   uint32_t n_draft = 0;
+  // Beside a draft: the distribution each draft token was drawn from when the proposer gave it (its
+  // token then verified by speculative sampling, Sampler::verify_draft), else empty (exact match).
+  // Empty, or n_draft entries.
+  std::vector<DraftDistribution> draft_dist{};
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
 };
 
@@ -61,5 +67,14 @@ struct StepPlugins {
 struct KvExhausted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// A plugin call of a step failed with status s: throws KvExhausted for TH_ERR_RESOURCE_EXHAUSTED (the
+// engine preempts and goes on), else std::runtime_error (the step's requests fail), naming the
+// plugin, the call and the plugin's message.
+[[noreturn]] inline void throw_plugin_failure(const PluginInstance& p, const char* call, th_status s, const th_error& err) {
+  std::string message = p.id() + " " + call + " failed with " + status_name(s) + ": " + err.text();
+  if (s == TH_ERR_RESOURCE_EXHAUSTED) throw KvExhausted(message);
+  throw std::runtime_error(message);
+}
 
 }  // namespace tokenhost

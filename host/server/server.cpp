@@ -157,6 +157,8 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   e.max_step_seqs = decl.max_step_seqs;
   e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
   if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
+  if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
+    e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
   e.metrics = &metrics_;
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));

@@ -169,7 +169,7 @@ TH_PIN_OFFSET(th_kv_stats, used_blocks, 8);
 TH_PIN_OFFSET(th_kv_stats, free_blocks, 12);
 TH_PIN_OFFSET(th_kv_stats, shared_blocks, 16);
 TH_PIN_OFFSET(th_kv_stats, n_seqs, 20);
-TH_PIN_SIZE(th_kvcache_vtable, 80);
+TH_PIN_SIZE(th_kvcache_vtable, 88);
 TH_PIN_OFFSET(th_kvcache_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_kvcache_vtable, create, 8);
 TH_PIN_OFFSET(th_kvcache_vtable, destroy, 16);
@@ -180,6 +180,7 @@ TH_PIN_OFFSET(th_kvcache_vtable, seq_free, 48);
 TH_PIN_OFFSET(th_kvcache_vtable, seq_fork, 56);
 TH_PIN_OFFSET(th_kvcache_vtable, seq_blocks, 64);
 TH_PIN_OFFSET(th_kvcache_vtable, stats, 72);
+TH_PIN_OFFSET(th_kvcache_vtable, seq_truncate, 80); /* ABI 1.4 */
 TH_PIN_SIZE(th_moe_gate_args, 48);
 TH_PIN_OFFSET(th_moe_gate_args, struct_size, 0);
 TH_PIN_OFFSET(th_moe_gate_args, layer, 4);
@@ -316,12 +317,17 @@ TH_PIN_SIZE(th_spec_draft, 24);
 TH_PIN_OFFSET(th_spec_draft, tokens, 0);
 TH_PIN_OFFSET(th_spec_draft, parents, 8);
 TH_PIN_OFFSET(th_spec_draft, n_draft, 16);
-TH_PIN_SIZE(th_spec_propose_args, 32);
+TH_PIN_SIZE(th_spec_propose_args, 72);
 TH_PIN_OFFSET(th_spec_propose_args, struct_size, 0);
 TH_PIN_OFFSET(th_spec_propose_args, seqs, 8);
 TH_PIN_OFFSET(th_spec_propose_args, n_seqs, 16);
 TH_PIN_OFFSET(th_spec_propose_args, max_draft, 20);
 TH_PIN_OFFSET(th_spec_propose_args, drafts, 24);
+TH_PIN_OFFSET(th_spec_propose_args, seq_max_draft, 32); /* ABI 1.4 */
+TH_PIN_OFFSET(th_spec_propose_args, dist_capacity, 40); /* ABI 1.4 */
+TH_PIN_OFFSET(th_spec_propose_args, dist_tokens, 48);   /* ABI 1.4 */
+TH_PIN_OFFSET(th_spec_propose_args, dist_probs, 56);    /* ABI 1.4 */
+TH_PIN_OFFSET(th_spec_propose_args, dist_len, 64);      /* ABI 1.4 */
 TH_PIN_SIZE(th_spec_decode_vtable, 56);
 TH_PIN_OFFSET(th_spec_decode_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_spec_decode_vtable, create, 8);

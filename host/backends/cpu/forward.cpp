@@ -122,12 +122,6 @@ th_tensor tensor_view(const WeightView& w) {
   return t;
 }
 
-[[noreturn]] void plugin_failed(const PluginInstance& p, const char* call, th_status s, const th_error& err) {
-  std::string message = p.id() + " " + call + " failed with " + status_name(s) + ": " + err.text();
-  if (s == TH_ERR_RESOURCE_EXHAUSTED) throw KvExhausted(message);
-  throw std::runtime_error(message);
-}
-
 // Adds the time of its scope to *total (when total is set).
 class ScopedSeconds {
  public:
@@ -162,7 +156,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
                              " experts per layer: its forward pass needs a moe plugin (such as moe.topk)");
   }
   const th_kv_layout* layout = nullptr;
-  if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::get_layout, "get_layout", kv_inst, &layout, &err)) plugin_failed(*plugins.kvcache, "get_layout", s, err);
+  if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::get_layout, "get_layout", kv_inst, &layout, &err)) throw_plugin_failure(*plugins.kvcache, "get_layout", s, err);
   if (layout == nullptr) {
     throw std::runtime_error("plugin " + plugins.kvcache->id() + ": get_layout() returned TH_OK without a layout");
   }
@@ -192,7 +186,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   for (const auto& item : batch.items) {
     uint32_t end = item.start + uint32_t(item.tokens.size());
     if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv_inst, item.seq_id, end, item.start, &err))
-      plugin_failed(*plugins.kvcache, "seq_reserve", s, err);
+      throw_plugin_failure(*plugins.kvcache, "seq_reserve", s, err);
     for (uint32_t t = 0; t < item.tokens.size(); ++t) {
       positions.push_back(int32_t(item.start + t));
       tokens.push_back(item.tokens[t]);
@@ -206,7 +200,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     const int32_t* blocks = nullptr;
     uint32_t n = 0;
     if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv_inst, item.seq_id, &blocks, &n, &err))
-      plugin_failed(*plugins.kvcache, "seq_blocks", s, err);
+      throw_plugin_failure(*plugins.kvcache, "seq_blocks", s, err);
     table_copies.emplace_back(blocks, blocks + n);
   }
   kv_timer.reset();
@@ -286,7 +280,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.device_index = 0;
     {
       ScopedSeconds timer(attention_seconds);
-      if (th_status s = plugins.attention->call(&th_attention_vtable::forward, "forward", plugins.attention->handle(), &ab, &err)) plugin_failed(*plugins.attention, "forward", s, err);
+      if (th_status s = plugins.attention->call(&th_attention_vtable::forward, "forward", plugins.attention->handle(), &ab, &err)) throw_plugin_failure(*plugins.attention, "forward", s, err);
     }
 
     matmul(L.wo, att.data(), n_rows, tmp.data());
@@ -306,12 +300,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       std::fill(ffn_out.begin(), ffn_out.end(), 0.0f);
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
-      if (th_status s = plugins.moe->call(&th_moe_vtable::gate, "gate", plugins.moe->handle(), &ga, &err)) plugin_failed(*plugins.moe, "gate", s, err);
+      if (th_status s = plugins.moe->call(&th_moe_vtable::gate, "gate", plugins.moe->handle(), &ga, &err)) throw_plugin_failure(*plugins.moe, "gate", s, err);
       std::vector<th_moe_expert_weights> experts;
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
       th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
-      if (th_status s = plugins.moe->call(&th_moe_vtable::experts, "experts", plugins.moe->handle(), &ea, &err)) plugin_failed(*plugins.moe, "experts", s, err);
+      if (th_status s = plugins.moe->call(&th_moe_vtable::experts, "experts", plugins.moe->handle(), &ea, &err)) throw_plugin_failure(*plugins.moe, "experts", s, err);
     }
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
   }

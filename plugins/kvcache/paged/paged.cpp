@@ -4,6 +4,7 @@
 // (th_model_info.kv_dtype: f32 or f16, which the engine chooses), a free list,
 // a reference count per block, and a block table per sequence. Forked sequences share blocks; a
 // shared block is copied the first time a sequence reserves a write into it (copy-on-write).
+// Truncation (speculative decoding's rollback) gives back the blocks past the kept positions.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv.hpp>
 
@@ -190,6 +191,21 @@ class Paged {
     publish();
   }
 
+  // Keeps the blocks holding positions [0, n_positions); a shared block only loses this reference.
+  th_status truncate(uint64_t seq, uint32_t n_positions) {
+    const auto it = seqs_.find(seq);
+    if (it == seqs_.end()) {
+      throw Error(TH_ERR_NOT_FOUND, "kvcache.paged: truncate of unknown sequence " + std::to_string(seq));
+    }
+    std::vector<int32_t>& table = it->second;
+    const size_t keep = (size_t(n_positions) + settings_.block_size - 1) / settings_.block_size;
+    while (table.size() > keep) {
+      unref(table.back());
+      table.pop_back();
+    }
+    publish();
+    return TH_OK;
+  }
   th_status fork(uint64_t parent, uint64_t child) {
     const auto it = seqs_.find(parent);
     if (it == seqs_.end()) {
@@ -301,6 +317,10 @@ th_status seq_blocks(th_instance* instance, uint64_t seq, const int32_t** blocks
 
 void stats(th_instance* instance, th_kv_stats* out) { self(instance).stats(out); }
 
+th_status seq_truncate(th_instance* instance, uint64_t seq, uint32_t n_positions, th_error* err) {
+  return sdk::guard(err, [&] { return self(instance).truncate(seq, n_positions); });
+}
+
 const th_kvcache_vtable kVtable = {
     sizeof(th_kvcache_vtable),
     sdk::create_instance<Paged>,
@@ -312,6 +332,7 @@ const th_kvcache_vtable kVtable = {
     seq_fork,
     seq_blocks,
     stats,
+    seq_truncate,
 };
 
 const th_plugin_descriptor kDescriptor = {

@@ -73,7 +73,7 @@ th_status propose(th_instance* instance, const th_spec_propose_args* args, th_er
     for (uint32_t s = 0; s < args->n_seqs; ++s) {
       const th_spec_seq& seq = args->seqs[s];
       th_spec_draft& draft = args->drafts[s];
-      propose_one(range, seq, args->max_draft, draft);
+      propose_one(range, seq, sdk::seq_max_draft(args, s), draft);
     }
   });
 }

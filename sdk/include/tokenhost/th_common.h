@@ -51,9 +51,14 @@ extern "C" {
  *   1.2  the growth rule enforced per minor (a vtable is checked against its declared minor's size;
  *        members past a struct_size are never called nor read); appended th_kv_layout.device and
  *        device_index, and th_attention_batch.device and device_index (where the buffers live).
- *   1.3  appended th_sched_state.seq_clients (the client of each sequence, for fair sharing). */
+ *   1.3  appended th_sched_state.seq_clients (the client of each sequence, for fair sharing).
+ *   1.4  speculative decoding: appended th_kvcache_vtable.seq_truncate (rolling back rejected drafts),
+ *        th_spec_propose_args.seq_max_draft (each sequence's bound) and the draft distributions that
+ *        opt a draft into speculative sampling (dist_capacity, dist_tokens, dist_probs, dist_len).
+ *        Not frozen yet: members may still be appended to 1.4 until its headers are copied to
+ *        tests/abi/1.4. */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 3
+#define TH_ABI_VERSION_MINOR 4
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

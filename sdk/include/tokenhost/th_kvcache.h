@@ -31,7 +31,7 @@ extern "C" {
  * The memory lies on the engine's device (th_create_args.device), which `device` names since ABI 1.2.
  * The host reads: block_size, n_blocks, n_layers, n_kv_heads, head_dim, dtype, the strides, k_base,
  * v_base and (1.2) device; quant_group and the scale members are reserved: no KV dtype this host
- * writes is quantized yet (not read by host 1.3). */
+ * writes is quantized yet (not read by host 1.4). */
 typedef struct th_kv_layout {
   uint32_t struct_size;
   uint32_t block_size; /* token positions per block */
@@ -72,7 +72,7 @@ typedef struct th_kv_stats {
 } th_kv_stats;
 
 typedef struct th_kvcache_vtable {
-  /* th_vtable_head, repeated flat. Host 1.2 calls every member but seq_fork (see there).
+  /* th_vtable_head, repeated flat. Host 1.4 calls every member but seq_fork (see there).
    * The pool's size and block size are the plugin's own configuration;
    * create() reads the model's n_layers, n_kv_heads and head_dim from th_create_args.model. */
   uint32_t struct_size;
@@ -95,7 +95,7 @@ typedef struct th_kvcache_vtable {
 
   /* Makes child share every block of parent (reference counted, copy-on-write on later writes).
    * TH_ERR_NOT_FOUND for an unknown parent, TH_ERR_INVALID_ARGUMENT when child already exists.
-   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.3 (n > 1
+   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.4 (n > 1
    * choices prefill each copy; they do not fork yet). */
   th_status (*seq_fork)(th_instance *instance, uint64_t parent, uint64_t child, th_error *err);
 
@@ -106,6 +106,17 @@ typedef struct th_kvcache_vtable {
 
   /* Exact block accounting. */
   void (*stats)(th_instance *instance, th_kv_stats *out);
+
+  /* ABI 1.4. Keeps positions [0, n_positions) of seq_id and releases every block that holds only
+   * positions >= n_positions: a block shared with another sequence loses this sequence's reference
+   * and stays the other's. Positions below n_positions are left untouched (a block holding both keeps
+   * its contents; the positions past n_positions in it are rewritten before they are read again). A
+   * sequence holding n_positions or fewer is left as it is; at 0 it holds no block and stays known.
+   * TH_ERR_NOT_FOUND for an unknown sequence.
+   * OPTIONAL (may be NULL). The host calls it after each speculative step, to give back the positions
+   * of rejected draft tokens; an engine whose kvcache plugin lacks it runs without speculative decoding
+   * (its log says so when the engine starts and when a spec_decode plugin is swapped in). */
+  th_status (*seq_truncate)(th_instance *instance, uint64_t seq_id, uint32_t n_positions, th_error *err);
 } th_kvcache_vtable;
 
 #ifdef __cplusplus

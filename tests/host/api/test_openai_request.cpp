@@ -338,3 +338,19 @@ TEST_CASE("openai request: prompts x n is capped per request (one request cannot
   require_refused(kChat, chat_body({{"n", 4}}), "n", {"at most 3"}, tight);
   REQUIRE(parse_request(kChat, chat_body({{"n", 3}}), tight).ok());
 }
+
+TEST_CASE("request: tokenhost.speculate and tokenhost.max_draft bound a request's speculative decoding", "[api][request]") {
+  REQUIRE_FALSE(parse_request(kChat, chat_body({{"tokenhost", {{"arm", "a"}}}})).value().max_draft.has_value());
+  REQUIRE(parse_request(kChat, chat_body({{"tokenhost", {{"speculate", false}}}})).value().max_draft == 0u);
+  REQUIRE_FALSE(parse_request(kChat, chat_body({{"tokenhost", {{"speculate", true}}}})).value().max_draft.has_value());
+  REQUIRE(parse_request(kCmpl, completion_body({{"tokenhost", {{"max_draft", 3}}}})).value().max_draft == 3u);
+  REQUIRE(parse_request(kChat, chat_body({{"tokenhost", {{"max_draft", 0}}}})).value().max_draft == 0u);
+  REQUIRE(parse_request(kChat, chat_body({{"tokenhost", {{"speculate", true}, {"max_draft", 2}}}})).value().max_draft == 2u);
+  require_refused(kChat, chat_body({{"tokenhost", {{"speculate", "no"}}}}), "tokenhost.speculate", {"boolean"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"max_draft", 17}}}}), "tokenhost.max_draft", {"from 0 to 16", "got 17"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"max_draft", -1}}}}), "tokenhost.max_draft", {"from 0 to 16"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"max_draft", 1.5}}}}), "tokenhost.max_draft", {"integer"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"speculate", false}, {"max_draft", 2}}}}), "tokenhost.max_draft",
+                  {"'tokenhost.speculate' is false"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"draft", 2}}}}), "tokenhost.draft", {"'speculate' and 'max_draft'"});
+}

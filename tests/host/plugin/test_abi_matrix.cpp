@@ -95,6 +95,10 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
                    Contains(std::string(slot) + ".abi_" + abi.tag));
       REQUIRE(outputs(*server) == expected);
     }
+    // The spec_decode fixture's drafts (it proposes the last token again) were verified with
+    // kvcache.paged, which rolls rejected ones back (ABI 1.4).
+    REQUIRE(server->status()["engines"][0]["speculation"]["enabled"] == true);
+    REQUIRE(server->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
     // The kvcache's layout, filled by a plugin that knows no `device` member (ABI 1.2), is followed in
     // its memory by a non-zero pointer: a host that read past its struct_size would take the pool for
     // device memory and refuse it.
@@ -109,6 +113,11 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
     REQUIRE(status["engines"][0]["kvcache"]["id"] == "kvcache.abi_" + abi.tag);
     REQUIRE(status["engines"][0]["attention"]["id"] == "attention.abi_" + abi.tag);
     REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 256);  // every sequence's blocks went back
+    // A kvcache built before ABI 1.4 has no seq_truncate: its engine keeps the proposer idle, and says why.
+    REQUIRE(status["engines"][0]["speculation"]["enabled"] == false);
+    REQUIRE(status["engines"][0]["speculation"]["drafts"] == 0);
+    REQUIRE_THAT(status["engines"][0]["speculation"]["why_not"].get<std::string>(),
+                 Contains("kvcache.abi_" + abi.tag + " has no seq_truncate"));
   }
 }
 

@@ -30,14 +30,14 @@ struct FailureMode {
 // Each broken fixture, and what the host must say about it.
 const std::vector<FailureMode> kLoadFailures = {
     {"missing_entry", {"has no entry symbol 'tokenhost_plugin_entry'", "fixture_missing_entry.so"}},
-    {"abi_major", {"built for ABI 2.3 but this host speaks ABI 1.3", "major versions must be equal"}},
-    {"abi_minor_newer", {"built for ABI 1.4, newer than this host's ABI 1.3"}},
+    {"abi_major", {"built for ABI 2.4 but this host speaks ABI 1.4", "major versions must be equal"}},
+    {"abi_minor_newer", {"built for ABI 1.5, newer than this host's ABI 1.4"}},
     {"kind_mismatch", {"the library declares kind 'router' but plugin.toml says 'scheduler'"}},
     {"null_vtable_member", {"required vtable member schedule is NULL"}},
     {"missing_file", {"library file '", "fixture_missing_file.so' does not exist"}},
     {"corrupt_file", {"cannot load library '", "fixture_corrupt_file.so", "invalid ELF header"}},
     {"unresolved_symbol", {"undefined symbol: tokenhost_fixture_undefined_function"}},
-    {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI 1.3 scheduler vtable (40 bytes)"}},
+    {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI 1.4 scheduler vtable (40 bytes)"}},
     {"version_mismatch", {"the library declares version 1.0.1 but plugin.toml says 1.0.0"}},
 };
 

@@ -192,3 +192,85 @@ TEST_CASE("sampling: logit_bias is added to the logits before everything else", 
   bad.logit_bias = {{3, 101.0f}};
   REQUIRE_THROWS_WITH(Sampler(bad), Catch::Contains("logit_bias values must be in [-100, 100]"));
 }
+
+TEST_CASE("sampling: speculative sampling of drafts drawn from q follows the target's distribution", "[sampling]") {
+  // Draft tokens drawn from a random q (its support a random subset of the vocabulary, some of it where
+  // the target has no mass) and verified by verify_draft: the tokens returned, accepted or drawn from
+  // the residual, must follow p (tempered softmax, top-k when set), and the acceptance rate must be
+  // sum(min(p, q)).
+  auto rng = fresh_rng("sampling speculative");
+  for (int trial = 0; trial < 4; ++trial) {
+    const size_t vocab = 12;
+    auto logits = random_logits(rng, vocab, 1.5f);
+    SamplingParams params;
+    params.temperature = trial % 2 == 0 ? 1.0f : 0.7f;
+    params.top_k = trial >= 2 ? 6 : 0;
+    params.seed = rng();
+    // p by plain loops: the tempered softmax over the top-k tokens (all when top_k is 0).
+    std::vector<double> p = softmax(logits, params.temperature);
+    if (params.top_k > 0) {
+      std::vector<size_t> order(vocab);
+      std::iota(order.begin(), order.end(), size_t(0));
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+      double kept = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        if (i >= size_t(params.top_k)) p[order[i]] = 0;
+        kept += p[order[i]];
+      }
+      for (auto& x : p) x /= kept;
+    }
+    DraftDistribution q;
+    std::vector<double> q_dense(vocab, 0.0);
+    double q_sum = 0;
+    for (size_t t = 0; t < vocab; ++t) {
+      if (std::uniform_int_distribution<int>(0, 2)(rng) == 0) continue;
+      q_dense[t] = std::uniform_real_distribution<double>(0.1, 1.0)(rng);
+      q_sum += q_dense[t];
+    }
+    if (q_sum == 0) q_dense[0] = q_sum = 1;
+    for (size_t t = 0; t < vocab; ++t) {
+      q_dense[t] /= q_sum;
+      if (q_dense[t] > 0) q.emplace_back(int32_t(t), float(q_dense[t]));
+    }
+    Sampler s(params);
+    std::discrete_distribution<int32_t> from_q(q_dense.begin(), q_dense.end());
+    const int n = 40000;
+    std::vector<int> counts(vocab, 0);
+    int accepted_count = 0;
+    for (int i = 0; i < n; ++i) {
+      const int32_t draft = from_q(rng);
+      bool accepted = false;
+      const SampledToken t = s.verify_draft(logits, {}, draft, q, accepted);
+      REQUIRE(t.token >= 0);
+      REQUIRE(size_t(t.token) < vocab);
+      if (accepted) REQUIRE(t.token == draft);
+      accepted_count += accepted;
+      ++counts[size_t(t.token)];
+    }
+    INFO("trial " << trial << ", temperature " << params.temperature << ", top_k " << params.top_k);
+    for (size_t t = 0; t < vocab; ++t) {
+      const double expected = p[t] * n, sd = std::sqrt(n * p[t] * (1 - p[t]));
+      INFO("token " << t << " expected " << expected << " got " << counts[t]);
+      REQUIRE(std::abs(counts[t] - expected) <= 5 * sd + 1);
+    }
+    double overlap = 0;
+    for (size_t t = 0; t < vocab; ++t) overlap += std::min(p[t], q_dense[t]);
+    const double sd = std::sqrt(n * overlap * (1 - overlap));
+    INFO("accepted " << accepted_count << ", expected " << overlap * n);
+    REQUIRE(std::abs(accepted_count - overlap * n) <= 5 * sd + 1);
+  }
+}
+
+TEST_CASE("sampling: a greedy request's draft is accepted exactly when it is the best token", "[sampling]") {
+  auto rng = fresh_rng("sampling speculative greedy");
+  for (int trial = 0; trial < 50; ++trial) {
+    auto logits = random_logits(rng, 20);
+    const int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t draft = trial % 2 == 0 ? best : (best + 1) % 20;
+    Sampler s{SamplingParams{}};
+    bool accepted = false;
+    const SampledToken t = s.verify_draft(logits, {}, draft, {{draft, 0.5f}, {(draft + 3) % 20, 0.5f}}, accepted);
+    REQUIRE(t.token == best);
+    REQUIRE(accepted == (draft == best));
+  }
+}

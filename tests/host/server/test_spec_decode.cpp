@@ -3,12 +3,20 @@
 // seed), alone and concurrent, at any max_tokens; drafts are proposed and some accepted.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
+#include <cmath>
 #include <future>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "eventually.hpp"
+#include "harness.hpp"
 #include "models.hpp"
+#include "reference_forward.hpp"
+#include "runtime/gguf_model.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -22,6 +30,7 @@ std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512) {
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
+plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled"]
 
 [models.stories]
 source = "gguf"
@@ -47,18 +56,48 @@ GenerateRequest story_request(Server& server, const std::string& prompt, uint32_
   return r;
 }
 
-// Every prompt's tokens from `server`, one request at a time or all at once.
-std::vector<GenerateResult> run_all(Server& server, uint32_t max_tokens, const SamplingParams& sampling, bool concurrent) {
+// Every prompt's tokens from `server`, one request at a time or all at once; each request may be
+// changed first (its max_draft, say).
+std::vector<GenerateResult> run_all(Server& server, uint32_t max_tokens, const SamplingParams& sampling, bool concurrent,
+                                    const std::function<void(GenerateRequest&)>& change = {}) {
+  std::vector<GenerateRequest> rs;
+  for (const auto& p : story_prompts()) {
+    rs.push_back(story_request(server, p, max_tokens, sampling));
+    if (change) change(rs.back());
+  }
   std::vector<GenerateResult> out;
   if (!concurrent) {
-    for (const auto& p : story_prompts()) out.push_back(server.generate(story_request(server, p, max_tokens, sampling)));
+    for (auto& r : rs) out.push_back(server.generate(r));
     return out;
   }
   std::vector<std::future<GenerateResult>> f;
-  for (const auto& p : story_prompts())
-    f.push_back(std::async(std::launch::async, [&, p] { return server.generate(story_request(server, p, max_tokens, sampling)); }));
+  for (auto& r : rs) f.push_back(std::async(std::launch::async, [&server, r] { return server.generate(r); }));
   for (auto& x : f) out.push_back(x.get());
   return out;
+}
+
+SamplingParams all_options() {
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.top_k = 40;
+  sampled.top_p = 0.95f;
+  sampled.min_p = 0.02f;
+  sampled.repetition_penalty = 1.1f;
+  sampled.frequency_penalty = 0.2f;
+  sampled.presence_penalty = 0.1f;
+  sampled.seed = 1234;
+  sampled.logit_bias = {{13, -2.0f}};
+  return sampled;
+}
+
+void require_same(const std::vector<GenerateResult>& got, const std::vector<GenerateResult>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("prompt " << i << ": " << got[i].finish_reason << " " << got[i].error);
+    REQUIRE(got[i].error.empty());
+    CHECK(got[i].finish_reason == want[i].finish_reason);
+    CHECK(got[i].tokens == want[i].tokens);
+  }
 }
 
 // The sum of the series of `name` whose labels include plugin="...".
@@ -77,16 +116,7 @@ double metric(Server& server, const std::string& name, const std::string& plugin
 TEST_CASE("spec decode: with ngram or suffix drafts every request gives exactly plain decoding's tokens",
           "[server][spec_decode]") {
   auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
-  SamplingParams greedy, sampled;
-  sampled.temperature = 0.9f;
-  sampled.top_k = 40;
-  sampled.top_p = 0.95f;
-  sampled.min_p = 0.02f;
-  sampled.repetition_penalty = 1.1f;
-  sampled.frequency_penalty = 0.2f;
-  sampled.presence_penalty = 0.1f;
-  sampled.seed = 1234;
-  sampled.logit_bias = {{13, -2.0f}};
+  SamplingParams greedy, sampled = all_options();
   for (const char* plugin : {"spec_decode.ngram", "spec_decode.suffix"}) {
     INFO(plugin);
     auto spec = std::make_unique<Server>(
@@ -119,8 +149,6 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
   SamplingParams greedy;
   greedy.top_logprobs = 3;
   const std::string spec = "spec_decode = { plugin = \"spec_decode.ngram\" }\n";
-  // A pool too small for the four at once (preemption with drafts) once failed a request with an error:
-  // not covered until that is understood (issue 15's note).
   for (uint32_t n_blocks : {512u}) {
     INFO(n_blocks << " KV blocks");
     auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("", n_blocks)));
@@ -160,4 +188,139 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
     }
     CHECK(metric(*with, "tokenhost_spec_accepted_tokens_total", "spec_decode.ngram") > 0);
   }
+}
+
+TEST_CASE("spec decode: rejected drafts give their KV blocks back and tight pools serve as without drafts",
+          "[server][spec_decode]") {
+  // Four 120-token requests at once in pools that hold one or two of them: the scheduler plans with
+  // the cache's accounting, which stays exact only if every rejected draft position is rolled back.
+  SamplingParams greedy;
+  const std::string spec = "spec_decode = { plugin = \"spec_decode.ngram\" }\n";
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  const auto want = run_all(*plain, 120, greedy, false, [](GenerateRequest& r) { r.ignore_eos = true; });
+  for (uint32_t n_blocks : {10u, 11u, 12u, 16u}) {
+    INFO(n_blocks << " KV blocks of 16");
+    auto with = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest(spec, n_blocks)));
+    require_same(run_all(*with, 120, greedy, true, [](GenerateRequest& r) { r.ignore_eos = true; }), want);
+    CHECK(with->status()["engines"][0]["speculation"]["accepted_tokens"].get<uint64_t>() > 0);
+    // After every step the plugin's blocks in use were exactly those the sequences' kept positions need.
+    INFO(with->status()["engines"][0]["kv_accounting"].dump());
+    CHECK(with->status()["engines"][0]["kv_accounting"]["disagreements"] == 0);
+    // Every block back once the last request is done (its free may still be on its way).
+    CHECK(eventually([&] { return with->status()["engines"][0]["kv"]["free_blocks"] == n_blocks; }));
+  }
+}
+
+TEST_CASE("spec decode: a request turns speculation off or bounds its draft length", "[server][spec_decode]") {
+  SamplingParams greedy;
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.ngram\" }\n")));
+  const auto want = run_all(*plain, 160, greedy, false);
+  auto speculation = [&] { return spec->status()["engines"][0]["speculation"]; };
+  // Off: no draft verified, the same tokens.
+  require_same(run_all(*spec, 160, greedy, true, [](GenerateRequest& r) { r.max_draft = 0; }), want);
+  CHECK(speculation()["drafts"] == 0);
+  // At most one and at most two draft tokens per step.
+  for (uint32_t bound : {1u, 2u}) {
+    INFO("max_draft " << bound);
+    const uint64_t drafts = speculation()["drafts"], tokens = speculation()["draft_tokens"];
+    require_same(run_all(*spec, 160, greedy, true, [&](GenerateRequest& r) { r.max_draft = bound; }), want);
+    const uint64_t new_drafts = speculation()["drafts"].get<uint64_t>() - drafts;
+    const uint64_t new_tokens = speculation()["draft_tokens"].get<uint64_t>() - tokens;
+    CHECK(new_drafts > 0);
+    CHECK(new_tokens <= bound * new_drafts);
+    if (bound == 2) CHECK(new_tokens > new_drafts);  // some drafts of two: the bound, not a smaller one
+  }
+}
+
+TEST_CASE("spec decode: a proposer of garbage changes nothing", "[server][spec_decode]") {
+  // spec_decode.garbage (tests/fixtures/spec_proposers.cpp): counts past the bound, tokens outside the
+  // vocabulary, broken parent links, distributions that are not ones (which must not opt its drafts
+  // into speculative sampling), and a failed call now and then.
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.garbage\" }\n")));
+  SamplingParams greedy, sampled = all_options();
+  for (const SamplingParams* sp : {&greedy, &sampled}) {
+    INFO((sp == &greedy ? "greedy" : "sampled"));
+    require_same(run_all(*spec, 100, *sp, true), run_all(*plain, 100, *sp, false));
+  }
+  CHECK(spec->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
+  CHECK(spec->status()["engines"][0]["speculation"]["propose_failures"].get<uint64_t>() > 0);
+  CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
+}
+
+TEST_CASE("spec decode: drafts with their distributions follow the target's distribution (speculative sampling)",
+          "[server][spec_decode]") {
+  // spec_decode.sampled draws each draft token from q, uniform over the sequence's recent distinct
+  // tokens, and writes q. The second token of a request is the first one a draft can give: over many
+  // seeds, for the most frequent first token t1, the second token's frequencies must match the model's
+  // tempered softmax after (prompt, t1), computed by the float64 reference forward pass (chi-square,
+  // p = 0.001).
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.sampled\" }\n")));
+  const std::string prompt = "Once upon a time";
+  const int n = 2000;
+  const float kTemperature = 0.6f;
+  std::map<int32_t, std::vector<int32_t>> second;  // t1 -> the second tokens that followed it
+  for (int base = 0; base < n; base += 16) {
+    std::vector<std::future<GenerateResult>> f;
+    for (int k = base; k < base + 16; ++k) {
+      SamplingParams sp;
+      sp.temperature = kTemperature;
+      sp.seed = uint64_t(k) + 1;
+      GenerateRequest r = story_request(*spec, prompt, 2, sp);
+      r.ignore_eos = true;
+      f.push_back(std::async(std::launch::async, [&spec, r] { return spec->generate(r); }));
+    }
+    for (auto& x : f) {
+      const GenerateResult r = x.get();
+      REQUIRE(r.error.empty());
+      REQUIRE(r.tokens.size() == 2);
+      second[r.tokens[0]].push_back(r.tokens[1]);
+    }
+  }
+  const auto speculation = spec->status()["engines"][0]["speculation"];
+  INFO(speculation.dump());
+  REQUIRE(speculation["drafts"].get<uint64_t>() >= uint64_t(n) * 9 / 10);  // nearly every second token drafted
+  CHECK(speculation["accepted_tokens"].get<uint64_t>() > 0);
+  CHECK(speculation["accepted_tokens"].get<uint64_t>() < speculation["drafts"].get<uint64_t>());  // rejections too
+
+  auto most = std::max_element(second.begin(), second.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  const int32_t t1 = most->first;
+  const auto& seen = most->second;
+  INFO("t1 " << t1 << " followed " << seen.size() << " times");
+  REQUIRE(seen.size() >= 250);
+  LoadedModel model = load_gguf_model(require_model_file("stories260K.gguf"), "stories260K");
+  std::vector<int32_t> context = story_request(*spec, prompt, 1, {}).prompt;
+  context.push_back(t1);
+  const Vec logits = reference_forward(*model.weights, context).logits;
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < p.size(); ++i) sum += p[i] = std::exp((logits[i] - top) / kTemperature);
+  std::map<int32_t, int> counts;
+  for (int32_t t : seen) ++counts[t];
+  // Tokens expected at least 5 times are their own bins, the rest one pooled bin.
+  double chi2 = 0, pooled_expected = 0, pooled_seen = 0;
+  int bins = 0;
+  for (size_t t = 0; t < p.size(); ++t) {
+    const double expected = p[t] / sum * double(seen.size());
+    const double got = counts.count(int32_t(t)) ? counts[int32_t(t)] : 0;
+    if (expected >= 5) {
+      chi2 += (got - expected) * (got - expected) / expected;
+      ++bins;
+    } else {
+      pooled_expected += expected;
+      pooled_seen += got;
+    }
+  }
+  if (pooled_expected > 0) {
+    chi2 += (pooled_seen - pooled_expected) * (pooled_seen - pooled_expected) / pooled_expected;
+    ++bins;
+  }
+  // The chi-square 0.999 quantile with bins - 1 degrees of freedom (Wilson-Hilferty).
+  const double df = bins - 1, z = 3.0902;
+  const double critical = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  INFO("chi-square " << chi2 << " over " << bins << " bins, critical " << critical);
+  REQUIRE(bins >= 3);
+  CHECK(chi2 < critical);
 }
