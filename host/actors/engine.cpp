@@ -207,19 +207,29 @@ Sequence* find(EngineState& s, uint64_t id) {
   return nullptr;
 }
 
-// Speculative decoding: the spec_decode plugin's drafts for the step's items that decode one token of
-// a sequence that has generated before and may take a draft (its request's max_draft, within the
-// engine's limit); speculation.cpp adds what the step can verify.
-void add_drafts(EngineState& s, StepBatch& batch) {
+// Speculative decoding: the draft tokens the engine would verify with sequence q in the next step (the
+// scheduler's th_sched_state.seq_draft): for a sequence that decodes a token after its first, within its
+// request's max_draft, the engine's limit and the context; 0 when the engine cannot speculate.
+uint32_t draft_bound(const EngineState& s, const Sequence& q) {
+  if (!s.init.spec_decode || !s.init.no_speculation.empty() || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
+      q.prefilled + 1 != q.tokens().size() || q.prefilled + 2 > s.init.context_len)
+    return 0;
+  return std::min({q.request.max_draft, kDefaultMaxDraft, s.init.context_len - q.prefilled - 1});
+}
+
+// The proposer's drafts for the step's items: each within the scheduler's grant (grants, parallel to the
+// items: a 1.4 scheduler's run_draft), or, for a scheduler that grants none itself, within draft_bound()
+// and the budget the step has left; speculation.cpp adds what the step can verify.
+void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
   const auto& spec = s.init.spec_decode;
   if (!spec || !s.init.no_speculation.empty()) return;
   std::vector<DraftCandidate> candidates;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
-    if (!item.sample || item.tokens.size() != 1 || item.start + 2 > s.init.context_len) continue;
+    if (!item.sample || item.tokens.size() != 1) continue;
     const Sequence* q = find(s, item.seq_id);
-    if (q == nullptr || q->generated == 0) continue;
-    const uint32_t max_draft = std::min(q->request.max_draft, kDefaultMaxDraft);
+    if (q == nullptr) continue;
+    const uint32_t max_draft = std::min(draft_bound(s, *q), grants ? grants->at(i) : kMaxDraftTokens);
     if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
   }
   add_drafts(*spec, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
@@ -234,11 +244,19 @@ void warn_no_speculation(const EngineState& s) {
 }
 
 // Asks the scheduler plugin for a decision and checks it. Returns an error message, or "".
-std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids) {
+// Whether the engine's scheduler grants draft tokens itself (built against ABI 1.4 or later).
+bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler->library().abi_minor() >= 4; }
+
+// grants: the draft tokens the scheduler granted each run entry (ABI 1.4 run_draft), cleared when the
+// scheduler was built against an older minor and grants none itself.
+std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
+                   std::vector<uint32_t>& grants) {
   std::vector<th_sched_seq> view;
+  std::vector<uint32_t> seq_draft;
   for (const auto& q : s.seqs) {
     view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
                     q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
+    seq_draft.push_back(draft_bound(s, q));
   }
   std::vector<uint32_t> clients;
   std::map<std::string, uint32_t> numbers;  // the clients present now keep theirs
@@ -253,10 +271,11 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   s.client_numbers = std::move(numbers);
   th_sched_state state{sizeof(th_sched_state), view.data(), uint32_t(view.size()), s.kv.total_blocks,
                        s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns(),
-                       clients.data()};
+                       clients.data(), seq_draft.data()};
   run.assign(view.size(), {});
   preempt_ids.assign(view.size(), 0);
-  th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0};
+  grants.assign(view.size(), 0);
+  th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0, grants.data()};
   th_error err;
   auto& sched = *s.init.scheduler;
   const uint64_t started = now_ns();
@@ -266,6 +285,8 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
   run.resize(d.n_run);
   preempt_ids.resize(d.n_preempt);
+  grants.resize(d.n_run);
+  if (!sched_grants_drafts(s)) grants.clear();  // it knows no run_draft: the host grants drafts
   std::set<uint64_t> seen;
   uint64_t total = 0;
   for (auto id : preempt_ids) {
@@ -284,7 +305,17 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
              " tokens; it has " + std::to_string(pending) + " to process";
     total += item.n_tokens;
   }
-  if (total > s.init.max_step_tokens) return sched.id() + " exceeded the step budget of " + std::to_string(s.init.max_step_tokens) + " tokens";
+  for (size_t k = 0; k < grants.size(); ++k) {
+    const Sequence* q = find(s, run[k].seq_id);
+    const bool preempted = std::find(preempt_ids.begin(), preempt_ids.end(), run[k].seq_id) != preempt_ids.end();
+    const uint32_t bound = preempted ? 0 : draft_bound(s, *q);
+    if (grants[k] > bound)
+      return sched.id() + " granted sequence " + std::to_string(run[k].seq_id) + " " + std::to_string(grants[k]) +
+             " draft tokens; it may take " + std::to_string(bound);
+    total += grants[k];
+  }
+  if (total > s.init.max_step_tokens)
+    return sched.id() + " exceeded the step budget of " + std::to_string(s.init.max_step_tokens) + " tokens (draft tokens included)";
   if (run.size() > s.init.max_step_seqs) return sched.id() + " scheduled more than max_step_seqs sequences";
   return "";
 }
@@ -320,7 +351,8 @@ void tick(self_ptr self) {
   }
   std::vector<th_sched_item> run;
   std::vector<uint64_t> preempt_ids;
-  std::string problem = decide(s, run, preempt_ids);
+  std::vector<uint32_t> grants;
+  std::string problem = decide(s, run, preempt_ids, grants);
   if (!problem.empty()) {
     spdlog::error("engine {}: {}; failing {} requests", s.init.name, problem, s.seqs.size());
     fail_all(self, "scheduler error: " + problem);
@@ -365,7 +397,7 @@ void tick(self_ptr self) {
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
   }
-  add_drafts(s, batch);
+  add_drafts(s, batch, sched_grants_drafts(s) ? &grants : nullptr);
   s.step_in_flight = true;
   s.swaps.step_started();
   auto started = std::chrono::steady_clock::now();

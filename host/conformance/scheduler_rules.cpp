@@ -1,6 +1,6 @@
 // scheduler rules: every decision over random engine states is valid (th_scheduler.h), with the
-// clients of ABI 1.3 and as a 1.2 host fills the state (no clients), and a scheduler with room runs
-// something.
+// clients of ABI 1.3 and the draft grants of 1.4, and as a 1.2 host fills the state and the decision
+// (no clients, no drafts), and a scheduler with room runs something.
 #include <set>
 
 #include "conformance/conformance.hpp"
@@ -11,7 +11,9 @@ namespace {
 struct State {
   std::vector<th_sched_seq> seqs;
   std::vector<uint32_t> clients;  // th_sched_state.seq_clients (ABI 1.3)
+  std::vector<uint32_t> drafts;   // th_sched_state.seq_draft (ABI 1.4)
   th_sched_state state{};
+  bool older_decision = false;    // the decision as a host before 1.4 fills it: no run_draft
 };
 
 // A consistent random engine state: waiting and preempted sequences hold no blocks, running ones the
@@ -41,12 +43,16 @@ State random_state(Rng& rng, bool nothing_running) {
       used += q.kv_blocks;
     }
     s.seqs.push_back(q);
+    // Decoding sequences that generated before may take a draft (as the engine offers them).
+    const bool decoding = q.state == TH_SEQ_RUNNING && q.prefilled == q.prompt_len && q.generated > 0;
+    s.drafts.push_back(decoding ? uniform(rng, 0, 4) : 0);
     // A few clients with sparse numbers, as the host gives them.
     s.clients.push_back(std::vector<uint32_t>{1, 7, 42, 100000}[uniform(rng, 0, 3)]);
   }
   s.state.struct_size = sizeof s.state;
   s.state.seqs = s.seqs.data();
   s.state.seq_clients = s.clients.data();
+  s.state.seq_draft = s.drafts.data();
   s.state.n_seqs = uint32_t(s.seqs.size());
   s.state.total_kv_blocks = total;
   s.state.free_kv_blocks = total - used;
@@ -60,21 +66,32 @@ State random_state(Rng& rng, bool nothing_running) {
 struct Decision {
   std::vector<th_sched_item> run;
   std::vector<uint64_t> preempt;
+  std::vector<uint32_t> drafts;  // run_draft, parallel to run (ABI 1.4)
+  bool grants = false;           // the plugin (1.4 or later) writes run_draft
 };
 
 Decision decide(PluginInstance& inst, const State& s) {
   Decision d;
   d.run.resize(s.seqs.size());
   d.preempt.resize(s.seqs.size());
-  th_sched_decision out{sizeof out, d.run.data(), 0, d.preempt.data(), 0};
+  // The host zeroes run_draft; as an older host, it passes a decision that ends before it, and the
+  // array beside it (a canary) must stay untouched.
+  constexpr uint32_t kCanary = 0xC0FFEEu;
+  d.drafts.assign(s.seqs.size(), s.older_decision ? kCanary : 0);
+  th_sched_decision out{sizeof out, d.run.data(), 0, d.preempt.data(), 0, d.drafts.data()};
+  if (s.older_decision) out.struct_size = uint32_t(TH_SIZE_THROUGH(th_sched_decision, n_preempt));
   th_error err;
   const th_status st = inst.call(&th_scheduler_vtable::schedule, "schedule", inst.handle(), &s.state, &out, &err);
   expect(st == TH_OK, "schedule() returned " + std::to_string(st) + ": " + err.text());
   expect(out.n_run <= s.seqs.size() && out.n_preempt <= s.seqs.size(),
          "schedule() wrote " + std::to_string(out.n_run) + " runs and " + std::to_string(out.n_preempt) +
              " preemptions for " + std::to_string(s.seqs.size()) + " sequences");
+  if (s.older_decision)
+    for (uint32_t v : d.drafts) expect(v == kCanary, "wrote run_draft into a decision whose struct_size ends before it");
   d.run.resize(out.n_run);
   d.preempt.resize(out.n_preempt);
+  d.drafts.resize(out.n_run);
+  d.grants = !s.older_decision && inst.library().abi_minor() >= 4;
   return d;
 }
 
@@ -92,7 +109,8 @@ void check_valid(const State& s, const Decision& d) {
   }
   std::set<uint64_t> seen;
   uint64_t tokens = 0;
-  for (const auto& item : d.run) {
+  for (size_t k = 0; k < d.run.size(); ++k) {
+    const auto& item = d.run[k];
     const th_sched_seq* q = find(item.seq_id);
     const std::string which = "sequence " + std::to_string(item.seq_id);
     expect(q != nullptr, "runs unknown " + which);
@@ -107,8 +125,16 @@ void check_valid(const State& s, const Decision& d) {
       expect(item.n_tokens == 1, "gives decoding " + which + " " + std::to_string(item.n_tokens) + " tokens (a decode is 1)");
     }
     tokens += item.n_tokens;
+    if (d.grants) {
+      // Drafts only for a decoding sequence, within what the state offers it (none once preempted).
+      const size_t i = size_t(q - s.seqs.data());
+      const uint32_t offered = preempted.count(item.seq_id) || s.state.seq_draft == nullptr ? 0 : s.drafts[i];
+      expect(d.drafts[k] <= offered, "grants " + which + " " + std::to_string(d.drafts[k]) + " draft tokens; it offers " +
+                                         std::to_string(offered));
+      tokens += d.drafts[k];
+    }
   }
-  expect(tokens <= s.state.max_step_tokens, "runs " + std::to_string(tokens) + " tokens, over max_step_tokens " +
+  expect(tokens <= s.state.max_step_tokens, "runs " + std::to_string(tokens) + " tokens (draft tokens included), over max_step_tokens " +
                                                 std::to_string(s.state.max_step_tokens));
   expect(d.run.size() <= s.state.max_step_seqs, "runs " + std::to_string(d.run.size()) + " sequences, over max_step_seqs " +
                                                     std::to_string(s.state.max_step_seqs));
@@ -132,12 +158,15 @@ void scheduler_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& 
     }
   });
   r.rule("scheduler.older_host_state", [&] {
-    // A 1.2 host's state ends at now_ns: a plugin must not read seq_clients (TH_HAS_MEMBER), and decides
-    // as for one client. The pointer is NULL here: reading it anyway crashes the run.
+    // A 1.2 host's state ends at now_ns: a plugin must not read seq_clients nor seq_draft (TH_HAS_MEMBER),
+    // and decides as for one client. The pointers are NULL here: reading one anyway crashes the run. Its
+    // decision ends before run_draft, which must not be written.
     for (uint32_t round = 0; round < 4 * o.rounds; ++round) {
       State s = random_state(rng, false);
       s.state.struct_size = uint32_t(TH_SIZE_THROUGH(th_sched_state, now_ns));
       s.state.seq_clients = nullptr;
+      s.state.seq_draft = nullptr;
+      s.older_decision = true;
       check_valid(s, decide(*inst, s));
     }
   });

@@ -1,4 +1,8 @@
-// spec_decode rules: drafts stay within max_draft and form a tree whose parents come first.
+// spec_decode rules: drafts stay within max_draft (and, for 1.4 plugins, each sequence's seq_max_draft), form a
+// tree whose parents come first, and a distribution written beside a draft token is one that holds it.
+#include <algorithm>
+#include <cmath>
+
 #include "conformance/conformance.hpp"
 
 namespace tokenhost::conformance {
@@ -26,7 +30,25 @@ void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng
         seqs[s] = th_spec_seq{1 + s, tokens[s].data(), uint32_t(tokens[s].size())};
         drafts[s] = th_spec_draft{draft_tokens[s].data(), parents[s].data(), 0};
       }
-      th_spec_propose_args a{sizeof a, seqs.data(), n_seqs, max_draft, drafts.data()};
+      // ABI 1.4: each sequence's own bound (some 0), and room for draft distributions.
+      std::vector<uint32_t> seq_max(n_seqs);
+      for (auto& m : seq_max) m = uniform(rng, 0, max_draft);
+      const uint32_t cap = 8;
+      std::vector<int32_t> dist_tokens(size_t(n_seqs) * max_draft * cap, -1);
+      std::vector<float> dist_probs(dist_tokens.size(), 0.0f);
+      std::vector<uint32_t> dist_len(size_t(n_seqs) * max_draft, 0);
+      th_spec_propose_args a{};
+      a.struct_size = sizeof a;
+      a.seqs = seqs.data();
+      a.n_seqs = n_seqs;
+      a.max_draft = max_draft;
+      a.drafts = drafts.data();
+      a.seq_max_draft = seq_max.data();
+      a.dist_capacity = cap;
+      a.dist_tokens = dist_tokens.data();
+      a.dist_probs = dist_probs.data();
+      a.dist_len = dist_len.data();
+      const bool knows_bounds = inst->library().abi_minor() >= 4;
       th_error err;
       const th_status st = inst->call(&th_spec_decode_vtable::propose, "propose", inst->handle(), &a, &err);
       expect(st == TH_OK, "propose() returned " + std::to_string(st) + ": " + err.text());
@@ -34,6 +56,27 @@ void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng
         const std::string which = "sequence " + std::to_string(s);
         expect(drafts[s].n_draft <= max_draft, which + ": " + std::to_string(drafts[s].n_draft) + " draft tokens, max_draft is " +
                                                    std::to_string(max_draft));
+        if (knows_bounds)
+          expect(drafts[s].n_draft <= seq_max[s], which + ": " + std::to_string(drafts[s].n_draft) +
+                                                      " draft tokens, its seq_max_draft is " + std::to_string(seq_max[s]));
+        for (uint32_t j = 0; j < std::min(drafts[s].n_draft, max_draft); ++j) {
+          // A distribution written beside a draft token must be one, and hold the token.
+          const size_t e = size_t(s) * max_draft + j;
+          if (dist_len[e] == 0) continue;
+          expect(dist_len[e] <= cap, which + ": draft token " + std::to_string(j) + "'s distribution has " +
+                                         std::to_string(dist_len[e]) + " entries, dist_capacity is " + std::to_string(cap));
+          double sum = 0;
+          bool holds = false;
+          for (uint32_t k = 0; k < std::min(dist_len[e], cap); ++k) {
+            const float p = dist_probs[e * cap + k];
+            expect(std::isfinite(p) && p > 0 && p <= 1, which + ": draft token " + std::to_string(j) + "'s distribution has probability " +
+                                                           std::to_string(p) + " (must be in (0, 1])");
+            sum += p;
+            holds = holds || dist_tokens[e * cap + k] == draft_tokens[s][j];
+          }
+          expect(holds, which + ": draft token " + std::to_string(j) + "'s distribution does not list the token");
+          expect(sum <= 1.0 + 1e-3, which + ": draft token " + std::to_string(j) + "'s distribution sums to " + std::to_string(sum));
+        }
         for (uint32_t i = 0; i < drafts[s].n_draft; ++i) {
           expect(parents[s][i] >= -1 && parents[s][i] < int32_t(i),
                  which + ": draft token " + std::to_string(i) + " has parent " + std::to_string(parents[s][i]) +

@@ -283,7 +283,7 @@ TH_PIN_OFFSET(th_sched_seq, prefilled, 28);
 TH_PIN_OFFSET(th_sched_seq, generated, 32);
 TH_PIN_OFFSET(th_sched_seq, max_new_tokens, 36);
 TH_PIN_OFFSET(th_sched_seq, kv_blocks, 40);
-TH_PIN_SIZE(th_sched_state, 56);
+TH_PIN_SIZE(th_sched_state, 64);
 TH_PIN_OFFSET(th_sched_state, struct_size, 0);
 TH_PIN_OFFSET(th_sched_state, seqs, 8);
 TH_PIN_OFFSET(th_sched_state, n_seqs, 16);
@@ -294,15 +294,17 @@ TH_PIN_OFFSET(th_sched_state, max_step_tokens, 32);
 TH_PIN_OFFSET(th_sched_state, max_step_seqs, 36);
 TH_PIN_OFFSET(th_sched_state, now_ns, 40);
 TH_PIN_OFFSET(th_sched_state, seq_clients, 48);  /* ABI 1.3 */
+TH_PIN_OFFSET(th_sched_state, seq_draft, 56);    /* ABI 1.4 */
 TH_PIN_SIZE(th_sched_item, 16);
 TH_PIN_OFFSET(th_sched_item, seq_id, 0);
 TH_PIN_OFFSET(th_sched_item, n_tokens, 8);
-TH_PIN_SIZE(th_sched_decision, 40);
+TH_PIN_SIZE(th_sched_decision, 48);
 TH_PIN_OFFSET(th_sched_decision, struct_size, 0);
 TH_PIN_OFFSET(th_sched_decision, run, 8);
 TH_PIN_OFFSET(th_sched_decision, n_run, 16);
 TH_PIN_OFFSET(th_sched_decision, preempt, 24);
 TH_PIN_OFFSET(th_sched_decision, n_preempt, 32);
+TH_PIN_OFFSET(th_sched_decision, run_draft, 40); /* ABI 1.4 */
 TH_PIN_SIZE(th_scheduler_vtable, 40);
 TH_PIN_OFFSET(th_scheduler_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_scheduler_vtable, create, 8);

@@ -112,6 +112,8 @@ class Plan {
     // Nothing runs while sequences still hold blocks: the engine would wait for a step that never
     // comes. The top-ranked running sequence then takes what it needs from all the others.
     if (step_.n_run() == 0) force_top_running();
+    // Speculative decoding's draft tokens take only what every placement left of the budget.
+    step_.grant_drafts();
     step_.order_decodes_first();
   }
 

@@ -59,6 +59,7 @@ th_status schedule(th_instance* instance, const th_sched_state* state, th_sched_
     sdk::SchedStep step(*state, *decision);
     run_running(step, max_chunk);
     admit_waiting(step, max_chunk);
+    step.grant_drafts();  // speculative decoding's draft tokens, from the budget left
   });
 }
 

@@ -95,6 +95,7 @@ th_status schedule(th_instance* instance, const th_sched_state* state, th_sched_
     } else {
       admit_batch(step, config);
     }
+    step.grant_drafts();  // speculative decoding's draft tokens, from the budget left
     step.order_decodes_first();
   });
 }

@@ -6,8 +6,9 @@
 //   - sdk::next_token_positions(), final_positions(), never_fits(): what a sequence needs at least / at most;
 //   - sdk::check_schedule_args(): the NULL checks every schedule() starts with;
 //   - sdk::seq_client(): the client of a sequence (ABI 1.3; 0 for all on an older host);
+//   - sdk::seq_draft(): the draft tokens a decoding sequence may take (ABI 1.4; 0 on an older host);
 //   - sdk::SchedStep: one schedule() call's budgets (tokens, sequence slots, free blocks), which
-//     sequences are decided (run or preempted), and the decision writer.
+//     sequences are decided (run or preempted), the decision writer and its draft grants.
 //
 // The host's facts these helpers follow are the ABI's: th_scheduler.h, above th_sched_state.
 #ifndef TOKENHOST_PLUGIN_SCHED_HPP
@@ -70,6 +71,12 @@ inline uint32_t seq_client(const th_sched_state& state, uint32_t i) {
   return state.seq_clients[i];
 }
 
+// The draft tokens the engine would verify with sequence i in this step (th_sched_state.seq_draft,
+// ABI 1.4); 0 on an older host, which grants drafts itself.
+inline uint32_t seq_draft(const th_sched_state& state, uint32_t i) {
+  return TH_HAS_MEMBER(&state, th_sched_state, seq_draft) && state.seq_draft != nullptr ? state.seq_draft[i] : 0;
+}
+
 // Throws Error(TH_ERR_INVALID_ARGUMENT), naming plugin_id, when a schedule() argument is NULL.
 inline void check_schedule_args(const char* plugin_id, const th_sched_state* state, const th_sched_decision* decision) {
   if (state == nullptr || decision == nullptr ||
@@ -93,6 +100,8 @@ class SchedStep {
         decided_(state.n_seqs, false) {
     decision_.n_run = 0;
     decision_.n_preempt = 0;
+    if (has_run_draft())
+      for (uint32_t k = 0; k < state.n_seqs; ++k) decision_.run_draft[k] = 0;
   }
 
   const th_sched_state& state() const { return state_; }
@@ -182,19 +191,41 @@ class SchedStep {
     free_blocks_ += seq(i).kv_blocks;
   }
 
-  // Reorders the run list so that decodes come before prefill chunks, each group keeping its order.
+  // Reorders the run list so that decodes come before prefill chunks, each group keeping its order
+  // (draft grants move with their entries).
   void order_decodes_first() {
     std::vector<th_sched_item> items(decision_.run, decision_.run + decision_.n_run);
     std::vector<uint32_t> index = run_index_;
+    std::vector<uint32_t> drafts(items.size(), 0);
+    for (size_t j = 0; j < items.size(); ++j) drafts[j] = granted(j);
     uint32_t k = 0;
     for (int decodes = 1; decodes >= 0; --decodes) {
       for (size_t j = 0; j < items.size(); ++j) {
         if (is_decoding(seq(index[j])) != bool(decodes)) continue;
         decision_.run[k] = items[j];
+        if (has_run_draft()) decision_.run_draft[k] = drafts[j];
         run_index_[k++] = index[j];
       }
     }
   }
+
+  // Speculative decoding (ABI 1.4): grants each decoding entry of the run list, in order, its seq_draft
+  // tokens from the budget left (after every placement: drafts never take a prefill's or a decode's
+  // tokens). Returns the draft tokens granted. Nothing on an older host, which grants them itself.
+  uint32_t grant_drafts() {
+    if (!has_run_draft()) return 0;
+    uint32_t total = 0;
+    for (uint32_t k = 0; k < decision_.n_run; ++k) {
+      const uint32_t i = run_index_[k];
+      const uint32_t n = is_decoding(seq(i)) ? std::min(sdk::seq_draft(state_, i), tokens_left_) : 0;
+      decision_.run_draft[k] = n;
+      tokens_left_ -= n;
+      total += n;
+    }
+    return total;
+  }
+  // The draft tokens granted to run entry k.
+  uint32_t granted(uint32_t k) const { return has_run_draft() ? decision_.run_draft[k] : 0; }
 
  private:
   uint32_t latest_undecided_running() const {
@@ -202,6 +233,10 @@ class SchedStep {
       if (undecided_running(j)) return j;
     }
     throw Error(TH_ERR_INTERNAL, "scheduler: no running sequence left to preempt");
+  }
+
+  bool has_run_draft() const {
+    return TH_HAS_MEMBER(&decision_, th_sched_decision, run_draft) && decision_.run_draft != nullptr;
   }
 
   const th_sched_state& state_;

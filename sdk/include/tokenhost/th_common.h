@@ -54,7 +54,8 @@ extern "C" {
  *   1.3  appended th_sched_state.seq_clients (the client of each sequence, for fair sharing).
  *   1.4  speculative decoding: appended th_kvcache_vtable.seq_truncate (rolling back rejected drafts),
  *        th_spec_propose_args.seq_max_draft (each sequence's bound) and the draft distributions that
- *        opt a draft into speculative sampling (dist_capacity, dist_tokens, dist_probs, dist_len).
+ *        opt a draft into speculative sampling (dist_capacity, dist_tokens, dist_probs, dist_len),
+ *        th_sched_state.seq_draft and th_sched_decision.run_draft (draft tokens offered and granted).
  *        Not frozen yet: members may still be appended to 1.4 until its headers are copied to
  *        tests/abi/1.4. */
 #define TH_ABI_VERSION_MAJOR 1

@@ -61,6 +61,11 @@ typedef struct th_sched_state {
    * (TH_HAS_MEMBER(state, th_sched_state, seq_clients)): every sequence is then one client's.
    * OWNERSHIP: host, valid during schedule(). */
   const uint32_t *seq_clients;
+  /* ABI 1.4. Speculative decoding, parallel to seqs ([n_seqs]): the draft tokens the engine would
+   * verify with each decoding sequence in this step if granted them (th_sched_decision.run_draft); 0
+   * for a sequence that prefills, has not generated yet, or may not speculate (no proposer, the
+   * request turned it off). OWNERSHIP: host, valid during schedule(). */
+  const uint32_t *seq_draft;
 } th_sched_state;
 
 /* One sequence to run in this step: n_tokens prompt tokens to prefill (a prefill chunk), or 1 to
@@ -78,6 +83,13 @@ typedef struct th_sched_decision {
   uint32_t n_run;
   uint64_t *preempt;   /* running sequences to preempt before this step */
   uint32_t n_preempt;
+  /* ABI 1.4. Parallel to run, zeroed by the host: the draft tokens granted to run[i], at most the
+   * seq_draft of its sequence (0 for a prefill chunk). They count against max_step_tokens with the
+   * n_tokens of every entry; their positions are reserved after every entry's own, and a draft the
+   * pool cannot hold is dropped (never a preemption), so a grant needs no free blocks. The engine
+   * asks its proposer for at most the grant. A scheduler built against 1.3 or older grants nothing
+   * itself: the host then grants each decoding entry, in run order, what the step's budget has left. */
+  uint32_t *run_draft;
 } th_sched_decision;
 
 typedef struct th_scheduler_vtable {
