@@ -64,7 +64,8 @@ void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vect
   if (th_status st = spec.call(&th_spec_decode_vtable::propose, "propose", spec.handle(), &args, &err)) {
     // Logged at the 1st, 10th, 100th, ... failure: a proposer failing every step must not flood the log.
     const uint64_t failures = ++propose_failures;
-    if (std::to_string(failures).find_first_not_of('0', 1) == std::string::npos)
+    const std::string digits = std::to_string(failures);
+    if (digits[0] == '1' && digits.find_first_not_of('0', 1) == std::string::npos)
       spdlog::warn("engine {}: {} propose failed with status {}: {}; the step runs without drafts ({} failure{} so far)",
                    bounds.engine, spec.id(), int(st), err.text(), failures, failures == 1 ? "" : "s");
     return;

@@ -21,6 +21,7 @@
 
 using namespace tokenhost;
 using namespace tokenhost::testing;
+using Catch::Matchers::Contains;
 
 namespace {
 
@@ -323,4 +324,55 @@ TEST_CASE("spec decode: drafts with their distributions follow the target's dist
   INFO("chi-square " << chi2 << " over " << bins << " bins, critical " << critical);
   REQUIRE(bins >= 3);
   CHECK(chi2 < critical);
+}
+
+TEST_CASE("spec decode: the proposer swapped and unloaded under 16 streams loses nothing", "[server][spec_decode][swap]") {
+  constexpr uint32_t kTokens = 32;
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.ngram\" }\n")));
+  SteadyLoad load(*spec, outputs_alone(*plain, kTokens), 16, kTokens);
+  load.wait_for(16);
+  for (const char* next : {"spec_decode.suffix", "", "spec_decode.garbage", "spec_decode.sampled", "spec_decode.ngram"}) {
+    INFO("to " << (*next ? next : "(none)"));
+    if (*next) REQUIRE_THAT(spec->set_slot("main", "spec_decode", next, {}), Contains(next));
+    else spec->unload_slot("main", "spec_decode");
+    load.wait_for(16);
+  }
+  load.stop();
+  INFO("first wrong: " << load.first_error());
+  // Greedy requests: every proposer, spec_decode.sampled's distributions included, gives plain tokens.
+  REQUIRE(load.wrong() == 0);
+  const auto engine = spec->status()["engines"][0];
+  CHECK(engine["speculation"]["drafts"].get<uint64_t>() > 0);
+  CHECK(engine["kv_accounting"]["disagreements"] == 0);
+  CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
+}
+
+TEST_CASE("spec decode: requests cancelled between verified steps free every block", "[server][spec_decode]") {
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.ngram\" }\n")));
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (int k = 0; k < 8; ++k) {
+    GenerateRequest r = story_request(*spec, story_prompts()[size_t(k) % 4], 400, {});
+    r.ignore_eos = true;
+    streams.push_back(spec->start(r));
+  }
+  // Each cancelled once it has 60 tokens (by then ngram drafts have been verified), the others still running.
+  for (auto& s : streams) {
+    size_t seen = 0;
+    for (int i = 0; i < 500 && seen < 60; ++i) seen += s->wait(seen, std::chrono::milliseconds(10)).tokens.size();
+    s->cancel();
+  }
+  for (auto& s : streams) {
+    std::optional<GenerateResult> result;
+    for (size_t seen = 0, i = 0; i < 500 && !result; ++i) {
+      auto update = s->wait(seen, std::chrono::milliseconds(10));
+      seen += update.tokens.size();
+      result = update.result;
+    }
+    REQUIRE(result);
+    CHECK((result->finish_reason == "cancelled" || result->finish_reason == "length"));
+  }
+  CHECK(spec->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
+  CHECK(spec->status()["engines"][0]["kv_accounting"]["disagreements"] == 0);
+  CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
 }
