@@ -65,6 +65,23 @@ json load_json(const std::map<std::string, double>& delta) {
           {"step_s_per_token", ratio(seconds, tokens)}};
 }
 
+// What an arm's engine speculated over the experiment (deltas of its tokenhost_spec_* series, summed
+// over proposers): drafts verified, their tokens, those accepted, and the rates that compare arms.
+json speculation_json(const std::map<std::string, double>& delta) {
+  double drafts = 0, drafted = 0, accepted = 0;
+  for (const auto& [key, v] : delta) {
+    if (key.rfind("tokenhost_spec_accepted_length_count", 0) == 0) drafts += v;
+    else if (key.rfind("tokenhost_spec_draft_tokens_total", 0) == 0) drafted += v;
+    else if (key.rfind("tokenhost_spec_accepted_tokens_total", 0) == 0) accepted += v;
+  }
+  auto ratio = [](double a, double b) { return b > 0 ? json(a / b) : json(nullptr); };
+  return {{"drafts", uint64_t(drafts)},
+          {"draft_tokens", uint64_t(drafted)},
+          {"accepted_tokens", uint64_t(accepted)},
+          {"acceptance", ratio(accepted, drafted)},
+          {"accepted_per_draft", ratio(accepted, drafts)}};
+}
+
 }  // namespace
 
 struct Experiment {
@@ -321,6 +338,7 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"tokens_out", s.tokens_out},
               {"throughput_tok_s", elapsed > 0 ? double(s.tokens_out) / elapsed : 0.0},
               {"load", load_json(step)},
+              {"speculation", speculation_json(step)},
               {"plugin_metrics", plugin}};
     for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
     arms.push_back(std::move(a));

@@ -121,6 +121,9 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
       v["tokenhost_step_seconds_count"] = {steps, true};
       v["tokenhost_step_seconds_sum"] = {step_seconds, true};
       v["tokenhost_step_tokens_total"] = {step_tokens, true};
+      v["tokenhost_spec_accepted_length_count{plugin=\"spec_decode.ngram\"}"] = {steps, true};
+      v["tokenhost_spec_draft_tokens_total{plugin=\"spec_decode.ngram\"}"] = {step_tokens / 2, true};
+      v["tokenhost_spec_accepted_tokens_total{plugin=\"spec_decode.ngram\"}"] = {step_tokens / 8, true};
     }
     return v;
   });
@@ -163,6 +166,14 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(arm_a["load"]["tokens_per_step"].get<double>() == Approx(20));
   REQUIRE(arm_a["load"]["step_s_mean"].get<double>() == Approx(0.05));
   REQUIRE(arm_a["load"]["step_s_per_token"].get<double>() == Approx(0.0025));
+  // Speculation since the start: 10 drafts of 100 tokens, 25 accepted.
+  REQUIRE(arm_a["speculation"]["drafts"] == 10);
+  REQUIRE(arm_a["speculation"]["draft_tokens"] == 100);
+  REQUIRE(arm_a["speculation"]["accepted_tokens"] == 25);
+  REQUIRE(arm_a["speculation"]["acceptance"].get<double>() == Approx(0.25));
+  REQUIRE(arm_a["speculation"]["accepted_per_draft"].get<double>() == Approx(2.5));
+  REQUIRE(report["arms"][1]["speculation"]["drafts"] == 0);
+  REQUIRE(report["arms"][1]["speculation"]["acceptance"].is_null());
   REQUIRE(report["arms"][1]["load"]["steps"] == 0);  // no step yet: no means
   REQUIRE(report["arms"][1]["load"]["tokens_per_step"].is_null());
   REQUIRE(report["arms"][1]["load"]["step_s_mean"].is_null());
