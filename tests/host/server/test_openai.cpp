@@ -268,3 +268,50 @@ TEST_CASE("openai: the gateway holds 1000 concurrent streaming connections", "[o
   INFO("most requests in flight at once: " << peak.load());
   REQUIRE(peak.load() >= kClients * 9 / 10);
 }
+
+TEST_CASE("openai: under speculative decoding stop strings and streams and logprobs and tokenhost.speculate answer as plain decoding",
+          "[openai][spec_decode]") {
+  LiveServer plain(stories_manifest());
+  LiveServer spec(stories_manifest() + "spec_decode = { plugin = \"spec_decode.ngram\" }\n");
+  for (const std::string& prompt : story_prompts(6)) {
+    INFO(prompt);
+    const std::string full = alone_text(plain, prompt, 120);
+    REQUIRE(alone_text(spec, prompt, 120) == full);
+    // A stop string inside the text: the answer ends before it, and tokens past it (a draft run may
+    // have carried the sequence beyond) never show.
+    const size_t cut = full.find(' ', full.size() / 2);
+    if (cut != std::string::npos && cut + 4 <= full.size()) {
+      const std::string stop = full.substr(cut, 4);
+      json body = greedy(prompt, 120);
+      body["stop"] = {stop};
+      auto a = post(spec, "/v1/completions", body.dump());
+      REQUIRE(a.status == 200);
+      CHECK(a.body["choices"][0]["text"] == full.substr(0, full.find(stop)));
+      CHECK(a.body["choices"][0]["finish_reason"] == "stop");
+    }
+    // Streamed with log-probabilities, and with speculation off or bounded per request: the same.
+    json with_logprobs = greedy(prompt, 60);
+    with_logprobs["logprobs"] = 2;
+    auto want = post(plain, "/v1/completions", with_logprobs.dump());
+    auto got = post(spec, "/v1/completions", with_logprobs.dump());
+    REQUIRE(got.status == 200);
+    CHECK(got.body["choices"][0]["text"] == want.body["choices"][0]["text"]);
+    CHECK(got.body["choices"][0]["logprobs"]["tokens"] == want.body["choices"][0]["logprobs"]["tokens"]);
+    Streamed streamed = stream(spec, "/v1/completions", greedy(prompt, 60));
+    CHECK(streamed.text == want.body["choices"][0]["text"]);
+    for (const json& control : {json{{"speculate", false}}, json{{"max_draft", 2}}}) {
+      json body = greedy(prompt, 60);
+      body["tokenhost"] = control;
+      auto a = post(spec, "/v1/completions", body.dump());
+      REQUIRE(a.status == 200);
+      CHECK(a.body["choices"][0]["text"] == want.body["choices"][0]["text"]);
+    }
+  }
+  auto bad = post(spec, "/v1/completions", json{{"prompt", "Once"}, {"tokenhost", {{"max_draft", 99}}}}.dump());
+  REQUIRE(bad.status == 400);
+  CHECK(bad.body["error"]["param"] == "tokenhost.max_draft");
+  const json e = wait_until_idle(spec);
+  CHECK(e["speculation"]["drafts"].get<uint64_t>() > 0);
+  CHECK(e["kv_accounting"]["disagreements"] == 0);
+  CHECK(e["kv"]["free_blocks"] == e["kv"]["total_blocks"]);
+}
