@@ -1,0 +1,126 @@
+#include <algorithm>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "actors/engine_state.hpp"
+#include "actors/plugin_seconds.hpp"
+#include "actors/speculation.hpp"
+#include "plugin/host_api.hpp"
+
+namespace tokenhost::engine_detail {
+
+uint32_t draft_bound(const EngineState& s, const Sequence& q) {
+  if (!s.init.spec_decode || !s.init.no_speculation.empty() || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
+      q.prefilled + 1 != q.tokens().size() || q.prefilled + 2 > s.init.context_len)
+    return 0;
+  return std::min({q.request.max_draft, kDefaultMaxDraft, s.init.context_len - q.prefilled - 1});
+}
+
+void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
+  const auto& spec = s.init.spec_decode;
+  if (!spec || !s.init.no_speculation.empty()) return;
+  std::vector<DraftCandidate> candidates;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const StepItem& item = batch.items[i];
+    if (!item.sample || item.tokens.size() != 1) continue;
+    const Sequence* q = find(s, item.seq_id);
+    if (q == nullptr) continue;
+    const uint32_t max_draft = std::min(draft_bound(s, *q), grants ? grants->at(i) : kMaxDraftTokens);
+    if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
+  }
+  tokenhost::add_drafts(*spec, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
+             s.spec_propose_failures);
+}
+
+void warn_no_speculation(const EngineState& s) {
+  if (s.init.spec_decode && !s.init.no_speculation.empty())
+    spdlog::warn("engine {}: runs without speculative decoding ({} stays idle): {}", s.init.name, s.init.spec_decode->id(),
+                 s.init.no_speculation);
+}
+
+bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler->library().abi_minor() >= 4; }
+
+std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
+                   std::vector<uint32_t>& grants) {
+  std::vector<th_sched_seq> view;
+  std::vector<uint32_t> seq_draft;
+  for (const auto& q : s.seqs) {
+    view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
+                    q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
+    seq_draft.push_back(draft_bound(s, q));
+  }
+  std::vector<uint32_t> clients;
+  std::map<std::string, uint32_t> numbers;  // the clients present now keep theirs
+  for (const auto& q : s.seqs) {
+    auto [it, fresh] = numbers.try_emplace(q.request.client, 0);
+    if (fresh) {
+      auto known = s.client_numbers.find(q.request.client);
+      it->second = known != s.client_numbers.end() ? known->second : s.next_client_number++;
+    }
+    clients.push_back(it->second);
+  }
+  s.client_numbers = std::move(numbers);
+  th_sched_state state{sizeof(th_sched_state), view.data(), uint32_t(view.size()), s.kv.total_blocks,
+                       s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns(),
+                       clients.data(), seq_draft.data()};
+  run.assign(view.size(), {});
+  preempt_ids.assign(view.size(), 0);
+  grants.assign(view.size(), 0);
+  th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0, grants.data()};
+  th_error err;
+  auto& sched = *s.init.scheduler;
+  const uint64_t started = now_ns();
+  th_status st = sched.call(&th_scheduler_vtable::schedule, "schedule", sched.handle(), &state, &d, &err);
+  if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, "scheduler", sched.id()}, double(now_ns() - started) * 1e-9);
+  if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
+  if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
+  run.resize(d.n_run);
+  preempt_ids.resize(d.n_preempt);
+  grants.resize(d.n_run);
+  if (!sched_grants_drafts(s)) grants.clear();  // it knows no run_draft: the host grants drafts
+  std::set<uint64_t> seen;
+  uint64_t total = 0;
+  for (auto id : preempt_ids) {
+    Sequence* q = find(s, id);
+    if (q == nullptr || q->state != TH_SEQ_RUNNING) return sched.id() + " preempted sequence " + std::to_string(id) + ", which is not running";
+  }
+  for (const auto& item : run) {
+    Sequence* q = find(s, item.seq_id);
+    if (q == nullptr) return sched.id() + " scheduled unknown sequence " + std::to_string(item.seq_id);
+    if (!seen.insert(item.seq_id).second) return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + " twice";
+    if (std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end())
+      continue;  // runs again from scratch: checked against its state after the preemption below
+    uint32_t pending = uint32_t(q->tokens().size()) - q->prefilled;
+    if (item.n_tokens == 0 || item.n_tokens > pending)
+      return sched.id() + " gave sequence " + std::to_string(item.seq_id) + " " + std::to_string(item.n_tokens) +
+             " tokens; it has " + std::to_string(pending) + " to process";
+    total += item.n_tokens;
+  }
+  for (size_t k = 0; k < grants.size(); ++k) {
+    const Sequence* q = find(s, run[k].seq_id);
+    const bool preempted = std::find(preempt_ids.begin(), preempt_ids.end(), run[k].seq_id) != preempt_ids.end();
+    const uint32_t bound = preempted ? 0 : draft_bound(s, *q);
+    if (grants[k] > bound)
+      return sched.id() + " granted sequence " + std::to_string(run[k].seq_id) + " " + std::to_string(grants[k]) +
+             " draft tokens; it may take " + std::to_string(bound);
+    total += grants[k];
+  }
+  if (total > s.init.max_step_tokens)
+    return sched.id() + " exceeded the step budget of " + std::to_string(s.init.max_step_tokens) + " tokens (draft tokens included)";
+  if (run.size() > s.init.max_step_seqs) return sched.id() + " scheduled more than max_step_seqs sequences";
+  return "";
+}
+
+void check_kv_accounting(EngineState& s, const KvState& kv) {
+  uint32_t planned = 0;
+  for (const auto& q : s.seqs) planned += blocks_for(q.prefilled, s.kv.block_size);
+  s.kv_planned = planned;
+  s.kv_reported = kv.total_blocks - std::min(kv.free_blocks, kv.total_blocks);
+  if (s.kv_planned == s.kv_reported) return;
+  if (s.kv_disagreements++ % 100 == 0)
+    spdlog::warn("engine {}: after step {} the kvcache reports {} blocks in use, the sequences' positions need {} ({} such steps)",
+                 s.init.name, s.steps, s.kv_reported, s.kv_planned, s.kv_disagreements);
+}
+
+}  // namespace tokenhost::engine_detail

@@ -1,0 +1,124 @@
+// The engine actor's state and the parts of its work that need no actor: its metrics
+// (engine_metrics.cpp), and each step's decision, the scheduler's and the proposer's, with the checks of
+// what they return (engine_decide.cpp). engine.cpp is the actor: messages, steps, results.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "actors/swap_latency.hpp"
+#include "runtime/step.hpp"
+
+namespace tokenhost::engine_detail {
+
+inline uint64_t now_ns() { return steady_now_ns(); }
+
+struct Sequence {
+  GenerateRequest request;
+  std::shared_ptr<SequenceContext> context;  // tokens (prompt, then generated) and sampler
+  uint32_t prefilled = 0;       // positions held in the KV cache
+  uint32_t generated = 0;
+  th_seq_state state = TH_SEQ_WAITING;
+  uint64_t arrival_ns = 0, last_token_ns = 0;
+  uint64_t first_token_ns = 0;  // 0 until the first token
+  uint64_t first_step = 0;      // the engine's step count when it arrived, counting one in flight
+  std::vector<SampledToken> logprobs;  // when the request asked for them
+  caf::typed_response_promise<GenerateResult> promise;
+  std::vector<int32_t>& tokens() { return context->tokens; }
+  const std::vector<int32_t>& tokens() const { return context->tokens; }
+  // Tokens the scheduler must prefill before the sequence decodes (see th_sched_seq.prompt_len).
+  uint32_t prompt_len() const { return generated == 0 ? uint32_t(tokens().size()) : uint32_t(tokens().size()) - 1; }
+  bool cancel_requested = false;
+  bool cancelled() const { return cancel_requested || (request.stream && request.stream->cancelled()); }
+};
+
+struct EngineMetrics {
+  metrics::Family* tokens_out = nullptr;
+  metrics::Family* tokens_in = nullptr;
+  metrics::Family* requests = nullptr;
+  metrics::Family* step_seconds = nullptr;
+  metrics::Family* step_compute_seconds = nullptr;
+  metrics::Family* step_tokens = nullptr;
+  metrics::Family* running = nullptr;
+  metrics::Family* waiting = nullptr;
+  metrics::Family* kv_free = nullptr;
+  metrics::Family* preemptions = nullptr;
+  metrics::Family* kv_used = nullptr;
+  metrics::Family* ttft = nullptr;
+  metrics::Family* ttft_steps = nullptr;
+  metrics::Family* itl = nullptr;
+  metrics::Family* e2e = nullptr;
+  metrics::Family* scheduler_seconds = nullptr;
+  metrics::Family* draft_tokens = nullptr;
+  metrics::Family* accepted_tokens = nullptr;
+  metrics::Family* accepted_length = nullptr;
+};
+
+struct EngineState {
+  EngineInit init;
+  std::vector<Sequence> seqs;  // arrival order
+  KvState kv;
+  bool step_in_flight = false;
+  bool draining = false;
+  bool retiring = false;
+  SwapLatency swaps;  // scheduler and spec_decode swaps (the worker keeps its own)  // replaced or removed: finishing what it has, then stopping
+  bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
+  uint64_t steps = 0, tokens_out = 0, preemptions = 0;
+  // Speculative decoding since the engine started: drafts verified, their tokens, those accepted.
+  uint64_t spec_drafts = 0, spec_drafted = 0, spec_accepted = 0, spec_propose_failures = 0;
+  // After each step: the blocks the sequences' positions need by the engine's count, the blocks the
+  // kvcache plugin reports in use, and how many steps the two disagreed (rolled-back drafts not given
+  // back, a plugin's accounting off): the scheduler plans with the plugin's count.
+  uint32_t kv_planned = 0, kv_reported = 0;
+  uint64_t kv_disagreements = 0;
+  uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
+  // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
+  // sequences here, never reused.
+  std::map<std::string, uint32_t> client_numbers;
+  uint32_t next_client_number = 0;
+  EngineMetrics m;
+  static inline const char* name = "tokenhost.engine";
+};
+
+inline uint32_t blocks_for(uint32_t positions, uint32_t block_size) {
+  return block_size == 0 ? 0 : (positions + block_size - 1) / block_size;
+}
+
+inline Sequence* find(EngineState& s, uint64_t id) {
+  for (auto& q : s.seqs)
+    if (q.request.id == id) return &q;
+  return nullptr;
+}
+
+// engine_metrics.cpp: the engine's metric families, and its gauges set from its state.
+void register_metrics(EngineState& s);
+void update_gauges(EngineState& s);
+
+// engine_decide.cpp.
+// Speculative decoding: the draft tokens the engine would verify with sequence q in the next step (the
+// scheduler's th_sched_state.seq_draft): for a sequence that decodes a token after its first, within its
+// request's max_draft, the engine's limit and the context; 0 when the engine cannot speculate.
+uint32_t draft_bound(const EngineState& s, const Sequence& q);
+// The proposer's drafts for the step's items: each within the scheduler's grant (grants, parallel to the
+// items: a 1.4 scheduler's run_draft), or, for a scheduler that grants none itself, within draft_bound()
+// and the budget the step has left; speculation.cpp adds what the step can verify.
+void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants);
+// A spec_decode plugin the engine cannot use says so in the log (at start and when swapped in).
+void warn_no_speculation(const EngineState& s);
+// Whether the engine's scheduler grants draft tokens itself (built against ABI 1.4 or later).
+bool sched_grants_drafts(const EngineState& s);
+// Asks the scheduler plugin for a decision and checks it. Returns an error message, or "". grants: the
+// draft tokens the scheduler granted each run entry (ABI 1.4 run_draft), cleared when the scheduler was
+// built against an older minor and grants none itself.
+std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
+                   std::vector<uint32_t>& grants);
+// Every block the kvcache reports in use after a step holds positions of the engine's sequences: the
+// frees sent before the step have landed, and none is sent while a step is in flight. A disagreement is
+// logged (the first, then each 100th) and counted in the admin status.
+void check_kv_accounting(EngineState& s, const KvState& kv);
+
+}  // namespace tokenhost::engine_detail
