@@ -32,6 +32,7 @@ model = "stories260K"
 attention = { plugin = "attention.cpu_flash" }
 kvcache = { plugin = "kvcache.paged" }
 scheduler = { plugin = "scheduler.continuous" }
+spec_decode = { plugin = "spec_decode.ngram" }
 
 [engines.ref]
 model = "stories260K"

@@ -103,6 +103,15 @@ function referenceWindowed(samples) {
   return { rates, means };
 }
 
+// What the engines table must show for an engine's speculation (written from the admin status).
+function speculationText(e) {
+  const s = e.speculation;
+  if (!s || !e.spec_decode) return "–";
+  if (!s.enabled) return "off";
+  if (!s.draft_tokens) return "on";
+  return Math.round(100 * s.accepted_tokens / s.draft_tokens) + "% of " + s.draft_tokens;
+}
+
 // Mismatches between the page's engine rows and the API's engines (in the API's order).
 function engineMismatches(rows, engines, where, counters) {
   const out = [];
@@ -112,7 +121,7 @@ function engineMismatches(rows, engines, where, counters) {
     const row = rows[i];
     if (!row) return;
     const expect = { model: e.model, device: e.device, state: e.retiring ? "retiring" : e.draining ? "draining" : "serving" };
-    if (counters) Object.assign(expect, { sequences: String(e.sequences), tokens_out: String(e.tokens_out) });
+    if (counters) Object.assign(expect, { sequences: String(e.sequences), tokens_out: String(e.tokens_out), speculation: speculationText(e) });
     for (const [k, v] of Object.entries(expect))
       if (row.fields[k] !== v) out.push(`${where} ${e.name}: ${k} shown as '${row.fields[k]}', the API says '${v}'`);
     const slots = Object.keys(e).filter(k => SLOTS.includes(k) || (e[k] && typeof e[k] === "object" && "id" in e[k] && "version" in e[k]));
