@@ -6,6 +6,8 @@
 # moves between runs.
 #   COMPARE=schedulers (default): scheduler.static (arm a, the baseline) against scheduler.continuous (b)
 #   COMPARE=kv_dtype: an f32 KV cache (a) against an f16 one (b), both scheduler.continuous
+#   COMPARE=speculation: scheduler.continuous without (a) and with spec_decode.ngram (b); the report
+#     shows arm b's drafts and acceptance beside the latencies
 # The arms share the cores and each engine batches only its own requests: an arm with more requests in
 # flight runs bigger steps and its latencies grow with that, so small effects (as the KV type's) are
 # read with the arms' request counts beside them.
@@ -24,16 +26,18 @@ machine_line
 export TOKENHOST_ADMIN_TOKEN=ab-bench-admin-token-0123456789
 
 compare=${COMPARE:-schedulers}
-engine() {  # engine NAME SCHEDULER KV_DTYPE
+engine() {  # engine NAME SCHEDULER KV_DTYPE [SPEC_DECODE]
   printf '[engines.%s]\nmodel = "m"\nmax_step_tokens = 512\nmax_step_seqs = 64\nkv_dtype = "%s"\n' "$1" "$3"
   printf 'attention = { plugin = "attention.cpu_flash" }\n'
   printf 'kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 1600 } }\n'
+  [ -n "${4:-}" ] && printf 'spec_decode = { plugin = "%s" }\n' "$4"
   printf 'scheduler = { plugin = "%s" }\n\n' "$2"
 }
 case $compare in
   schedulers) arm_a=static arm_b=continuous ;;
   kv_dtype) arm_a=f32 arm_b=f16 ;;
-  *) echo "COMPARE must be schedulers or kv_dtype, not '$compare'"; exit 1 ;;
+  speculation) arm_a=plain arm_b=ngram ;;
+  *) echo "COMPARE must be schedulers, kv_dtype or speculation, not '$compare'"; exit 1 ;;
 esac
 echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
 {
@@ -42,6 +46,9 @@ echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
   if [ "$compare" = schedulers ]; then
     engine static scheduler.static f16
     engine continuous scheduler.continuous f16
+  elif [ "$compare" = speculation ]; then
+    engine plain scheduler.continuous f16
+    engine ngram scheduler.continuous f16 spec_decode.ngram
   else
     engine f32 scheduler.continuous f32
     engine f16 scheduler.continuous f16
@@ -80,5 +87,12 @@ def load(arm):
         return "no steps"
     return f"{l['steps']} steps, {l['tokens_per_step']:.1f} tokens/step, {l['step_s_mean']*1000:.1f} ms/step"
 print(f"round {sys.argv[2]} load: {name_a} {load('a')}; {name_b} {load('b')}")
+def spec(arm):
+    s = arms[arm].get("speculation") or {}
+    if not s.get("drafts"):
+        return "no drafts"
+    return (f"{s['drafts']} drafts, {s['draft_tokens']} draft tokens, {s['accepted_tokens']} accepted "
+            f"({100 * s['acceptance']:.0f}%, {s['accepted_per_draft']:.2f} per draft)")
+print(f"round {sys.argv[2]} speculation: {name_a} {spec('a')}; {name_b} {spec('b')}")
 PY
 done
