@@ -42,6 +42,10 @@ typedef struct th_sched_seq {
  *    prompt_len = prompt + generated - 1 (it recomputes them, then decodes the last one).
  *  - A decision that over-commits the blocks is not an error: the step that runs out of blocks
  *    preempts the newest running sequence and the engine decides again.
+ *  - Draft tokens (ABI 1.4, run_draft) need no blocks of the scheduler's: their positions are reserved
+ *    after every entry's own, dropped when the pool lacks room, and those rejected are given back after
+ *    the step, so kv_blocks never counts them (a sequence's accepted ones raise prefilled as decoded
+ *    tokens do).
  * plugin_sched.hpp (C++) implements this accounting. */
 typedef struct th_sched_state {
   uint32_t struct_size;

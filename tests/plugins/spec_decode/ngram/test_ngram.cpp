@@ -19,7 +19,10 @@ struct Ngram {
                          toml::table{{"min_ngram", min_ngram}, {"max_ngram", max_ngram}})) {}
 
   // Proposals for several sequences in one call; each draft is checked to be a chain.
-  std::vector<std::vector<int32_t>> propose(const std::vector<std::vector<int32_t>>& seqs, uint32_t max_draft) {
+  // bounds: each sequence's seq_max_draft (ABI 1.4), or none; older_host: the arguments end before it,
+  // as a 1.3 host fills them.
+  std::vector<std::vector<int32_t>> propose(const std::vector<std::vector<int32_t>>& seqs, uint32_t max_draft,
+                                            const std::vector<uint32_t>* bounds = nullptr, bool older_host = false) {
     std::vector<th_spec_seq> s;
     std::vector<std::vector<int32_t>> tokens(seqs.size(), std::vector<int32_t>(max_draft + 1, -99));
     std::vector<std::vector<int32_t>> parents(seqs.size(), std::vector<int32_t>(max_draft + 1, -99));
@@ -28,7 +31,13 @@ struct Ngram {
       s.push_back(th_spec_seq{i, seqs[i].data(), uint32_t(seqs[i].size())});
       drafts[i] = th_spec_draft{tokens[i].data(), parents[i].data(), 777};
     }
-    th_spec_propose_args args{sizeof(th_spec_propose_args), s.data(), uint32_t(s.size()), max_draft, drafts.data()};
+    th_spec_propose_args args{};
+    args.struct_size = older_host ? uint32_t(TH_SIZE_THROUGH(th_spec_propose_args, drafts)) : uint32_t(sizeof args);
+    args.seqs = s.data();
+    args.n_seqs = uint32_t(s.size());
+    args.max_draft = max_draft;
+    args.drafts = drafts.data();
+    args.seq_max_draft = bounds ? bounds->data() : nullptr;
     th_error err;
     REQUIRE(inst->vtable<th_spec_decode_vtable>().propose(inst->handle(), &args, &err) == TH_OK);
     std::vector<std::vector<int32_t>> out;
@@ -132,6 +141,22 @@ TEST_CASE("spec_decode.ngram proposes nothing without a match", "[spec_decode][n
   CHECK(two.propose({{1, 2, 3, 4, 2, 3}}, 8)[0] == std::vector<int32_t>{4, 2, 3});
   // max_draft 0: nothing, even with a match.
   CHECK(ngram.propose({{1, 2, 1, 2}}, 0)[0].empty());
+}
+
+TEST_CASE("spec_decode.ngram keeps each sequence within its seq_max_draft and a 1.3 host's within max_draft",
+          "[spec_decode][ngram]") {
+  Ngram p(1, 3);
+  const std::vector<int32_t> periodic = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6};
+  const std::vector<std::vector<int32_t>> seqs(3, periodic);
+  const std::vector<uint32_t> bounds = {1, 0, 3};
+  const auto out = p.propose(seqs, 4, &bounds);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    INFO("sequence " << i << ", bound " << bounds[i]);
+    REQUIRE(out[i].size() == bounds[i]);
+    for (size_t j = 0; j < out[i].size(); ++j) CHECK(out[i][j] == periodic[2 + j + 4]);  // 7, 8, 5: what followed "5 6"
+  }
+  // The same bounds in arguments that end before seq_max_draft: the plugin must not read them.
+  for (const auto& draft : p.propose(seqs, 4, &bounds, true)) CHECK(draft.size() == 4);
 }
 
 TEST_CASE("spec_decode.ngram refuses min_ngram > max_ngram", "[spec_decode][ngram]") {

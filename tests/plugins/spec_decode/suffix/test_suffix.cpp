@@ -36,7 +36,7 @@ struct Suffix {
     std::vector<int32_t> out(max_draft + 1, -99), parents(max_draft + 1, -99);
     th_spec_seq s{id, tokens.data(), uint32_t(tokens.size())};
     th_spec_draft d{out.data(), parents.data(), 777};
-    th_spec_propose_args args{sizeof(th_spec_propose_args), &s, 1, max_draft, &d};
+    th_spec_propose_args args{sizeof(th_spec_propose_args), &s, 1, max_draft, &d, nullptr, 0, nullptr, nullptr, nullptr};
     th_error err;
     REQUIRE(inst->vtable<th_spec_decode_vtable>().propose(inst->handle(), &args, &err) == TH_OK);
     REQUIRE(d.n_draft <= max_draft);
@@ -228,7 +228,7 @@ TEST_CASE("spec_decode proposers refuse NULL arrays and buffers, naming the sequ
     std::vector<int32_t> tokens = {1, 2, 1, 2}, out(4), parents(4);
     th_spec_seq seq{42, tokens.data(), 4};
     th_spec_draft draft{out.data(), nullptr, 0};
-    th_spec_propose_args args{sizeof(th_spec_propose_args), &seq, 1, 4, &draft};
+    th_spec_propose_args args{sizeof(th_spec_propose_args), &seq, 1, 4, &draft, nullptr, 0, nullptr, nullptr, nullptr};
     th_error err;
     CHECK(vt.propose(inst->handle(), &args, &err) == TH_ERR_INVALID_ARGUMENT);
     CHECK_THAT(err.text(), Catch::Contains(std::string(id) + ": sequence 42 has a NULL buffer"));
