@@ -1,7 +1,8 @@
 /* Example plugin in plain C99, with nothing but the ABI headers: a scheduler that runs the decoding
  * sequences first (one token each), then prefills the sequences with the fewest prompt tokens left
  * (at most max_prefill_chunk each), within the step's token and sequence budgets and the free KV
- * blocks. It never preempts: a sequence that does not fit waits. */
+ * blocks. It never preempts: a sequence that does not fit waits. Speculative decoding's draft tokens
+ * (ABI 1.4) get what the budget has left once every sequence is placed. */
 #include <stdlib.h>
 
 #include <tokenhost/tokenhost.h>
@@ -10,7 +11,8 @@ static const th_host_api *host;
 
 struct th_instance {
   uint32_t max_prefill_chunk;
-  uint32_t *order; /* scratch: indices into the state's sequences */
+  uint32_t *order;  /* scratch: indices into the state's sequences */
+  uint32_t *placed; /* scratch: the state index of each run entry */
   uint32_t capacity;
 };
 
@@ -32,6 +34,7 @@ static th_status create(const th_create_args *args, th_instance **out, th_error 
 
 static void destroy(th_instance *self) {
   free(self->order);
+  free(self->placed);
   free(self);
 }
 
@@ -52,11 +55,13 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
   decision->n_preempt = 0;
   if (n > self->capacity) {
     uint32_t *grown = (uint32_t *)realloc(self->order, n * sizeof *grown);
-    if (grown == NULL) {
+    uint32_t *placed = grown != NULL ? (uint32_t *)realloc(self->placed, n * sizeof *placed) : NULL;
+    if (grown != NULL) self->order = grown;
+    if (placed == NULL) {
       host->error_set(err, "scheduler.example_c: out of memory");
       return TH_ERR_OUT_OF_MEMORY;
     }
-    self->order = grown;
+    self->placed = placed;
     self->capacity = n;
   }
   /* Insertion sort by prompt tokens left (decodes have 0), then arrival: stable and small. */
@@ -81,7 +86,18 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
     budget -= tokens;
     decision->run[decision->n_run].seq_id = s->seq_id;
     decision->run[decision->n_run].n_tokens = tokens;
+    self->placed[decision->n_run] = self->order[j];
     ++decision->n_run;
+  }
+  /* Draft tokens (ABI 1.4): a decoding sequence may take up to its seq_draft more, from what the budget
+   * has left. Only where both structs have the members: an older host fills neither, and grants itself. */
+  if (TH_HAS_MEMBER(state, th_sched_state, seq_draft) && state->seq_draft != NULL &&
+      TH_HAS_MEMBER(decision, th_sched_decision, run_draft) && decision->run_draft != NULL) {
+    for (j = 0; j < decision->n_run; ++j) {
+      const uint32_t offered = remaining(&state->seqs[self->placed[j]]) == 0 ? state->seq_draft[self->placed[j]] : 0;
+      decision->run_draft[j] = offered < budget ? offered : budget;
+      budget -= decision->run_draft[j];
+    }
   }
   return TH_OK;
 }
