@@ -360,7 +360,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                             {"draining", s.draining},
                             {"retiring", s.retiring},
                             {"last_engine_swap", s.swaps.last()},
-                            {"speculation", {{"enabled", s.init.spec_decode && s.init.no_speculation.empty()},
+                            {"speculation", {{"enabled", speculating(s)},
                                              {"drafts", s.spec_drafts},
                                              {"draft_tokens", s.spec_drafted},
                                              {"accepted_tokens", s.spec_accepted},

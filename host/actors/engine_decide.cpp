@@ -11,15 +11,14 @@
 namespace tokenhost::engine_detail {
 
 uint32_t draft_bound(const EngineState& s, const Sequence& q) {
-  if (!s.init.spec_decode || !s.init.no_speculation.empty() || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
+  if (!speculating(s) || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
       q.prefilled + 1 != q.tokens().size() || q.prefilled + 2 > s.init.context_len)
     return 0;
   return std::min({q.request.max_draft, kDefaultMaxDraft, s.init.context_len - q.prefilled - 1});
 }
 
 void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
-  const auto& spec = s.init.spec_decode;
-  if (!spec || !s.init.no_speculation.empty()) return;
+  if (!speculating(s)) return;
   std::vector<DraftCandidate> candidates;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
@@ -29,7 +28,7 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
     const uint32_t max_draft = std::min(draft_bound(s, *q), grants ? grants->at(i) : kMaxDraftTokens);
     if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
   }
-  tokenhost::add_drafts(*spec, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
+  tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
 }
 
@@ -85,26 +84,23 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
     Sequence* q = find(s, id);
     if (q == nullptr || q->state != TH_SEQ_RUNNING) return sched.id() + " preempted sequence " + std::to_string(id) + ", which is not running";
   }
-  for (const auto& item : run) {
+  for (size_t k = 0; k < run.size(); ++k) {
+    const th_sched_item& item = run[k];
     Sequence* q = find(s, item.seq_id);
     if (q == nullptr) return sched.id() + " scheduled unknown sequence " + std::to_string(item.seq_id);
     if (!seen.insert(item.seq_id).second) return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + " twice";
-    if (std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end())
-      continue;  // runs again from scratch: checked against its state after the preemption below
+    const bool preempted = std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end();
+    const uint32_t grant = k < grants.size() ? grants[k] : 0, bound = preempted ? 0 : draft_bound(s, *q);
+    if (grant > bound)
+      return sched.id() + " granted sequence " + std::to_string(item.seq_id) + " " + std::to_string(grant) +
+             " draft tokens; it may take " + std::to_string(bound);
+    total += grant;
+    if (preempted) continue;  // runs again from scratch: checked against its state after the preemption below
     uint32_t pending = uint32_t(q->tokens().size()) - q->prefilled;
     if (item.n_tokens == 0 || item.n_tokens > pending)
       return sched.id() + " gave sequence " + std::to_string(item.seq_id) + " " + std::to_string(item.n_tokens) +
              " tokens; it has " + std::to_string(pending) + " to process";
     total += item.n_tokens;
-  }
-  for (size_t k = 0; k < grants.size(); ++k) {
-    const Sequence* q = find(s, run[k].seq_id);
-    const bool preempted = std::find(preempt_ids.begin(), preempt_ids.end(), run[k].seq_id) != preempt_ids.end();
-    const uint32_t bound = preempted ? 0 : draft_bound(s, *q);
-    if (grants[k] > bound)
-      return sched.id() + " granted sequence " + std::to_string(run[k].seq_id) + " " + std::to_string(grants[k]) +
-             " draft tokens; it may take " + std::to_string(bound);
-    total += grants[k];
   }
   if (total > s.init.max_step_tokens)
     return sched.id() + " exceeded the step budget of " + std::to_string(s.init.max_step_tokens) + " tokens (draft tokens included)";

@@ -1,33 +1,12 @@
 #include "actors/speculation.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 #include <spdlog/spdlog.h>
 
 #include "runtime/draft_limits.hpp"
 
 namespace tokenhost {
-namespace {
-
-// Entry j's distribution when it is a distribution holding token; empty otherwise.
-DraftDistribution checked_distribution(const int32_t* tokens, const float* probs, uint32_t n, int32_t token,
-                                       uint32_t vocab_size) {
-  DraftDistribution q;
-  double sum = 0;
-  bool holds = false;
-  for (uint32_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || uint32_t(tokens[i]) >= vocab_size || !std::isfinite(probs[i]) || probs[i] <= 0 || probs[i] > 1)
-      return {};
-    sum += probs[i];
-    holds = holds || tokens[i] == token;
-    q.emplace_back(tokens[i], probs[i]);
-  }
-  if (!holds || sum > 1.0 + 1e-3) return {};
-  return q;
-}
-
-}  // namespace
 
 void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vector<DraftCandidate>& candidates,
                 StepBatch& batch, uint64_t& propose_failures) {
@@ -88,8 +67,11 @@ void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vect
     for (uint32_t j = 0; j < taken; ++j) {
       const size_t e = base + j;
       if (dist_len[e] == 0 || dist_len[e] > cap) continue;
-      dist[j] = checked_distribution(&dist_tokens[e * cap], &dist_probs[e * cap], dist_len[e], tokens[e], bounds.vocab_size);
-      any_dist = any_dist || !dist[j].empty();
+      DraftDistribution q;
+      for (size_t i = 0; i < dist_len[e]; ++i) q.emplace_back(dist_tokens[e * cap + i], dist_probs[e * cap + i]);
+      if (!draft_distribution_problem(q, tokens[e], bounds.vocab_size).empty()) continue;
+      dist[j] = std::move(q);
+      any_dist = true;
     }
     if (any_dist) item.draft_dist = std::move(dist);
     rows += taken;

@@ -170,15 +170,14 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         s.swaps.step_started();
         try {
           auto started = std::chrono::steady_clock::now();
-          if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; }))
-            reserve_drafts(batch, *s.init.kvcache);
+          const bool drafted = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; });
+          if (drafted) reserve_drafts(batch, *s.init.kvcache);
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
                                                  {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
           sample_all(batch, logits, result);
-          if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; }))
-            truncate_drafts(batch, result, *s.init.kvcache);
+          if (drafted) truncate_drafts(batch, result, *s.init.kvcache);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {

@@ -1,9 +1,9 @@
 // spec_decode rules: drafts stay within max_draft (and, for 1.4 plugins, each sequence's seq_max_draft), form a
 // tree whose parents come first, and a distribution written beside a draft token is one that holds it.
 #include <algorithm>
-#include <cmath>
 
 #include "conformance/conformance.hpp"
+#include "runtime/sampling.hpp"
 
 namespace tokenhost::conformance {
 
@@ -65,17 +65,10 @@ void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng
           if (dist_len[e] == 0) continue;
           expect(dist_len[e] <= cap, which + ": draft token " + std::to_string(j) + "'s distribution has " +
                                          std::to_string(dist_len[e]) + " entries, dist_capacity is " + std::to_string(cap));
-          double sum = 0;
-          bool holds = false;
-          for (uint32_t k = 0; k < std::min(dist_len[e], cap); ++k) {
-            const float p = dist_probs[e * cap + k];
-            expect(std::isfinite(p) && p > 0 && p <= 1, which + ": draft token " + std::to_string(j) + "'s distribution has probability " +
-                                                           std::to_string(p) + " (must be in (0, 1])");
-            sum += p;
-            holds = holds || dist_tokens[e * cap + k] == draft_tokens[s][j];
-          }
-          expect(holds, which + ": draft token " + std::to_string(j) + "'s distribution does not list the token");
-          expect(sum <= 1.0 + 1e-3, which + ": draft token " + std::to_string(j) + "'s distribution sums to " + std::to_string(sum));
+          DraftDistribution q;
+          for (uint32_t k = 0; k < std::min(dist_len[e], cap); ++k) q.emplace_back(dist_tokens[e * cap + k], dist_probs[e * cap + k]);
+          const std::string problem = draft_distribution_problem(q, draft_tokens[s][j], model.info.vocab_size);
+          expect(problem.empty(), which + ": draft token " + std::to_string(j) + "'s distribution " + problem);
         }
         for (uint32_t i = 0; i < drafts[s].n_draft; ++i) {
           expect(parents[s][i] >= -1 && parents[s][i] < int32_t(i),

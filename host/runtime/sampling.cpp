@@ -173,6 +173,21 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   return annotate(logits, w.log_norm, token);
 }
 
+std::string draft_distribution_problem(const DraftDistribution& q, int32_t token, uint32_t vocab_size) {
+  double sum = 0;
+  bool holds = false;
+  for (const auto& [t, p] : q) {
+    if (t < 0 || uint32_t(t) >= vocab_size)
+      return "lists token " + std::to_string(t) + ", outside the vocabulary of " + std::to_string(vocab_size);
+    if (!(p > 0 && p <= 1)) return "gives token " + std::to_string(t) + " probability " + std::to_string(p) + " (must be in (0, 1])";
+    sum += p;
+    holds = holds || t == token;
+  }
+  if (!holds) return "does not list the drafted token " + std::to_string(token);
+  if (sum > 1.0 + 1e-3) return "sums to " + std::to_string(sum) + ", more than 1";
+  return "";
+}
+
 SampledToken Sampler::verify_draft(std::vector<float> logits, const std::vector<int32_t>& history, int32_t draft,
                                    const DraftDistribution& q, bool& accepted) {
   if (params_.temperature == 0.0f) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,11 @@ void validate(const SamplingParams& params);
 // A proposer's distribution for one draft token: (token, probability) pairs, the tokens not listed at
 // probability 0 (th_spec_propose_args.dist_*).
 using DraftDistribution = std::vector<std::pair<int32_t, float>>;
+
+// Why q is not a distribution a draft token can be verified against (a token outside the vocabulary, a
+// probability not in (0, 1], a sum above 1, the drafted token not listed), or "" when it is. The
+// engine falls back to exact match for such a token; the conformance suite fails the proposer.
+std::string draft_distribution_problem(const DraftDistribution& q, int32_t token, uint32_t vocab_size);
 
 class Sampler {
  public:
