@@ -51,6 +51,7 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   const auto& spec = s.init.spec_decode;
   if (spec && spec->fn(&th_spec_decode_vtable::seq_end))
     spec->call(&th_spec_decode_vtable::seq_end, "seq_end", spec->handle(), seq.request.id);
+  s.draft_control.forget(seq.request.id);
   seq.promise.deliver(std::move(r));
 }
 
@@ -169,10 +170,12 @@ void tick(self_ptr self) {
                                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
             if (self->state.m.step_compute_seconds && r.error.empty())
               self->state.m.step_compute_seconds->observe({self->state.init.name}, r.seconds);
-            if (self->state.m.step_tokens && r.error.empty()) {
+            if (r.error.empty()) {
               size_t rows = 0;
-              for (const auto& item : batch.items) rows += item.tokens.size();
-              self->state.m.step_tokens->add({self->state.init.name}, double(rows));
+              bool drafted = false;
+              for (const auto& item : batch.items) rows += item.tokens.size(), drafted |= item.n_draft > 0;
+              if (self->state.m.step_tokens) self->state.m.step_tokens->add({self->state.init.name}, double(rows));
+              observe_step_cost(self->state, uint32_t(rows), r.seconds, drafted);
             }
             on_step_done(self, batch, r);
           },
@@ -219,7 +222,9 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       // The KV cache holds the item's own tokens and the draft tokens the target agreed with.
       q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
       if (!item.sample) continue;
+      if (drafted == 0 && q->generated > 0) s.draft_control.observe_no_draft(item.seq_id);
       if (drafted > 0) {
+        s.draft_control.observe_draft(item.seq_id, drafted, accepted);
         const auto& spec = s.init.spec_decode;
         ++s.spec_drafts;
         s.spec_drafted += drafted;
@@ -285,6 +290,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
 
 engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   self->state.init = std::move(init);
+  self->state.draft_control = DraftController(self->state.init.draft_policy);
   register_metrics(self->state);
   warn_no_speculation(self->state);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.name);
@@ -364,7 +370,9 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                              {"drafts", s.spec_drafts},
                                              {"draft_tokens", s.spec_drafted},
                                              {"accepted_tokens", s.spec_accepted},
-                                             {"propose_failures", s.spec_propose_failures}}},
+                                             {"propose_failures", s.spec_propose_failures},
+                                             {"max_draft", s.init.max_draft},
+                                             {"controller", controller_json(s)}}},
                             {"kv_accounting", {{"planned_blocks", s.kv_planned},
                                                {"reported_blocks", s.kv_reported},
                                                {"disagreements", s.kv_disagreements}}}};

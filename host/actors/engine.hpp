@@ -8,6 +8,8 @@
 
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
+#include "runtime/draft_controller.hpp"
+#include "runtime/draft_limits.hpp"
 
 namespace tokenhost {
 
@@ -21,6 +23,8 @@ struct EngineInit {
   uint32_t max_step_seqs = 64;
   std::shared_ptr<PluginInstance> scheduler;
   std::shared_ptr<PluginInstance> spec_decode;  // may be NULL
+  uint32_t max_draft = kDefaultMaxDraft;         // the engine's bound on a sequence's draft
+  DraftPolicy draft_policy = DraftPolicy::adaptive;
   // Why this engine cannot speculate whatever its spec_decode slot holds (its kvcache plugin cannot
   // roll back rejected drafts), or "" when it can.
   std::string no_speculation;

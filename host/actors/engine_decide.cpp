@@ -14,7 +14,7 @@ uint32_t draft_bound(const EngineState& s, const Sequence& q) {
   if (!speculating(s) || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
       q.prefilled + 1 != q.tokens().size() || q.prefilled + 2 > s.init.context_len)
     return 0;
-  return std::min({q.request.max_draft, kDefaultMaxDraft, s.init.context_len - q.prefilled - 1});
+  return std::min({q.request.max_draft, s.init.max_draft, s.init.context_len - q.prefilled - 1});
 }
 
 void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
@@ -28,8 +28,22 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
     const uint32_t max_draft = std::min(draft_bound(s, *q), grants ? grants->at(i) : kMaxDraftTokens);
     if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
   }
+  if (candidates.empty()) return;
   tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
+  // The controller keeps what pays of each draft: the step's rows and tokens without drafts against
+  // each draft's expected kept tokens.
+  std::vector<DraftController::Offer> offers;
+  std::vector<StepItem*> drafted;
+  uint32_t base_rows = 0, base_tokens = 0;
+  for (auto& item : batch.items) {
+    base_rows += uint32_t(item.tokens.size()) - item.n_draft;
+    base_tokens += item.sample ? 1 : 0;
+    if (item.n_draft > 0) offers.push_back({item.seq_id, item.n_draft}), drafted.push_back(&item);
+  }
+  if (offers.empty()) return;
+  const std::vector<uint32_t> keep = s.draft_control.choose(offers, base_tokens, base_rows);
+  for (size_t k = 0; k < drafted.size(); ++k) drafted[k]->cut_draft(keep[k]);
 }
 
 void warn_no_speculation(const EngineState& s) {

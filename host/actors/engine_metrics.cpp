@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/engine_state.hpp"
 #include "actors/plugin_seconds.hpp"
 
@@ -44,6 +46,29 @@ void register_metrics(EngineState& s) {
   s.m.accepted_length = &r->family(Type::histogram, "tokenhost_spec_accepted_length",
                                    "Draft tokens accepted per verified draft (its count: drafts verified)", {"engine", "plugin"},
                                    {0, 1, 2, 3, 4, 6, 8, 12, 16});
+  s.m.spec_step_seconds = &r->family(Type::gauge, "tokenhost_spec_step_seconds",
+                                     "Recent mean of the worker's seconds per step, steps that verified drafts "
+                                     "(drafts=\"with\") and steps without (drafts=\"without\"), of an engine that speculates",
+                                     {"engine", "drafts"});
+}
+
+void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool drafted) {
+  if (!speculating(s)) return;
+  s.draft_control.observe_step(rows, seconds, drafted);
+  if (s.m.spec_step_seconds == nullptr || s.retiring) return;
+  const DraftController& c = s.draft_control;
+  s.m.spec_step_seconds->set({s.init.name, drafted ? "with" : "without"}, drafted ? c.step_seconds_drafted() : c.step_seconds_plain());
+}
+
+nlohmann::json controller_json(const EngineState& s) {
+  const DraftController& c = s.draft_control;
+  return {{"policy", draft_policy_name(c.policy())},
+          {"acceptance", c.pooled_acceptance()},
+          {"cost_fitted", c.cost_fitted()},
+          {"cost_fixed_s", c.cost_fixed()},
+          {"cost_per_row_s", c.cost_per_row()},
+          {"step_seconds_with_drafts", c.step_seconds_drafted()},
+          {"step_seconds_without_drafts", c.step_seconds_plain()}};
 }
 
 void update_gauges(EngineState& s) {

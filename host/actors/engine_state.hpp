@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "actors/engine.hpp"
 #include "actors/swap_latency.hpp"
 #include "runtime/step.hpp"
@@ -56,6 +58,7 @@ struct EngineMetrics {
   metrics::Family* draft_tokens = nullptr;
   metrics::Family* accepted_tokens = nullptr;
   metrics::Family* accepted_length = nullptr;
+  metrics::Family* spec_step_seconds = nullptr;
 };
 
 struct EngineState {
@@ -70,6 +73,8 @@ struct EngineState {
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   // Speculative decoding since the engine started: drafts verified, their tokens, those accepted.
   uint64_t spec_drafts = 0, spec_drafted = 0, spec_accepted = 0, spec_propose_failures = 0;
+  // How many offered draft tokens each step verifies (init.draft_policy), from what steps showed.
+  DraftController draft_control;
   // After each step: the blocks the sequences' positions need by the engine's count, the blocks the
   // kvcache plugin reports in use, and how many steps the two disagreed (rolled-back drafts not given
   // back, a plugin's accounting off): the scheduler plans with the plugin's count.
@@ -101,6 +106,11 @@ inline bool speculating(const EngineState& s) { return s.init.spec_decode && s.i
 // engine_metrics.cpp: the engine's metric families, and its gauges set from its state.
 void register_metrics(EngineState& s);
 void update_gauges(EngineState& s);
+// A finished step's rows and worker seconds, for the draft controller's cost model and the step cost
+// gauges (an engine that speculates only).
+void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool drafted);
+// The draft controller's state for the admin status: policy, pooled acceptance, step cost model.
+nlohmann::json controller_json(const EngineState& s);
 
 // engine_decide.cpp.
 // Speculative decoding: the draft tokens the engine would verify with sequence q in the next step (the

@@ -50,9 +50,7 @@ void reserve_drafts(StepBatch& batch, PluginInstance& kv) {
   for (auto& item : batch.items) {
     th_error err;
     if (item.n_draft == 0 || reserve(item, item.start + uint32_t(item.tokens.size()), err) == TH_OK) continue;
-    item.tokens.resize(item.tokens.size() - item.n_draft);
-    item.n_draft = 0;
-    item.logit_rows = 0;
+    item.cut_draft(0);
   }
 }
 

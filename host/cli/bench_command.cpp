@@ -12,6 +12,7 @@
 
 #include "loadgen/client.hpp"
 #include "loadgen/distribution.hpp"
+#include "loadgen/openai.hpp"
 #include "loadgen/progress.hpp"
 #include "loadgen/prompts.hpp"
 #include "loadgen/report.hpp"
@@ -114,6 +115,17 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       ->capture_default_str()
       ->check(token_count_spec());
   cmd->add_flag("--ignore-eos", o.ignore_eos, "Send \"ignore_eos\": true (vLLM, llama.cpp) so outputs run to max_tokens");
+  cmd->add_option("--extra-body", o.extra_body,
+                  "A JSON object merged into every request body, e.g. '{\"temperature\": 0}' for greedy decoding "
+                  "(the OpenAI default samples at temperature 1) or '{\"tokenhost\": {\"max_draft\": 2}}'")
+      ->check([](const std::string& v) {
+        try {
+          parse_extra_body(v);
+          return std::string();
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+      });
   cmd->add_option("--shared-prefix-fraction", o.shared_prefix_fraction,
                   "Fraction (0..1) of each prompt that is a prefix common to all requests")
       ->capture_default_str()
@@ -138,6 +150,7 @@ int run_bench(const BenchOptions& o) {
   ep.insecure = o.insecure;
   ep.stream = !o.no_stream;
   ep.ignore_eos = o.ignore_eos;
+  ep.extra_body = o.extra_body;
   ep.timeout_s = o.timeout_s;
 
   ModelsProbe probe = probe_models(ep);
@@ -178,6 +191,7 @@ int run_bench(const BenchOptions& o) {
                            {"prompt_tokens", o.prompt_tokens},
                            {"output_tokens", o.output_tokens},
                            {"ignore_eos", o.ignore_eos},
+                           {"extra_body", o.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(o.extra_body)},
                            {"shared_prefix_fraction", o.shared_prefix_fraction},
                            {"seed", o.seed}};
   if (!o.quiet) {

@@ -27,6 +27,7 @@ struct BenchOptions {
   std::string prompt_tokens = "128";
   std::string output_tokens = "128";
   bool ignore_eos = false;
+  std::string extra_body;
   double shared_prefix_fraction = 0;
   uint64_t seed = 0;
   bool no_stream = false;

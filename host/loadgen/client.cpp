@@ -99,7 +99,7 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
   RequestResult r;
   r.prompt_words = prompt.words;
 
-  BodyOptions body_options{o.chat, o.model, o.stream, o.ignore_eos};
+  BodyOptions body_options{o.chat, o.model, o.stream, o.ignore_eos, o.extra_body};
   HttpClientRequest req;
   req.method = "POST";
   req.target = impl_->target.base_path + (o.chat ? "/v1/chat/completions" : "/v1/completions");

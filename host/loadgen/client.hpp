@@ -32,6 +32,7 @@ struct EndpointOptions {
   bool insecure = false;    // https: take any certificate
   bool stream = true;
   bool ignore_eos = false;
+  std::string extra_body;  // BodyOptions::extra
   double timeout_s = 600;   // read timeout per request
 };
 

@@ -23,7 +23,19 @@ std::string request_body(const BodyOptions& o, const std::string& prompt, uint32
     body["stream"] = false;
   }
   if (o.ignore_eos) body["ignore_eos"] = true;
+  if (!o.extra.empty()) body.update(json::parse(o.extra));
   return body.dump();
+}
+
+void parse_extra_body(const std::string& text) {
+  if (text.empty()) return;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("--extra-body is not JSON: " + std::string(e.what()));
+  }
+  if (!j.is_object()) throw std::invalid_argument("--extra-body must be a JSON object, like {\"temperature\": 0}");
 }
 
 namespace {

@@ -13,7 +13,13 @@ struct BodyOptions {
   std::string model;        // empty: no "model" field
   bool stream = true;       // "stream": true with "stream_options": {"include_usage": true}
   bool ignore_eos = false;  // "ignore_eos": true (a vLLM / llama.cpp extension)
+  // A JSON object whose members are added to every body, replacing those of the same name
+  // ({"temperature": 0}, say); "" for none. parse_extra_body() checks it first.
+  std::string extra;
 };
+
+// Checks an --extra-body value: "" or a JSON object. Throws std::invalid_argument naming what is wrong.
+void parse_extra_body(const std::string& text);
 
 std::string request_body(const BodyOptions& o, const std::string& prompt, uint32_t max_tokens);
 

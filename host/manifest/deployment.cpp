@@ -245,7 +245,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   std::string ctx = "[engines." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
-  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype"};
+  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -275,6 +275,10 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     else if (*kv == "f16") e.kv_dtype = TH_DTYPE_F16;
     else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of f32, f16" + suggestion(*kv, {"f32", "f16"}));
   }
+  e.max_draft = uint32_t(r.optional_int(t, "max_draft", ctx, 1, kMaxDraftTokens).value_or(EngineDecl{}.max_draft));
+  if (auto policy = r.optional_string(t, "draft_policy", ctx); policy && !parse_draft_policy(*policy, e.draft_policy))
+    r.fail(*t.get("draft_policy"), "draft_policy '" + *policy + "' in " + ctx + " is not one of fixed, adaptive" +
+                                       suggestion(*policy, {"fixed", "adaptive"}));
   for (const auto& slot : engine_slot_names()) {
     const toml::node* s = t.get(slot);
     const SlotInfo& info = *find_slot(slot);

@@ -16,6 +16,8 @@
 #include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
 #include "plugin/instance.hpp"
+#include "runtime/draft_controller.hpp"
+#include "runtime/draft_limits.hpp"
 #include "runtime/gguf_model.hpp"
 
 namespace tokenhost {
@@ -115,6 +117,10 @@ struct EngineDecl {
   // the kvcache plugin allocates it and the attention plugin reads it, so all three see it as the
   // model's th_model_info.kv_dtype (engine_model()).
   th_dtype kv_dtype = kDefaultKvDtype;
+  // Speculative decoding (when a spec_decode slot is filled): the most draft tokens one sequence
+  // carries in a step (1..kMaxDraftTokens), and how many of them each step verifies (draft_controller.hpp).
+  uint32_t max_draft = kDefaultMaxDraft;
+  DraftPolicy draft_policy = DraftPolicy::adaptive;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
 };
 

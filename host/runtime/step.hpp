@@ -44,6 +44,15 @@ struct StepItem {
   // Empty, or n_draft entries.
   std::vector<DraftDistribution> draft_dist{};
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
+  // Keeps the first `keep` tokens of the draft (none: the item decodes one token).
+  void cut_draft(uint32_t keep) {
+    if (keep >= n_draft) return;
+    tokens.resize(tokens.size() - (n_draft - keep));
+    if (!draft_dist.empty()) draft_dist.resize(keep);
+    n_draft = keep;
+    logit_rows = keep > 0 ? keep + 1 : 0;
+    if (keep == 0) draft_dist.clear();
+  }
 };
 
 struct StepBatch {

@@ -156,6 +156,8 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   e.eos = tokenizers_.count(decl.model) ? tokenizers_.at(decl.model)->eos() : -1;
   e.max_step_tokens = decl.max_step_tokens;
   e.max_step_seqs = decl.max_step_seqs;
+  e.max_draft = decl.max_draft;
+  e.draft_policy = decl.draft_policy;
   e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
   if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
   if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)

@@ -131,4 +131,10 @@ TEST_CASE("loadgen: request bodies", "[loadgen]") {
   CHECK(j == nlohmann::json::parse(R"({"model":"m","prompt":"hello","max_tokens":16,"stream":true,"stream_options":{"include_usage":true}})"));
   j = nlohmann::json::parse(request_body({true, "", false, true}, "hi", 4));
   CHECK(j == nlohmann::json::parse(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":false,"ignore_eos":true})"));
+  // --extra-body: its members added, replacing those of the same name.
+  j = nlohmann::json::parse(request_body({false, "m", false, false, R"({"temperature": 0, "max_tokens": 9, "tokenhost": {"max_draft": 2}})"}, "x", 4));
+  CHECK(j == nlohmann::json::parse(R"({"model":"m","prompt":"x","max_tokens":9,"stream":false,"temperature":0,"tokenhost":{"max_draft":2}})"));
+  CHECK_NOTHROW(parse_extra_body(""));
+  CHECK_THROWS_WITH(parse_extra_body("{\"temperature\": "), Catch::StartsWith("--extra-body is not JSON"));
+  CHECK_THROWS_WITH(parse_extra_body("[1]"), Catch::StartsWith("--extra-body must be a JSON object"));
 }

@@ -290,6 +290,25 @@ scheduler = { plugin = "scheduler.fifo" }
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
 }
 
+TEST_CASE("deployment: an engine's max_draft and draft_policy bound and steer its speculation", "[manifest]") {
+  const Deployment d = read_deployment("spec.toml", kModel + kEngine + R"([engines.g]
+model = "m"
+max_draft = 8
+draft_policy = "fixed"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+)");
+  CHECK(d.engines.at("e").max_draft == kDefaultMaxDraft);
+  CHECK(d.engines.at("e").draft_policy == DraftPolicy::adaptive);
+  CHECK(d.engines.at("g").max_draft == 8);
+  CHECK(d.engines.at("g").draft_policy == DraftPolicy::fixed);
+  CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\ndraft_policy = \"adaptiv\"\n") ==
+        "6:16: draft_policy 'adaptiv' in [engines.e] is not one of fixed, adaptive (did you mean 'adaptive'?)");
+  CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nmax_draft = 17\n") == "6:13: 'max_draft' in [engines.e] = 17 is out of range [1, 16]");
+  CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nmax_draft = 0\n") == "6:13: 'max_draft' in [engines.e] = 0 is out of range [1, 16]");
+}
+
 TEST_CASE("deployment: a model's pack_weights becomes how its engines' backend places it", "[manifest]") {
   // The packing itself is the CPU backend's (tests/host/backends/test_backends.cpp): the manifest only
   // carries the choice, and loading the file packs nothing.

@@ -272,7 +272,7 @@ TEST_CASE("openai: the gateway holds 1000 concurrent streaming connections", "[o
 TEST_CASE("openai: under speculative decoding stop strings and streams and logprobs and tokenhost.speculate answer as plain decoding",
           "[openai][spec_decode]") {
   LiveServer plain(stories_manifest());
-  LiveServer spec(stories_manifest() + "spec_decode = { plugin = \"spec_decode.ngram\" }\n");
+  LiveServer spec(stories_manifest() + "draft_policy = \"fixed\"\nspec_decode = { plugin = \"spec_decode.ngram\" }\n");
   for (const std::string& prompt : story_prompts(6)) {
     INFO(prompt);
     const std::string full = alone_text(plain, prompt, 120);

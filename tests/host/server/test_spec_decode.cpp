@@ -25,7 +25,8 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512) {
+// policy "fixed" (verify every draft: most tests check verification, not the controller) or "adaptive".
+std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512, const std::string& policy = "fixed") {
   return R"(
 [server]
 listen = "127.0.0.1:0"
@@ -41,6 +42,8 @@ context_len = 512
 [engines.main]
 model = "stories"
 max_step_tokens = 256
+draft_policy = ")" + policy + R"("
+max_draft = 6
 attention = { plugin = "attention.cpu_flash" }
 kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = )" + std::to_string(n_blocks) + R"( } }
 scheduler = { plugin = "scheduler.continuous" }
@@ -102,11 +105,12 @@ void require_same(const std::vector<GenerateResult>& got, const std::vector<Gene
 }
 
 // The sum of the series of `name` whose labels include plugin="...".
-double metric(Server& server, const std::string& name, const std::string& plugin) {
+// The sum of metric `name`'s series with label key="value".
+double metric(Server& server, const std::string& name, const std::string& value, const std::string& key = "plugin") {
   std::istringstream text(server.metrics().prometheus_text());
   double sum = 0;
   for (std::string line; std::getline(text, line);)
-    if (line.rfind(name + "{", 0) == 0 && line.find("plugin=\"" + plugin + "\"") != std::string::npos)
+    if (line.rfind(name + "{", 0) == 0 && line.find(key + "=\"" + value + "\"") != std::string::npos)
       sum += std::stod(line.substr(line.rfind(' ') + 1));
   return sum;
 }
@@ -189,6 +193,30 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
     }
     CHECK(metric(*with, "tokenhost_spec_accepted_tokens_total", "spec_decode.ngram") > 0);
   }
+}
+
+TEST_CASE("spec decode: under the adaptive controller requests get plain decoding's tokens and the status shows its model",
+          "[server][spec_decode]") {
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  auto spec = std::make_unique<Server>(
+      read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.ngram\" }\n", 512, "adaptive")));
+  SamplingParams greedy;
+  for (bool concurrent : {false, true}) {
+    INFO((concurrent ? "concurrent" : "alone"));
+    require_same(run_all(*spec, 160, greedy, concurrent), run_all(*plain, 160, greedy, false));
+  }
+  const auto speculation = spec->status()["engines"][0]["speculation"];
+  INFO(speculation.dump());
+  CHECK(speculation["max_draft"] == 6);
+  CHECK(speculation["controller"]["policy"] == "adaptive");
+  // It drafted while its prior said drafts pay, and measured what they cost.
+  CHECK(speculation["drafts"].get<uint64_t>() > 0);
+  CHECK(speculation["controller"]["cost_fitted"] == true);
+  CHECK(speculation["controller"]["step_seconds_with_drafts"].get<double>() > 0);
+  CHECK(speculation["controller"]["step_seconds_without_drafts"].get<double>() > 0);
+  CHECK(speculation["controller"]["cost_per_row_s"].get<double>() > 0);
+  CHECK(metric(*spec, "tokenhost_spec_step_seconds", "with", "drafts") > 0);
+  CHECK(metric(*spec, "tokenhost_spec_step_seconds", "without", "drafts") > 0);
 }
 
 TEST_CASE("spec decode: rejected drafts give their KV blocks back and tight pools serve as without drafts",

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Speculative decoding's verification efficiency: plain decoding against the oracle proposer
+# (bench/spec_decode/oracle: it drafts the greedy continuation it saw in a first pass over the same
+# prompts, each draft token corrupted at a set rate) at set acceptance rates and draft lengths, at 1, 4
+# and 16 concurrent streams, on make-model's random-weight models. One server per model; each setting
+# swaps the oracle in with its config (plain: the spec_decode slot emptied), the settings' order
+# reversed every other round, median of ROUNDS rounds. Per run: output tokens/s (all streams, wall
+# time), and the acceptance the engine measured (accepted / verified draft tokens, from its admin status).
+# Usage: bench/spec_decode/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]; environment (defaults):
+#   MODELS="110M:q8_0 1.1B:q8_0"  STREAMS="1 4 16"  SETTINGS="1.0:4 0.8:2 0.8:4 0.8:8 0.5:4" (rate:length)
+#   ROUNDS=5  PROMPT_TOKENS=64  OUTPUT_TOKENS=64  REQUESTS_PER_STREAM=2
+# Prints a markdown table for bench/RESULTS.md; every run's figures are in OUT_DIR/runs.tsv.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:-build}" && pwd)
+models=${2:-/tmp/tokenhost-bench-models}
+out=${3:-/tmp/tokenhost-spec-bench}
+tokenhost=$build/bin/tokenhost
+model_list=${MODELS:-"110M:q8_0 1.1B:q8_0"}
+streams_list=${STREAMS:-"1 4 16"}
+settings=${SETTINGS:-"1.0:4 0.8:2 0.8:4 0.8:8 0.5:4"}
+rounds=${ROUNDS:-5}
+prompt_tokens=${PROMPT_TOKENS:-64}
+output_tokens=${OUTPUT_TOKENS:-64}
+per_stream=${REQUESTS_PER_STREAM:-2}
+mkdir -p "$models" "$out"
+source "$here/../lib.sh"
+export TOKENHOST_ADMIN_TOKEN=spec-decode-bench-token-0123456789
+pid=""
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
+
+max_streams=0
+for s in $streams_list; do [ "$s" -gt "$max_streams" ] && max_streams=$s; done
+
+# The engine's speculation counters: drafts, verified draft tokens, accepted tokens.
+counters() {
+  "$tokenhost" admin --url "$admin" --json status | node -e '
+    let t = ""; process.stdin.on("data", (d) => (t += d)).on("end", () => {
+      const e = JSON.parse(t).engines.find((x) => x.name === "main").speculation;
+      console.log(`${e.drafts} ${e.draft_tokens} ${e.accepted_tokens}`);
+    });'
+}
+
+# setting plain | RATE:LENGTH
+use_setting() {
+  if [ "$1" = plain ]; then
+    "$tokenhost" admin --url "$admin" unload main spec_decode > /dev/null 2>&1 || true  # already empty: fine
+  else
+    "$tokenhost" admin --url "$admin" swap main spec_decode spec_decode.oracle --set accept_rate="${1%%:*}" \
+      --set draft_len="${1##*:}" --set continuations="$cont" > /dev/null
+  fi
+}
+
+# load STREAMS NAME: every stream sends REQUESTS_PER_STREAM requests; the prompts are the same in
+# every run (seed 7), the first STREAMS * REQUESTS_PER_STREAM of the fill pass's.
+load() {
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c "$1" -n $(( $1 * per_stream )) --prompt-tokens "$prompt_tokens" \
+    --output-tokens "$output_tokens" --ignore-eos --extra-body '{"temperature": 0}' --seed 7 -q --json "$out/$2.json" > "$out/$2.txt"
+  node -e 'const r = require(process.argv[1]);
+    if (r.requests_failed > 0) { console.error(`${r.requests_failed} requests failed`); process.exit(1); }
+    console.log(r.output_throughput.toFixed(2));' "$out/$2.json"
+}
+
+machine_line
+printf 'model\tstreams\tsetting\tround\ttokens_per_s\tdraft_tokens\taccepted\n' > "$out/runs.tsv"
+for m in $model_list; do
+  preset=${m%%:*} type=${m##*:}
+  file=$(bench_model "$preset" "$type")
+  cont="$out/continuations-$preset-$type.bin"
+  rm -f "$cont"
+  sed -e "s|@MODEL@|$file|" -e "s|@PLUGINS@|$build/bench-plugins/spec_decode/oracle|" -e "s|@CONT@|$cont|" \
+    "$here/manifest.toml.in" > "$out/manifest.toml"
+  start_server "$out/manifest.toml" "$out/serve-$preset-$type.log"
+  echo "$preset $type: filling the oracle (every prompt once, $max_streams streams)" >&2
+  use_setting 1.0:1
+  load "$max_streams" fill > /dev/null
+  for round in $(seq "$rounds"); do
+    order="plain $settings"
+    [ $(( round % 2 )) -eq 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | xargs)
+    for streams in $streams_list; do
+      for setting in $order; do
+        use_setting "$setting"
+        read -r _ t0 a0 < <(counters)
+        tps=$(load "$streams" "$preset-$type-s$streams-$setting-r$round")
+        read -r _ t1 a1 < <(counters)
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset-$type" "$streams" "$setting" "$round" "$tps" $(( t1 - t0 )) $(( a1 - a0 )) >> "$out/runs.tsv"
+        echo "round $round $preset-$type streams $streams $setting: $tps tokens/s, accepted $(( a1 - a0 ))/$(( t1 - t0 ))" >&2
+      done
+    done
+  done
+  kill -TERM $pid; wait $pid || true; pid=""
+done
+
+# Medians per model, streams and setting; speedup = median tokens/s over plain's median.
+node - "$out/runs.tsv" <<'JS'
+const rows = require("fs").readFileSync(process.argv[2], "utf8").trim().split("\n").slice(1).map((l) => l.split("\t"));
+const median = (v) => { const s = [...v].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+const groups = new Map();
+for (const [model, streams, setting, , tps, drafted, accepted] of rows) {
+  const k = `${model}|${streams}|${setting}`;
+  if (!groups.has(k)) groups.set(k, { tps: [], drafted: 0, accepted: 0 });
+  const g = groups.get(k);
+  g.tps.push(Number(tps)); g.drafted += Number(drafted); g.accepted += Number(accepted);
+}
+console.log("| model | streams | setting (acceptance set : draft length) | tokens/s (median) | speedup over plain | acceptance measured | runs |");
+console.log("|---|---|---|---|---|---|---|");
+for (const [k, g] of groups) {
+  const [model, streams, setting] = k.split("|");
+  const plain = median(groups.get(`${model}|${streams}|plain`).tps);
+  const acc = g.drafted > 0 ? `${(100 * g.accepted / g.drafted).toFixed(1)}%` : "-";
+  console.log(`| ${model} | ${streams} | ${setting} | ${median(g.tps).toFixed(1)} | ${(median(g.tps) / plain).toFixed(2)}x | ${acc} | ${g.tps.length} |`);
+}
+JS

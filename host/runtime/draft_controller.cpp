@@ -1,0 +1,140 @@
+#include "runtime/draft_controller.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+namespace tokenhost {
+namespace {
+
+// Acceptance before any evidence, and how many tried tokens that prior weighs.
+constexpr double kPriorAcceptance = 0.5, kPriorTried = 4;
+// How much of the pooled rate a sequence's own estimate starts from (in tried tokens).
+constexpr double kSeqPriorTried = 2;
+// Fading: of a sequence's evidence per draft and per step without one; of the pooled evidence per draft
+// and per step without any draft; of the step cost fit per step.
+constexpr double kSeqDecay = 0.9, kPooledDecay = 0.99, kCostDecay = 0.98;
+// Before the fit (every step had the same rows): a row costs this share of a one-row step.
+constexpr double kPriorRowShare = 0.1;
+// A row never costs less than this share of a mean step per row in the model: noise must not make
+// draft rows look free.
+constexpr double kMinRowShare = 0.01;
+
+double estimate(double kept, double tried, double prior, double prior_tried) {
+  return std::clamp((kept + prior * prior_tried) / (tried + prior_tried), 0.0, 1.0);
+}
+
+}  // namespace
+
+const char* draft_policy_name(DraftPolicy p) { return p == DraftPolicy::fixed ? "fixed" : "adaptive"; }
+
+bool parse_draft_policy(const std::string& name, DraftPolicy& out) {
+  if (name == "fixed") out = DraftPolicy::fixed;
+  else if (name == "adaptive") out = DraftPolicy::adaptive;
+  else return false;
+  return true;
+}
+
+std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
+                                         double base_rows, double cost_fixed, double cost_per_row) {
+  // Every draft row on offer with its expected tokens: row j (from 1) of sequence i is worth alpha^j.
+  struct Gain {
+    double value;
+    uint32_t depth;
+    size_t seq;
+  };
+  std::vector<Gain> gains;
+  for (size_t i = 0; i < caps.size(); ++i) {
+    const double a = std::clamp(alpha.at(i), 0.0, 1.0);
+    double v = 1;
+    for (uint32_t j = 1; j <= caps[i]; ++j) gains.push_back({v *= a, j, i});
+  }
+  // Largest first; equal gains shallower first, so that the m best are a prefix of each sequence's rows.
+  std::stable_sort(gains.begin(), gains.end(),
+                   [](const Gain& x, const Gain& y) { return std::tie(y.value, x.depth) < std::tie(x.value, y.depth); });
+  auto goodput = [&](double tokens, double rows) {
+    const double cost = cost_fixed + cost_per_row * rows;
+    return cost > 0 ? tokens / cost : tokens > 0 ? INFINITY : 0;
+  };
+  double tokens = base_tokens, best = goodput(base_tokens, base_rows);
+  size_t best_m = 0;
+  for (size_t m = 1; m <= gains.size(); ++m) {
+    tokens += gains[m - 1].value;
+    const double g = goodput(tokens, base_rows + double(m));
+    if (g > best * (1 + 1e-12)) best = g, best_m = m;
+  }
+  std::vector<uint32_t> k(caps.size(), 0);
+  for (size_t m = 0; m < best_m; ++m) ++k[gains[m].seq];
+  return k;
+}
+
+std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const {
+  std::vector<uint32_t> caps;
+  for (const auto& o : offers) caps.push_back(o.tokens);
+  if (policy_ == DraftPolicy::fixed) return caps;
+  std::vector<double> alpha;
+  for (const auto& o : offers) alpha.push_back(acceptance(o.seq_id));
+  return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost_fixed(), cost_per_row());
+}
+
+void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) {
+  if (!(seconds >= 0) || rows == 0) return;
+  (drafted ? drafted_steps_ : plain_steps_).add(seconds);
+  if (!drafted) pooled_.tried *= kPooledDecay, pooled_.kept *= kPooledDecay;
+  const double x = rows;
+  w_ = w_ * kCostDecay + 1;
+  sx_ = sx_ * kCostDecay + x;
+  sy_ = sy_ * kCostDecay + seconds;
+  sxx_ = sxx_ * kCostDecay + x * x;
+  sxy_ = sxy_ * kCostDecay + x * seconds;
+}
+
+void DraftController::observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted) {
+  if (drafted == 0) return;
+  accepted = std::min(accepted, drafted);
+  // Tokens tried: the accepted ones and the first rejected one (those after it were never judged).
+  const double tried = accepted + (accepted < drafted ? 1 : 0);
+  Evidence& e = seqs_[seq_id];
+  e.tried = e.tried * kSeqDecay + tried;
+  e.kept = e.kept * kSeqDecay + accepted;
+  pooled_.tried = pooled_.tried * kPooledDecay + tried;
+  pooled_.kept = pooled_.kept * kPooledDecay + accepted;
+}
+
+void DraftController::observe_no_draft(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it != seqs_.end()) it->second.tried *= kSeqDecay, it->second.kept *= kSeqDecay;
+}
+
+void DraftController::forget(uint64_t seq_id) { seqs_.erase(seq_id); }
+
+double DraftController::pooled_acceptance() const {
+  return estimate(pooled_.kept, pooled_.tried, kPriorAcceptance, kPriorTried);
+}
+
+double DraftController::acceptance(uint64_t seq_id) const {
+  const double pooled = pooled_acceptance();
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? pooled : estimate(it->second.kept, it->second.tried, pooled, kSeqPriorTried);
+}
+
+bool DraftController::cost_fitted() const {
+  // Rows must have varied (a weighted variance of at least a quarter row squared) over several steps.
+  return w_ >= 4 && (sxx_ / w_ - (sx_ / w_) * (sx_ / w_)) >= 0.25;
+}
+
+double DraftController::cost_per_row() const {
+  if (w_ == 0) return kPriorRowShare;
+  const double mx = sx_ / w_, my = sy_ / w_;
+  if (!cost_fitted()) return kPriorRowShare * my / (1 + kPriorRowShare * mx);
+  const double b = (sxy_ / w_ - mx * my) / (sxx_ / w_ - mx * mx);
+  return std::max(b, kMinRowShare * my / std::max(mx, 1.0));
+}
+
+double DraftController::cost_fixed() const {
+  if (w_ == 0) return 1;
+  const double mx = sx_ / w_, my = sy_ / w_;
+  return std::max(0.0, my - cost_per_row() * mx);
+}
+
+}  // namespace tokenhost

@@ -1,0 +1,90 @@
+// Speculative decoding's draft-length controller: how many of the draft tokens a proposer offered each
+// sequence one step verifies. Policy `fixed` verifies them all. Policy `adaptive` picks the lengths
+// that maximize the step's expected goodput (tokens out per second) from two measured things: each
+// sequence's acceptance rate (with the engine's pooled rate as its prior) and the cost of a step as a
+// function of its rows (a + b * rows, fitted to the worker's step times). A draft token is worth its
+// probability of being kept; it costs b seconds against a step of a + b * rows: as batches grow, a
+// row's share of the step grows and the controller drafts less, down to nothing, so that speculation
+// does not make the engine slower than plain decoding. Acceptance alone would not do (it stays flat
+// while the best length changes with the load).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tokenhost {
+
+enum class DraftPolicy { fixed, adaptive };
+
+// "fixed" / "adaptive"; parse returns false for any other name.
+const char* draft_policy_name(DraftPolicy p);
+bool parse_draft_policy(const std::string& name, DraftPolicy& out);
+
+// The draft lengths k[i] <= caps[i] that maximize
+//   (base_tokens + sum_i sum_{j=1..k[i]} alpha[i]^j) / (cost_fixed + cost_per_row * (base_rows + sum_i k[i])),
+// the expected tokens a step yields per second of it when the j-th draft token of sequence i is kept
+// with probability alpha[i]^j (each kept while the ones before it are). base_tokens: the tokens the
+// step yields without drafts; base_rows: its rows without drafts. Ties go to the fewer draft rows.
+// Exact: each sequence's marginal gains fall with j, so the best set of m draft rows is the m largest
+// gains, and every m is tried.
+std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
+                                         double base_rows, double cost_fixed, double cost_per_row);
+
+class DraftController {
+ public:
+  explicit DraftController(DraftPolicy policy = DraftPolicy::adaptive) : policy_(policy) {}
+
+  DraftPolicy policy() const { return policy_; }
+
+  // One sequence's draft as the proposer offered it.
+  struct Offer {
+    uint64_t seq_id;
+    uint32_t tokens;  // draft tokens offered (> 0)
+  };
+  // How many of each offer's tokens to verify (parallel to offers): all of them under `fixed`; under
+  // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens.
+  std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
+
+  // What a step showed: its rows (drafts included), the worker's seconds for it, whether it verified
+  // any draft (a step without one lets the pooled evidence fade toward the prior, so that an engine
+  // that stopped drafting tries again after a while).
+  void observe_step(uint32_t rows, double seconds, bool drafted);
+  // A verified draft of seq_id: drafted tokens, accepted of them.
+  void observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted);
+  // A step in which seq_id decoded a token without a draft: its evidence fades toward the pooled rate.
+  void observe_no_draft(uint64_t seq_id);
+  void forget(uint64_t seq_id);
+
+  // The estimates, for the admin status and tests.
+  double acceptance(uint64_t seq_id) const;  // the sequence's, or the pooled rate for one without evidence
+  double pooled_acceptance() const;
+  // The step cost model in seconds: the fit once steps of different row counts were seen, else the
+  // prior (kPriorRowShare of the mean step per row).
+  double cost_fixed() const;
+  double cost_per_row() const;
+  bool cost_fitted() const;
+  // Mean seconds of recent steps with and without draft rows (0 before the first such step).
+  double step_seconds_drafted() const { return drafted_steps_.mean(); }
+  double step_seconds_plain() const { return plain_steps_.mean(); }
+
+ private:
+  // Evidence as decayed counts: tokens tried and tokens kept.
+  struct Evidence {
+    double tried = 0, kept = 0;
+  };
+  struct Mean {
+    double weight = 0, sum = 0;
+    void add(double x) { weight = weight * 0.98 + 1, sum = sum * 0.98 + x; }
+    double mean() const { return weight > 0 ? sum / weight : 0; }
+  };
+  DraftPolicy policy_;
+  std::map<uint64_t, Evidence> seqs_;
+  Evidence pooled_;
+  Mean drafted_steps_, plain_steps_;
+  // Weighted least squares of seconds on rows, older steps fading.
+  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+};
+
+}  // namespace tokenhost

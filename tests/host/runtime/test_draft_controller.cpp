@@ -1,0 +1,124 @@
+// The draft-length controller: its allocation against a brute force over every draft length vector on
+// fresh random inputs, its cost fit against the line it was fed, and its behaviour at both ends of the
+// load (drafts at one stream, none at a large batch) and after a proposer stops being right.
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include "harness.hpp"
+#include "runtime/draft_controller.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+
+namespace {
+
+double goodput(const std::vector<double>& alpha, const std::vector<uint32_t>& k, double base_tokens, double base_rows, double a,
+               double b) {
+  double tokens = base_tokens, rows = base_rows;
+  for (size_t i = 0; i < k.size(); ++i) {
+    double p = 1;
+    for (uint32_t j = 1; j <= k[i]; ++j) tokens += p *= alpha[i];
+    rows += k[i];
+  }
+  return tokens / (a + b * rows);
+}
+
+// The best goodput over every k with k[i] <= caps[i].
+double brute_force_best(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens, double base_rows,
+                        double a, double b) {
+  std::vector<uint32_t> k(caps.size(), 0);
+  double best = 0;
+  std::function<void(size_t)> walk = [&](size_t i) {
+    if (i == caps.size()) {
+      best = std::max(best, goodput(alpha, k, base_tokens, base_rows, a, b));
+      return;
+    }
+    for (k[i] = 0; k[i] <= caps[i]; ++k[i]) walk(i + 1);
+    k[i] = 0;
+  };
+  walk(0);
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("best_draft_lengths reaches the brute force's goodput on random steps", "[draft_controller]") {
+  auto rng = fresh_rng("best_draft_lengths");
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = 1 + rng() % 4;
+    std::vector<double> alpha;
+    std::vector<uint32_t> caps;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t kind = rng() % 6;  // edges too: never right, always right
+      alpha.push_back(kind == 0 ? 0.0 : kind == 1 ? 1.0 : unit(rng));
+      caps.push_back(uint32_t(rng() % 6));
+    }
+    const double base_tokens = double(1 + rng() % n), base_rows = base_tokens + double(rng() % 20);
+    const double a = unit(rng) * 0.02, b = unit(rng) * 0.004;
+    const auto k = best_draft_lengths(alpha, caps, base_tokens, base_rows, a, b);
+    REQUIRE(k.size() == n);
+    for (size_t i = 0; i < n; ++i) REQUIRE(k[i] <= caps[i]);
+    const double got = goodput(alpha, k, base_tokens, base_rows, a, b);
+    const double best = brute_force_best(alpha, caps, base_tokens, base_rows, a, b);
+    INFO("trial " << trial << " n " << n << " a " << a << " b " << b);
+    REQUIRE(got == Approx(best).epsilon(1e-9));
+    for (size_t i = 0; i < n; ++i)
+      if (alpha[i] == 0.0) REQUIRE(k[i] == 0);  // a draft that is never kept only costs
+  }
+}
+
+TEST_CASE("the adaptive controller drafts at one stream and not in a large batch", "[draft_controller]") {
+  // A step costs 10 ms of fixed work plus 1 ms per row, as fed to the fit.
+  DraftController c(DraftPolicy::adaptive);
+  auto rng = fresh_rng("controller load");
+  for (int i = 0; i < 200; ++i) {
+    const uint32_t rows = 1 + uint32_t(rng() % 64);
+    c.observe_step(rows, 0.010 + 0.001 * rows, rows % 2 == 0);
+  }
+  REQUIRE(c.cost_fitted());
+  CHECK(c.cost_fixed() == Approx(0.010).epsilon(1e-6));
+  CHECK(c.cost_per_row() == Approx(0.001).epsilon(1e-6));
+  for (uint64_t seq = 0; seq < 64; ++seq)
+    for (int d = 0; d < 20; ++d) c.observe_draft(seq, 4, 3);  // three of four kept, then one rejected
+  CHECK(c.acceptance(7) == Approx(0.75).margin(0.05));
+
+  const auto one = c.choose({{7, 8}}, 1, 1);
+  CHECK(one[0] >= 4);  // a row costs a tenth of a one-row step; a kept token saves a whole step
+  std::vector<DraftController::Offer> many;
+  for (uint64_t seq = 0; seq < 64; ++seq) many.push_back({seq, 4});
+  const auto big = c.choose(many, 64, 64);  // 64 rows cost 74 ms: a row costs 0.86 of the tokens it yields
+  for (uint32_t k : big) CHECK(k == 0);
+
+  DraftController fixed(DraftPolicy::fixed);
+  CHECK(fixed.choose(many, 64, 64) == std::vector<uint32_t>(64, 4));
+}
+
+TEST_CASE("the adaptive controller stops drafting a wrong proposer and tries again later", "[draft_controller]") {
+  DraftController c(DraftPolicy::adaptive);
+  for (int i = 0; i < 50; ++i) c.observe_step(1 + uint32_t(i % 5), 0.010 + 0.001 * (1 + i % 5), true);
+  REQUIRE(c.choose({{1, 4}}, 1, 1)[0] > 0);  // the prior (half the tokens kept) is worth a draft at one stream
+  for (int i = 0; i < 30; ++i) c.observe_draft(1, 4, 0);
+  CHECK(c.acceptance(1) < 0.1);
+  CHECK(c.choose({{1, 4}}, 1, 1)[0] == 0);
+  CHECK(c.choose({{2, 4}}, 1, 1)[0] == 0);  // a new sequence starts from the pooled rate
+  int steps = 0;
+  for (; steps < 2000 && c.choose({{1, 4}}, 1, 1)[0] == 0; ++steps) {
+    c.observe_no_draft(1);
+    c.observe_step(1, 0.011, false);
+  }
+  CHECK(steps > 20);    // not at once
+  CHECK(steps < 2000);  // but again, to see whether the proposer got better
+  c.forget(1);
+  CHECK(c.acceptance(1) == Approx(c.pooled_acceptance()));
+}
+
+TEST_CASE("draft policies parse by name", "[draft_controller]") {
+  DraftPolicy p = DraftPolicy::fixed;
+  REQUIRE(parse_draft_policy("adaptive", p));
+  CHECK(p == DraftPolicy::adaptive);
+  REQUIRE(parse_draft_policy("fixed", p));
+  CHECK(std::string(draft_policy_name(p)) == "fixed");
+  CHECK_FALSE(parse_draft_policy("Adaptive", p));
+}
