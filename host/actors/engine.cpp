@@ -172,10 +172,14 @@ void tick(self_ptr self) {
               self->state.m.step_compute_seconds->observe({self->state.init.name}, r.seconds);
             if (r.error.empty()) {
               size_t rows = 0;
-              bool drafted = false;
-              for (const auto& item : batch.items) rows += item.tokens.size(), drafted |= item.n_draft > 0;
+              bool drafted = false, decode_only = true;
+              for (const auto& item : batch.items) {
+                rows += item.tokens.size();
+                drafted |= item.n_draft > 0;
+                decode_only &= item.sample && item.tokens.size() == item.n_draft + 1u;
+              }
               if (self->state.m.step_tokens) self->state.m.step_tokens->add({self->state.init.name}, double(rows));
-              observe_step_cost(self->state, uint32_t(rows), r.seconds, drafted);
+              if (decode_only) observe_step_cost(self->state, uint32_t(rows), r.seconds, drafted);
             }
             on_step_done(self, batch, r);
           },

@@ -47,7 +47,7 @@ void register_metrics(EngineState& s) {
                                    "Draft tokens accepted per verified draft (its count: drafts verified)", {"engine", "plugin"},
                                    {0, 1, 2, 3, 4, 6, 8, 12, 16});
   s.m.spec_step_seconds = &r->family(Type::gauge, "tokenhost_spec_step_seconds",
-                                     "Recent mean of the worker's seconds per step, steps that verified drafts "
+                                     "Recent mean of the worker's seconds per decode step (no prompt rows), steps that verified drafts "
                                      "(drafts=\"with\") and steps without (drafts=\"without\"), of an engine that speculates",
                                      {"engine", "drafts"});
 }

@@ -106,8 +106,9 @@ inline bool speculating(const EngineState& s) { return s.init.spec_decode && s.i
 // engine_metrics.cpp: the engine's metric families, and its gauges set from its state.
 void register_metrics(EngineState& s);
 void update_gauges(EngineState& s);
-// A finished step's rows and worker seconds, for the draft controller's cost model and the step cost
-// gauges (an engine that speculates only).
+// A finished decode step's rows and worker seconds (every item one token and its draft: prefill
+// chunks cost a row far less, and drafts are chosen for decode steps), for the draft controller's cost
+// model and the step cost gauges (an engine that speculates only).
 void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool drafted);
 // The draft controller's state for the admin status: policy, pooled acceptance, step cost model.
 nlohmann::json controller_json(const EngineState& s);

@@ -47,7 +47,7 @@ class DraftController {
   // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens.
   std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
 
-  // What a step showed: its rows (drafts included), the worker's seconds for it, whether it verified
+  // What a decode step showed: its rows (drafts included), the worker's seconds for it, whether it verified
   // any draft (a step without one lets the pooled evidence fade toward the prior, so that an engine
   // that stopped drafting tries again after a while).
   void observe_step(uint32_t rows, double seconds, bool drafted);
