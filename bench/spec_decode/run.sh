@@ -49,8 +49,9 @@ status() {
       const e = JSON.parse(t).engines.find((x) => x.name === process.argv[1]).speculation;
       if (process.argv[2] === "cost") {
         const c = e.controller;
-        console.log(`${process.argv[1]}: step = ${(1e3 * c.cost_fixed_s).toFixed(2)} ms + ${(1e3 * c.cost_per_row_s).toFixed(2)} ms x rows` +
-                    ` (fitted: ${c.cost_fitted}); a row costs ${(c.cost_per_row_s / (c.cost_fixed_s + c.cost_per_row_s)).toFixed(2)} of a one-row step`);
+        const rows = Object.entries(c.step_seconds_by_rows).map(([r, s]) => `${r}: ${(1e3 * s).toFixed(1)}`).join(", ");
+        console.log(`${process.argv[1]}: decode step ms by rows (recent mean) ${rows}; line ${(1e3 * c.cost_fixed_s).toFixed(2)} ms + ` +
+                    `${(1e3 * c.cost_per_row_s).toFixed(2)} ms x rows`);
       } else console.log(`${e.drafts} ${e.draft_tokens} ${e.accepted_tokens}`);
     });' "$1" "${2:-}"
 }

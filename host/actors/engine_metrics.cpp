@@ -62,7 +62,10 @@ void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool draft
 
 nlohmann::json controller_json(const EngineState& s) {
   const DraftController& c = s.draft_control;
+  nlohmann::json by_rows = nlohmann::json::object();  // the first 16 row counts measured
+  for (const auto& [rows, seconds] : c.measured_costs(16)) by_rows[std::to_string(rows)] = seconds;
   return {{"policy", draft_policy_name(c.policy())},
+          {"step_seconds_by_rows", by_rows},
           {"acceptance", c.pooled_acceptance()},
           {"cost_fitted", c.cost_fitted()},
           {"cost_fixed_s", c.cost_fixed()},

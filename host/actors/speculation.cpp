@@ -55,13 +55,22 @@ void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vect
     const size_t base = k * max_draft;
     const uint32_t offered = std::min(drafts[k].n_draft, seq_max[k]);
     uint32_t taken = 0;
-    while (taken < offered && taken < room && parents[base + taken] == int32_t(taken) - 1 && tokens[base + taken] >= 0 &&
-           uint32_t(tokens[base + taken]) < bounds.vocab_size)
+    bool chain = true;
+    while (taken < offered && taken < room && parents[base + taken] >= -1 && parents[base + taken] < int32_t(taken) &&
+           tokens[base + taken] >= 0 && uint32_t(tokens[base + taken]) < bounds.vocab_size) {
+      chain = chain && parents[base + taken] == int32_t(taken) - 1;
       ++taken;
+    }
     if (taken == 0) continue;
     item.tokens.insert(item.tokens.end(), tokens.begin() + long(base), tokens.begin() + long(base + taken));
     item.n_draft = taken;
     item.logit_rows = taken + 1;
+    rows += taken;
+    if (!chain) {  // a tree: verified by exact match, its distributions unused
+      item.draft_parent.assign(parents.begin() + long(base), parents.begin() + long(base + taken));
+      if (rows >= bounds.max_step_tokens) break;
+      continue;
+    }
     bool any_dist = false;
     std::vector<DraftDistribution> dist(taken);
     for (uint32_t j = 0; j < taken; ++j) {
@@ -74,7 +83,6 @@ void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vect
       any_dist = true;
     }
     if (any_dist) item.draft_dist = std::move(dist);
-    rows += taken;
     if (rows >= bounds.max_step_tokens) break;
   }
 }

@@ -31,10 +31,11 @@ struct DraftBounds {
 constexpr uint32_t kDraftDistCapacity = 64;
 
 // Asks spec for a draft for each candidate (one propose() call) and appends what the step can verify:
-// chains cut at the first entry that is not the next link or not a token of the vocabulary, within the
-// candidate's max_draft, the step's token budget and the context. A draft token's distribution is kept
-// only when it is one (finite probabilities in (0, 1] summing to at most 1, the token among them);
-// otherwise that token is verified by exact match. A failed propose() costs the step its drafts; it
+// chains and trees cut at the first entry whose parent is not -1 or an earlier entry, or whose token is
+// not in the vocabulary, within the candidate's max_draft, the step's token budget and the context (a
+// tree's tokens take consecutive cache positions). A chain's draft token keeps its distribution only
+// when it is one (finite probabilities in (0, 1] summing to at most 1, the token among them);
+// otherwise, and in trees, tokens are verified by exact match. A failed propose() costs the step its drafts; it
 // counts in propose_failures and is logged at the 1st, 10th, 100th, ... failure.
 void add_drafts(PluginInstance& spec, const DraftBounds& bounds, const std::vector<DraftCandidate>& candidates,
                 StepBatch& batch, uint64_t& propose_failures);

@@ -54,14 +54,48 @@ void reserve_drafts(StepBatch& batch, PluginInstance& kv) {
   }
 }
 
+const th_kv_layout* kv_layout(const PluginInstance& kvcache);
+
+// A tree's accepted path (draft token indices, root first) lies at the positions of those tokens; the
+// sequence goes on from the first positions after its own tokens: each accepted token's keys and
+// values move there (in path order: a token's index is at least its depth, so no move overwrites a
+// token still to move).
+void compact_tree_kv(const StepItem& item, const std::vector<uint32_t>& path, PluginInstance& kv) {
+  const th_kv_layout* layout = kv_layout(kv);
+  const int32_t* blocks = nullptr;
+  uint32_t n_blocks = 0;
+  th_error err;
+  if (layout == nullptr) throw std::runtime_error(kv.id() + " has no KV layout to move a draft tree's accepted keys in");
+  if (th_status st = kv.call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv.handle(), item.seq_id, &blocks, &n_blocks, &err))
+    throw_plugin_failure(kv, "seq_blocks", st, err);
+  const uint32_t base = item.start + uint32_t(item.tokens.size()) - item.n_draft, bs = layout->block_size;
+  const size_t bytes = quant::row_bytes(layout->dtype, layout->head_dim);
+  auto at = [&](const void* pool, uint32_t l, uint32_t position, uint32_t h) {
+    return static_cast<char*>(const_cast<void*>(pool)) + int64_t(l) * layout->layer_stride +
+           int64_t(blocks[position / bs]) * layout->block_stride + int64_t(h) * layout->head_stride +
+           int64_t(position % bs) * layout->token_stride;
+  };
+  for (uint32_t k = 0; k < path.size(); ++k) {
+    if (path[k] == k) continue;
+    const uint32_t from = base + path[k], to = base + k;
+    if (from / bs >= n_blocks) throw std::runtime_error(kv.id() + " holds no block for draft position " + std::to_string(from));
+    for (uint32_t l = 0; l < layout->n_layers; ++l)
+      for (uint32_t h = 0; h < layout->n_kv_heads; ++h)
+        for (const void* pool : {layout->k_base, layout->v_base}) std::memmove(at(pool, l, to, h), at(pool, l, from, h), bytes);
+  }
+}
+
 // Gives back the positions of rejected draft tokens: each sequence keeps its own tokens and the run the
-// target accepted (result.accepted, one per sampled item), so the cache's accounting, which the
-// scheduler plans with, stays exact.
-void truncate_drafts(const StepBatch& batch, const StepResult& result, PluginInstance& kv) {
+// target accepted (result.accepted, one per sampled item; a tree's path moved to the first positions
+// first), so the cache's accounting, which the scheduler plans with, stays exact.
+void truncate_drafts(const StepBatch& batch, const StepResult& result, const std::vector<std::vector<uint32_t>>& paths,
+                     PluginInstance& kv) {
   size_t sampled = 0;
   for (const auto& item : batch.items) {
     if (!item.sample) continue;
+    const std::vector<uint32_t>& path = paths.at(sampled);
     const uint32_t accepted = result.accepted.at(sampled++);
+    if (item.is_tree() && !path.empty()) compact_tree_kv(item, path, kv);
     if (item.n_draft == 0 || accepted == item.n_draft) continue;
     const uint32_t keep = item.start + uint32_t(item.tokens.size()) - item.n_draft + accepted;
     th_error err;
@@ -75,10 +109,12 @@ void truncate_drafts(const StepBatch& batch, const StepResult& result, PluginIns
 // row sampled with the tokens accepted before it in the history, exactly as decoding them one step at
 // a time would (the sampler's random state advances once per token sampled). A draft token given with
 // its proposer's distribution is verified by speculative sampling instead (accepted with p/q, else a
-// token drawn from the residual): the same distribution as plain decoding, not the same draws. Items are sampled in
+// token drawn from the residual): the same distribution as plain decoding, not the same draws. In a
+// tree the next row is that of the first child whose token equals the one sampled. Items are sampled in
 // parallel on the compute pool (each sampler owns its random state, so the result does not depend on
-// the split).
-void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, StepResult& result) {
+// the split). paths: per sampled item, the accepted draft tokens' indices.
+void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, StepResult& result,
+                std::vector<std::vector<uint32_t>>& paths) {
   std::vector<const StepItem*> items;
   std::vector<size_t> first_row;  // each sampled item's first marked row, an index into logits
   size_t row = 0;
@@ -91,25 +127,40 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
     }
   }
   std::vector<std::vector<SampledToken>> runs(items.size());
+  paths.assign(items.size(), {});
   auto sample_range = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       const StepItem& item = *items[i];
       const int32_t* draft = item.tokens.data() + item.tokens.size() - item.n_draft;
       std::vector<int32_t>* history = item.context ? &item.context->tokens : nullptr;
-      for (uint32_t r = 0; r <= item.n_draft; ++r) {
-        auto& l = logits.at(first_row[i] + r);
+      const bool tree = item.is_tree();
+      // The draft token whose row comes next: -1 for the item's own last token, then the child taken.
+      int32_t at = -1;
+      for (;;) {
+        auto& l = logits.at(first_row[i] + size_t(at + 1));
+        // The candidates after `at`: in a chain the next token, in a tree every child.
+        int32_t next = -1;
         SampledToken t;
         bool accepted = false;
-        if (history && r < item.n_draft && !item.draft_dist.empty() && !item.draft_dist[r].empty()) {
+        const uint32_t r = uint32_t(at + 1);
+        if (!tree && history && r < item.n_draft && !item.draft_dist.empty() && !item.draft_dist[r].empty()) {
           // A draft token with its proposer's distribution: speculative sampling.
           t = item.context->sampler.verify_draft(std::move(l), *history, draft[r], item.draft_dist[r], accepted);
+          next = int32_t(r);
         } else {
           if (history) t = item.context->sampler.sample(std::move(l), *history);
           else t.token = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-          accepted = r < item.n_draft && t.token == draft[r];
+          for (uint32_t c = r; c < item.n_draft && !accepted; ++c) {
+            if ((tree ? item.draft_parent[c] : int32_t(c) - 1) != at) continue;
+            accepted = draft[c] == t.token;
+            next = int32_t(c);
+            if (!tree) break;
+          }
         }
         runs[i].push_back(t);
         if (!accepted) break;
+        paths[i].push_back(uint32_t(next));
+        at = next;
         if (history) history->push_back(t.token);  // the next row's history; taken back below
       }
       if (history) history->resize(history->size() - (runs[i].size() - 1));
@@ -169,13 +220,19 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         try {
           auto started = std::chrono::steady_clock::now();
           const bool drafted = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; });
+          if (drafted && s.init.attention->library().abi_minor() < 4) {
+            // Built before tree attention (row_parent): each tree gives its first chain.
+            for (auto& item : batch.items)
+              if (item.is_tree()) item.cut_draft(item.chain_length()), item.draft_parent.clear();
+          }
           if (drafted) reserve_drafts(batch, *s.init.kvcache);
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
                                                  {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
           count_plugin_seconds(s, seconds);
-          sample_all(batch, logits, result);
-          if (drafted) truncate_drafts(batch, result, *s.init.kvcache);
+          std::vector<std::vector<uint32_t>> paths;
+          sample_all(batch, logits, result, paths);
+          if (drafted) truncate_drafts(batch, result, paths, *s.init.kvcache);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {

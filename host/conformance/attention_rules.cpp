@@ -1,4 +1,7 @@
 // attention.matches_reference.<kv dtype>: forward() against float64 attention over the same cache.
+// attention.tree.<kv dtype> (plugins built against ABI 1.4 or later): the same with a random tree of
+// rows per sequence (th_attention_batch.row_parent): each row sees the positions before its sequence's
+// first row in the batch, its ancestors' and its own.
 #include <tokenhost/fp16.hpp>
 
 #include <cmath>
@@ -71,8 +74,8 @@ Pool make_pool(Rng& rng, const th_model_info& m, uint32_t block_size, uint32_t n
   return p;
 }
 
-// One random batch over pool, checked against float64 attention.
-void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const Pool& pool) {
+// One random batch over pool, checked against float64 attention; with `tree`, under a random row_parent.
+void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const Pool& pool, bool tree) {
   const uint32_t bs = pool.layout.block_size;
   const uint32_t n_seqs = uniform(rng, 1, 5);
   std::vector<int32_t> free_blocks(pool.layout.n_blocks);
@@ -96,6 +99,16 @@ void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const P
   for (auto& x : q) x = normal(rng);
   std::vector<const int32_t*> table_ptrs;
   for (auto& t : tables) table_ptrs.push_back(t.data());
+  // A tree: each row's parent an earlier row of its sequence (a chain link half the time) or -1.
+  std::vector<int32_t> parent(n_tokens, -1);
+  for (uint32_t s = 0; tree && s < n_seqs; ++s)
+    for (uint32_t i = seq_start[s] + 1; i < seq_start[s + 1]; ++i)
+      if (uniform(rng, 0, 1) == 0) {
+        parent[i] = int32_t(i) - 1;
+      } else {  // any earlier row of the sequence, or (one below it) none
+        const int32_t pick = int32_t(uniform(rng, seq_start[s], i)) - 1;
+        parent[i] = pick < int32_t(seq_start[s]) ? -1 : pick;
+      }
   const uint32_t layer = uniform(rng, 0, m.n_layers - 1);
   th_attention_batch b{};
   b.struct_size = sizeof b;
@@ -116,13 +129,24 @@ void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const P
   b.out = out.data();
   b.out_row_stride = out_stride;
   b.device = TH_DEVICE_CPU;
+  b.row_parent = tree ? parent.data() : nullptr;
   th_error err;
   const th_status st = inst.call(&th_attention_vtable::forward, "forward", inst.handle(), &b, &err);
   expect(st == TH_OK, "forward() returned status " + std::to_string(st) + ": " + err.text());
   const uint32_t group = nh / m.n_kv_heads;
   for (uint32_t s = 0; s < n_seqs; ++s) {
     for (uint32_t i = seq_start[s]; i < seq_start[s + 1]; ++i) {
-      const uint32_t n_pos = uint32_t(positions[i]) + 1;
+      // The positions row i sees: causal, or under the tree those before the sequence's first row and
+      // the rows on its path to the root.
+      std::vector<uint32_t> seen;
+      const uint32_t first = seq_start[s];
+      for (uint32_t p = 0; p < (tree ? uint32_t(positions[first]) : uint32_t(positions[i]) + 1); ++p) seen.push_back(p);
+      if (tree) {
+        std::vector<uint32_t> path;
+        for (int32_t r = int32_t(i); r >= 0; r = parent[r]) path.push_back(uint32_t(positions[r]));
+        seen.insert(seen.end(), path.rbegin(), path.rend());
+      }
+      const uint32_t n_pos = uint32_t(seen.size());
       for (uint32_t h = 0; h < nh; ++h) {
         const uint32_t kvh = h / group;
         std::vector<double> score(n_pos);
@@ -130,14 +154,14 @@ void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const P
         for (uint32_t p = 0; p < n_pos; ++p) {
           double dot = 0;
           for (uint32_t d = 0; d < hd; ++d)
-            dot += double(q[size_t(i) * q_stride + h * hd + d]) * pool.value(pool.k, layer, tables[s][p / bs], p % bs, kvh, d);
+            dot += double(q[size_t(i) * q_stride + h * hd + d]) * pool.value(pool.k, layer, tables[s][seen[p] / bs], seen[p] % bs, kvh, d);
           score[p] = double(b.scale) * dot;
           max_score = std::max(max_score, score[p]);
         }
         for (auto& x : score) sum += x = std::exp(x - max_score);
         for (uint32_t d = 0; d < hd; ++d) {
           double ref = 0;
-          for (uint32_t p = 0; p < n_pos; ++p) ref += score[p] * pool.value(pool.v, layer, tables[s][p / bs], p % bs, kvh, d);
+          for (uint32_t p = 0; p < n_pos; ++p) ref += score[p] * pool.value(pool.v, layer, tables[s][seen[p] / bs], seen[p] % bs, kvh, d);
           ref /= sum;
           const double got = out[size_t(i) * out_stride + h * hd + d];
           expect(std::fabs(got - ref) <= 2e-3 * (1.0 + std::fabs(ref)),
@@ -153,8 +177,9 @@ void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const P
 }  // namespace
 
 void attention_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  for (const bool tree : {false, true})
   for (th_dtype kv : {TH_DTYPE_F32, TH_DTYPE_F16}) {
-    const std::string rule = std::string("attention.matches_reference.") + (kv == TH_DTYPE_F32 ? "f32" : "f16");
+    const std::string rule = std::string(tree ? "attention.tree." : "attention.matches_reference.") + (kv == TH_DTYPE_F32 ? "f32" : "f16");
     // GQA, MQA and plain multi-head shapes.
     const ModelSpec shapes[] = {model_shape(4, 2, 16, kv), model_shape(8, 1, 32, kv), model_shape(2, 2, 64, kv)};
     std::string refused;
@@ -168,13 +193,19 @@ void attention_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& 
       r.not_applicable(rule, "check() refuses it: " + refused);
       continue;
     }
+    const PluginInstance& any = **std::find_if(instances.begin(), instances.end(), [](const auto& p) { return p != nullptr; });
+    if (tree && any.library().abi_minor() < 4) {
+      r.not_applicable(rule, "built against ABI 1." + std::to_string(any.library().abi_minor()) +
+                                 ", before row_parent (1.4): the host gives it chains only");
+      continue;
+    }
     r.rule(rule, [&] {
       for (uint32_t round = 0; round < o.rounds; ++round) {
         const size_t k = round % 3;
         if (!instances[k]) continue;
         const uint32_t bs = std::vector<uint32_t>{1, 4, 16}[uniform(rng, 0, 2)];
         const Pool pool = make_pool(rng, shapes[k].info, bs, 160 / bs + 8);
-        check_batch(*instances[k], rng, shapes[k].info, pool);
+        check_batch(*instances[k], rng, shapes[k].info, pool, tree);
       }
     });
   }

@@ -19,6 +19,8 @@ constexpr double kPriorRowShare = 0.1;
 // A row never costs less than this share of a mean step per row in the model: noise must not make
 // draft rows look free.
 constexpr double kMinRowShare = 0.01;
+// Steps of up to this many rows keep their mean cost per row count.
+constexpr uint32_t kMaxMeasuredRows = 1024;
 
 double estimate(double kept, double tried, double prior, double prior_tried) {
   return std::clamp((kept + prior * prior_tried) / (tried + prior_tried), 0.0, 1.0);
@@ -36,7 +38,7 @@ bool parse_draft_policy(const std::string& name, DraftPolicy& out) {
 }
 
 std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
-                                         double base_rows, double cost_fixed, double cost_per_row) {
+                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost) {
   // Every draft row on offer with its expected tokens: row j (from 1) of sequence i is worth alpha^j.
   struct Gain {
     double value;
@@ -52,15 +54,15 @@ std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const
   // Largest first; equal gains shallower first, so that the m best are a prefix of each sequence's rows.
   std::stable_sort(gains.begin(), gains.end(),
                    [](const Gain& x, const Gain& y) { return std::tie(y.value, x.depth) < std::tie(x.value, y.depth); });
-  auto goodput = [&](double tokens, double rows) {
-    const double cost = cost_fixed + cost_per_row * rows;
-    return cost > 0 ? tokens / cost : tokens > 0 ? INFINITY : 0;
+  auto goodput = [&](double tokens, uint32_t rows) {
+    const double seconds = cost(rows);
+    return seconds > 0 ? tokens / seconds : tokens > 0 ? INFINITY : 0;
   };
   double tokens = base_tokens, best = goodput(base_tokens, base_rows);
   size_t best_m = 0;
   for (size_t m = 1; m <= gains.size(); ++m) {
     tokens += gains[m - 1].value;
-    const double g = goodput(tokens, base_rows + double(m));
+    const double g = goodput(tokens, base_rows + uint32_t(m));
     if (g > best * (1 + 1e-12)) best = g, best_m = m;
   }
   std::vector<uint32_t> k(caps.size(), 0);
@@ -74,12 +76,23 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
   if (policy_ == DraftPolicy::fixed) return caps;
   std::vector<double> alpha;
   for (const auto& o : offers) alpha.push_back(acceptance(o.seq_id));
-  return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost_fixed(), cost_per_row());
+  // Costs from base_rows up, never falling as rows are added (a step measured cheaper than a smaller
+  // one is noise, not a reason to add rows).
+  std::vector<double> envelope;
+  auto cost = [&](uint32_t rows) {
+    while (base_rows + envelope.size() <= rows) {
+      const double raw = step_cost(base_rows + uint32_t(envelope.size()));
+      envelope.push_back(envelope.empty() ? raw : std::max(raw, envelope.back()));
+    }
+    return envelope[rows - base_rows];
+  };
+  return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost);
 }
 
 void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) {
   if (!(seconds >= 0) || rows == 0) return;
   (drafted ? drafted_steps_ : plain_steps_).add(seconds);
+  if (rows <= kMaxMeasuredRows) by_rows_[rows].add(seconds);
   if (!drafted) pooled_.tried *= kPooledDecay, pooled_.kept *= kPooledDecay;
   const double x = rows;
   w_ = w_ * kCostDecay + 1;
@@ -135,6 +148,21 @@ double DraftController::cost_fixed() const {
   if (w_ == 0) return 1;
   const double mx = sx_ / w_, my = sy_ / w_;
   return std::max(0.0, my - cost_per_row() * mx);
+}
+
+double DraftController::step_cost(uint32_t rows) const {
+  auto it = by_rows_.find(rows);
+  if (it != by_rows_.end() && it->second.weight >= 1.9) return it->second.mean();  // two steps or more
+  return cost_fixed() + cost_per_row() * rows;
+}
+
+std::vector<std::pair<uint32_t, double>> DraftController::measured_costs(size_t limit) const {
+  std::vector<std::pair<uint32_t, double>> out;
+  for (const auto& [rows, m] : by_rows_) {
+    if (out.size() >= limit) break;
+    if (m.weight >= 1.9) out.emplace_back(rows, m.mean());
+  }
+  return out;
 }
 
 }  // namespace tokenhost

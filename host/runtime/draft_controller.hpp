@@ -1,16 +1,20 @@
 // Speculative decoding's draft-length controller: how many of the draft tokens a proposer offered each
 // sequence one step verifies. Policy `fixed` verifies them all. Policy `adaptive` picks the lengths
 // that maximize the step's expected goodput (tokens out per second) from two measured things: each
-// sequence's acceptance rate (with the engine's pooled rate as its prior) and the cost of a step as a
-// function of its rows (a + b * rows, fitted to the worker's step times). A draft token is worth its
-// probability of being kept; it costs b seconds against a step of a + b * rows: as batches grow, a
-// row's share of the step grows and the controller drafts less, down to nothing, so that speculation
-// does not make the engine slower than plain decoding. Acceptance alone would not do (it stays flat
-// while the best length changes with the load).
+// sequence's acceptance rate (with the engine's pooled rate as its prior) and the cost of a decode step
+// as a function of its rows: the mean measured at that row count where there is one, else a line
+// a + b * rows fitted to every decode step (the matmul kernels take rows in groups, so a step of five
+// rows may cost far more than one of four: the line alone would miss that). A draft token is worth its
+// probability of being kept; it costs what its row adds to the step: as batches grow, a row's share of
+// the step grows and the controller drafts less, down to nothing, so that speculation does not make
+// the engine slower than plain decoding. Acceptance alone would not do (it stays flat while the best
+// length changes with the load).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -23,14 +27,14 @@ const char* draft_policy_name(DraftPolicy p);
 bool parse_draft_policy(const std::string& name, DraftPolicy& out);
 
 // The draft lengths k[i] <= caps[i] that maximize
-//   (base_tokens + sum_i sum_{j=1..k[i]} alpha[i]^j) / (cost_fixed + cost_per_row * (base_rows + sum_i k[i])),
+//   (base_tokens + sum_i sum_{j=1..k[i]} alpha[i]^j) / cost(base_rows + sum_i k[i]),
 // the expected tokens a step yields per second of it when the j-th draft token of sequence i is kept
 // with probability alpha[i]^j (each kept while the ones before it are). base_tokens: the tokens the
-// step yields without drafts; base_rows: its rows without drafts. Ties go to the fewer draft rows.
-// Exact: each sequence's marginal gains fall with j, so the best set of m draft rows is the m largest
-// gains, and every m is tried.
+// step yields without drafts; base_rows: its rows without drafts; cost: seconds of a step of that many
+// rows (> 0). Ties go to the fewer draft rows. Exact for any cost: each sequence's marginal gains fall
+// with j, so the best set of m draft rows is the m largest gains, and every m is tried.
 std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
-                                         double base_rows, double cost_fixed, double cost_per_row);
+                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost);
 
 class DraftController {
  public:
@@ -44,7 +48,8 @@ class DraftController {
     uint32_t tokens;  // draft tokens offered (> 0)
   };
   // How many of each offer's tokens to verify (parallel to offers): all of them under `fixed`; under
-  // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens.
+  // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens, its
+  // cost step_cost() made non-decreasing from base_rows up.
   std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
 
   // What a decode step showed: its rows (drafts included), the worker's seconds for it, whether it verified
@@ -60,11 +65,15 @@ class DraftController {
   // The estimates, for the admin status and tests.
   double acceptance(uint64_t seq_id) const;  // the sequence's, or the pooled rate for one without evidence
   double pooled_acceptance() const;
-  // The step cost model in seconds: the fit once steps of different row counts were seen, else the
-  // prior (kPriorRowShare of the mean step per row).
+  // The step cost model in seconds: the line's fit once steps of different row counts were seen, else
+  // the prior (kPriorRowShare of the mean step per row); step_cost(rows): the mean measured at that row
+  // count when there is one (two steps or more), else the line.
   double cost_fixed() const;
   double cost_per_row() const;
   bool cost_fitted() const;
+  double step_cost(uint32_t rows) const;
+  // The row counts measured and their mean seconds, fewest rows first (at most `limit` of them).
+  std::vector<std::pair<uint32_t, double>> measured_costs(size_t limit) const;
   // Mean seconds of recent steps with and without draft rows (0 before the first such step).
   double step_seconds_drafted() const { return drafted_steps_.mean(); }
   double step_seconds_plain() const { return plain_steps_.mean(); }
@@ -83,6 +92,7 @@ class DraftController {
   std::map<uint64_t, Evidence> seqs_;
   Evidence pooled_;
   Mean drafted_steps_, plain_steps_;
+  std::map<uint32_t, Mean> by_rows_;  // decode step seconds by row count
   // Weighted least squares of seconds on rows, older steps fading.
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
 };

@@ -43,16 +43,31 @@ struct StepItem {
   // token then verified by speculative sampling, Sampler::verify_draft), else empty (exact match).
   // Empty, or n_draft entries.
   std::vector<DraftDistribution> draft_dist{};
+  // A tree of draft tokens: draft token j follows draft token draft_parent[j] (< j), or, at -1, the
+  // item's own tokens. Empty: a chain (each follows the one before). A tree's tokens sit in the KV cache
+  // at consecutive positions in draft order, each rotated by its depth (its place in the text); the
+  // worker moves the accepted path's to the first positions after the step. Trees are verified by
+  // exact match (draft_dist empty).
+  std::vector<int32_t> draft_parent{};
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
-  // Keeps the first `keep` tokens of the draft (none: the item decodes one token).
+  // Keeps the first `keep` tokens of the draft (none: the item decodes one token); a tree stays one
+  // (every parent comes before its child).
   void cut_draft(uint32_t keep) {
     if (keep >= n_draft) return;
     tokens.resize(tokens.size() - (n_draft - keep));
     if (!draft_dist.empty()) draft_dist.resize(keep);
+    if (!draft_parent.empty()) draft_parent.resize(keep);
     n_draft = keep;
     logit_rows = keep > 0 ? keep + 1 : 0;
     if (keep == 0) draft_dist.clear();
   }
+  // The draft's leading chain: how many of its first tokens each follow the one before.
+  uint32_t chain_length() const {
+    uint32_t n = 0;
+    while (n < n_draft && (draft_parent.empty() || draft_parent[n] == int32_t(n) - 1)) ++n;
+    return n;
+  }
+  bool is_tree() const { return chain_length() < n_draft; }
 };
 
 struct StepBatch {

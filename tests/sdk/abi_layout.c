@@ -16,7 +16,7 @@
 #endif
 
 _Static_assert(TH_ABI_VERSION_MAJOR == 1, "ABI major changed: re-pin every struct");
-TH_PIN_SIZE(th_attention_batch, 112); /* 104 through ABI 1.1 */
+TH_PIN_SIZE(th_attention_batch, 120); /* 104 through ABI 1.1, 112 through 1.3 */
 TH_PIN_OFFSET(th_attention_batch, struct_size, 0);
 TH_PIN_OFFSET(th_attention_batch, layer, 4);
 TH_PIN_OFFSET(th_attention_batch, n_tokens, 8);
@@ -36,6 +36,7 @@ TH_PIN_OFFSET(th_attention_batch, out, 88);
 TH_PIN_OFFSET(th_attention_batch, out_row_stride, 96);
 TH_PIN_OFFSET(th_attention_batch, device, 104);
 TH_PIN_OFFSET(th_attention_batch, device_index, 108);
+TH_PIN_OFFSET(th_attention_batch, row_parent, 112);
 TH_PIN_SIZE(th_attention_vtable, 40);
 TH_PIN_OFFSET(th_attention_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_attention_vtable, create, 8);

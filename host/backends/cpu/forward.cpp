@@ -1,5 +1,6 @@
 #include "backends/cpu/forward.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -180,16 +181,31 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
                              quant::dtype_name(layout->dtype));
   }
 
-  // Rows of the batch: every token of every item, in order.
+  // Rows of the batch: every token of every item, in order, each at its place in the cache
+  // (`positions`) and rotated by its place in the text (`rope_positions`: the same, but for the tokens of
+  // a draft tree, at their depth). Trees are verified under tree attention (row_parent, ABI 1.4).
   std::vector<uint32_t> seq_start = {0}, kv_len;
-  std::vector<int32_t> positions, tokens;
+  std::vector<int32_t> positions, rope_positions, tokens, row_parent;
+  const bool any_tree = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.is_tree(); });
   for (const auto& item : batch.items) {
     uint32_t end = item.start + uint32_t(item.tokens.size());
     if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv_inst, item.seq_id, end, item.start, &err))
       throw_plugin_failure(*plugins.kvcache, "seq_reserve", s, err);
+    const uint32_t first_row = uint32_t(tokens.size()), n_own = uint32_t(item.tokens.size()) - item.n_draft;
+    std::vector<uint32_t> depth;  // of each draft token: 0 for a child of the item's own tokens
     for (uint32_t t = 0; t < item.tokens.size(); ++t) {
       positions.push_back(int32_t(item.start + t));
       tokens.push_back(item.tokens[t]);
+      int32_t parent = int32_t(first_row + t) - 1;  // a chain
+      uint32_t text_position = item.start + t;
+      if (t >= n_own && item.is_tree()) {
+        const int32_t p = item.draft_parent[t - n_own];
+        depth.push_back(p < 0 ? 0 : depth[size_t(p)] + 1);
+        parent = p < 0 ? int32_t(first_row + n_own) - 1 : int32_t(first_row + n_own) + p;
+        text_position = item.start + n_own + depth.back();
+      }
+      rope_positions.push_back(int32_t(text_position));
+      if (any_tree) row_parent.push_back(t == 0 ? -1 : parent);
     }
     seq_start.push_back(uint32_t(tokens.size()));
     kv_len.push_back(end);
@@ -225,7 +241,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     for (size_t r = begin; r < end; ++r)
       quant::dequantize_row(w.embed.type, w.embed.row(tokens[r]), &x[r * dim], int64_t(dim));
   });
-  rope_angles(positions, hd, w.rope, ws.rope);
+  rope_angles(rope_positions, hd, w.rope, ws.rope);
   const size_t half = hd / 2;
 
   for (uint32_t l = 0; l < info.n_layers; ++l) {
@@ -278,6 +294,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.out_row_stride = int64_t(qdim);
     ab.device = TH_DEVICE_CPU;
     ab.device_index = 0;
+    ab.row_parent = any_tree ? row_parent.data() : nullptr;
     {
       ScopedSeconds timer(attention_seconds);
       if (th_status s = plugins.attention->call(&th_attention_vtable::forward, "forward", plugins.attention->handle(), &ab, &err)) throw_plugin_failure(*plugins.attention, "forward", s, err);

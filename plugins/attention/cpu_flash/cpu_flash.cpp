@@ -9,6 +9,10 @@
 // read once per item while it is hot in cache, and no score row longer than one block exists. Items
 // run on the host's compute threads (th_host_api.parallel_for), the calling thread taking part.
 //
+// Under tree attention (row_parent, ABI 1.4) a row walks the blocks through the end of the run of its
+// sequence's first rows that are its ancestors (sdk::tree_visible), then takes its other ancestors and
+// itself one position at a time, in the same running state.
+//
 // Every (row, head) output is computed by one thread with the same operations whatever the chunking
 // and the thread count, so results do not depend on `threads`.
 #include <tokenhost/plugin.hpp>
@@ -76,6 +80,18 @@ struct CpuFlash {
   unsigned threads;
   std::vector<Scratch> scratch;  // one per participant
   std::vector<Item> items;
+  // Tree attention, per row of the batch: the last position of its contiguous view, and its other
+  // visible positions at extra[extra_start[i] .. extra_start[i + 1]). Empty without row_parent.
+  std::vector<int64_t> through;
+  std::vector<uint32_t> extra_start, extra;
+};
+
+// What row i sees: every position through the returned one (-1: none), and *n_extra single positions at
+// *extra after it (tree attention only).
+struct RowView {
+  int64_t through;
+  const uint32_t* extra;
+  uint32_t n_extra;
 };
 
 // x = f * y (x may be y).
@@ -102,7 +118,12 @@ void prefetch_block(const th_kv_layout& kv, uint32_t layer, int32_t block, uint3
   }
 }
 
-void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& it, Scratch& sc) {
+void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& it, Scratch& sc, const CpuFlash& self) {
+  const bool tree = !self.through.empty();
+  auto view = [&](uint32_t i) {
+    if (!tree) return RowView{b.positions[i], nullptr, 0};
+    return RowView{self.through[i], self.extra.data() + self.extra_start[i], self.extra_start[i + 1] - self.extra_start[i]};
+  };
   const th_kv_layout& kv = *b.kv;
   const cpu_flash::CacheKernels& kn = kv.dtype == TH_DTYPE_F16 ? kernels.f16 : kernels.f32;
   const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim, bs = kv.block_size;
@@ -111,35 +132,46 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
   std::fill_n(acc, size_t(n_state) * d, 0.0f);
   std::fill_n(m, n_state, -INFINITY);
   std::fill_n(l, n_state, 0.0f);
-  uint32_t max_pos = 0;
-  for (uint32_t i = it.r0; i < it.r1; ++i) max_pos = std::max(max_pos, uint32_t(b.positions[i]));
+  // Row r's keys kb and values vb of nt positions, for every head of the group, into its running state.
+  auto take = [&](uint32_t r, const char* kb, const char* vb, uint32_t nt) {
+    const float* q = b.q + int64_t(it.r0 + r) * b.q_row_stride + int64_t(it.kvh) * group * d;
+    for (uint32_t j = 0; j < group; ++j) {
+      const uint32_t st = r * group + j;
+      float* a = acc + size_t(st) * d;
+      const float block_max = kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
+      // The reference max m moves (rescaling what was summed under it; 0 at the first block) only
+      // when a block's max exceeds it by more than kLazyMax: weights stay <= e^kLazyMax, far from
+      // overflow, and almost every rescale is skipped. The softmax does not depend on m.
+      if (block_max > m[st] + kLazyMax) {
+        const float f = std::exp(m[st] - block_max);
+        l[st] *= f;
+        scale_into(a, a, f, d);
+        m[st] = block_max;
+      }
+      l[st] += kernels.exp_sum(s, nt, m[st]);
+      kn.accum(a, s, vb, kv.token_stride, nt, d);
+    }
+  };
+  int64_t max_pos = -1;
+  for (uint32_t i = it.r0; i < it.r1; ++i) max_pos = std::max(max_pos, view(i).through);
   const int32_t* table = b.block_tables[it.seq];
-  for (uint32_t blk = 0; blk <= max_pos / bs; ++blk) {
-    const uint32_t p0 = blk * bs;
+  for (int64_t blk = 0; max_pos >= 0 && blk <= max_pos / bs; ++blk) {
+    const int64_t p0 = blk * bs;
     const char* kb = sdk::kv_head_bytes(kv, kv.k_base, b.layer, table[blk], 0, it.kvh);
     const char* vb = sdk::kv_head_bytes(kv, kv.v_base, b.layer, table[blk], 0, it.kvh);
     if (blk < max_pos / bs) prefetch_block(kv, b.layer, table[blk + 1], it.kvh);
     for (uint32_t r = 0; r < n_rows; ++r) {
-      const uint32_t pos = uint32_t(b.positions[it.r0 + r]);
+      const int64_t pos = view(it.r0 + r).through;
       if (pos < p0) continue;  // causal: this row ends before the block
-      const uint32_t nt = std::min(bs, pos - p0 + 1);
-      const float* q = b.q + int64_t(it.r0 + r) * b.q_row_stride + int64_t(it.kvh) * group * d;
-      for (uint32_t j = 0; j < group; ++j) {
-        const uint32_t st = r * group + j;
-        float* a = acc + size_t(st) * d;
-        const float block_max = kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
-        // The reference max m moves (rescaling what was summed under it; 0 at the first block) only
-        // when a block's max exceeds it by more than kLazyMax: weights stay <= e^kLazyMax, far from
-        // overflow, and almost every rescale is skipped. The softmax does not depend on m.
-        if (block_max > m[st] + kLazyMax) {
-          const float f = std::exp(m[st] - block_max);
-          l[st] *= f;
-          scale_into(a, a, f, d);
-          m[st] = block_max;
-        }
-        l[st] += kernels.exp_sum(s, nt, m[st]);
-        kn.accum(a, s, vb, kv.token_stride, nt, d);
-      }
+      take(r, kb, vb, uint32_t(std::min<int64_t>(bs, pos - p0 + 1)));
+    }
+  }
+  for (uint32_t r = 0; tree && r < n_rows; ++r) {  // tree attention: the row's other ancestors and itself
+    const RowView v = view(it.r0 + r);
+    for (uint32_t e = 0; e < v.n_extra; ++e) {
+      const uint32_t p = v.extra[e];
+      take(r, sdk::kv_head_bytes(kv, kv.k_base, b.layer, table[p / bs], p % bs, it.kvh),
+           sdk::kv_head_bytes(kv, kv.v_base, b.layer, table[p / bs], p % bs, it.kvh), 1);
     }
   }
   for (uint32_t r = 0; r < n_rows; ++r) {
@@ -171,6 +203,20 @@ th_status forward(th_instance* instance, const th_attention_batch* batch, th_err
     const uint64_t per_head_items = (want_items + b.n_kv_heads - 1) / b.n_kv_heads;
     if (n_threads > 1 && b.n_tokens > 0 && uint64_t(b.n_tokens) / chunk < per_head_items) {
       chunk = uint32_t(std::max<uint64_t>(1, b.n_tokens / per_head_items));
+    }
+
+    self.through.clear();
+    self.extra_start.clear();
+    self.extra.clear();
+    if (sdk::row_parent(b) != nullptr) {
+      std::vector<uint32_t> extra;
+      self.extra_start.push_back(0);
+      for (uint32_t s = 0; s < b.n_seqs; ++s)
+        for (uint32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
+          self.through.push_back(sdk::tree_visible(b, s, i, extra));
+          self.extra.insert(self.extra.end(), extra.begin(), extra.end());
+          self.extra_start.push_back(uint32_t(self.extra.size()));
+        }
     }
 
     std::vector<Item>& items = self.items;
@@ -205,7 +251,7 @@ th_status forward(th_instance* instance, const th_attention_batch* batch, th_err
       for (size_t p = first; p < last; ++p)
         for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < items.size();
              i = next.fetch_add(1, std::memory_order_relaxed)) {
-          run_item(b, self.kernels, items[i], self.scratch[p]);
+          run_item(b, self.kernels, items[i], self.scratch[p], self);
         }
     };
     if (parallel) {

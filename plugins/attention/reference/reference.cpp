@@ -1,6 +1,7 @@
 // attention.reference: the conformance oracle for attention plugins.
 //
-// Causal scaled-dot-product attention over a ragged batch, read from the paged KV cache through
+// Causal scaled-dot-product attention over a ragged batch (or, under row_parent, over each row's
+// ancestors: sdk::tree_visible), read from the paged KV cache through
 // th_kv_layout (f32 or f16 elements), with plain loops and double accumulation. Slow on purpose: it is what every other
 // attention plugin is measured against, so it favours obvious correctness and full input validation.
 #include <tokenhost/plugin.hpp>
@@ -50,6 +51,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
     const uint32_t group = b.n_heads / b.n_kv_heads;
     const uint32_t d = b.head_dim;
     std::vector<double> scores;
+    std::vector<uint32_t> extra, visible;  // the positions a row attends to
     std::vector<double> acc(d);
     std::vector<float> kv_row(d);
     auto load = [&](const void* base, const int32_t* table, uint32_t p, uint32_t kvh) {
@@ -60,14 +62,18 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
     for (uint32_t s = 0; s < b.n_seqs; ++s) {
       const int32_t* table = b.block_tables[s];
       for (uint32_t i = b.seq_start[s]; i < b.seq_start[s + 1]; ++i) {
-        const uint32_t n_pos = uint32_t(b.positions[i]) + 1;
+        const int64_t through = sdk::tree_visible(b, s, i, extra);
+        visible.clear();
+        for (int64_t p = 0; p <= through; ++p) visible.push_back(uint32_t(p));
+        visible.insert(visible.end(), extra.begin(), extra.end());
+        const uint32_t n_pos = uint32_t(visible.size());
         scores.assign(n_pos, 0.0);
         for (uint32_t h = 0; h < b.n_heads; ++h) {
           const uint32_t kvh = h / group;
           const float* q = b.q + int64_t(i) * b.q_row_stride + int64_t(h) * d;
           double max_score = -INFINITY;
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* k = load(b.kv->k_base, table, p, kvh);
+            const float* k = load(b.kv->k_base, table, visible[p], kvh);
             double dot = 0.0;
             for (uint32_t e = 0; e < d; ++e) dot += double(q[e]) * double(k[e]);
             scores[p] = double(b.scale) * dot;
@@ -80,7 +86,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
           }
           acc.assign(d, 0.0);
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* v = load(b.kv->v_base, table, p, kvh);
+            const float* v = load(b.kv->v_base, table, visible[p], kvh);
             for (uint32_t e = 0; e < d; ++e) acc[e] += scores[p] * double(v[e]);
           }
           float* out = b.out + int64_t(i) * b.out_row_stride + int64_t(h) * d;

@@ -9,6 +9,7 @@
 //   - sdk::attention_cpu_refusals(): why a CPU-only attention plugin that computes in f32 over the KV
 //     dtypes it lists cannot serve a model (attention_f32_cpu_refusals(): over f32 only);
 //   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message;
+//   - sdk::row_parent() / tree_visible(): a batch's tree of rows (ABI 1.4) and the positions a row sees;
 //   - sdk::batch_device() / kv_layout_device(): where a batch and a KV layout live (ABI 1.2 members,
 //     read only when their struct_size covers them).
 #ifndef TOKENHOST_PLUGIN_KV_HPP
@@ -17,6 +18,7 @@
 #include <tokenhost/fp16.hpp>
 #include <tokenhost/tokenhost.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -124,6 +126,31 @@ inline th_device_kind kv_layout_device(const th_kv_layout& kv) {
   return TH_HAS_MEMBER(&kv, th_kv_layout, device) ? kv.device : th_device_kind(TH_DEVICE_CPU);
 }
 
+// The batch's tree of rows (ABI 1.4), or NULL: a batch from an older host has no such member.
+inline const int32_t* row_parent(const th_attention_batch& b) {
+  return TH_HAS_MEMBER(&b, th_attention_batch, row_parent) ? b.row_parent : nullptr;
+}
+
+// The positions row i (of sequence s) attends to: every position through `through` (inclusive; -1 for
+// none), then the positions in `extra`, ascending, all beyond it. Causal rows (no row_parent): through
+// = positions[i], extra empty. Under row_parent, through ends the run of the sequence's first rows in
+// this batch that are all ancestors of i (a chain's rows: all of them), and extra holds the positions of
+// its other ancestors and its own. The batch must be valid (validate_attention_batch()).
+inline int64_t tree_visible(const th_attention_batch& b, uint32_t s, uint32_t i, std::vector<uint32_t>& extra) {
+  extra.clear();
+  const int32_t* parent = row_parent(b);
+  if (parent == nullptr) return b.positions[i];
+  for (int64_t r = i; r >= 0; r = parent[r]) extra.push_back(uint32_t(r));  // i's path, upward
+  std::reverse(extra.begin(), extra.end());
+  const uint32_t first = b.seq_start[s];
+  size_t k = 0;
+  while (k < extra.size() && extra[k] == first + k) ++k;
+  const int64_t through = int64_t(b.positions[first]) - 1 + int64_t(k);
+  extra.erase(extra.begin(), extra.begin() + long(k));
+  for (auto& r : extra) r = uint32_t(b.positions[r]);
+  return through;
+}
+
 // attention_cpu_refusals over an f32 KV cache only.
 inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& m, const th_device* device) {
   return attention_cpu_refusals(m, device, {TH_DTYPE_F32});
@@ -131,7 +158,8 @@ inline std::vector<std::string> attention_f32_cpu_refusals(const th_model_info& 
 
 // Checks everything an attention forward() over a KV cache of one of kv_dtypes reads, before any output
 // is written: pointers, head counts, row strides, the KV layout against the batch, seq_start, every
-// block table entry against the pool and every position against its sequence's kv_len. Returns ""
+// block table entry against the pool, every position against its sequence's kv_len and, under
+// row_parent (ABI 1.4), every parent and the rows' consecutive positions. Returns ""
 // when the batch is valid, otherwise what is wrong (without a plugin prefix; forward() answers it with
 // TH_ERR_INVALID_ARGUMENT).
 inline std::string validate_attention_batch(const th_attention_batch* batch,
@@ -189,6 +217,19 @@ inline std::string validate_attention_batch(const th_attention_batch* batch,
       if (b.positions[i] < 0 || uint32_t(b.positions[i]) >= b.kv_len[s]) {
         return "sequence " + str(s) + ": row " + str(i) + " has position " + str(b.positions[i]) +
                ", outside [0, kv_len = " + str(b.kv_len[s]) + ")";
+      }
+    }
+    if (const int32_t* parent = row_parent(b)) {
+      const uint32_t first = b.seq_start[s];
+      for (uint32_t i = first; i < b.seq_start[s + 1]; ++i) {
+        if (parent[i] != -1 && (parent[i] < int32_t(first) || parent[i] >= int32_t(i))) {
+          return "sequence " + str(s) + ": row " + str(i) + " has parent " + str(parent[i]) +
+                 ", neither -1 nor an earlier row of its sequence (rows " + str(first) + " to " + str(i) + ")";
+        }
+        if (int64_t(b.positions[i]) != int64_t(b.positions[first]) + (i - first)) {
+          return "sequence " + str(s) + ": with row_parent its rows hold consecutive positions; row " + str(i) +
+                 " has " + str(b.positions[i]) + ", not " + str(int64_t(b.positions[first]) + (i - first));
+        }
       }
     }
   }

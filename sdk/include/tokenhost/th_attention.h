@@ -52,6 +52,19 @@ typedef struct th_attention_batch {
    * Host 1.2 only runs CPU engines and sets TH_DEVICE_CPU, 0. */
   th_device_kind device;
   int32_t device_index;
+
+  /* ABI 1.4. Tree attention, to verify a tree of draft tokens in one step. NULL: every row is causal as
+   * above. Else [n_tokens], same device as positions: row_parent[i] is -1 or the index of an earlier row
+   * of the same sequence, its parent; row i then attends to the positions before its sequence's first
+   * row in this batch, to its own position and to its ancestors' (the rows reached by following
+   * row_parent), and to no other row of this batch. The rows of a sequence hold consecutive positions
+   * (positions[i + 1] = positions[i] + 1 within a sequence: a position is a row's place in the cache,
+   * not its token's place in the text, which rotary embeddings, applied by the host, already carry). A
+   * chain (row_parent[i] = i - 1, -1 at each sequence's first row) is plain causal attention.
+   * Host 1.4 sets it only in steps that verify a tree of draft tokens, and only for attention plugins
+   * built against 1.4 or later (others get the tree's first chain); sdk::validate_attention_batch()
+   * checks it and sdk::tree_visible() says which positions a row sees. */
+  const int32_t *row_parent;
 } th_attention_batch;
 
 typedef struct th_attention_vtable {

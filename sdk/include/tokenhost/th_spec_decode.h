@@ -78,9 +78,12 @@ typedef struct th_spec_decode_vtable {
    * (host 1.4 asks for 4). The host verifies every draft in that step and keeps the longest
    * run the target's own sampling agrees with, so output is exactly plain decoding's whatever is
    * proposed (or, for drafts with their distributions written, follows the target's distribution:
-   * see dist_capacity). Host 1.4 takes chains only: a draft ends at its first entry whose parent is
-   * not the entry before it, or whose token is outside the vocabulary. A call that fails costs that
-   * step its drafts, nothing else. */
+   * see dist_capacity). Host 1.4 takes chains and trees: a draft ends at its first entry whose parent
+   * is neither -1 nor an earlier entry, or whose token is outside the vocabulary. A tree is verified
+   * in one step under tree attention (each token sees its ancestors only; an attention plugin built
+   * before 1.4 gets the tree's leading chain), along the first child whose token the target's own
+   * sampling gives, by exact match (written distributions count for chains only). A call that fails
+   * costs that step its drafts, nothing else. */
   th_status (*propose)(th_instance *instance, const th_spec_propose_args *args, th_error *err);
   /* Told that n_accepted of the n_proposed draft tokens of seq_id were kept (along the accepted path).
    * OPTIONAL (may be NULL). Called after each verified draft (n_proposed counts what the host kept of

@@ -99,6 +99,11 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
     // kvcache.paged, which rolls rejected ones back (ABI 1.4).
     REQUIRE(server->status()["engines"][0]["speculation"]["enabled"] == true);
     REQUIRE(server->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
+    // Draft trees with an attention plugin built before row_parent (1.4): each tree's leading chain
+    // (spec_decode.tree's is its wrong first token alone) is verified, under causal attention.
+    REQUIRE_THAT(server->set_slot("main", "spec_decode", server->register_plugin(fixture_dir() + "/spec_tree/plugin.toml"), {}),
+                 Contains("spec_decode.tree"));
+    REQUIRE(outputs(*server) == expected);
     // The kvcache's layout, filled by a plugin that knows no `device` member (ABI 1.2), is followed in
     // its memory by a non-zero pointer: a host that read past its struct_size would take the pool for
     // device memory and refuse it.

@@ -13,25 +13,28 @@ using namespace tokenhost::testing;
 
 namespace {
 
-double goodput(const std::vector<double>& alpha, const std::vector<uint32_t>& k, double base_tokens, double base_rows, double a,
-               double b) {
-  double tokens = base_tokens, rows = base_rows;
+using Cost = std::function<double(uint32_t)>;
+
+double goodput(const std::vector<double>& alpha, const std::vector<uint32_t>& k, double base_tokens, uint32_t base_rows,
+               const Cost& cost) {
+  double tokens = base_tokens;
+  uint32_t rows = base_rows;
   for (size_t i = 0; i < k.size(); ++i) {
     double p = 1;
     for (uint32_t j = 1; j <= k[i]; ++j) tokens += p *= alpha[i];
     rows += k[i];
   }
-  return tokens / (a + b * rows);
+  return tokens / cost(rows);
 }
 
 // The best goodput over every k with k[i] <= caps[i].
-double brute_force_best(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens, double base_rows,
-                        double a, double b) {
+double brute_force_best(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens, uint32_t base_rows,
+                        const Cost& cost) {
   std::vector<uint32_t> k(caps.size(), 0);
   double best = 0;
   std::function<void(size_t)> walk = [&](size_t i) {
     if (i == caps.size()) {
-      best = std::max(best, goodput(alpha, k, base_tokens, base_rows, a, b));
+      best = std::max(best, goodput(alpha, k, base_tokens, base_rows, cost));
       return;
     }
     for (k[i] = 0; k[i] <= caps[i]; ++k[i]) walk(i + 1);
@@ -43,7 +46,7 @@ double brute_force_best(const std::vector<double>& alpha, const std::vector<uint
 
 }  // namespace
 
-TEST_CASE("best_draft_lengths reaches the brute force's goodput on random steps", "[draft_controller]") {
+TEST_CASE("best_draft_lengths reaches the brute force's goodput on random steps and step costs", "[draft_controller]") {
   auto rng = fresh_rng("best_draft_lengths");
   std::uniform_real_distribution<double> unit(0, 1);
   for (int trial = 0; trial < 400; ++trial) {
@@ -55,13 +58,19 @@ TEST_CASE("best_draft_lengths reaches the brute force's goodput on random steps"
       alpha.push_back(kind == 0 ? 0.0 : kind == 1 ? 1.0 : unit(rng));
       caps.push_back(uint32_t(rng() % 6));
     }
-    const double base_tokens = double(1 + rng() % n), base_rows = base_tokens + double(rng() % 20);
-    const double a = unit(rng) * 0.02, b = unit(rng) * 0.004;
-    const auto k = best_draft_lengths(alpha, caps, base_tokens, base_rows, a, b);
+    const double base_tokens = double(1 + rng() % n);
+    const uint32_t base_rows = uint32_t(base_tokens) + uint32_t(rng() % 20);
+    // A line, or (every other trial) a line with a random step up at each row count, as kernels that
+    // take rows in groups make it.
+    const double a = 0.001 + unit(rng) * 0.02, b = unit(rng) * 0.004;
+    std::vector<double> steps_up(64, 0.0);
+    for (size_t r = 1; r < steps_up.size(); ++r) steps_up[r] = steps_up[r - 1] + (trial % 2 ? unit(rng) * 0.01 : 0.0);
+    const Cost cost = [&](uint32_t rows) { return a + b * rows + steps_up.at(rows); };
+    const auto k = best_draft_lengths(alpha, caps, base_tokens, base_rows, cost);
     REQUIRE(k.size() == n);
     for (size_t i = 0; i < n; ++i) REQUIRE(k[i] <= caps[i]);
-    const double got = goodput(alpha, k, base_tokens, base_rows, a, b);
-    const double best = brute_force_best(alpha, caps, base_tokens, base_rows, a, b);
+    const double got = goodput(alpha, k, base_tokens, base_rows, cost);
+    const double best = brute_force_best(alpha, caps, base_tokens, base_rows, cost);
     INFO("trial " << trial << " n " << n << " a " << a << " b " << b);
     REQUIRE(got == Approx(best).epsilon(1e-9));
     for (size_t i = 0; i < n; ++i)
@@ -90,6 +99,18 @@ TEST_CASE("the adaptive controller drafts at one stream and not in a large batch
   for (uint64_t seq = 0; seq < 64; ++seq) many.push_back({seq, 4});
   const auto big = c.choose(many, 64, 64);  // 64 rows cost 74 ms: a row costs 0.86 of the tokens it yields
   for (uint32_t k : big) CHECK(k == 0);
+
+  // Where a row count was measured, its mean counts, not the line: a five-row step that costs as much
+  // as eight one-row steps makes a four-token draft at one stream not worth it.
+  DraftController steps(DraftPolicy::adaptive);
+  for (int i = 0; i < 50; ++i)
+    for (uint32_t rows : {1u, 2u, 3u, 4u, 8u}) steps.observe_step(rows, 0.010 + 0.001 * rows, rows > 1);
+  for (int d = 0; d < 20; ++d) steps.observe_draft(7, 4, 3);
+  REQUIRE(steps.choose({{7, 4}}, 1, 1)[0] == 4);  // every row count on the line: the whole draft pays
+  for (int i = 0; i < 3; ++i) steps.observe_step(5, 0.088, true);
+  CHECK(steps.step_cost(5) == Approx(0.088));
+  CHECK(steps.step_cost(6) == Approx(steps.cost_fixed() + 6 * steps.cost_per_row()));  // not measured: the line
+  CHECK(steps.choose({{7, 4}}, 1, 1)[0] == 3);
 
   DraftController fixed(DraftPolicy::fixed);
   CHECK(fixed.choose(many, 64, 64) == std::vector<uint32_t>(64, 4));

@@ -32,7 +32,7 @@ std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512, c
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
-plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled"]
+plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled", ")" + fixture_dir() + R"(/spec_tree"]
 
 [models.stories]
 source = "gguf"
@@ -118,11 +118,11 @@ double metric(Server& server, const std::string& name, const std::string& value,
 
 }  // namespace
 
-TEST_CASE("spec decode: with ngram or suffix drafts every request gives exactly plain decoding's tokens",
+TEST_CASE("spec decode: with ngram or suffix or tree drafts every request gives exactly plain decoding's tokens",
           "[server][spec_decode]") {
   auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
   SamplingParams greedy, sampled = all_options();
-  for (const char* plugin : {"spec_decode.ngram", "spec_decode.suffix"}) {
+  for (const char* plugin : {"spec_decode.ngram", "spec_decode.suffix", "spec_decode.tree"}) {
     INFO(plugin);
     auto spec = std::make_unique<Server>(
         read_deployment("spec.toml", stories_manifest(std::string("spec_decode = { plugin = \"") + plugin + "\" }\n")));
@@ -195,6 +195,32 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
   }
 }
 
+TEST_CASE("spec decode: draft trees are verified along their second branch through both attention plugins",
+          "[server][spec_decode]") {
+  // spec_decode.tree's first child is never the lookup's token: what is accepted comes from the second
+  // branch, whose keys and values the worker moves to the sequence's next positions after the step.
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  SamplingParams greedy;
+  const auto want = run_all(*plain, 160, greedy, false, [](GenerateRequest& r) { r.ignore_eos = true; });
+  for (const char* attention : {"attention.cpu_flash", "attention.reference"}) {
+    INFO(attention);
+    std::string manifest = stories_manifest("spec_decode = { plugin = \"spec_decode.tree\" }\n", 64);
+    manifest.replace(manifest.find("attention.cpu_flash"), std::string("attention.cpu_flash").size(), attention);
+    auto spec = std::make_unique<Server>(read_deployment("spec.toml", manifest));
+    for (bool concurrent : {false, true}) {
+      INFO((concurrent ? "concurrent" : "alone"));
+      require_same(run_all(*spec, 160, greedy, concurrent, [](GenerateRequest& r) { r.ignore_eos = true; }), want);
+    }
+    const auto engine = spec->status()["engines"][0];
+    INFO(engine["speculation"].dump() << " " << engine["kv_accounting"].dump());
+    // Two or more tokens of one draft accepted: only the second branch has a child to accept.
+    const double drafts = metric(*spec, "tokenhost_spec_accepted_length_count", "spec_decode.tree");
+    CHECK(drafts - metric(*spec, "tokenhost_spec_accepted_length_bucket", "1", "le") > 0);
+    CHECK(engine["kv_accounting"]["disagreements"] == 0);
+    CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 64; }));
+  }
+}
+
 TEST_CASE("spec decode: under the adaptive controller requests get plain decoding's tokens and the status shows its model",
           "[server][spec_decode]") {
   auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
@@ -215,6 +241,7 @@ TEST_CASE("spec decode: under the adaptive controller requests get plain decodin
   CHECK(speculation["controller"]["step_seconds_with_drafts"].get<double>() > 0);
   CHECK(speculation["controller"]["step_seconds_without_drafts"].get<double>() > 0);
   CHECK(speculation["controller"]["cost_per_row_s"].get<double>() > 0);
+  CHECK(speculation["controller"]["step_seconds_by_rows"].contains("1"));  // one stream decoding alone
   CHECK(metric(*spec, "tokenhost_spec_step_seconds", "with", "drafts") > 0);
   CHECK(metric(*spec, "tokenhost_spec_step_seconds", "without", "drafts") > 0);
 }
