@@ -56,9 +56,7 @@ extern "C" {
  *        th_spec_propose_args.seq_max_draft (each sequence's bound) and the draft distributions that
  *        opt a draft into speculative sampling (dist_capacity, dist_tokens, dist_probs, dist_len),
  *        th_sched_state.seq_draft and th_sched_decision.run_draft (draft tokens offered and granted),
- *        th_attention_batch.row_parent (tree attention: verifying a tree of draft tokens).
- *        Not frozen yet: members may still be appended to 1.4 until its headers are copied to
- *        tests/abi/1.4. */
+ *        th_attention_batch.row_parent (tree attention: verifying a tree of draft tokens). */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 4
 

@@ -127,9 +127,9 @@ TEST_CASE("loadgen: chunk reading: chat deltas, errors, malformed data", "[loadg
 }
 
 TEST_CASE("loadgen: request bodies", "[loadgen]") {
-  auto j = nlohmann::json::parse(request_body({false, "m", true, false}, "hello", 16));
+  auto j = nlohmann::json::parse(request_body({false, "m", true, false, ""}, "hello", 16));
   CHECK(j == nlohmann::json::parse(R"({"model":"m","prompt":"hello","max_tokens":16,"stream":true,"stream_options":{"include_usage":true}})"));
-  j = nlohmann::json::parse(request_body({true, "", false, true}, "hi", 4));
+  j = nlohmann::json::parse(request_body({true, "", false, true, ""}, "hi", 4));
   CHECK(j == nlohmann::json::parse(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":false,"ignore_eos":true})"));
   // --extra-body: its members added, replacing those of the same name.
   j = nlohmann::json::parse(request_body({false, "m", false, false, R"({"temperature": 0, "max_tokens": 9, "tokenhost": {"max_draft": 2}})"}, "x", 4));

@@ -118,7 +118,8 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
     REQUIRE(status["engines"][0]["kvcache"]["id"] == "kvcache.abi_" + abi.tag);
     REQUIRE(status["engines"][0]["attention"]["id"] == "attention.abi_" + abi.tag);
     REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 256);  // every sequence's blocks went back
-    // A kvcache built before ABI 1.4 has no seq_truncate: its engine keeps the proposer idle, and says why.
+    // A kvcache without seq_truncate (every minor's fixture: built before 1.4, or at 1.4 without this
+    // optional member): its engine keeps the proposer idle, and says why.
     REQUIRE(status["engines"][0]["speculation"]["enabled"] == false);
     REQUIRE(status["engines"][0]["speculation"]["drafts"] == 0);
     REQUIRE_THAT(status["engines"][0]["speculation"]["why_not"].get<std::string>(),
