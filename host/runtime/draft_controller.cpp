@@ -19,6 +19,10 @@ constexpr double kPriorRowShare = 0.1;
 // A row never costs less than this share of a mean step per row in the model: noise must not make
 // draft rows look free.
 constexpr double kMinRowShare = 0.01;
+// Drafts are verified only where the model predicts the step at least this much more goodput than
+// without them: its estimates are noisy, and rows cost the machine more than the worker's step time
+// (every token also goes through the engine and the gateway).
+constexpr double kMinPredictedGain = 0.05;
 // Steps of up to this many rows keep their mean cost per row count.
 constexpr uint32_t kMaxMeasuredRows = 1024;
 
@@ -38,7 +42,7 @@ bool parse_draft_policy(const std::string& name, DraftPolicy& out) {
 }
 
 std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
-                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost) {
+                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost, double min_gain) {
   // Every draft row on offer with its expected tokens: row j (from 1) of sequence i is worth alpha^j.
   struct Gain {
     double value;
@@ -60,11 +64,13 @@ std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const
   };
   double tokens = base_tokens, best = goodput(base_tokens, base_rows);
   size_t best_m = 0;
+  const double plain = best;
   for (size_t m = 1; m <= gains.size(); ++m) {
     tokens += gains[m - 1].value;
     const double g = goodput(tokens, base_rows + uint32_t(m));
     if (g > best * (1 + 1e-12)) best = g, best_m = m;
   }
+  if (best < plain * (1 + min_gain)) best_m = 0;
   std::vector<uint32_t> k(caps.size(), 0);
   for (size_t m = 0; m < best_m; ++m) ++k[gains[m].seq];
   return k;
@@ -86,7 +92,7 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
     }
     return envelope[rows - base_rows];
   };
-  return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost);
+  return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost, kMinPredictedGain);
 }
 
 void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) {
@@ -151,8 +157,28 @@ double DraftController::cost_fixed() const {
 }
 
 double DraftController::step_cost(uint32_t rows) const {
-  auto it = by_rows_.find(rows);
-  if (it != by_rows_.end() && it->second.weight >= 1.9) return it->second.mean();  // two steps or more
+  // The measured row counts nearest below and above (two steps or more each).
+  const std::pair<const uint32_t, Mean>*below = nullptr, *below2 = nullptr, *above = nullptr;
+  for (const auto& entry : by_rows_) {
+    if (entry.second.weight < 1.9) continue;
+    if (entry.first == rows) return entry.second.mean();
+    if (entry.first < rows) below2 = below, below = &entry;
+    else if (above == nullptr) above = &entry;
+  }
+  if (below != nullptr && above != nullptr) {  // between two measured counts: on the line joining them
+    const double f = double(rows - below->first) / double(above->first - below->first);
+    return below->second.mean() + f * (above->second.mean() - below->second.mean());
+  }
+  if (below != nullptr) {
+    // Past the largest measured count: from it, at the steeper of the fitted line's slope and the slope
+    // between it and the count before it. The line, fitted to every decode step, may come from another
+    // load (a few rows, where a row costs little); the local slope is what rows cost here.
+    double slope = cost_per_row();
+    if (below2 != nullptr)
+      slope = std::max(slope, (below->second.mean() - below2->second.mean()) / double(below->first - below2->first));
+    return below->second.mean() + slope * double(rows - below->first);
+  }
+  if (above != nullptr) return above->second.mean();  // fewer rows than any measured: at most that
   return cost_fixed() + cost_per_row() * rows;
 }
 

@@ -2,9 +2,10 @@
 // sequence one step verifies. Policy `fixed` verifies them all. Policy `adaptive` picks the lengths
 // that maximize the step's expected goodput (tokens out per second) from two measured things: each
 // sequence's acceptance rate (with the engine's pooled rate as its prior) and the cost of a decode step
-// as a function of its rows: the mean measured at that row count where there is one, else a line
-// a + b * rows fitted to every decode step (the matmul kernels take rows in groups, so a step of five
-// rows may cost far more than one of four: the line alone would miss that). A draft token is worth its
+// as a function of its rows: the mean measured at that row count where there is one, else from the
+// measured counts around it (the matmul kernels take rows in groups, so a step of five rows may cost
+// far more than one of four: one line would miss that), or a line a + b * rows fitted to every decode
+// step. Drafts are verified only where the predicted gain is at least 5%. A draft token is worth its
 // probability of being kept; it costs what its row adds to the step: as batches grow, a row's share of
 // the step grows and the controller drafts less, down to nothing, so that speculation does not make
 // the engine slower than plain decoding. Acceptance alone would not do (it stays flat while the best
@@ -31,10 +32,12 @@ bool parse_draft_policy(const std::string& name, DraftPolicy& out);
 // the expected tokens a step yields per second of it when the j-th draft token of sequence i is kept
 // with probability alpha[i]^j (each kept while the ones before it are). base_tokens: the tokens the
 // step yields without drafts; base_rows: its rows without drafts; cost: seconds of a step of that many
-// rows (> 0). Ties go to the fewer draft rows. Exact for any cost: each sequence's marginal gains fall
-// with j, so the best set of m draft rows is the m largest gains, and every m is tried.
+// rows (> 0). Ties go to the fewer draft rows, and no draft at all unless the best beats none by the
+// factor 1 + min_gain. Exact for any cost: each sequence's marginal gains fall with j, so the best set
+// of m draft rows is the m largest gains, and every m is tried.
 std::vector<uint32_t> best_draft_lengths(const std::vector<double>& alpha, const std::vector<uint32_t>& caps, double base_tokens,
-                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost);
+                                         uint32_t base_rows, const std::function<double(uint32_t rows)>& cost,
+                                         double min_gain = 0);
 
 class DraftController {
  public:
@@ -67,7 +70,9 @@ class DraftController {
   double pooled_acceptance() const;
   // The step cost model in seconds: the line's fit once steps of different row counts were seen, else
   // the prior (kPriorRowShare of the mean step per row); step_cost(rows): the mean measured at that row
-  // count when there is one (two steps or more), else the line.
+  // count when there is one (two steps or more); between measured counts on the line joining them;
+  // past the largest, from it at the steeper of the line's slope and the local one; below the
+  // smallest, that one's; with none measured, the line.
   double cost_fixed() const;
   double cost_per_row() const;
   bool cost_fitted() const;

@@ -109,8 +109,15 @@ TEST_CASE("the adaptive controller drafts at one stream and not in a large batch
   REQUIRE(steps.choose({{7, 4}}, 1, 1)[0] == 4);  // every row count on the line: the whole draft pays
   for (int i = 0; i < 3; ++i) steps.observe_step(5, 0.088, true);
   CHECK(steps.step_cost(5) == Approx(0.088));
-  CHECK(steps.step_cost(6) == Approx(steps.cost_fixed() + 6 * steps.cost_per_row()));  // not measured: the line
+  CHECK(steps.step_cost(6) == Approx(0.088 + (0.018 - 0.088) / 3));  // between measured counts: joining them
   CHECK(steps.choose({{7, 4}}, 1, 1)[0] == 3);
+  // Past the largest measured count, at the steeper of the line's slope and the local one: a large
+  // batch whose last rows cost 40 ms each does not get draft rows priced at the small-batch line's.
+  for (int i = 0; i < 2; ++i) steps.observe_step(63, 0.600, false), steps.observe_step(64, 0.640, false);
+  CHECK(steps.step_cost(66) == Approx(0.720));
+  std::vector<DraftController::Offer> batch;
+  for (uint64_t seq = 0; seq < 64; ++seq) batch.push_back({seq, 4});
+  for (uint32_t k : steps.choose(batch, 64, 64)) CHECK(k == 0);  // a row costs four tokens' worth: no draft pays
 
   DraftController fixed(DraftPolicy::fixed);
   CHECK(fixed.choose(many, 64, 64) == std::vector<uint32_t>(64, 4));
