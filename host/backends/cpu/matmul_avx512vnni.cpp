@@ -141,7 +141,10 @@ TH_VNNI void dot_pairs(const uint8_t* wp, size_t row_bytes, const QRows& x, size
   for (size_t i = 0; i < W * R; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    if constexpr (W == 1 && R < 4) prefetch_ahead(w[0] + b, 4 * sizeof(Block));  // 1-3 rows stream the weights
+    // Every kernel may be the first to pass a block of weight rows, streaming them from memory (a
+    // product of 4-7 rows is one group of four and 0-3 more): prefetch ahead for each row it reads.
+    #pragma GCC unroll 8
+    for (size_t i = 0; i < W; ++i) prefetch_ahead(w[i] + b, 4 * sizeof(Block));
     pair_vnni<Block, Pair, W, R>(w, x, nb, b, a0);
     pair_vnni<Block, Pair, W, R>(w, x, nb, b + 2, a1);
   }
