@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <tokenhost/plugin_kv.hpp>
+
 #include "actors/plugin_json.hpp"
 #include "model/quant.hpp"
 #include "actors/plugin_seconds.hpp"
@@ -70,10 +72,9 @@ void compact_tree_kv(const StepItem& item, const std::vector<uint32_t>& path, Pl
     throw_plugin_failure(kv, "seq_blocks", st, err);
   const uint32_t base = item.start + uint32_t(item.tokens.size()) - item.n_draft, bs = layout->block_size;
   const size_t bytes = quant::row_bytes(layout->dtype, layout->head_dim);
+  // The pools are the host's to write (th_kvcache.h); the address formula is the SDK's.
   auto at = [&](const void* pool, uint32_t l, uint32_t position, uint32_t h) {
-    return static_cast<char*>(const_cast<void*>(pool)) + int64_t(l) * layout->layer_stride +
-           int64_t(blocks[position / bs]) * layout->block_stride + int64_t(h) * layout->head_stride +
-           int64_t(position % bs) * layout->token_stride;
+    return const_cast<char*>(sdk::kv_head_bytes(*layout, pool, l, blocks[position / bs], position % bs, h));
   };
   for (uint32_t k = 0; k < path.size(); ++k) {
     if (path[k] == k) continue;

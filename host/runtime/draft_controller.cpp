@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <tuple>
 
 namespace tokenhost {
@@ -157,14 +158,16 @@ double DraftController::cost_fixed() const {
 }
 
 double DraftController::step_cost(uint32_t rows) const {
-  // The measured row counts nearest below and above (two steps or more each).
+  // The measured row counts (two steps or more each) nearest below and above, found from rows outward:
+  // this runs for every row count a step may reach.
+  auto measured = [](const std::pair<const uint32_t, Mean>& e) { return e.second.weight >= 1.9; };
   const std::pair<const uint32_t, Mean>*below = nullptr, *below2 = nullptr, *above = nullptr;
-  for (const auto& entry : by_rows_) {
-    if (entry.second.weight < 1.9) continue;
-    if (entry.first == rows) return entry.second.mean();
-    if (entry.first < rows) below2 = below, below = &entry;
-    else if (above == nullptr) above = &entry;
-  }
+  const auto from = by_rows_.lower_bound(rows);
+  for (auto it = from; it != by_rows_.end() && above == nullptr; ++it)
+    if (measured(*it)) above = &*it;
+  if (above != nullptr && above->first == rows) return above->second.mean();
+  for (auto it = std::make_reverse_iterator(from); it != by_rows_.rend() && below2 == nullptr; ++it)
+    if (measured(*it)) (below == nullptr ? below : below2) = &*it;
   if (below != nullptr && above != nullptr) {  // between two measured counts: on the line joining them
     const double f = double(rows - below->first) / double(above->first - below->first);
     return below->second.mean() + f * (above->second.mean() - below->second.mean());

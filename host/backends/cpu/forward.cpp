@@ -1,5 +1,7 @@
 #include "backends/cpu/forward.hpp"
 
+#include <tokenhost/plugin_kv.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -266,11 +268,11 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
         uint32_t pos = uint32_t(positions[r]);
         int32_t block = tables[row_seq[r]][pos / layout->block_size];
         uint32_t slot = pos % layout->block_size;
-        for (size_t h = 0; h < nkv; ++h) {
-          int64_t off = int64_t(l) * layout->layer_stride + int64_t(block) * layout->block_stride +
-                        int64_t(h) * layout->head_stride + int64_t(slot) * layout->token_stride;
-          quant::quantize_row(layout->dtype, kr + h * hd, static_cast<char*>(layout->k_base) + off, int64_t(hd));
-          quant::quantize_row(layout->dtype, vr + h * hd, static_cast<char*>(layout->v_base) + off, int64_t(hd));
+        for (uint32_t h = 0; h < nkv; ++h) {  // the pools are the host's to write (th_kvcache.h)
+          quant::quantize_row(layout->dtype, kr + h * hd, const_cast<char*>(sdk::kv_head_bytes(*layout, layout->k_base, l, block, slot, h)),
+                              int64_t(hd));
+          quant::quantize_row(layout->dtype, vr + h * hd, const_cast<char*>(sdk::kv_head_bytes(*layout, layout->v_base, l, block, slot, h)),
+                              int64_t(hd));
         }
       }
     });
