@@ -15,6 +15,7 @@
 #include "actors/plugin_seconds.hpp"
 #include "actors/speculation.hpp"
 #include "plugin/kind.hpp"
+#include "runtime/draft_sessions.hpp"
 
 namespace tokenhost {
 namespace {
@@ -381,6 +382,13 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                                {"reported_blocks", s.kv_reported},
                                                {"disagreements", s.kv_disagreements}}}};
         if (!s.init.no_speculation.empty()) j["speculation"]["why_not"] = s.init.no_speculation;
+        if (s.init.drafts) {  // the draft models its proposer opened sessions on, each with its KV pool
+          auto& models = j["speculation"]["draft_models"] = nlohmann::json::array();
+          for (const DraftModelStatus& d : s.init.drafts->status())
+            models.push_back({{"model", d.model}, {"n_layers", d.n_layers}, {"sessions", d.sessions},
+                              {"kv_blocks_used", d.blocks_used}, {"kv_blocks_total", d.blocks_total},
+                              {"tokens_drafted", d.tokens_drafted}, {"tokens_computed", d.tokens_computed}});
+        }
         for (const SlotInfo& slot : slot_table())  // each slot the engine owns, under its name (null: empty)
           if (slot.owner == SlotOwner::engine) j[slot.name] = plugin_json(*held(s.init, slot.name));
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())

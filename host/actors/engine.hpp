@@ -13,6 +13,8 @@
 
 namespace tokenhost {
 
+class DraftSessions;
+
 struct EngineInit {
   std::string name;
   std::string model;
@@ -30,6 +32,8 @@ struct EngineInit {
   std::string no_speculation;
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
+  // The engine's draft sessions (runtime/draft_sessions.hpp), for its admin status; may be NULL.
+  std::shared_ptr<DraftSessions> drafts;
   uint64_t kvcache_swap_requested_ns = 0;  // it replaces an engine for a kvcache swap asked for then
 };
 

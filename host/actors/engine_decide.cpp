@@ -29,18 +29,30 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
     if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
   }
   if (candidates.empty()) return;
+  // The controller keeps what pays of each draft: the step's rows and tokens without drafts against
+  // each draft's expected kept tokens. It chooses first on the bounds, so that a proposer whose drafts
+  // cost compute (a draft model) is asked only for what could be kept, then again on the drafts.
+  uint32_t base_rows = 0, base_tokens = 0;
+  for (const auto& item : batch.items) {
+    base_rows += uint32_t(item.tokens.size());
+    base_tokens += item.sample ? 1 : 0;
+  }
+  {
+    std::vector<DraftController::Offer> bounds;
+    for (const auto& c : candidates) bounds.push_back({batch.items[c.item].seq_id, c.max_draft});
+    const std::vector<uint32_t> ask = s.draft_control.choose(bounds, base_tokens, base_rows);
+    std::vector<DraftCandidate> asked;
+    for (size_t k = 0; k < candidates.size(); ++k)
+      if (ask[k] > 0) asked.push_back({candidates[k].item, candidates[k].tokens, ask[k]});
+    candidates = std::move(asked);
+  }
+  if (candidates.empty()) return;
   tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
-  // The controller keeps what pays of each draft: the step's rows and tokens without drafts against
-  // each draft's expected kept tokens.
   std::vector<DraftController::Offer> offers;
   std::vector<StepItem*> drafted;
-  uint32_t base_rows = 0, base_tokens = 0;
-  for (auto& item : batch.items) {
-    base_rows += uint32_t(item.tokens.size()) - item.n_draft;
-    base_tokens += item.sample ? 1 : 0;
+  for (auto& item : batch.items)
     if (item.n_draft > 0) offers.push_back({item.seq_id, item.n_draft}), drafted.push_back(&item);
-  }
   if (offers.empty()) return;
   const std::vector<uint32_t> keep = s.draft_control.choose(offers, base_tokens, base_rows);
   for (size_t k = 0; k < drafted.size(); ++k) drafted[k]->cut_draft(keep[k]);

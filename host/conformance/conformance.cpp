@@ -46,8 +46,10 @@ ModelSpec model_shape(uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, 
 }
 
 std::shared_ptr<PluginInstance> instance_for(PluginCatalog& catalog, const PluginManifest& plugin,
-                                             const ModelSpec& model, std::string& why) {
+                                             const ModelSpec& model, std::string& why,
+                                             std::shared_ptr<DraftSessionHost> drafts) {
   InstanceSpec spec;
+  spec.drafts = std::move(drafts);
   spec.engine = "conformance";
   spec.slot = kind_name(plugin.kind);
   spec.model = model;

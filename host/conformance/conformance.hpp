@@ -72,9 +72,10 @@ ModelSpec model_shape(uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, 
                       uint32_t n_experts = 0, uint32_t n_experts_used = 0);
 
 // An instance of the plugin for model (its plugin.toml defaults as config), or NULL with why set when
-// its check() refuses the model.
+// its check() refuses the model. drafts: the draft sessions it may open (spec_decode, ABI 1.5).
 std::shared_ptr<PluginInstance> instance_for(PluginCatalog& catalog, const PluginManifest& plugin,
-                                             const ModelSpec& model, std::string& why);
+                                             const ModelSpec& model, std::string& why,
+                                             std::shared_ptr<DraftSessionHost> drafts = nullptr);
 
 void attention_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);

@@ -1,16 +1,43 @@
 // spec_decode rules: drafts stay within max_draft (and, for 1.4 plugins, each sequence's seq_max_draft), form a
-// tree whose parents come first, and a distribution written beside a draft token is one that holds it.
+// tree whose parents come first, and a distribution written beside a draft token is one that holds it;
+// a proposer that drafts with a model (draft sessions, ABI 1.5) closes each sequence's session at its end.
 #include <algorithm>
 
+#include "backends/backend.hpp"
 #include "conformance/conformance.hpp"
+#include "plugin/catalog.hpp"
+#include "runtime/draft_sessions.hpp"
 #include "runtime/sampling.hpp"
+#include "runtime/synthetic_model.hpp"
 
 namespace tokenhost::conformance {
+namespace {
+
+// Draft sessions as an engine offers them to its proposer: the rules' model (synthetic weights) and any
+// model named in the plugin's config resolve to it, run through attention.reference and kvcache.paged.
+std::shared_ptr<DraftSessions> draft_sessions_for(const ModelSpec& model) {
+  auto catalog = std::make_shared<PluginCatalog>(default_plugin_paths());
+  catalog->scan();
+  auto weights = make_synthetic_weights(model, 7);
+  DraftSessionsInit d;
+  d.engine = "conformance";
+  d.model = model.name;
+  d.backend = find_backend("cpu");
+  d.kv_dtype = model.info.kv_dtype;
+  d.weights = [weights](const std::string&) { return weights; };
+  d.make_instance = [catalog](const std::string& slot, const ModelSpec& spec) {
+    return instantiate(*catalog, slot == "attention" ? "attention.reference" : "kvcache.paged", "conformance", spec);
+  };
+  return std::make_shared<DraftSessions>(std::move(d));
+}
+
+}  // namespace
 
 void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
   std::string why;
   const ModelSpec model = model_shape(4, 2, 16, TH_DTYPE_F16);
-  auto inst = instance_for(catalog, plugin, model, why);
+  auto drafts = draft_sessions_for(model);
+  auto inst = instance_for(catalog, plugin, model, why, drafts);
   if (!inst) {
     r.not_applicable("spec_decode.drafts_valid", "check() refuses the model: " + why);
     return;
@@ -81,6 +108,19 @@ void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng
       }
       if (inst->fn(&th_spec_decode_vtable::seq_end))
         for (uint32_t s = 0; s < n_seqs; ++s) inst->call(&th_spec_decode_vtable::seq_end, "seq_end", inst->handle(), uint64_t(1 + s));
+    }
+  });
+  const auto pools = drafts->status();
+  if (pools.empty()) {
+    r.not_applicable("spec_decode.draft_sessions_closed", "the plugin opened no draft session (ABI 1.5)");
+    return;
+  }
+  r.rule("spec_decode.draft_sessions_closed", [&] {
+    // Every sequence above ended (seq_end): no session of it may stay open, no KV block held.
+    for (const DraftModelStatus& p : drafts->status()) {
+      expect(p.sessions == 0, "draft model " + p.model + ": " + std::to_string(p.sessions) + " session(s) still open after every sequence ended");
+      expect(p.blocks_used == 0, "draft model " + p.model + ": " + std::to_string(p.blocks_used) + " KV block(s) still in use after every sequence ended");
+      expect(p.tokens_drafted > 0, "draft model " + p.model + ": sessions were opened but nothing was drafted");
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,13 @@ std::string th_error::text() const {
 }
 
 th_host_ctx::~th_host_ctx() {
+  if (!draft_sessions.empty())
+    spdlog::warn("plugin {} ({}/{}) left {} draft session(s) open; closed on destroy", plugin_id, engine, slot,
+                 draft_sessions.size());
+  for (auto& [handle, session] : draft_sessions) {
+    drafts->close(session->id);
+    tokenhost::forget_draft_handle(handle);
+  }
   for (auto& [ptr, where] : allocations) {
     spdlog::warn("plugin {} ({}/{}) leaked {} bytes; freed on destroy", plugin_id, engine, slot, where.second);
     tokenhost::device_free(where.first, ptr);
@@ -25,6 +33,19 @@ th_host_ctx::~th_host_ctx() {
 }
 
 namespace tokenhost {
+namespace {
+
+// Every open session's handle: a handle is looked up here before it is read (a plugin may pass anything).
+std::mutex g_draft_handles_mutex;
+std::set<const th_draft_session*> g_draft_handles;
+
+}  // namespace
+
+void forget_draft_handle(const th_draft_session* handle) {
+  std::lock_guard lock(g_draft_handles_mutex);
+  g_draft_handles.erase(handle);
+}
+
 namespace {
 
 void api_error_set(th_error* err, const char* message) {
@@ -214,12 +235,89 @@ void api_parallel_for(th_host_ctx*, size_t n, size_t grain, uint32_t max_threads
 
 uint32_t api_compute_threads(th_host_ctx*) { return uint32_t(compute_pool().threads()); }
 
+// Draft sessions (ABI 1.5): checked here (the calling instance's own sessions), run by ctx->drafts.
+th_status draft_refuse(th_error* err, th_status status, const std::string& why) {
+  api_error_set(err, why.c_str());
+  return status;
+}
+
+th_status api_draft_open(th_host_ctx* ctx, const th_draft_open_args* args, th_draft_session** out, th_error* err) {
+  if (out != nullptr) *out = nullptr;
+  if (ctx == nullptr || !ctx->drafts)
+    return draft_refuse(err, TH_ERR_UNSUPPORTED, "draft_open: this host offers draft sessions to spec_decode instances of an engine only");
+  if (args == nullptr || out == nullptr || args->struct_size < TH_SIZE_THROUGH(th_draft_open_args, n_layers))
+    return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_open: NULL or short arguments");
+  uint64_t id = 0;
+  std::string why;
+  if (th_status s = ctx->drafts->open(*args, id, why)) return draft_refuse(err, s, "draft_open: " + why);
+  auto session = std::make_unique<th_draft_session>(th_draft_session{ctx, id});
+  *out = session.get();
+  {
+    std::lock_guard lock(g_draft_handles_mutex);
+    g_draft_handles.insert(session.get());
+  }
+  ctx->draft_sessions.emplace(session.get(), std::move(session));
+  return TH_OK;
+}
+
+bool draft_known(th_draft_session* session) {
+  std::lock_guard lock(g_draft_handles_mutex);
+  return g_draft_handles.count(session) > 0;
+}
+
+th_status api_draft_append(th_draft_session* session, const int32_t* tokens, uint32_t n, th_error* err) {
+  if (!draft_known(session)) return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_append: not an open draft session");
+  if (n > 0 && tokens == nullptr) return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_append: NULL tokens");
+  std::string why;
+  if (th_status s = session->ctx->drafts->append(session->id, tokens, n, why)) return draft_refuse(err, s, "draft_append: " + why);
+  return TH_OK;
+}
+
+th_status api_draft_rollback(th_draft_session* session, uint32_t n, th_error* err) {
+  if (!draft_known(session)) return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_rollback: not an open draft session");
+  std::string why;
+  if (th_status s = session->ctx->drafts->rollback(session->id, n, why)) return draft_refuse(err, s, "draft_rollback: " + why);
+  return TH_OK;
+}
+
+th_status api_draft_run(th_host_ctx* ctx, const th_draft_run_args* args, th_error* err) {
+  if (ctx == nullptr || !ctx->drafts)
+    return draft_refuse(err, TH_ERR_UNSUPPORTED, "draft_run: this host offers draft sessions to spec_decode instances of an engine only");
+  if (args == nullptr || args->struct_size < TH_SIZE_THROUGH(th_draft_run_args, n_written))
+    return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_run: NULL or short arguments");
+  if (args->n_sessions == 0) return TH_OK;
+  if (args->sessions == nullptr || args->n_draft == nullptr || args->tokens == nullptr || args->n_written == nullptr)
+    return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_run: a NULL array");
+  std::vector<uint64_t> ids;
+  for (uint32_t k = 0; k < args->n_sessions; ++k) {
+    th_draft_session* s = args->sessions[k];
+    if (!draft_known(s) || s->ctx != ctx)
+      return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "draft_run: sessions[" + std::to_string(k) + "] is not a draft session this instance has open");
+    ids.push_back(s->id);
+  }
+  std::string why;
+  if (th_status s = ctx->drafts->run(ids, *args, why)) return draft_refuse(err, s, "draft_run: " + why);
+  return TH_OK;
+}
+
+void api_draft_close(th_draft_session* session) {
+  if (!draft_known(session)) {
+    if (session != nullptr) spdlog::error("draft_close of a handle that is not an open draft session; ignored");
+    return;
+  }
+  th_host_ctx* ctx = session->ctx;
+  ctx->drafts->close(session->id);
+  forget_draft_handle(session);
+  ctx->draft_sessions.erase(session);
+}
+
 const th_host_api kHostApi = {
     sizeof(th_host_api),   TH_ABI_VERSION_MAJOR,  TH_ABI_VERSION_MINOR,  TOKENHOST_VERSION,
     api_error_set,         api_log,               api_config_get_int,    api_config_get_double,
     api_config_get_bool,   api_config_get_string, api_metric_create,     api_metric_add,
     api_metric_set,        api_metric_observe,    api_mem_alloc,         api_mem_free,
-    api_model_run,         api_parallel_for,      api_compute_threads,
+    api_model_run,         api_parallel_for,      api_compute_threads,   api_draft_open,
+    api_draft_append,      api_draft_rollback,    api_draft_run,         api_draft_close,
 };
 
 }  // namespace

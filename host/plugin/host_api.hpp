@@ -24,6 +24,31 @@ struct th_config {
   toml::table table;
 };
 
+namespace tokenhost {
+
+// The host's side of draft sessions (th_host_api.draft_*, ABI 1.5): the runtime implements it
+// (runtime/draft_sessions.hpp), one per engine, and the server gives it to the instances of the engine's
+// spec_decode slot. Sessions are numbers; the host API checks that a session is the calling instance's
+// before it gets here. Each call returns TH_OK or a status with `why` set.
+class DraftSessionHost {
+ public:
+  virtual ~DraftSessionHost() = default;
+  virtual th_status open(const th_draft_open_args& args, uint64_t& session, std::string& why) = 0;
+  virtual th_status append(uint64_t session, const int32_t* tokens, uint32_t n, std::string& why) = 0;
+  virtual th_status rollback(uint64_t session, uint32_t n, std::string& why) = 0;
+  // sessions[k] for args' session k (args.sessions is the plugin's handles).
+  virtual th_status run(const std::vector<uint64_t>& sessions, const th_draft_run_args& args, std::string& why) = 0;
+  virtual void close(uint64_t session) = 0;
+};
+
+}  // namespace tokenhost
+
+// A draft session as a plugin holds it.
+struct th_draft_session {
+  th_host_ctx* ctx;
+  uint64_t id;
+};
+
 struct th_metric {
   tokenhost::metrics::Family* family;
   th_host_ctx* ctx;
@@ -39,11 +64,17 @@ struct th_host_ctx {
   std::mutex alloc_mutex;
   std::map<void*, std::pair<th_device_kind, size_t>> allocations;  // live allocations of the instance
   size_t bytes_allocated = 0;
+  // Draft sessions (ABI 1.5): NULL for instances that get none; the sessions the instance has open.
+  std::shared_ptr<tokenhost::DraftSessionHost> drafts;
+  std::map<th_draft_session*, std::unique_ptr<th_draft_session>> draft_sessions;
 
-  ~th_host_ctx();  // frees (and logs) allocations the plugin leaked
+  ~th_host_ctx();  // frees (and logs) allocations and draft sessions the plugin leaked
 };
 
 namespace tokenhost {
+
+// A draft session's handle is no longer valid (its instance closes it on destroy).
+void forget_draft_handle(const th_draft_session* handle);
 
 // The table handed to every plugin; static, valid for the whole process.
 const th_host_api* host_api();

@@ -69,6 +69,7 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   self->ctx_->engine = spec.engine;
   self->ctx_->slot = spec.slot;
   self->ctx_->metrics = spec.metrics;
+  self->ctx_->drafts = spec.drafts;
   self->config_.table = spec.config;
   th_model_info model = spec.model.to_abi();
   th_device device = device_abi(spec.device);

@@ -34,6 +34,8 @@ struct InstanceSpec {
   DeviceInfo device;
   toml::table config;        // defaults merged with settings (merge_plugin_config)
   metrics::Registry* metrics = nullptr;
+  // Draft sessions the instance may open (th_host_api.draft_*): an engine's spec_decode slot only.
+  std::shared_ptr<DraftSessionHost> drafts;
 };
 
 // Reasons the plugin of lib says it cannot serve spec (empty: it can). Throws nothing.

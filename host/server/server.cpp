@@ -14,6 +14,7 @@
 #include "actors/swap_latency.hpp"
 #include "actors/worker.hpp"
 #include "model/quant.hpp"
+#include "runtime/draft_sessions.hpp"
 #include "runtime/synthetic_model.hpp"
 #include "model/tokenizer.hpp"
 #include "plugin/kind.hpp"
@@ -113,6 +114,8 @@ std::shared_ptr<PluginInstance> Server::make_instance(const EngineDecl* engine, 
   spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
   spec.config = decl.config;
   spec.metrics = &metrics_;
+  if (engine != nullptr && slot == "spec_decode" && draft_sessions_.count(engine->name))
+    spec.drafts = draft_sessions_.at(engine->name);
   if (!library) {
     LoadReply loaded = load_library(decl.plugin);
     if (!loaded.library) throw PluginError(loaded.error);
@@ -148,6 +151,35 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
   w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
   if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
+  // Draft sessions for the proposers of the engine: draft models on its device, each with a KV pool
+  // made by its kvcache and attention plugins (the libraries loaded here; instances made on first use).
+  {
+    DraftSessionsInit d;
+    d.engine = name;
+    d.model = decl.model;
+    d.backend = w.backend;
+    d.kv_dtype = decl.kv_dtype;
+    d.weights = [this, own = placed, own_name = decl.model, device = decl.device](const std::string& m) {
+      return m == own_name ? own : draft_model_weights(m, device);
+    };
+    std::map<std::string, std::pair<std::shared_ptr<PluginLibrary>, SlotDecl>> slots;
+    for (const char* slot : {"attention", "kvcache"}) {
+      LoadReply loaded = load_library(decl.slots.at(slot).plugin);
+      if (!loaded.library) throw PluginError(loaded.error);
+      slots[slot] = {loaded.library, decl.slots.at(slot)};
+    }
+    d.make_instance = [this, slots, engine = name, device = decl.device](const std::string& slot, const ModelSpec& model) {
+      InstanceSpec spec;
+      spec.engine = engine;
+      spec.slot = slot;
+      spec.model = model;
+      spec.device = resolve_device(device);
+      spec.config = slots.at(slot).second.config;
+      spec.metrics = &metrics_;
+      return PluginInstance::create(slots.at(slot).first, spec);
+    };
+    draft_sessions_[name] = std::make_shared<DraftSessions>(std::move(d));
+  }
   EngineInit e;
   e.name = name;
   e.model = decl.model;
@@ -163,6 +195,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
     e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
   e.metrics = &metrics_;
+  e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));
   Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
@@ -178,6 +211,26 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   spdlog::info("engine {} ready: model {} on {}, {} KV cache", name, decl.model, decl.device,
                quant::dtype_name(decl.kv_dtype));
   return out;
+}
+
+std::shared_ptr<const ModelWeights> Server::draft_model_weights(const std::string& name, const std::string& device) {
+  auto decl = deployment_.models.find(name);
+  if (decl == deployment_.models.end()) return nullptr;
+  std::lock_guard lock(draft_weights_mutex_);
+  auto& placed = draft_weights_[{name, device}];
+  if (placed) return placed;
+  const ModelDecl& model = decl->second;
+  std::shared_ptr<const ModelWeights> weights;
+  if (model.loaded) {
+    weights = model.loaded->weights;
+  } else {
+    weights = make_synthetic_weights(model.spec, model.seed);
+  }
+  int32_t index = 0;
+  const Backend* backend = find_backend(device, &index);
+  placed = backend->place_weights(weights, index, model.placement);
+  spdlog::info("model {}: placed on {} as a draft model, {:.1f} MiB", name, device, double(weights->bytes) / (1 << 20));
+  return placed;
 }
 
 LoadReply Server::load_library(const std::string& id) {

@@ -24,6 +24,7 @@
 namespace tokenhost {
 
 class Tokenizer;
+class DraftSessions;
 
 // An admin operation that was refused: the HTTP status it maps to, and why. Nothing was changed.
 struct AdminError : std::runtime_error {
@@ -171,6 +172,14 @@ class Server {
   // As each device's backend computes with them, by (model, device): shared by the engines there.
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> placed_weights_;
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
+  // Draft sessions (th_host_api.draft_*) by engine: what the instances of its spec_decode slot draft
+  // with. Made with the engine (build_engine), replaced when it is rebuilt.
+  std::map<std::string, std::shared_ptr<DraftSessions>> draft_sessions_;
+  // A model of the deployment as a draft model, placed on a device: loaded (or generated) on first use,
+  // from any engine's thread. NULL when the deployment has no such model.
+  std::shared_ptr<const ModelWeights> draft_model_weights(const std::string& model, const std::string& device);
+  std::mutex draft_weights_mutex_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> draft_weights_;
   const ServedModel& default_model() const;
   std::vector<ServedModel> served_;
   std::map<std::string, Engine> engines_;  // taking requests, by name

@@ -120,7 +120,7 @@ TH_PIN_OFFSET(th_model_run_result, struct_size, 0);
 TH_PIN_OFFSET(th_model_run_result, tokens, 8);
 TH_PIN_OFFSET(th_model_run_result, capacity, 16);
 TH_PIN_OFFSET(th_model_run_result, n_tokens, 20);
-TH_PIN_SIZE(th_host_api, 136);
+TH_PIN_SIZE(th_host_api, 176);
 TH_PIN_OFFSET(th_host_api, struct_size, 0);
 TH_PIN_OFFSET(th_host_api, abi_major, 4);
 TH_PIN_OFFSET(th_host_api, abi_minor, 6);
@@ -140,6 +140,25 @@ TH_PIN_OFFSET(th_host_api, mem_free, 104);
 TH_PIN_OFFSET(th_host_api, model_run, 112);
 TH_PIN_OFFSET(th_host_api, parallel_for, 120); /* 1.1 */
 TH_PIN_OFFSET(th_host_api, compute_threads, 128); /* 1.1 */
+TH_PIN_OFFSET(th_host_api, draft_open, 136); /* 1.5 */
+TH_PIN_OFFSET(th_host_api, draft_append, 144); /* 1.5 */
+TH_PIN_OFFSET(th_host_api, draft_rollback, 152); /* 1.5 */
+TH_PIN_OFFSET(th_host_api, draft_run, 160); /* 1.5 */
+TH_PIN_OFFSET(th_host_api, draft_close, 168); /* 1.5 */
+TH_PIN_SIZE(th_draft_open_args, 24); /* 1.5 */
+TH_PIN_OFFSET(th_draft_open_args, struct_size, 0);
+TH_PIN_OFFSET(th_draft_open_args, model, 8);
+TH_PIN_OFFSET(th_draft_open_args, n_layers, 16);
+TH_PIN_SIZE(th_draft_run_args, 56); /* 1.5 */
+TH_PIN_OFFSET(th_draft_run_args, struct_size, 0);
+TH_PIN_OFFSET(th_draft_run_args, n_sessions, 4);
+TH_PIN_OFFSET(th_draft_run_args, sessions, 8);
+TH_PIN_OFFSET(th_draft_run_args, n_draft, 16);
+TH_PIN_OFFSET(th_draft_run_args, max_draft, 24);
+TH_PIN_OFFSET(th_draft_run_args, min_prob, 28);
+TH_PIN_OFFSET(th_draft_run_args, tokens, 32);
+TH_PIN_OFFSET(th_draft_run_args, probs, 40);
+TH_PIN_OFFSET(th_draft_run_args, n_written, 48);
 TH_PIN_SIZE(th_kv_layout, 136); /* 128 through ABI 1.1 */
 TH_PIN_OFFSET(th_kv_layout, struct_size, 0);
 TH_PIN_OFFSET(th_kv_layout, block_size, 4);

@@ -3,6 +3,8 @@
 #include <tokenhost/fp16.hpp>
 #include <tokenhost/plugin_kv.hpp>
 #include <tokenhost/plugin_sched.hpp>
+#include <tokenhost/plugin_spec.hpp>
+#include <tokenhost/plugin_draft.hpp>
 #include <tokenhost/tokenhost.h>
 
 #include <cstdio>

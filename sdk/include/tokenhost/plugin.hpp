@@ -188,6 +188,8 @@ class Config {
 };
 
 // A C++ class Impl as th_instance: Impl(const th_create_args&) may throw; its destructor frees all.
+// An Impl constructible from (const th_create_args&, th_error*) is given create()'s err too, to pass to
+// host calls it makes while it is built (their messages then reach the error create() reports).
 template <class Impl>
 Impl& self(th_instance* instance) {
   return *reinterpret_cast<Impl*>(instance);
@@ -196,7 +198,12 @@ Impl& self(th_instance* instance) {
 template <class Impl>
 th_status create_instance(const th_create_args* args, th_instance** out, th_error* err) noexcept {
   *out = nullptr;
-  return guard(err, [&] { *out = reinterpret_cast<th_instance*>(new Impl(*args)); });
+  return guard(err, [&] {
+    if constexpr (std::is_constructible_v<Impl, const th_create_args&, th_error*>)
+      *out = reinterpret_cast<th_instance*>(new Impl(*args, err));
+    else
+      *out = reinterpret_cast<th_instance*>(new Impl(*args));
+  });
 }
 
 template <class Impl>

@@ -56,9 +56,12 @@ extern "C" {
  *        th_spec_propose_args.seq_max_draft (each sequence's bound) and the draft distributions that
  *        opt a draft into speculative sampling (dist_capacity, dist_tokens, dist_probs, dist_len),
  *        th_sched_state.seq_draft and th_sched_decision.run_draft (draft tokens offered and granted),
- *        th_attention_batch.row_parent (tree attention: verifying a tree of draft tokens). */
+ *        th_attention_batch.row_parent (tree attention: verifying a tree of draft tokens).
+ *   1.5  draft sessions: appended th_host_api.draft_open, draft_append, draft_rollback, draft_run and
+ *        draft_close (a proposer runs another model of the deployment, or the engine's own first
+ *        layers, with a KV cache the host keeps per session). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 4
+#define TH_ABI_VERSION_MINOR 5
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

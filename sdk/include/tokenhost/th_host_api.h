@@ -61,6 +61,41 @@ typedef struct th_model_run_result {
   uint32_t n_tokens;      /* out: tokens written */
 } th_model_run_result;
 
+/* ---- draft sessions (ABI 1.5) ----
+ * A draft session is one sequence of a model the host runs for a plugin: a speculative decoding
+ * proposer's draft model, or the engine's own model cut after its first layers (self-speculation). The
+ * plugin appends the sequence's tokens, asks for the model's greedy continuation (draft_run, many
+ * sessions in one batched call), and rolls back what the target rejected. The host keeps each
+ * session's keys and values in a KV pool of its own per engine and draft model, made with the engine's
+ * kvcache and attention plugins and kv_dtype, and runs the model on the engine's device and compute
+ * threads. Drafted tokens' keys and values are kept past the session's tokens: appending the ones the
+ * target accepted reuses them instead of computing them again. */
+typedef struct th_draft_session th_draft_session; /* OWNERSHIP: the host's, until draft_close */
+
+typedef struct th_draft_open_args {
+  uint32_t struct_size;
+  const char *model;  /* a model of the deployment ([models.X]) with the engine's vocabulary size;
+                       * NULL or "": the engine's own model */
+  uint32_t n_layers;  /* 0: every layer; else only the first n_layers (<= the model's), then its output
+                       * norm and head: early exit, no weights beyond the model's own */
+} th_draft_open_args;
+
+typedef struct th_draft_run_args {
+  uint32_t struct_size;
+  uint32_t n_sessions;
+  th_draft_session *const *sessions; /* [n_sessions]: distinct, open, opened by the calling instance,
+                                      * each holding at least one token */
+  const uint32_t *n_draft;           /* [n_sessions]: tokens to draft after each, <= max_draft */
+  uint32_t max_draft;                /* entries per session in tokens and probs; 1..64 */
+  float min_prob;  /* a session's draft stops before its first token whose probability under the model
+                    * (softmax of its logits) is below min_prob; 0: never */
+  int32_t *tokens;     /* out [n_sessions * max_draft]: session k's draft at tokens[k * max_draft ...] */
+  float *probs;        /* out, optional (NULL): each written token's probability under the model */
+  uint32_t *n_written; /* out [n_sessions]: tokens written for each (fewer than asked at min_prob, at the
+                        * model's context, or 0 when the draft KV pool has no room for the session) */
+} th_draft_run_args;
+/* OWNERSHIP of everything in th_draft_open_args and th_draft_run_args: the caller, valid during the call. */
+
 typedef struct th_host_api {
   uint32_t struct_size;
   uint16_t abi_major; /* the host's ABI version */
@@ -110,8 +145,8 @@ typedef struct th_host_api {
 
   /* ---- running another loaded model (draft models, cascades) ----
    * Runs request to completion on another model of the deployment. Returns TH_ERR_UNSUPPORTED when
-   * the host has no model runtime for it. Reserved: host 1.4 always returns TH_ERR_UNSUPPORTED (with
-   * a message). THREADING: the instance's thread; blocks until done. */
+   * the host has no model runtime for it. Reserved: host 1.5 always returns TH_ERR_UNSUPPORTED (with
+   * a message); draft sessions (below) run another model step by step. THREADING: the instance's thread; blocks until done. */
   th_status (*model_run)(th_host_ctx *ctx, const th_model_run_request *request,
                          th_model_run_result *result, th_error *err);
 
@@ -129,6 +164,31 @@ typedef struct th_host_api {
                        void (*fn)(void *arg, size_t begin, size_t end), void *arg);
   /* Threads parallel_for runs fn on at most, the calling one included. THREADING: any thread. */
   uint32_t (*compute_threads)(th_host_ctx *ctx);
+
+  /* ---- draft sessions (ABI 1.5; see th_draft_session above) ----
+   * Offered to the instances of an engine's spec_decode slot; any other instance (and a host built
+   * before 1.5: check TH_HAS_MEMBER) gets TH_ERR_UNSUPPORTED. THREADING: the instance's thread; the
+   * calls that compute (draft_run) block until done. A session belongs to the instance that opened it;
+   * the host closes those still open when the instance is destroyed (and logs it). */
+  /* Opens a session with no tokens. TH_ERR_NOT_FOUND: no such model; TH_ERR_INVALID_ARGUMENT: another
+   * vocabulary size than the engine's, or n_layers above the model's; TH_ERR_UNSUPPORTED: see above.
+   * The first session of a model and n_layers makes its KV pool (and may take a while). */
+  th_status (*draft_open)(th_host_ctx *ctx, const th_draft_open_args *args, th_draft_session **out,
+                          th_error *err);
+  /* Appends tokens to the session (computed at its next draft_run). TH_ERR_INVALID_ARGUMENT for a
+   * token outside the vocabulary, TH_ERR_RESOURCE_EXHAUSTED when the session would reach the model's
+   * context; nothing is appended then. */
+  th_status (*draft_append)(th_draft_session *session, const int32_t *tokens, uint32_t n_tokens, th_error *err);
+  /* Keeps the session's first n_tokens tokens. TH_ERR_INVALID_ARGUMENT when it holds fewer. */
+  th_status (*draft_rollback)(th_draft_session *session, uint32_t n_tokens, th_error *err);
+  /* Drafts args->n_draft[k] greedy tokens after the tokens of each session k, in batched forward passes
+   * (the tokens appended since a session last ran first). Drafting does not append: the session's
+   * tokens are what was appended. TH_ERR_INVALID_ARGUMENT for arguments outside the rules above (nothing
+   * is drafted then); TH_ERR_INTERNAL when the model's forward pass fails (the sessions' caches are
+   * dropped, their tokens kept). */
+  th_status (*draft_run)(th_host_ctx *ctx, const th_draft_run_args *args, th_error *err);
+  /* Closes the session and frees its keys and values. NULL is ignored. */
+  void (*draft_close)(th_draft_session *session);
 } th_host_api;
 
 #ifdef __cplusplus

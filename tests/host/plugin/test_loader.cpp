@@ -27,17 +27,23 @@ struct FailureMode {
   std::vector<std::string> message_parts;  // every part must appear in the error
 };
 
+// "M.m" of this host's ABI with the major and minor moved by dm and dn: the fixtures are built with the
+// host's headers (abi_major: major + 1; abi_minor_newer: minor + 1).
+std::string abi(int dm = 0, int dn = 0) {
+  return std::to_string(TH_ABI_VERSION_MAJOR + dm) + "." + std::to_string(TH_ABI_VERSION_MINOR + dn);
+}
+
 // Each broken fixture, and what the host must say about it.
 const std::vector<FailureMode> kLoadFailures = {
     {"missing_entry", {"has no entry symbol 'tokenhost_plugin_entry'", "fixture_missing_entry.so"}},
-    {"abi_major", {"built for ABI 2.4 but this host speaks ABI 1.4", "major versions must be equal"}},
-    {"abi_minor_newer", {"built for ABI 1.5, newer than this host's ABI 1.4"}},
+    {"abi_major", {"built for ABI " + abi(1) + " but this host speaks ABI " + abi(), "major versions must be equal"}},
+    {"abi_minor_newer", {"built for ABI " + abi(0, 1) + ", newer than this host's ABI " + abi()}},
     {"kind_mismatch", {"the library declares kind 'router' but plugin.toml says 'scheduler'"}},
     {"null_vtable_member", {"required vtable member schedule is NULL"}},
     {"missing_file", {"library file '", "fixture_missing_file.so' does not exist"}},
     {"corrupt_file", {"cannot load library '", "fixture_corrupt_file.so", "invalid ELF header"}},
     {"unresolved_symbol", {"undefined symbol: tokenhost_fixture_undefined_function"}},
-    {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI 1.4 scheduler vtable (40 bytes)"}},
+    {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI " + abi() + " scheduler vtable (40 bytes)"}},
     {"version_mismatch", {"the library declares version 1.0.1 but plugin.toml says 1.0.0"}},
 };
 

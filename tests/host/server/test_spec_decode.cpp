@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "eventually.hpp"
+#include "files.hpp"
 #include "harness.hpp"
 #include "models.hpp"
 #include "reference_forward.hpp"
+#include "model/gguf_quantize.hpp"
 #include "runtime/gguf_model.hpp"
 #include "test_server.hpp"
 
@@ -430,4 +432,61 @@ TEST_CASE("spec decode: requests cancelled between verified steps free every blo
   CHECK(spec->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
   CHECK(spec->status()["engines"][0]["kv_accounting"]["disagreements"] == 0);
   CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
+}
+
+TEST_CASE("spec decode: a draft model and the target's own first layers draft and every request gives plain decoding's tokens",
+          "[server][spec_decode][draft_sessions]") {
+  // The draft model: stories260K's Q8_0 copy (its 172-wide feed-forward stays f32), written here.
+  TempDir dir;
+  const std::string q8 = dir.file("stories260K-q8_0.gguf");
+  gguf::quantize_file(require_model_file("stories260K.gguf"), q8, TH_DTYPE_Q8_0);
+  const std::string draft_model = "\n[models.draft]\nsource = \"gguf\"\npath = \"" + q8 + "\"\ncontext_len = 512\n";
+  auto plain = std::make_unique<Server>(read_deployment("plain.toml", stories_manifest("")));
+  SamplingParams greedy, sampled = all_options();
+  const std::vector<std::pair<std::string, std::string>> proposers = {
+      {"spec_decode.draft", "spec_decode = { plugin = \"spec_decode.draft\", config = { model = \"draft\" } }\n" + draft_model},
+      {"spec_decode.early_exit", "spec_decode = { plugin = \"spec_decode.early_exit\", config = { layers = 3 } }\n"}};
+  for (const auto& [plugin, spec_text] : proposers) {
+    INFO(plugin);
+    auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest(spec_text)));
+    for (const SamplingParams* sp : {&greedy, &sampled}) {
+      for (uint32_t max_tokens : {7u, 120u}) {
+        for (bool concurrent : {false, true}) {
+          INFO((sp == &greedy ? "greedy" : "sampled") << ", max_tokens " << max_tokens << (concurrent ? ", concurrent" : ", alone"));
+          require_same(run_all(*spec, max_tokens, *sp, concurrent), run_all(*plain, max_tokens, *sp, false));
+        }
+      }
+    }
+    const double drafted = metric(*spec, "tokenhost_spec_draft_tokens_total", plugin);
+    const double accepted = metric(*spec, "tokenhost_spec_accepted_tokens_total", plugin);
+    INFO("drafted " << drafted << ", accepted " << accepted);
+    CHECK(drafted > 0);
+    CHECK(accepted > 0);
+    // Every sequence ended: its draft session closed, the draft model's KV blocks all back.
+    auto pools = [&] { return spec->status()["engines"][0]["speculation"]["draft_models"]; };
+    INFO(pools().dump());
+    REQUIRE(pools().size() == 1);
+    CHECK(pools()[0]["n_layers"] == (plugin == "spec_decode.draft" ? 5 : 3));
+    CHECK(pools()[0]["tokens_drafted"].get<uint64_t>() > 0);
+    CHECK(eventually([&] { return pools()[0]["sessions"] == 0 && pools()[0]["kv_blocks_used"] == 0; }));
+  }
+}
+
+TEST_CASE("spec decode: a draft model the deployment lacks or that has another vocabulary is refused at start",
+          "[server][spec_decode][draft_sessions]") {
+  const auto start_error = [](const std::string& spec_text) {
+    try {
+      Server server(read_deployment("spec.toml", stories_manifest(spec_text)));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("(started)");
+  };
+  CHECK_THAT(start_error("spec_decode = { plugin = \"spec_decode.draft\", config = { model = \"nope\" } }\n"),
+             Contains("no model 'nope'"));
+  CHECK_THAT(start_error("spec_decode = { plugin = \"spec_decode.draft\", config = { model = \"tiny\" } }\n"
+                         "[models.tiny]\ndim = 32\nn_heads = 4\nn_layers = 1\nvocab_size = 300\n"),
+             Contains("vocabulary of 300"));
+  CHECK_THAT(start_error("spec_decode = { plugin = \"spec_decode.early_exit\", config = { layers = 9 } }\n"),
+             Contains("layers = 9"));
 }
