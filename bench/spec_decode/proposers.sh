@@ -10,7 +10,8 @@
 # Usage: bench/spec_decode/proposers.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]; environment (defaults):
 #   TARGETS="stories260K"  (stories260K: the repository's model; PRESET:TYPE: a make-model file, e.g. 1.1B:f16)
 #   SETTINGS="plain ngram suffix draft:q8_0 draft:q4_0 early_exit:3"  STREAMS="1"
-#   ROUNDS=5  OUTPUT_TOKENS=96  MAX_DRAFT=4
+#   ROUNDS=5  OUTPUT_TOKENS=96  MAX_DRAFT=4  PROMPTS=8 (the first PROMPTS openings of the list below)
+#   POLICY=fixed (every draft verified) or adaptive (the engine's draft controller)
 # Prints a markdown table for bench/RESULTS.md; every run's figures are in OUT_DIR/runs.tsv.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +25,8 @@ streams_list=${STREAMS:-1}
 rounds=${ROUNDS:-5}
 output_tokens=${OUTPUT_TOKENS:-96}
 max_draft=${MAX_DRAFT:-4}
+n_prompts=${PROMPTS:-8}
+policy=${POLICY:-fixed}
 mkdir -p "$models" "$out"
 source "$here/../lib.sh"
 export TOKENHOST_ADMIN_TOKEN=spec-decode-bench-token-0123456789
@@ -35,7 +38,7 @@ node -e 'require("fs").writeFileSync(process.argv[1], JSON.stringify([
   "Once upon a time, there was a little girl named Lily.", "One day, a big dog went to the park.",
   "Tom had a red ball. He liked to", "The sun was hot and the bird was sad.", "Sam and his mom went to the store to buy",
   "There was a small cat who lived in a big house.", "Anna wanted to play with her new toy, but",
-  "The little boy looked at the sky and said"]))' "$out/free.json"
+  "The little boy looked at the sky and said"].slice(0, Number(process.argv[2]))))' "$out/free.json" "$n_prompts"
 
 status() {
   "$tokenhost" admin --url "$admin" --json status | node -e '
@@ -68,7 +71,7 @@ for t in $targets; do
     [ -f "$out/$t-$q.gguf" ] || "$tokenhost" quantize "$target" "$out/$t-$q.gguf" --type "$q" > "$out/quantize-$t-$q.txt"
   done
   sed -e "s|@TARGET@|$target|" -e "s|@DRAFT_Q8@|$out/$t-q8_0.gguf|" -e "s|@DRAFT_Q4@|$out/$t-q4_0.gguf|" \
-    -e "s|@CONTEXT@|$context|" -e "s|@MAX_DRAFT@|$max_draft|" "$here/proposers.toml.in" > "$out/manifest.toml"
+    -e "s|@CONTEXT@|$context|" -e "s|@MAX_DRAFT@|$max_draft|" -e "s|@POLICY@|$policy|" "$here/proposers.toml.in" > "$out/manifest.toml"
   start_server "$out/manifest.toml" "$out/serve-$t.log"
   use_setting plain
   node "$here/greedy_client.js" "http://127.0.0.1:$gw" target "$out/free.json" 1 "$output_tokens" --copy "$out/copy.json"

@@ -352,7 +352,10 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           s.swaps.applied(swap.slot, swap.requested_ns, s.seqs.empty());
           std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
           spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
-          if (swap.slot == "spec_decode") warn_no_speculation(s);
+          if (swap.slot == "spec_decode") {
+            warn_no_speculation(s);
+            s.draft_control.forget_propose_cost();  // another proposer: its drafts cost what it shows
+          }
           return SwapResult{true, swap.slot + ": " + old + " -> " + now};
         }
         swap.engine_idle = s.seqs.empty() && !s.step_in_flight;

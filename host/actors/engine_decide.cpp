@@ -47,8 +47,12 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
     candidates = std::move(asked);
   }
   if (candidates.empty()) return;
+  const uint64_t propose_started = now_ns();
   tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
+  uint32_t proposed = 0;
+  for (const auto& item : batch.items) proposed += item.n_draft;
+  s.draft_control.observe_propose(proposed, double(now_ns() - propose_started) * 1e-9);
   std::vector<DraftController::Offer> offers;
   std::vector<StepItem*> drafted;
   for (auto& item : batch.items)

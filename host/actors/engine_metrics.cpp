@@ -71,7 +71,8 @@ nlohmann::json controller_json(const EngineState& s) {
           {"cost_fixed_s", c.cost_fixed()},
           {"cost_per_row_s", c.cost_per_row()},
           {"step_seconds_with_drafts", c.step_seconds_drafted()},
-          {"step_seconds_without_drafts", c.step_seconds_plain()}};
+          {"step_seconds_without_drafts", c.step_seconds_plain()},
+          {"propose_seconds_per_token", c.propose_cost_per_token()}};
 }
 
 void update_gauges(EngineState& s) {

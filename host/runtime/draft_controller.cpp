@@ -91,7 +91,8 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
       const double raw = step_cost(base_rows + uint32_t(envelope.size()));
       envelope.push_back(envelope.empty() ? raw : std::max(raw, envelope.back()));
     }
-    return envelope[rows - base_rows];
+    // Each draft row also cost the proposer its share of propose() (nothing for lookup proposers).
+    return envelope[rows - base_rows] + propose_cost_per_token() * double(rows - base_rows);
   };
   return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost, kMinPredictedGain);
 }
@@ -107,6 +108,11 @@ void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) 
   sy_ = sy_ * kCostDecay + seconds;
   sxx_ = sxx_ * kCostDecay + x * x;
   sxy_ = sxy_ * kCostDecay + x * seconds;
+}
+
+void DraftController::observe_propose(uint32_t tokens, double seconds) {
+  if (tokens == 0 || !(seconds >= 0)) return;
+  propose_per_token_.add(seconds / tokens);
 }
 
 void DraftController::observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted) {

@@ -52,7 +52,8 @@ class DraftController {
   };
   // How many of each offer's tokens to verify (parallel to offers): all of them under `fixed`; under
   // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens, its
-  // cost step_cost() made non-decreasing from base_rows up.
+  // cost step_cost() made non-decreasing from base_rows up, plus propose_cost_per_token() for each
+  // draft token (what drafting it cost: a draft model's forward passes).
   std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
 
   // What a decode step showed: its rows (drafts included), the worker's seconds for it, whether it verified
@@ -61,6 +62,11 @@ class DraftController {
   void observe_step(uint32_t rows, double seconds, bool drafted);
   // A verified draft of seq_id: drafted tokens, accepted of them.
   void observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted);
+  // A propose() call that returned `tokens` draft tokens in all and took `seconds` (the proposer's own
+  // compute: a draft model's passes): the seconds a draft token costs before its verification.
+  void observe_propose(uint32_t tokens, double seconds);
+  double propose_cost_per_token() const { return propose_per_token_.mean(); }
+  void forget_propose_cost() { propose_per_token_ = {}; }
   // A step in which seq_id decoded a token without a draft: its evidence fades toward the pooled rate.
   void observe_no_draft(uint64_t seq_id);
   void forget(uint64_t seq_id);
@@ -97,6 +103,7 @@ class DraftController {
   std::map<uint64_t, Evidence> seqs_;
   Evidence pooled_;
   Mean drafted_steps_, plain_steps_;
+  Mean propose_per_token_;  // seconds per draft token proposed
   std::map<uint32_t, Mean> by_rows_;  // decode step seconds by row count
   // Weighted least squares of seconds on rows, older steps fading.
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;

@@ -123,6 +123,28 @@ TEST_CASE("the adaptive controller drafts at one stream and not in a large batch
   CHECK(fixed.choose(many, 64, 64) == std::vector<uint32_t>(64, 4));
 }
 
+TEST_CASE("the adaptive controller prices what proposing a draft token costs", "[draft_controller]") {
+  // Steps cost 10 ms + 1 ms per row; three of four draft tokens are kept.
+  DraftController c(DraftPolicy::adaptive);
+  for (int i = 0; i < 50; ++i)
+    for (uint32_t rows : {1u, 2u, 3u, 4u, 5u, 8u}) c.observe_step(rows, 0.010 + 0.001 * rows, rows > 1);
+  for (int d = 0; d < 20; ++d) c.observe_draft(7, 4, 3);
+  REQUIRE(c.choose({{7, 4}}, 1, 1)[0] == 4);  // a lookup proposer: drafts cost only their rows
+  // A draft model whose token costs 1 ms: a four-token draft costs 4 + 4 ms for 2.3 tokens expected
+  // more than the 11 ms step's one: still worth it.
+  for (int i = 0; i < 50; ++i) c.observe_propose(4, 0.004);
+  CHECK(c.propose_cost_per_token() == Approx(0.001));
+  CHECK(c.choose({{7, 4}}, 1, 1)[0] > 0);
+  // One whose token costs as much as a step of the target: no draft pays.
+  for (int i = 0; i < 300; ++i) c.observe_propose(4, 0.044);
+  CHECK(c.propose_cost_per_token() == Approx(0.011).epsilon(0.01));
+  CHECK(c.choose({{7, 4}}, 1, 1)[0] == 0);
+  c.observe_propose(0, 5.0);  // a call that drafted nothing says nothing of a token's cost
+  CHECK(c.propose_cost_per_token() == Approx(0.011).epsilon(0.01));
+  c.forget_propose_cost();  // the proposer was swapped
+  CHECK(c.choose({{7, 4}}, 1, 1)[0] == 4);
+}
+
 TEST_CASE("the adaptive controller stops drafting a wrong proposer and tries again later", "[draft_controller]") {
   DraftController c(DraftPolicy::adaptive);
   for (int i = 0; i < 50; ++i) c.observe_step(1 + uint32_t(i % 5), 0.010 + 0.001 * (1 + i % 5), true);
