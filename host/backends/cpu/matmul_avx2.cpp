@@ -47,7 +47,9 @@ TH_AVX2 void dot_q8_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   for (size_t k = 0; k < R; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
   size_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    if constexpr (R < 4) prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));  // 1-3 rows stream the weights
+    // Any kernel may be the first to pass these weights (a product of 4-7 rows is a group of four and
+    // 0-3 more), streaming them from memory: every one prefetches ahead.
+    prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));
     block_avx2<R>(load256(w[b].q), _cvtsh_ss(w[b].d), x, nb, b, a0);
     block_avx2<R>(load256(w[b + 1].q), _cvtsh_ss(w[b + 1].d), x, nb, b + 1, a1);
   }
@@ -73,8 +75,7 @@ TH_AVX2 void dot_q4_0(const uint8_t* wp, size_t, const QRows& x, size_t nb, floa
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) acc[k] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
-    if constexpr (R < 4)
-      if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(BlockQ4_0));
+    if (b % 4 == 0) prefetch_ahead(w + b, 4 * sizeof(BlockQ4_0));  // every kernel: see dot_q8_0
     block_avx2<R>(unpack_q4_0(w[b]), _cvtsh_ss(w[b].d), x, nb, b, acc);
   }
   #pragma GCC unroll 8

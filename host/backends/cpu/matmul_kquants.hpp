@@ -82,7 +82,7 @@ void dot_q4_K(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) 
   const __m256i low = _mm256_set1_epi8(0x0F);
   for (size_t sb = 0; sb < nb / 8; ++sb) {
     const BlockQ4_K& blk = w[sb];
-    if constexpr (R < 4) prefetch_ahead(&blk, sizeof(BlockQ4_K));
+    prefetch_ahead(&blk, sizeof(BlockQ4_K));  // every kernel may be the first to stream these weights
     const __m128i sc_m = q4_K_scales_mins(blk.scales);
     float dsc[8], m[8];  // d * scale, min of each sub-block
     const __m256 scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_m));
@@ -128,7 +128,7 @@ void dot_q6_K(const uint8_t* wp, size_t, const QRows& x, size_t nb, float* out) 
   for (size_t k = 0; k < R; ++k) acc[0][k] = acc[1][k] = _mm256_setzero_ps();
   for (size_t sb = 0; sb < nb / 8; ++sb) {
     const BlockQ6_K& blk = w[sb];
-    if constexpr (R < 4) prefetch_ahead(&blk, sizeof(BlockQ6_K));
+    prefetch_ahead(&blk, sizeof(BlockQ6_K));  // every kernel may be the first to stream these weights
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(blk.d));
     for (size_t h = 0; h < 2; ++h) {
       // d * scale for the half's 8 scales (16 elements each).

@@ -46,20 +46,14 @@ struct EarlyExit {
   sdk::DraftSessionProposer sessions;
 };
 
-th_status propose(th_instance* instance, const th_spec_propose_args* args, th_error* err) {
-  return sdk::guard(err, [&] { sdk::self<EarlyExit>(instance).sessions.propose(args, err); });
-}
-
-void seq_end(th_instance* instance, uint64_t seq_id) { sdk::self<EarlyExit>(instance).sessions.seq_end(seq_id); }
-
 const th_spec_decode_vtable kVtable = {
     sizeof(th_spec_decode_vtable),
     sdk::create_instance<EarlyExit>,
     sdk::destroy_instance<EarlyExit>,
     check,
-    propose,
+    sdk::draft_propose<EarlyExit>,
     nullptr,  // accepted: the session is synced from the sequence's tokens at the next propose
-    seq_end,
+    sdk::draft_seq_end<EarlyExit>,
 };
 
 const th_plugin_descriptor kDescriptor = {

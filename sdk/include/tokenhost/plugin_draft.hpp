@@ -5,7 +5,7 @@
 // (rolled back to the longest prefix it still shares with them, the rest appended: the draft tokens the
 // target accepted are reused by the host, not computed again) and drafts every sequence of a step in
 // one batched draft_run. A plugin gives it the model to open (a draft model of the deployment, or the
-// engine's own first layers) and forwards propose() and seq_end() to it. It adds no ABI.
+// engine's own first layers) and puts sdk::draft_propose / draft_seq_end in its vtable. It adds no ABI.
 #ifndef TOKENHOST_PLUGIN_DRAFT_HPP
 #define TOKENHOST_PLUGIN_DRAFT_HPP
 
@@ -133,6 +133,17 @@ class DraftSessionProposer {
   float min_prob_;
   std::map<uint64_t, Seq> seqs_;
 };
+
+// The vtable's propose() and seq_end() for a plugin whose instance class Impl (made by
+// sdk::create_instance<Impl>) holds its DraftSessionProposer as the member `sessions`.
+template <class Impl>
+th_status draft_propose(th_instance* instance, const th_spec_propose_args* args, th_error* err) noexcept {
+  return guard(err, [&] { self<Impl>(instance).sessions.propose(args, err); });
+}
+template <class Impl>
+void draft_seq_end(th_instance* instance, uint64_t seq_id) noexcept {
+  guard(nullptr, [&] { self<Impl>(instance).sessions.seq_end(seq_id); });
+}
 
 }  // namespace tokenhost::sdk
 
