@@ -172,3 +172,45 @@ TEST_CASE("draft policies parse by name", "[draft_controller]") {
   CHECK(std::string(draft_policy_name(p)) == "fixed");
   CHECK_FALSE(parse_draft_policy("Adaptive", p));
 }
+
+TEST_CASE("the goodput gate keeps the mode that gives more tokens per wall second at each load", "[draft_controller]") {
+  // Epochs of steps 10 ms apart: drafting gives 3 tokens a step at one sequence (better than plain's 1)
+  // and 40 at 64 sequences (worse than plain's 64).
+  DraftController c(DraftPolicy::adaptive);
+  for (int d = 0; d < 20; ++d) c.observe_draft(7, 4, 4);
+  for (int i = 0; i < 50; ++i)
+    for (uint32_t rows : {1u, 2u, 3u, 4u, 5u}) c.observe_step(rows, 0.010 + 0.0001 * rows, rows > 1);
+  uint64_t now = 1'000'000'000;
+  auto run_epochs = [&](uint32_t sequences, uint32_t drafting_tokens, int epochs) {
+    int drafted = 0;
+    for (int e = 0; e < epochs; ++e) {
+      const bool drafting = c.gate().drafting();
+      drafted += drafting;
+      // In a plain epoch the controller verifies no draft.
+      CHECK((c.choose({{7, 4}}, 1, 1)[0] > 0) == drafting);
+      for (uint32_t s = 0; s < GoodputGate::kEpochSteps; ++s) {
+        now += 10'000'000;
+        c.observe_progress(now, drafting ? drafting_tokens : sequences, sequences);
+      }
+    }
+    return drafted;
+  };
+  c.observe_progress(now, 1, 1);                    // the first step only starts the clock
+  const int one = run_epochs(1, 3, 40);             // drafting pays: all epochs but the probes draft
+  CHECK(one >= 40 - 40 / int(GoodputGate::kProbeEvery) - 2);
+  CHECK(c.gate().rates().at(1).drafting == Approx(300.0));
+  CHECK(c.gate().rates().at(1).plain == Approx(100.0));
+  const int many = run_epochs(64, 40, 40);          // at 64 sequences it does not: only probes draft
+  CHECK(many <= 40 / int(GoodputGate::kProbeEvery) + 2);
+  CHECK(c.gate().rates().at(7).plain == Approx(6400.0));
+  // A pause longer than kMaxGapSeconds (the engine idle) starts the epoch again.
+  const uint64_t epochs = c.gate().epochs();
+  for (uint32_t s = 0; s + 1 < GoodputGate::kEpochSteps; ++s) now += 10'000'000, c.observe_progress(now, 1, 1);
+  now += 2'000'000'000;
+  c.observe_progress(now, 1, 1);
+  CHECK(c.gate().epochs() == epochs);
+
+  DraftController fixed(DraftPolicy::fixed);  // fixed lengths: the gate is not consulted
+  for (int i = 0; i < 200; ++i) fixed.observe_progress(now += 10'000'000, 0, 64);
+  CHECK(fixed.choose({{7, 4}}, 1, 1)[0] == 4);
+}
