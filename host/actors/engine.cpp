@@ -217,7 +217,6 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     }
   } else {
     size_t sampled = 0, sampled_item = 0;
-    const uint64_t tokens_before = s.tokens_out;
     for (const auto& item : batch.items) {
       Sequence* q = find(s, item.seq_id);
       const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;
@@ -265,8 +264,6 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
           break;
       }
     }
-    // The goodput gate's measure: tokens the step gave, at the load it ran.
-    if (speculating(s)) s.draft_control.observe_progress(now_ns(), uint32_t(s.tokens_out - tokens_before), uint32_t(sampled_item));
     check_kv_accounting(s, result.kv);
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];

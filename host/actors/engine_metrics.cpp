@@ -60,16 +60,6 @@ void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool draft
   s.m.spec_step_seconds->set({s.init.name, drafted ? "with" : "without"}, drafted ? c.step_seconds_drafted() : c.step_seconds_plain());
 }
 
-// The goodput gate: whether this epoch drafts, and tokens per wall second with and without drafts by
-// load (the bit width of the mean decoding sequences: "1" one, "2" 2-3, "3" 4-7, ...).
-namespace {
-nlohmann::json gate_json(const GoodputGate& g) {
-  nlohmann::json by_load = nlohmann::json::object();
-  for (const auto& [load, r] : g.rates()) by_load[std::to_string(load)] = {{"tokens_per_s_drafting", r.drafting}, {"tokens_per_s_plain", r.plain}};
-  return {{"drafting", g.drafting()}, {"epochs", g.epochs()}, {"by_load", by_load}};
-}
-}  // namespace
-
 nlohmann::json controller_json(const EngineState& s) {
   const DraftController& c = s.draft_control;
   nlohmann::json by_rows = nlohmann::json::object();  // the first 16 row counts measured
@@ -82,8 +72,7 @@ nlohmann::json controller_json(const EngineState& s) {
           {"cost_per_row_s", c.cost_per_row()},
           {"step_seconds_with_drafts", c.step_seconds_drafted()},
           {"step_seconds_without_drafts", c.step_seconds_plain()},
-          {"propose_seconds_per_token", c.propose_cost_per_token()},
-          {"gate", gate_json(c.gate())}};
+          {"propose_seconds_per_token", c.propose_cost_per_token()}};
 }
 
 void update_gauges(EngineState& s) {

@@ -81,7 +81,6 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
   std::vector<uint32_t> caps;
   for (const auto& o : offers) caps.push_back(o.tokens);
   if (policy_ == DraftPolicy::fixed) return caps;
-  if (!gate_.drafting()) return std::vector<uint32_t>(offers.size(), 0);
   std::vector<double> alpha;
   for (const auto& o : offers) alpha.push_back(acceptance(o.seq_id));
   // Costs from base_rows up, never falling as rows are added (a step measured cheaper than a smaller

@@ -19,8 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/goodput_gate.hpp"
-
 namespace tokenhost {
 
 enum class DraftPolicy { fixed, adaptive };
@@ -53,10 +51,9 @@ class DraftController {
     uint32_t tokens;  // draft tokens offered (> 0)
   };
   // How many of each offer's tokens to verify (parallel to offers): all of them under `fixed`; under
-  // `adaptive` none in an epoch the goodput gate keeps plain (goodput_gate.hpp), else the goodput-best
-  // lengths for a step of base_rows rows yielding base_tokens tokens, its cost step_cost() made
-  // non-decreasing from base_rows up, plus propose_cost_per_token() for each draft token (what drafting
-  // it cost: a draft model's forward passes).
+  // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens, its
+  // cost step_cost() made non-decreasing from base_rows up, plus propose_cost_per_token() for each
+  // draft token (what drafting it cost: a draft model's forward passes).
   std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
 
   // What a decode step showed: its rows (drafts included), the worker's seconds for it, whether it verified
@@ -65,12 +62,6 @@ class DraftController {
   void observe_step(uint32_t rows, double seconds, bool drafted);
   // A verified draft of seq_id: drafted tokens, accepted of them.
   void observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted);
-  // A step finished at now_ns, giving `tokens` tokens to `sequences` decoding sequences: the goodput
-  // gate's measure (adaptive only).
-  void observe_progress(uint64_t now_ns, uint32_t tokens, uint32_t sequences) {
-    if (policy_ == DraftPolicy::adaptive) gate_.observe(now_ns, tokens, sequences);
-  }
-  const GoodputGate& gate() const { return gate_; }
   // A propose() call that returned `tokens` draft tokens in all and took `seconds` (the proposer's own
   // compute: a draft model's passes): the seconds a draft token costs before its verification.
   void observe_propose(uint32_t tokens, double seconds);
@@ -113,7 +104,6 @@ class DraftController {
   Evidence pooled_;
   Mean drafted_steps_, plain_steps_;
   Mean propose_per_token_;  // seconds per draft token proposed
-  GoodputGate gate_;
   std::map<uint32_t, Mean> by_rows_;  // decode step seconds by row count
   // Weighted least squares of seconds on rows, older steps fading.
   double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
