@@ -8,6 +8,8 @@
 #   plain              engine main, its spec_decode slot emptied
 #   RATE:LENGTH        engine main (draft_policy fixed): every draft of LENGTH tokens verified
 #   adaptive@RATE:LENGTH  engine adaptive (the draft controller), the oracle offering LENGTH tokens
+#   adaptive@off       engine adaptive, its requests asking for no speculation ("tokenhost":
+#                      {"speculate": false}): plain decoding on the same engine and weights
 # Per run: output tokens/s over all streams (wall time, greedy: --extra-body '{"temperature": 0}'),
 # and the draft tokens verified and accepted (the engine's admin status, before and after). After
 # each model, the step cost the engines fitted (a + b * rows, see runtime/draft_controller.hpp).
@@ -62,16 +64,18 @@ use_setting() {
     "$tokenhost" admin --url "$admin" unload main spec_decode > /dev/null 2>&1 || true  # already empty: fine
     return
   fi
+  [ "$1" = adaptive@off ] && return  # the requests turn speculation off
   local rl=${1#adaptive@}
   "$tokenhost" admin --url "$admin" swap "$(engine_of "$1")" spec_decode spec_decode.oracle --set accept_rate="${rl%%:*}" \
     --set draft_len="${rl##*:}" --set continuations="$cont" > /dev/null
 }
 
-# load STREAMS MODEL NAME: every stream sends REQUESTS_PER_STREAM greedy requests; the prompts are the
-# same in every run (seed 7), the first STREAMS * REQUESTS_PER_STREAM of the fill pass's.
+# load STREAMS MODEL NAME [EXTRA_BODY]: every stream sends REQUESTS_PER_STREAM greedy requests; the
+# prompts are the same in every run (seed 7), the first STREAMS * REQUESTS_PER_STREAM of the fill pass's.
 load() {
+  local body=${4:-'{"temperature": 0}'}
   "$tokenhost" bench --url "http://127.0.0.1:$gw" --model "$2" -c "$1" -n $(( $1 * per_stream )) --prompt-tokens "$prompt_tokens" \
-    --output-tokens "$output_tokens" --ignore-eos --extra-body '{"temperature": 0}' --seed 7 -q --json "$out/$3.json" > "$out/$3.txt"
+    --output-tokens "$output_tokens" --ignore-eos --extra-body "$body" --seed 7 -q --json "$out/$3.json" > "$out/$3.txt"
   node -e 'const r = require(process.argv[1]);
     if (r.requests_failed > 0) { console.error(`${r.requests_failed} requests failed`); process.exit(1); }
     console.log(r.output_throughput.toFixed(2));' "$out/$3.json"
@@ -98,7 +102,9 @@ for m in $model_list; do
         use_setting "$setting"
         engine=$(engine_of "$setting")
         read -r _ t0 a0 < <(status "$engine")
-        tps=$(load "$streams" "$(model_of "$setting")" "$preset-$type-s$streams-$setting-r$round")
+        body='{"temperature": 0}'
+        [ "$setting" = adaptive@off ] && body='{"temperature": 0, "tokenhost": {"speculate": false}}'
+        tps=$(load "$streams" "$(model_of "$setting")" "$preset-$type-s$streams-$setting-r$round" "$body")
         read -r _ t1 a1 < <(status "$engine")
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$preset-$type" "$streams" "$setting" "$round" "$tps" $(( t1 - t0 )) $(( a1 - a0 )) >> "$out/runs.tsv"
         echo "round $round $preset-$type streams $streams $setting: $tps tokens/s, accepted $(( a1 - a0 ))/$(( t1 - t0 ))" >&2
