@@ -31,7 +31,7 @@ extern "C" {
  * The memory lies on the engine's device (th_create_args.device), which `device` names since ABI 1.2.
  * The host reads: block_size, n_blocks, n_layers, n_kv_heads, head_dim, dtype, the strides, k_base,
  * v_base and (1.2) device; quant_group and the scale members are reserved: no KV dtype this host
- * writes is quantized yet (not read by host 1.4). */
+ * writes is quantized yet (not read by host 1.5). */
 typedef struct th_kv_layout {
   uint32_t struct_size;
   uint32_t block_size; /* token positions per block */
@@ -72,7 +72,7 @@ typedef struct th_kv_stats {
 } th_kv_stats;
 
 typedef struct th_kvcache_vtable {
-  /* th_vtable_head, repeated flat. Host 1.4 calls every member but seq_fork (see there).
+  /* th_vtable_head, repeated flat. Host 1.5 calls every member but seq_fork (see there).
    * The pool's size and block size are the plugin's own configuration;
    * create() reads the model's n_layers, n_kv_heads and head_dim from th_create_args.model. */
   uint32_t struct_size;
@@ -95,7 +95,7 @@ typedef struct th_kvcache_vtable {
 
   /* Makes child share every block of parent (reference counted, copy-on-write on later writes).
    * TH_ERR_NOT_FOUND for an unknown parent, TH_ERR_INVALID_ARGUMENT when child already exists.
-   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.4 (n > 1
+   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.5 (n > 1
    * choices prefill each copy; they do not fork yet). */
   th_status (*seq_fork)(th_instance *instance, uint64_t parent, uint64_t child, th_error *err);
 
