@@ -8,6 +8,9 @@
 #   COMPARE=kv_dtype: an f32 KV cache (a) against an f16 one (b), both scheduler.continuous
 #   COMPARE=speculation: scheduler.continuous without (a) and with spec_decode.ngram (b); the report
 #     shows arm b's drafts and acceptance beside the latencies
+#   COMPARE=speculation-oracle: the same with the bench proposer spec_decode.oracle (b) drafting 4 tokens
+#     at 80% acceptance per token (ORACLE_RATE, ORACLE_LEN), greedy requests; a fill pass through a
+#     server of the oracle alone first shows it every request's greedy continuation
 # The arms share the cores and each engine batches only its own requests: an arm with more requests in
 # flight runs bigger steps and its latencies grow with that, so small effects (as the KV type's) are
 # read with the arms' request counts beside them.
@@ -26,29 +29,45 @@ machine_line
 export TOKENHOST_ADMIN_TOKEN=ab-bench-admin-token-0123456789
 
 compare=${COMPARE:-schedulers}
-engine() {  # engine NAME SCHEDULER KV_DTYPE [SPEC_DECODE]
+engine() {  # engine NAME SCHEDULER KV_DTYPE [SPEC_DECODE: the slot's inline table's contents]
   printf '[engines.%s]\nmodel = "m"\nmax_step_tokens = 512\nmax_step_seqs = 64\nkv_dtype = "%s"\n' "$1" "$3"
   printf 'attention = { plugin = "attention.cpu_flash" }\n'
   printf 'kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 1600 } }\n'
-  [ -n "${4:-}" ] && printf 'spec_decode = { plugin = "%s" }\n' "$4"
+  [ -n "${4:-}" ] && printf 'spec_decode = { %s }\n' "$4"
   printf 'scheduler = { plugin = "%s" }\n\n' "$2"
 }
 case $compare in
   schedulers) arm_a=static arm_b=continuous ;;
   kv_dtype) arm_a=f32 arm_b=f16 ;;
   speculation) arm_a=plain arm_b=ngram ;;
-  *) echo "COMPARE must be schedulers, kv_dtype or speculation, not '$compare'"; exit 1 ;;
+  speculation-oracle) arm_a=plain arm_b=oracle ;;
+  *) echo "COMPARE must be schedulers, kv_dtype, speculation or speculation-oracle, not '$compare'"; exit 1 ;;
 esac
 echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
-{
-  printf '[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\nlog_level = "info"\n\n'
+# The oracle: what it saw in the fill pass, in a file every instance reads.
+cont="$out/continuations.bin"
+oracle="plugin = \"spec_decode.oracle\", config = { continuations = \"$cont\", accept_rate = ${ORACLE_RATE:-0.8}, draft_len = ${ORACLE_LEN:-4} }"
+body='{}'
+[ "$compare" = speculation-oracle ] && body='{"temperature": 0}'
+server_head() {
+  printf '[server]\nlisten = "127.0.0.1:0"\nadmin_listen = "127.0.0.1:0"\nlog_level = "info"\n'
+  printf 'plugin_paths = ["%s/bench-plugins/spec_decode/oracle"]\n\n' "$(cd "$build" && pwd)"
   printf '[models.m]\nsource = "gguf"\npath = "%s"\n\n' "$model"
+}
+if [ "$compare" = speculation-oracle ]; then
+  { server_head; engine oracle scheduler.continuous f16 "$oracle"; } > "$out/fill.toml"
+fi
+{
+  server_head
   if [ "$compare" = schedulers ]; then
     engine static scheduler.static f16
     engine continuous scheduler.continuous f16
   elif [ "$compare" = speculation ]; then
     engine plain scheduler.continuous f16
-    engine ngram scheduler.continuous f16 spec_decode.ngram
+    engine ngram scheduler.continuous f16 'plugin = "spec_decode.ngram"'
+  elif [ "$compare" = speculation-oracle ]; then
+    engine plain scheduler.continuous f16
+    engine oracle scheduler.continuous f16 "$oracle"
   else
     engine f32 scheduler.continuous f32
     engine f16 scheduler.continuous f16
@@ -59,10 +78,19 @@ echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
 
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
+load() {  # load NAME: the rounds' requests (the same prompts and lengths each time: seed 7)
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 16 -n "$requests" --prompt-tokens 64 --output-tokens 16:128 \
+    --ignore-eos --extra-body "$body" --seed 7 -q --json "$out/$1-bench.json" > /dev/null
+}
+if [ "$compare" = speculation-oracle ]; then
+  rm -f "$cont"
+  start_server "$out/fill.toml" "$out/fill.log"
+  load fill
+  kill -TERM $pid; wait $pid || true; pid=""
+fi
 for round in $(seq "$rounds"); do
   start_server "$out/serve.toml" "$out/serve.log"
-  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 16 -n "$requests" --prompt-tokens 64 --output-tokens 16:128 \
-    --ignore-eos --seed 7 -q --json "$out/r$round-bench.json" > /dev/null
+  load "r$round"
   "$tokenhost" admin --url "$admin" --json ab report sched > "$out/r$round-report.json"
   "$tokenhost" admin --url "$admin" ab report sched > "$out/r$round-report.txt"
   kill -TERM $pid
