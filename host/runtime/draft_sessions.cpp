@@ -27,14 +27,13 @@ DraftSessions::~DraftSessions() {
   for (auto& [id, s] : sessions_) drop_cache(s);
 }
 
-DraftSessions::Model& DraftSessions::model_for(const std::string& name, uint32_t n_layers) {
+DraftSessions::Model& DraftSessions::model_for(const std::string& name, const std::shared_ptr<const ModelWeights>& full,
+                                               uint32_t n_layers) {
   auto key = std::make_pair(name, n_layers);
   if (auto it = models_.find(key); it != models_.end()) return *it->second;
   auto m = std::make_unique<Model>();
   m->name = name;
   m->n_layers = n_layers;
-  auto full = init_.weights(name);
-  if (!full) throw std::runtime_error("no model '" + name + "' in the deployment");
   if (n_layers < full->layers.size()) {
     // Early exit: the same weights (views), the layers after the first n_layers left out.
     auto cut = std::make_shared<ModelWeights>(*full);
@@ -82,7 +81,7 @@ th_status DraftSessions::open(const th_draft_open_args& args, uint64_t& session,
   }
   Model* m = nullptr;
   try {
-    m = &model_for(name, args.n_layers == 0 ? layers : args.n_layers);
+    m = &model_for(name, full, args.n_layers == 0 ? layers : args.n_layers);
   } catch (const std::exception& e) {
     why = std::string("draft model '") + name + "': " + e.what();
     return TH_ERR_INTERNAL;
@@ -152,22 +151,44 @@ void DraftSessions::cut_cache(Session& s, uint32_t keep) {
   s.cached.resize(keep);
 }
 
-std::vector<std::vector<float>> DraftSessions::forward(Model& m, std::vector<StepItem>& items, std::vector<bool>& kept) {
+std::vector<std::pair<size_t, std::vector<float>>> DraftSessions::feed_pass(Model& m, const std::vector<Session*>& sessions,
+                                                                           const std::vector<size_t>& members,
+                                                                           std::vector<std::vector<int32_t>>& feed, bool sample) {
   const PluginInstance& kv = *m.kvcache;
   StepBatch batch;
-  kept.assign(items.size(), false);
-  for (size_t i = 0; i < items.size(); ++i) {
+  std::vector<size_t> fed;
+  for (size_t k : members) {
+    const size_t n = sample ? feed[k].size() : feed[k].size() > init_.prefill_chunk ? init_.prefill_chunk : 0;
+    if (n == 0) continue;
+    Session& s = *sessions[k];
+    StepItem item;
+    item.seq_id = s.kv_seq;
+    item.start = uint32_t(s.cached.size());
+    item.tokens.assign(feed[k].begin(), feed[k].begin() + n);
+    item.sample = sample;
     th_error err;
-    const uint32_t end = items[i].start + uint32_t(items[i].tokens.size());
-    if (kv.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv.handle(), items[i].seq_id, end, items[i].start, &err) != TH_OK)
+    if (kv.call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv.handle(), item.seq_id, item.start + uint32_t(n), item.start, &err) !=
+        TH_OK) {  // no room in the pool: no draft for it this time
+      drop_cache(s);
+      feed[k].clear();
       continue;
-    kept[i] = true;
-    batch.items.push_back(items[i]);
+    }
+    m.tokens_computed += n;
+    batch.items.push_back(std::move(item));
+    fed.push_back(k);
   }
-  if (batch.items.empty()) return {};
-  for (const auto& item : batch.items) m.tokens_computed += item.tokens.size();
+  if (fed.empty()) return {};
   const StepPlugins plugins{m.attention.get(), m.kvcache.get(), nullptr};
-  return init_.backend->run_step(*m.weights, batch, plugins);
+  std::vector<std::vector<float>> logits = init_.backend->run_step(*m.weights, batch, plugins);
+  std::vector<std::pair<size_t, std::vector<float>>> out;
+  for (size_t i = 0; i < fed.size(); ++i) {
+    Session& s = *sessions[fed[i]];
+    const std::vector<int32_t>& t = batch.items[i].tokens;
+    s.cached.insert(s.cached.end(), t.begin(), t.end());
+    feed[fed[i]].erase(feed[fed[i]].begin(), feed[fed[i]].begin() + std::ptrdiff_t(t.size()));
+    out.emplace_back(fed[i], sample ? std::move(logits.at(i)) : std::vector<float>{});
+  }
+  return out;
 }
 
 th_status DraftSessions::run(const std::vector<uint64_t>& ids, const th_draft_run_args& args, std::string& why) {
@@ -220,62 +241,14 @@ th_status DraftSessions::run(const std::vector<uint64_t>& ids, const th_draft_ru
         feed[k].assign(s.tokens.begin() + s.cached.size(), s.tokens.end());
       }
       // Long feeds (a new session's prompt) first, in chunks, without logits.
-      for (;;) {
-        std::vector<StepItem> items;
-        std::vector<size_t> who;
-        for (size_t k : members) {
-          if (feed[k].size() <= init_.prefill_chunk) continue;
-          Session& s = *sessions[k];
-          StepItem item;
-          item.seq_id = s.kv_seq;
-          item.start = uint32_t(s.cached.size());
-          item.tokens.assign(feed[k].begin(), feed[k].begin() + init_.prefill_chunk);
-          items.push_back(std::move(item));
-          who.push_back(k);
-        }
-        if (items.empty()) break;
-        std::vector<bool> kept;
-        forward(m, items, kept);
-        for (size_t i = 0; i < who.size(); ++i) {
-          Session& s = *sessions[who[i]];
-          if (!kept[i]) {  // no room in the pool: no draft for it this time
-            drop_cache(s);
-            feed[who[i]].clear();
-            continue;
-          }
-          s.cached.insert(s.cached.end(), items[i].tokens.begin(), items[i].tokens.end());
-          feed[who[i]].erase(feed[who[i]].begin(), feed[who[i]].begin() + init_.prefill_chunk);
-        }
+      while (!feed_pass(m, sessions, members, feed, false).empty()) {
       }
       // Then one token per pass for every session still drafting.
       for (;;) {
-        std::vector<StepItem> items;
-        std::vector<size_t> who;
-        for (size_t k : members) {
-          if (feed[k].empty()) continue;
+        auto fed = feed_pass(m, sessions, members, feed, true);
+        if (fed.empty()) break;
+        for (const auto& [k, l] : fed) {
           Session& s = *sessions[k];
-          StepItem item;
-          item.seq_id = s.kv_seq;
-          item.start = uint32_t(s.cached.size());
-          item.tokens = feed[k];
-          item.sample = true;
-          items.push_back(std::move(item));
-          who.push_back(k);
-        }
-        if (items.empty()) break;
-        std::vector<bool> kept;
-        auto logits = forward(m, items, kept);
-        size_t row = 0;
-        for (size_t i = 0; i < who.size(); ++i) {
-          const size_t k = who[i];
-          Session& s = *sessions[k];
-          feed[k].clear();
-          if (!kept[i]) {
-            drop_cache(s);
-            continue;
-          }
-          s.cached.insert(s.cached.end(), items[i].tokens.begin(), items[i].tokens.end());
-          const std::vector<float>& l = logits.at(row++);
           if (l.size() < vocab) throw std::runtime_error("the forward pass returned short logits");
           const auto best = std::max_element(l.begin(), l.begin() + vocab);
           const int32_t token = int32_t(best - l.begin());

@@ -68,15 +68,21 @@ class DraftSessions : public DraftSessionHost {
     std::vector<int32_t> tokens;     // appended
     std::vector<int32_t> cached;     // whose keys and values the cache holds, in order
   };
-  Model& model_for(const std::string& name, uint32_t n_layers);  // throws std::runtime_error
+  // The pool of `name` (weights `full`) cut to n_layers, made on first use. Throws std::runtime_error.
+  Model& model_for(const std::string& name, const std::shared_ptr<const ModelWeights>& full, uint32_t n_layers);
   // Sets the cache of s to its first `keep` cached tokens (or empties it, for a kvcache without
   // seq_truncate).
   void cut_cache(Session& s, uint32_t keep);
   void drop_cache(Session& s);
-  // One forward pass of m over items; each item's positions are reserved first, and the items whose
-  // reservation fails are dropped from it (their caches emptied). Returns the logits of the items kept
-  // (in order) and sets kept. Throws std::runtime_error when the pass fails.
-  std::vector<std::vector<float>> forward(Model& m, std::vector<StepItem>& items, std::vector<bool>& kept);
+  // One forward pass of m over the sessions `members` (indices into sessions) with something to feed:
+  // with sample, each feeds all of its feed and gets its last token's logits; without, each whose feed
+  // is longer than prefill_chunk feeds its next prefill_chunk tokens. Each session's positions are
+  // reserved first; one the pool has no room for is left out, its cache dropped and its feed cleared.
+  // What was fed moves from feed to the session's cache. Returns (member, logits) for each session fed
+  // (logits empty without sample); nothing when none was fed. Throws std::runtime_error when it fails.
+  std::vector<std::pair<size_t, std::vector<float>>> feed_pass(Model& m, const std::vector<Session*>& sessions,
+                                                               const std::vector<size_t>& members,
+                                                               std::vector<std::vector<int32_t>>& feed, bool sample);
 
   DraftSessionsInit init_;
   mutable std::mutex mutex_;
