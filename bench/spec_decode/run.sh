@@ -74,7 +74,7 @@ use_setting() {
 # prompts are the same in every run (seed 7), the first STREAMS * REQUESTS_PER_STREAM of the fill pass's.
 load() {
   local body=${4:-'{"temperature": 0}'}
-  "$tokenhost" bench --url "http://127.0.0.1:$gw" --model "$2" -c "$1" -n $(( $1 * per_stream )) --prompt-tokens "$prompt_tokens" \
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" --model "$2" -c "$1" -n "${REQUESTS:-$(( $1 * per_stream ))}" --prompt-tokens "$prompt_tokens" \
     --output-tokens "$output_tokens" --ignore-eos --extra-body "$body" --seed 7 -q --json "$out/$3.json" > "$out/$3.txt"
   node -e 'const r = require(process.argv[1]);
     if (r.requests_failed > 0) { console.error(`${r.requests_failed} requests failed`); process.exit(1); }
@@ -91,9 +91,12 @@ for m in $model_list; do
   sed -e "s|@MODEL@|$file|" -e "s|@PLUGINS@|$build/bench-plugins/spec_decode/oracle|" -e "s|@CONT@|$cont|" \
     "$here/manifest.toml.in" > "$out/manifest.toml"
   start_server "$out/manifest.toml" "$out/serve-$preset-$type.log"
-  echo "$preset $type: filling the oracle (every prompt once, $max_streams streams)" >&2
+  # The fill runs at most 8 streams: the oracle keeps a sequence's tokens as of its last propose() call,
+  # and a step of many streams grants drafts (and so calls) to few of them.
+  fill_streams=$(( max_streams < 8 ? max_streams : 8 ))
+  echo "$preset $type: filling the oracle (every prompt once, $fill_streams streams)" >&2
   use_setting 1.0:1
-  load "$max_streams" bench fill > /dev/null
+  REQUESTS=$(( max_streams * per_stream )) load "$fill_streams" bench fill > /dev/null
   for round in $(seq "$rounds"); do
     order="plain $settings"
     [ $(( round % 2 )) -eq 0 ] && order=$(tr ' ' '\n' <<<"$order" | tac | xargs)

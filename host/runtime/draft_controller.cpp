@@ -86,13 +86,19 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
   // Costs from base_rows up, never falling as rows are added (a step measured cheaper than a smaller
   // one is noise, not a reason to add rows).
   std::vector<double> envelope;
+  // A step that also prefills (more rows than sampled tokens) is charged as the decode step of its
+  // sampled tokens, plus what the draft rows add to the real step: the prefill rows are work the
+  // engine does either way. Charged at their full cost they would make the step's own goodput low and
+  // any draft look cheap beside it, while the draft rows still cost what they cost in a decode step.
+  const double decode_cost = base_rows > base_tokens ? step_cost(std::max(base_tokens, 1u)) : 0;
   auto cost = [&](uint32_t rows) {
     while (base_rows + envelope.size() <= rows) {
       const double raw = step_cost(base_rows + uint32_t(envelope.size()));
       envelope.push_back(envelope.empty() ? raw : std::max(raw, envelope.back()));
     }
+    const double step = base_rows > base_tokens ? decode_cost + (envelope[rows - base_rows] - envelope[0]) : envelope[rows - base_rows];
     // Each draft row also cost the proposer its share of propose() (nothing for lookup proposers).
-    return envelope[rows - base_rows] + propose_cost_per_token() * double(rows - base_rows);
+    return step + propose_cost_per_token() * double(rows - base_rows);
   };
   return best_draft_lengths(alpha, caps, base_tokens, base_rows, cost, kMinPredictedGain);
 }

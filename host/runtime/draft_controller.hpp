@@ -53,7 +53,9 @@ class DraftController {
   // How many of each offer's tokens to verify (parallel to offers): all of them under `fixed`; under
   // `adaptive` the goodput-best lengths for a step of base_rows rows yielding base_tokens tokens, its
   // cost step_cost() made non-decreasing from base_rows up, plus propose_cost_per_token() for each
-  // draft token (what drafting it cost: a draft model's forward passes).
+  // draft token (what drafting it cost: a draft model's forward passes). A step with prefill rows
+  // (base_rows > base_tokens) is priced as a decode step of base_tokens rows plus what the draft rows
+  // add to it: its prefill is done either way, and must not make draft rows look cheap.
   std::vector<uint32_t> choose(const std::vector<Offer>& offers, uint32_t base_tokens, uint32_t base_rows) const;
 
   // What a decode step showed: its rows (drafts included), the worker's seconds for it, whether it verified

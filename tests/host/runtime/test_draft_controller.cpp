@@ -123,6 +123,27 @@ TEST_CASE("the adaptive controller drafts at one stream and not in a large batch
   CHECK(fixed.choose(many, 64, 64) == std::vector<uint32_t>(64, 4));
 }
 
+TEST_CASE("the adaptive controller prices a step that also prefills as the decode step of its sampled tokens", "[draft_controller]") {
+  // A machine where rows cost what they cost: 2 ms each and 2 ms a step. At 8 decoding sequences a draft
+  // row costs as much as a sequence's whole token; at one it costs a third of a step.
+  DraftController c(DraftPolicy::adaptive);
+  for (int i = 0; i < 20; ++i)
+    for (uint32_t rows : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 12u, 16u}) c.observe_step(rows, 0.002 + 0.002 * rows, rows > 8);
+  for (uint64_t seq = 0; seq < 8; ++seq)
+    for (int d = 0; d < 20; ++d) c.observe_draft(seq, 5, 4);  // four of five kept
+  std::vector<DraftController::Offer> eight;
+  for (uint64_t seq = 0; seq < 8; ++seq) eight.push_back({seq, 4});
+  for (uint32_t k : c.choose(eight, 8, 8)) CHECK(k == 0);
+  // The same eight beside a 64-token prefill chunk: the chunk's 128 ms make the step's own goodput low
+  // (8 tokens in 146 ms), beside which a draft row (0.8 tokens for 2 ms) would look cheap; it is not:
+  // the chunk is prefilled either way, and the draft rows cost what they cost in the decode step.
+  for (uint32_t k : c.choose(eight, 8, 8 + 64)) CHECK(k == 0);
+  // One sequence decoding beside the chunk drafts as it would alone.
+  const uint32_t alone = c.choose({{0, 4}}, 1, 1)[0];
+  REQUIRE(alone > 0);
+  CHECK(c.choose({{0, 4}}, 1, 1 + 64)[0] == alone);
+}
+
 TEST_CASE("the adaptive controller prices what proposing a draft token costs", "[draft_controller]") {
   // Steps cost 10 ms + 1 ms per row; three of four draft tokens are kept.
   DraftController c(DraftPolicy::adaptive);
