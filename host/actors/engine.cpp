@@ -26,18 +26,24 @@ using self_ptr = engine_actor::stateful_pointer<EngineState>;
 
 void tick(self_ptr self);
 
+// Gives back what the kvcache holds of seq (its blocks; a lookup's record), if anything. The worker
+// handles messages in order: a free sent after a lookup or a step lands after it.
+void release_kv(self_ptr self, const Sequence& seq) {
+  auto& s = self->state;
+  if (seq.prefilled == 0 && seq.state != TH_SEQ_RUNNING && !seq.in_kvcache) return;
+  ++s.frees_in_flight;
+  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
+    self->state.kv = kv;
+    update_gauges(self->state);
+    if (--self->state.frees_in_flight == 0) tick(self);
+  });
+}
+
 void finish(self_ptr self, size_t index, const std::string& reason, const std::string& error = {}) {
   auto& s = self->state;
   Sequence seq = std::move(s.seqs[index]);
   s.seqs.erase(s.seqs.begin() + long(index));
-  if (seq.prefilled > 0 || seq.state == TH_SEQ_RUNNING) {
-    ++s.frees_in_flight;
-    self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
-      self->state.kv = kv;
-      update_gauges(self->state);
-      if (--self->state.frees_in_flight == 0) tick(self);
-    });
-  }
+  release_kv(self, seq);
   GenerateResult r;
   r.tokens.assign(seq.tokens().begin() + long(seq.request.prompt.size()), seq.tokens().end());
   r.finish_reason = reason;
@@ -63,6 +69,8 @@ void preempt(self_ptr self, Sequence& seq) {
   const uint32_t held = blocks_for(seq.prefilled, s.kv.block_size);
   seq.state = TH_SEQ_PREEMPTED;
   seq.prefilled = 0;
+  seq.cached = 0;  // recomputed through seq_reserve: no longer in the prefix cache's records
+  seq.in_kvcache = false;
   ++s.preemptions;
   if (s.m.preemptions) s.m.preemptions->add({s.init.name}, 1);
   // The worker handles messages in order: this free lands before the next step.
@@ -99,6 +107,57 @@ void drop_cancelled(self_ptr self) {
   }
 }
 
+// Waiting sequences hold the cached prefixes their lookups found (pinned: never evicted). When the
+// scheduler runs nothing and no sequence runs, those pins may be what keeps the pool full: they are
+// given back (the blocks stay cached, unpinned) and the sequences compute their whole prompts. Returns
+// whether any was.
+bool release_pinned_prefixes(self_ptr self) {
+  auto& s = self->state;
+  size_t released = 0;
+  for (auto& q : s.seqs) {
+    if (q.state != TH_SEQ_WAITING || !q.in_kvcache || q.lookup_pending || q.prefilled == 0) continue;
+    release_kv(self, q);
+    q.prefilled = 0;
+    q.cached = 0;
+    q.in_kvcache = false;
+    ++released;
+  }
+  if (released > 0)
+    spdlog::warn("engine {}: the scheduler runs nothing with no sequence running; {} waiting sequence(s) give back the cached "
+                 "prefixes they held and compute their whole prompts", s.init.name, released);
+  return released > 0;
+}
+
+// Looks the prompt of the sequence just arrived up in the prefix cache; it is scheduled once the
+// worker answers. A lookup that fails leaves the sequence to compute its whole prompt.
+void look_up(self_ptr self, Sequence& q) {
+  auto& s = self->state;
+  q.lookup_pending = true;
+  q.in_kvcache = true;  // from now on the worker may hold a record of it: freed with it
+  const uint64_t id = q.request.id;
+  self->request(s.init.worker, caf::infinite, lookup_atom::value, id, cache_salt_of(q.request), q.tokens())
+      .then([self, id](const LookupResult& r) {
+        auto& s = self->state;
+        if (s.frees_in_flight == 0) s.kv = r.kv;
+        ++s.prefix_lookups;
+        if (s.m.prefix_lookups) s.m.prefix_lookups->add({s.init.name}, 1);
+        if (!r.error.empty() && s.prefix_failures++ % 100 == 0)
+          spdlog::warn("engine {}: prefix lookup of request {} failed ({} such): {}", s.init.name, id, s.prefix_failures, r.error);
+        if (r.n_cached > 0) {
+          ++s.prefix_hits;
+          s.prefix_cached_tokens += r.n_cached;
+          if (s.m.prefix_hits) s.m.prefix_hits->add({s.init.name}, 1);
+          if (s.m.prefix_cached_tokens) s.m.prefix_cached_tokens->add({s.init.name}, double(r.n_cached));
+        }
+        if (Sequence* q = find(s, id)) {  // else it ended meanwhile: its free follows this lookup
+          q->lookup_pending = false;
+          q->prefilled = q->cached = r.n_cached;
+        }
+        update_gauges(s);
+        tick(self);
+      });
+}
+
 void tick(self_ptr self) {
   auto& s = self->state;
   if (!s.kv_known) return;
@@ -122,11 +181,14 @@ void tick(self_ptr self) {
   }
   for (auto id : preempt_ids) preempt(self, *find(s, id));
   if (run.empty()) {
-    // Blocks on their way back: decide again once the worker has freed them.
+    // Blocks on their way back: decide again once the worker has freed them. A prompt being looked up
+    // was not shown to the scheduler: decide again when the answer comes.
     if (s.frees_in_flight > 0) return;
+    if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.lookup_pending; })) return;
     // The scheduler waits for resources; with nothing running, nothing will free any: a request that
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
+    if (!any_running && release_pinned_prefixes(self)) return;  // decided again once the frees land
     if (!any_running) {
       // The request that cannot fit even in the whole cache, else the oldest.
       size_t victim = 0;
@@ -336,6 +398,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens().size()));
         auto promise = q.promise;
         s.seqs.push_back(std::move(q));
+        if (s.init.prefix_cache) look_up(self, s.seqs.back());
         update_gauges(s);
         tick(self);
         return promise;
@@ -381,6 +444,11 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                              {"propose_failures", s.spec_propose_failures},
                                              {"max_draft", s.init.max_draft},
                                              {"controller", controller_json(s)}}},
+                            {"prefix_cache", {{"enabled", s.init.prefix_cache},
+                                              {"lookups", s.prefix_lookups},
+                                              {"hits", s.prefix_hits},
+                                              {"cached_tokens", s.prefix_cached_tokens},
+                                              {"failures", s.prefix_failures}}},
                             {"kv_accounting", {{"planned_blocks", s.kv_planned},
                                                {"reported_blocks", s.kv_reported},
                                                {"disagreements", s.kv_disagreements}}}};
@@ -425,9 +493,10 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         size_t handed_back = 0;
         for (size_t i = 0; i < s.seqs.size();) {
           const Sequence& q = s.seqs[i];
-          if (q.state == TH_SEQ_WAITING && q.generated == 0 && q.prefilled == 0) {
+          if (q.state == TH_SEQ_WAITING && q.generated == 0 && q.prefilled == q.cached) {  // at most a cached prefix
             Sequence seq = std::move(s.seqs[i]);
             s.seqs.erase(s.seqs.begin() + long(i));
+            release_kv(self, seq);
             GenerateResult r;
             r.finish_reason = GenerateResult::kRerouted;
             r.engine = s.init.name;

@@ -30,6 +30,9 @@ struct EngineInit {
   // Why this engine cannot speculate whatever its spec_decode slot holds (its kvcache plugin cannot
   // roll back rejected drafts), or "" when it can.
   std::string no_speculation;
+  // Its kvcache plugin caches prefixes (th_kvcache.h, ABI 1.5): each request looks its prompt up when
+  // it arrives.
+  bool prefix_cache = false;
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
   // The engine's draft sessions (runtime/draft_sessions.hpp), for its admin status; may be NULL.

@@ -72,16 +72,20 @@ bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler->librar
 
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
                    std::vector<uint32_t>& grants) {
+  // A sequence whose prompt the worker is still looking up is not shown: its prefilled is not known.
   std::vector<th_sched_seq> view;
-  std::vector<uint32_t> seq_draft;
+  std::vector<uint32_t> seq_draft, seq_cached;
   for (const auto& q : s.seqs) {
+    if (q.lookup_pending) continue;
     view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
                     q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
     seq_draft.push_back(draft_bound(s, q));
+    seq_cached.push_back(q.cached);
   }
   std::vector<uint32_t> clients;
   std::map<std::string, uint32_t> numbers;  // the clients present now keep theirs
   for (const auto& q : s.seqs) {
+    if (q.lookup_pending) continue;
     auto [it, fresh] = numbers.try_emplace(q.request.client, 0);
     if (fresh) {
       auto known = s.client_numbers.find(q.request.client);
@@ -92,7 +96,7 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   s.client_numbers = std::move(numbers);
   th_sched_state state{sizeof(th_sched_state), view.data(), uint32_t(view.size()), s.kv.total_blocks,
                        s.kv.free_blocks, s.kv.block_size, s.init.max_step_tokens, s.init.max_step_seqs, now_ns(),
-                       clients.data(), seq_draft.data()};
+                       clients.data(), seq_draft.data(), seq_cached.data()};
   run.assign(view.size(), {});
   preempt_ids.assign(view.size(), 0);
   grants.assign(view.size(), 0);
@@ -138,11 +142,24 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   return "";
 }
 
+uint64_t cache_salt_of(const GenerateRequest& r) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the key, a separator no key holds, the salt
+  auto add = [&](const std::string& text) {
+    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  };
+  add(r.api_key);
+  h = (h ^ 0x100) * 1099511628211ull;
+  add(r.cache_salt);
+  return h;
+}
+
 void check_kv_accounting(EngineState& s, const KvState& kv) {
+  // The blocks each sequence's positions need, a block shared by prefix caching once per holder, as
+  // the plugin's held_blocks counts them.
   uint32_t planned = 0;
   for (const auto& q : s.seqs) planned += blocks_for(q.prefilled, s.kv.block_size);
   s.kv_planned = planned;
-  s.kv_reported = kv.total_blocks - std::min(kv.free_blocks, kv.total_blocks);
+  s.kv_reported = kv.held_blocks;
   if (s.kv_planned == s.kv_reported) return;
   if (s.kv_disagreements++ % 100 == 0)
     spdlog::warn("engine {}: after step {} the kvcache reports {} blocks in use, the sequences' positions need {} ({} such steps)",

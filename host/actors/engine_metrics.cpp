@@ -38,6 +38,15 @@ void register_metrics(EngineState& s) {
   s.m.e2e = &r->family(Type::histogram, "tokenhost_request_duration_seconds",
                        "From a request's arrival at the engine to its end", {"engine"}, latency);
   s.m.scheduler_seconds = &plugin_seconds_family(*r);
+  s.m.prefix_lookups = &r->family(Type::counter, "tokenhost_prefix_lookups_total",
+                                  "Prompts looked up in the kvcache's prefix cache when their request arrived", {"engine"});
+  s.m.prefix_hits = &r->family(Type::counter, "tokenhost_prefix_hits_total",
+                               "Prompts that found a cached prefix (hit rate: over tokenhost_prefix_lookups_total)", {"engine"});
+  s.m.prefix_cached_tokens = &r->family(Type::counter, "tokenhost_prefix_cached_tokens_total",
+                                        "Prompt tokens served from the prefix cache instead of computed", {"engine"});
+  s.m.kv_cached = &r->family(Type::gauge, "tokenhost_kv_blocks_cached",
+                             "KV blocks no sequence holds that the prefix cache keeps for reuse (taken back when the pool needs them)",
+                             {"engine"});
   s.m.draft_tokens = &r->family(Type::counter, "tokenhost_spec_draft_tokens_total",
                                 "Draft tokens the spec_decode plugin proposed and the engine verified", {"engine", "plugin"});
   s.m.accepted_tokens = &r->family(Type::counter, "tokenhost_spec_accepted_tokens_total",
@@ -81,8 +90,10 @@ void update_gauges(EngineState& s) {
   size_t running = std::count_if(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
   s.m.running->set({s.init.name}, double(running));
   s.m.waiting->set({s.init.name}, double(s.seqs.size() - running));
-  s.m.kv_free->set({s.init.name}, double(s.kv.free_blocks));
+  // kv.free_blocks counts the cached blocks too (the scheduler may plan with them): shown apart here.
+  s.m.kv_free->set({s.init.name}, double(s.kv.free_blocks - std::min(s.kv.cached_blocks, s.kv.free_blocks)));
   s.m.kv_used->set({s.init.name}, double(s.kv.total_blocks - std::min(s.kv.free_blocks, s.kv.total_blocks)));
+  if (s.init.prefix_cache) s.m.kv_cached->set({s.init.name}, double(s.kv.cached_blocks));
 }
 
 }  // namespace tokenhost::engine_detail

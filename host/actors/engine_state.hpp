@@ -35,6 +35,12 @@ struct Sequence {
   // Tokens the scheduler must prefill before the sequence decodes (see th_sched_seq.prompt_len).
   uint32_t prompt_len() const { return generated == 0 ? uint32_t(tokens().size()) : uint32_t(tokens().size()) - 1; }
   bool cancel_requested = false;
+  // Prefix caching: the worker looks its prompt up (the sequence is not scheduled until the answer);
+  // the kvcache knows the sequence (a lookup made it: it must be freed even holding no block); the
+  // prompt positions the lookup found (th_sched_state.seq_cached; 0 once preempted).
+  bool lookup_pending = false;
+  bool in_kvcache = false;
+  uint32_t cached = 0;
   bool cancelled() const { return cancel_requested || (request.stream && request.stream->cancelled()); }
 };
 
@@ -59,6 +65,10 @@ struct EngineMetrics {
   metrics::Family* accepted_tokens = nullptr;
   metrics::Family* accepted_length = nullptr;
   metrics::Family* spec_step_seconds = nullptr;
+  metrics::Family* prefix_lookups = nullptr;
+  metrics::Family* prefix_hits = nullptr;
+  metrics::Family* prefix_cached_tokens = nullptr;
+  metrics::Family* kv_cached = nullptr;
 };
 
 struct EngineState {
@@ -81,6 +91,9 @@ struct EngineState {
   uint32_t kv_planned = 0, kv_reported = 0;
   uint64_t kv_disagreements = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
+  // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
+  // prompt tokens served from the cache, lookups that failed.
+  uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;
   // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
   // sequences here, never reused.
   std::map<std::string, uint32_t> client_numbers;
@@ -131,6 +144,9 @@ bool sched_grants_drafts(const EngineState& s);
 // built against an older minor and grants none itself.
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
                    std::vector<uint32_t>& grants);
+// The prefix cache's namespace for a request: its API key and cache_salt (requests share cached KV
+// only when both are equal).
+uint64_t cache_salt_of(const GenerateRequest& r);
 // Every block the kvcache reports in use after a step holds positions of the engine's sequences: the
 // frees sent before the step have landed, and none is sent while a step is in flight. A disagreement is
 // logged (the first, then each 100th) and counted in the admin status.

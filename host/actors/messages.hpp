@@ -37,12 +37,28 @@ using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using engine_add_atom = caf::atom_constant<caf::atom("engadd")>;
 using engine_remove_atom = caf::atom_constant<caf::atom("engremove")>;
 using engine_replace_atom = caf::atom_constant<caf::atom("engreplace")>;
+using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {
   uint32_t total_blocks = 0;
-  uint32_t free_blocks = 0;
+  uint32_t free_blocks = 0;  // free, plus the cached blocks the plugin takes back when it needs them
   uint32_t block_size = 0;
+  // Prefix caching (th_kv_stats, ABI 1.5; 0 for an older plugin): blocks kept for reuse that no
+  // sequence holds (counted in free_blocks too), cached blocks taken back and blocks published since
+  // the plugin was created.
+  uint32_t cached_blocks = 0;
+  uint64_t evicted_blocks = 0, published_blocks = 0;
+  // The blocks the sequences hold, a shared block once per holder (th_kv_stats.held_blocks), when the
+  // plugin reports it; else the blocks in use.
+  uint32_t held_blocks = 0;
+};
+// What a kvcache with prefix caching had of a new sequence's prompt (th_kvcache_vtable.seq_lookup).
+struct LookupResult {
+  uint32_t n_cached = 0;  // positions of the prompt the sequence starts with
+  std::string error;      // the lookup failed: the sequence computes its whole prompt
+  KvState kv;
 };
 struct StepResult {
   // The tokens of each item with sample set, in item order: accepted[i] verified draft tokens and then
@@ -98,6 +114,9 @@ using registry_actor = caf::typed_actor<
 using worker_actor = caf::typed_actor<
     caf::replies_to<step_atom, StepBatch>::with<StepResult>,
     caf::replies_to<free_atom, uint64_t>::with<KvState>,  // drop a sequence's KV blocks
+    // A new sequence (request id, salt, prompt) takes the longest cached prefix of its prompt.
+    caf::replies_to<lookup_atom, uint64_t, uint64_t, std::vector<int32_t>>::with<LookupResult>,
+    caf::replies_to<flush_atom>::with<KvState>,  // the prefix cache dropped (its unheld blocks freed)
     caf::replies_to<status_atom>::with<KvState>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>>;
@@ -138,4 +157,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::RoutedEngine)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SwapResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LookupResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LoadReply)

@@ -38,6 +38,9 @@ struct GenerateRequest {
   // Speculative decoding: the most draft tokens a step verifies for this request (0: none), within
   // the engine's own limit.
   uint32_t max_draft = kMaxDraftTokens;
+  // Prefix caching: the request's `cache_salt` ("" none). Cached KV is shared only between requests of
+  // the same API key and cache_salt (timing would show a prompt another client sent).
+  std::string cache_salt;
   // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
   std::shared_ptr<TokenStream> stream;
 };

@@ -198,7 +198,49 @@ KvState kv_state(const PluginInstance& kvcache) {
   stats.struct_size = sizeof stats;
   kvcache.call(&th_kvcache_vtable::stats, "stats", kvcache.handle(), &stats);
   const th_kv_layout* layout = kv_layout(kvcache);
-  return KvState{stats.total_blocks, stats.free_blocks, layout != nullptr ? layout->block_size : 0};
+  KvState kv{stats.total_blocks, stats.free_blocks, layout != nullptr ? layout->block_size : 0};
+  kv.held_blocks = stats.used_blocks;
+  // ABI 1.5 members, read only as far as the plugin wrote them. Cached blocks are taken back when the
+  // pool needs them: free for planning. Counts past the total are a plugin's error: never trusted.
+  if (TH_HAS_MEMBER(&stats, th_kv_stats, cached_blocks))
+    kv.cached_blocks = std::min(stats.cached_blocks, stats.total_blocks - std::min(stats.free_blocks, stats.total_blocks));
+  if (TH_HAS_MEMBER(&stats, th_kv_stats, held_blocks)) kv.held_blocks = stats.held_blocks;
+  if (TH_HAS_MEMBER(&stats, th_kv_stats, evicted_blocks)) kv.evicted_blocks = stats.evicted_blocks;
+  if (TH_HAS_MEMBER(&stats, th_kv_stats, published_blocks)) kv.published_blocks = stats.published_blocks;
+  kv.free_blocks = std::min(stats.total_blocks, stats.free_blocks + kv.cached_blocks);
+  return kv;
+}
+
+// Whether the kvcache plugin caches prefixes (th_kvcache.h: seq_lookup, seq_publish and cache_flush,
+// all three).
+bool prefix_caching(const PluginInstance& kv) {
+  return kv.fn(&th_kvcache_vtable::seq_lookup) != nullptr && kv.fn(&th_kvcache_vtable::seq_publish) != nullptr &&
+         kv.fn(&th_kvcache_vtable::cache_flush) != nullptr;
+}
+
+// After a step, the positions each item wrote and kept go to the prefix cache with their tokens: the
+// item's own tokens, then the draft tokens the target accepted (a tree's accepted path, moved to the
+// first positions by compact_tree_kv). Rejected drafts were truncated away and never published. A
+// sequence the plugin did not make by seq_lookup is ignored by it. A failure costs reuse, not the step:
+// it is logged, the step stands.
+void publish_step(const StepBatch& batch, const StepResult& result, const std::vector<std::vector<uint32_t>>& paths,
+                  PluginInstance& kv, const std::string& engine) {
+  size_t sampled = 0;
+  std::vector<int32_t> tokens;
+  for (const auto& item : batch.items) {
+    const size_t own = item.tokens.size() - item.n_draft;
+    tokens.assign(item.tokens.begin(), item.tokens.begin() + long(own));
+    if (item.sample) {
+      const uint32_t accepted = result.accepted.at(sampled);
+      const std::vector<uint32_t>& path = paths.at(sampled++);
+      for (uint32_t k = 0; k < accepted; ++k) tokens.push_back(item.tokens[own + (item.is_tree() ? path.at(k) : k)]);
+    }
+    th_error err;
+    if (th_status st = kv.call(&th_kvcache_vtable::seq_publish, "seq_publish", kv.handle(), item.seq_id, item.start, tokens.data(),
+                               uint32_t(tokens.size()), &err))
+      spdlog::warn("engine {}: {} seq_publish of sequence {} failed with {}: {}", engine, kv.id(), item.seq_id, status_name(st),
+                   err.text());
+  }
 }
 
 uint32_t kv_seqs(const PluginInstance& kvcache) {
@@ -234,6 +276,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, *s.init.kvcache);
+          if (prefix_caching(*s.init.kvcache)) publish_step(batch, result, paths, *s.init.kvcache, s.init.engine);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
@@ -251,6 +294,32 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](free_atom, uint64_t seq_id) -> KvState {
         auto& kv = *self->state.init.kvcache;
         kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+        return kv_state(kv);
+      },
+      [=](lookup_atom, uint64_t seq_id, uint64_t salt, const std::vector<int32_t>& prompt) -> LookupResult {
+        auto& kv = *self->state.init.kvcache;
+        LookupResult r;
+        th_error err;
+        uint32_t cached = 0;
+        if (!prefix_caching(kv)) {
+          r.error = kv.id() + " caches no prefixes";
+        } else if (th_status st = kv.call(&th_kvcache_vtable::seq_lookup, "seq_lookup", kv.handle(), seq_id, salt, prompt.data(),
+                                          uint32_t(prompt.size()), &cached, &err)) {
+          r.error = kv.id() + " seq_lookup failed with " + status_name(st) + ": " + err.text();
+        } else if (cached >= prompt.size()) {
+          // The last prompt token is always computed (th_kvcache.h): a plugin claiming more is not trusted.
+          kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+          r.error = kv.id() + " seq_lookup reported " + std::to_string(cached) + " cached positions of a " +
+                    std::to_string(prompt.size()) + "-token prompt (at most " + std::to_string(prompt.size() - 1) + ")";
+        } else {
+          r.n_cached = cached;
+        }
+        r.kv = kv_state(kv);
+        return r;
+      },
+      [=](flush_atom) -> KvState {
+        auto& kv = *self->state.init.kvcache;
+        if (prefix_caching(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
         return kv_state(kv);
       },
       [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
@@ -277,8 +346,15 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto kv = kv_state(*s.init.kvcache);
         const th_kv_layout* layout = kv_layout(*s.init.kvcache);
         nlohmann::json j = {{"steps", s.steps},
-                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks}, {"block_size", kv.block_size},
-                                    {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"}}}};
+                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks - kv.cached_blocks},
+                                    {"block_size", kv.block_size},
+                                    {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"},
+                                    {"prefix_caching", prefix_caching(*s.init.kvcache)}}}};
+        if (prefix_caching(*s.init.kvcache)) {
+          j["kv"]["cached_blocks"] = kv.cached_blocks;
+          j["kv"]["evicted_blocks"] = kv.evicted_blocks;
+          j["kv"]["published_blocks"] = kv.published_blocks;
+        }
         for (const SlotInfo& slot : slot_table())  // each filled slot the worker owns, under its name
           if (auto* p = slot.owner == SlotOwner::worker ? held(s.init, slot.name) : nullptr; p && *p)
             j[slot.name] = plugin_json(*p);

@@ -337,6 +337,13 @@ Err parse_field(Endpoint ep, const std::string& key, const json& v, const Reques
   if (!chat && key == "echo") return get_bool(v, key, r.echo);
   if (key == "logit_bias") return parse_logit_bias(v, r.logit_bias);
   if (key == "user") return get_string(v, key, r.user);
+  if (key == "cache_salt") {
+    if (auto e = get_string(v, key, r.cache_salt)) return e;
+    if (r.cache_salt.empty() || r.cache_salt.size() > kMaxCacheSaltChars)
+      return invalid_request(key, "'cache_salt' must be 1 to " + std::to_string(kMaxCacheSaltChars) + " characters, got " +
+                                      std::to_string(r.cache_salt.size()));
+    return {};
+  }
   if (key == "priority") return get_int(v, key, r.priority);
   if (key == "tokenhost") return parse_tokenhost(v, r);
   if (!chat && key == "prompt") return parse_prompt(v, limits, r.prompts);

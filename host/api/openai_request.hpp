@@ -25,6 +25,9 @@ namespace tokenhost::api {
 enum class Endpoint { completions, chat_completions };
 
 // One completions prompt: text, or token ids the client tokenized itself.
+// The longest `cache_salt` a request may carry.
+constexpr size_t kMaxCacheSaltChars = 256;
+
 struct Prompt {
   std::string text;
   std::vector<int32_t> tokens;
@@ -78,6 +81,9 @@ struct OpenAIRequest {
   bool echo = false;  // completions: prepend the prompt to the text (echo with logprobs is refused)
   std::map<int32_t, double> logit_bias;  // token id -> bias in [-100, 100]
   std::string user;
+  // Prefix caching: requests share cached KV only under the same API key and cache_salt (as vLLM's);
+  // at most kMaxCacheSaltChars characters.
+  std::string cache_salt;
   int64_t priority = 0;  // extension: larger = sooner; scheduler plugins interpret it
   nlohmann::json tokenhost = nlohmann::json::object();  // the `tokenhost` extension object as sent
   std::string arm;            // tokenhost.arm: an arm of the model's A/B experiment, "" none

@@ -143,6 +143,17 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
       return 0;
     };
   });
+  auto* flush = admin->add_subcommand("flush-prefix-cache",
+                                      "Drop the prefix cache of ENGINE: the cached KV blocks no request holds are freed "
+                                      "(its kvcache plugin must cache prefixes, e.g. kvcache.prefix)");
+  flush->add_option("engine", a.engine, "Engine name")->required();
+  flush->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      auto r = c.post("/admin/engines/" + opt.args.engine + "/prefix_cache/flush", nlohmann::json::object());
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
   auto* router = admin->add_subcommand("router", "Swap the router plugin");
   router->add_option("plugin", a.plugin, "Plugin id, e.g. router.round_robin")->required();
   router->add_option("--set", a.settings, "A config setting key=value (repeatable)");

@@ -1,6 +1,7 @@
 // kvcache rules: the layout fits the model, accounting is exact over random operations, forks copy on
 // write, truncation (ABI 1.4) gives back only what lies past the cut, a reservation that cannot fit
-// changes nothing, freeing returns every block.
+// changes nothing, freeing returns every block, and prefix caching (ABI 1.5) serves published bytes
+// under the same salt only, refuses a publish with a gap, and gives cached blocks back to the pool.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -66,8 +67,16 @@ struct Cache {
     uint32_t shared = 0;
     for (const auto& [b, n] : refs) shared += n > 1;
     auto text = [](uint32_t a) { return std::to_string(a); };
-    expect(s.used_blocks + s.free_blocks == s.total_blocks,
-           after + ": used " + text(s.used_blocks) + " + free " + text(s.free_blocks) + " != total " + text(s.total_blocks));
+    // ABI 1.5: cached blocks (held by no sequence) complete the sum; held counts each holder.
+    const uint32_t cached = TH_HAS_MEMBER(&s, th_kv_stats, cached_blocks) ? s.cached_blocks : 0;
+    expect(s.used_blocks + s.free_blocks + cached == s.total_blocks,
+           after + ": used " + text(s.used_blocks) + " + free " + text(s.free_blocks) + " + cached " + text(cached) + " != total " +
+               text(s.total_blocks));
+    if (TH_HAS_MEMBER(&s, th_kv_stats, held_blocks)) {
+      uint32_t held = 0;
+      for (const auto& [b, n] : refs) held += n;
+      expect(s.held_blocks == held, after + ": stats say the sequences hold " + text(s.held_blocks) + " blocks, their tables " + text(held));
+    }
     expect(s.used_blocks == refs.size(), after + ": stats say " + text(s.used_blocks) + " blocks used, the tables hold " +
                                              text(uint32_t(refs.size())));
     expect(s.shared_blocks == shared, after + ": stats say " + text(s.shared_blocks) + " shared blocks, the tables share " + text(shared));
@@ -106,7 +115,7 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
   auto inst = instance_for(catalog, plugin, model, why);
   if (!inst) {
     for (const char* rule : {"kvcache.layout_fits_model", "kvcache.accounting", "kvcache.copy_on_write", "kvcache.truncate",
-                             "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks"})
+                             "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks", "kvcache.prefix_cache"})
       r.not_applicable(rule, "check() refuses an f16 cache of a 2-layer, 2 kv-head model: " + why);
     return;
   }
@@ -264,6 +273,72 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
     expect(s.free_blocks == s.total_blocks && s.n_seqs == 0 && s.shared_blocks == 0,
            "with every sequence freed, " + std::to_string(s.free_blocks) + " of " + std::to_string(s.total_blocks) +
                " blocks are free and " + std::to_string(s.n_seqs) + " sequences remain");
+  });
+  const bool prefix = inst->fn(&th_kvcache_vtable::seq_lookup) && inst->fn(&th_kvcache_vtable::seq_publish) &&
+                      inst->fn(&th_kvcache_vtable::cache_flush);
+  if (!prefix) {
+    r.not_applicable("kvcache.prefix_cache", "the plugin has no seq_lookup, seq_publish and cache_flush (optional, ABI 1.5): "
+                                             "its engines compute every prompt whole");
+    return;
+  }
+  r.rule("kvcache.prefix_cache", [&] {
+    auto lookup = [&](uint64_t seq, uint64_t salt, const std::vector<int32_t>& tokens, th_status want = TH_OK) {
+      th_error err;
+      uint32_t n = 0;
+      const th_status st =
+          inst->call(&th_kvcache_vtable::seq_lookup, "seq_lookup", inst->handle(), seq, salt, tokens.data(), uint32_t(tokens.size()), &n, &err);
+      expect(st == want, "seq_lookup of sequence " + std::to_string(seq) + " returned " + std::to_string(st) + ": " + err.text());
+      if (st == TH_OK) {
+        expect(n < tokens.size(), "seq_lookup reported " + std::to_string(n) + " cached positions of a " + std::to_string(tokens.size()) +
+                                      "-token prompt: the last token must be left to compute");
+        c.lengths[seq] = n;
+      }
+      return n;
+    };
+    auto publish = [&](uint64_t seq, uint32_t first, const std::vector<int32_t>& tokens) {
+      th_error err;
+      return inst->call(&th_kvcache_vtable::seq_publish, "seq_publish", inst->handle(), seq, first, tokens.data(), uint32_t(tokens.size()), &err);
+    };
+    for (uint32_t round = 0; round < o.rounds; ++round) {
+      // A prompt of whole blocks and a bit, computed, written, published and freed; the same prompt
+      // with another last token then finds a prefix of it whose bytes are those written, by reference.
+      std::vector<int32_t> prompt(uniform(rng, 2 * bs, 4 * bs) + 1);
+      for (auto& t : prompt) t = int32_t(uniform(rng, 0, 50));
+      const uint64_t salt = uniform(rng, 0, 1000), a = next_seq++;
+      expect(lookup(a, salt, prompt) == 0 || round > 0, "seq_lookup found a prefix in an empty cache");
+      const uint32_t from = c.lengths[a], n = uint32_t(prompt.size());
+      expect(c.reserve(a, n, from) == TH_OK, "seq_reserve after seq_lookup failed");
+      const auto table = c.table(a);
+      for (uint32_t p = from; p < n; ++p) c.write_position(table[p / bs], p % bs, rng);
+      std::vector<std::string> written;
+      for (uint32_t p = 0; p < n; ++p) written.push_back(c.position_bytes(table[p / bs], p % bs));
+      expect(publish(a, from, std::vector<int32_t>(prompt.begin() + from, prompt.end())) == TH_OK, "seq_publish failed");
+      expect(publish(a, n + 1, {1}) == TH_ERR_INVALID_ARGUMENT, "seq_publish with a gap did not return TH_ERR_INVALID_ARGUMENT");
+      c.free(a);
+      c.check_accounting("after publishing and freeing a sequence");
+      std::vector<int32_t> again = prompt;
+      again.back() = again.back() + 1;
+      const uint64_t b = next_seq++;
+      const uint32_t cached = lookup(b, salt, again);
+      expect(cached >= bs, "a prompt sharing " + std::to_string(n - 1) + " tokens with one just published found " + std::to_string(cached) +
+                               " cached positions (blocks of " + std::to_string(bs) + ")");
+      const auto shared = c.table(b);
+      for (uint32_t p = 0; p < cached; ++p)
+        expect(c.position_bytes(shared[p / bs], p % bs) == written[p], "cached position " + std::to_string(p) + " does not hold the bytes written there");
+      lookup(b, salt, again, TH_ERR_INVALID_ARGUMENT);
+      expect(lookup(next_seq++, salt + 1, again) == 0, "a prompt found a prefix published under another salt");
+      c.check_accounting("after lookups");
+      while (!c.lengths.empty()) c.free(c.lengths.begin()->first);
+    }
+    expect(publish(next_seq++, 0, {1}) == TH_ERR_NOT_FOUND, "seq_publish of an unknown sequence did not return TH_ERR_NOT_FOUND");
+    // Cached blocks are the pool's when it needs them: a sequence may take every block.
+    const uint32_t total = c.stats().total_blocks;
+    expect(c.reserve(next_seq, total * bs, 0) == TH_OK, "seq_reserve of the whole pool failed while cached blocks were held by no sequence");
+    c.free(next_seq++);
+    inst->call(&th_kvcache_vtable::cache_flush, "cache_flush", inst->handle());
+    const th_kv_stats s = c.stats();
+    expect(s.free_blocks == s.total_blocks, "after cache_flush with no sequence, " + std::to_string(s.free_blocks) + " of " +
+                                                std::to_string(s.total_blocks) + " blocks are free");
   });
 }
 

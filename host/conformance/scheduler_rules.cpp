@@ -12,12 +12,14 @@ struct State {
   std::vector<th_sched_seq> seqs;
   std::vector<uint32_t> clients;  // th_sched_state.seq_clients (ABI 1.3)
   std::vector<uint32_t> drafts;   // th_sched_state.seq_draft (ABI 1.4)
+  std::vector<uint32_t> cached;   // th_sched_state.seq_cached (ABI 1.5)
   th_sched_state state{};
   bool older_decision = false;    // the decision as a host before 1.4 fills it: no run_draft
 };
 
-// A consistent random engine state: waiting and preempted sequences hold no blocks, running ones the
-// blocks of what they prefilled; the free blocks are what the running ones leave.
+// A consistent random engine state: preempted sequences hold no blocks, waiting ones none or (ABI 1.5)
+// the whole blocks of a cached prefix, running ones the blocks of what they prefilled; the free blocks
+// are what they leave.
 State random_state(Rng& rng, bool nothing_running) {
   State s;
   const uint32_t bs = std::vector<uint32_t>{1, 8, 16}[uniform(rng, 0, 2)];
@@ -41,7 +43,15 @@ State random_state(Rng& rng, bool nothing_running) {
         q.prefilled = q.generated = q.kv_blocks = 0;
       }
       used += q.kv_blocks;
+    } else if (q.state == TH_SEQ_WAITING && uniform(rng, 0, 2) == 0) {
+      const uint32_t blocks = uniform(rng, 0, (q.prompt_len - 1) / bs);  // the last prompt token is computed
+      if (used + blocks <= total) {
+        q.prefilled = blocks * bs;
+        q.kv_blocks = blocks;
+        used += blocks;
+      }
     }
+    s.cached.push_back(q.state == TH_SEQ_WAITING ? q.prefilled : 0);
     s.seqs.push_back(q);
     // Decoding sequences that generated before may take a draft (as the engine offers them).
     const bool decoding = q.state == TH_SEQ_RUNNING && q.prefilled == q.prompt_len && q.generated > 0;
@@ -53,6 +63,7 @@ State random_state(Rng& rng, bool nothing_running) {
   s.state.seqs = s.seqs.data();
   s.state.seq_clients = s.clients.data();
   s.state.seq_draft = s.drafts.data();
+  s.state.seq_cached = s.cached.data();
   s.state.n_seqs = uint32_t(s.seqs.size());
   s.state.total_kv_blocks = total;
   s.state.free_kv_blocks = total - used;
@@ -166,6 +177,9 @@ void scheduler_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& 
       s.state.struct_size = uint32_t(TH_SIZE_THROUGH(th_sched_state, now_ns));
       s.state.seq_clients = nullptr;
       s.state.seq_draft = nullptr;
+      s.state.seq_cached = nullptr;
+      for (auto& q : s.seqs)  // nor does it hold cached prefixes for waiting sequences
+        if (q.state == TH_SEQ_WAITING && q.kv_blocks > 0) s.state.free_kv_blocks += q.kv_blocks, q.prefilled = q.kv_blocks = 0;
       s.older_decision = true;
       check_valid(s, decide(*inst, s));
     }

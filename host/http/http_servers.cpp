@@ -224,6 +224,13 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     }
   });
+  admin_->route("POST", R"(/admin/engines/([^/]+)/prefix_cache/flush)", [this](const HttpRequest& req, HttpResponse& res) {
+    try {
+      reply_json(res, {{"ok", true}, {"change", server_.flush_prefix_cache(req.matches[1])}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    }
+  });
   admin_->route("POST", "/admin/engines", [this](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;

@@ -168,6 +168,7 @@ class Generation {
         g.logprobs = req_.logprobs;
         g.ignore_eos = ignore_eos_;
         if (req_.max_draft) g.max_draft = *req_.max_draft;
+        g.cache_salt = req_.cache_salt;
         Choice c;
         c.id = g.id;
         c.stop = api::StopMatcher(req_.stop);

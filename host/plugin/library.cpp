@@ -192,6 +192,15 @@ void PluginLibrary::load(PluginLibrary& lib, const std::string& path) {
     throw PluginError(where + ": required vtable member" + (missing.size() > 1 ? "s " : " ") + join(missing, ", ") +
                       (missing.size() > 1 ? " are" : " is") + " NULL");
   }
+  // Prefix caching's members go together (th_kvcache.h, ABI 1.5): a plugin setting some of them would
+  // be given lookups it cannot publish to, or the reverse.
+  if (d->kind == TH_KIND_KVCACHE && vt_size >= TH_SIZE_THROUGH(th_kvcache_vtable, cache_flush)) {
+    const auto& vt = *static_cast<const th_kvcache_vtable*>(d->vtable);
+    const int set = (vt.seq_lookup != nullptr) + (vt.seq_publish != nullptr) + (vt.cache_flush != nullptr);
+    if (set != 0 && set != 3)
+      throw PluginError(where + ": kvcache vtable sets " + std::to_string(set) +
+                        " of seq_lookup, seq_publish and cache_flush: prefix caching needs all three (or none)");
+  }
 }
 
 PluginLibrary::~PluginLibrary() {

@@ -194,11 +194,14 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
   if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
     e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
+  e.prefix_cache = w.kvcache->fn(&th_kvcache_vtable::seq_lookup) != nullptr && w.kvcache->fn(&th_kvcache_vtable::seq_publish) != nullptr &&
+                   w.kvcache->fn(&th_kvcache_vtable::cache_flush) != nullptr;
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));
   Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
+  out.prefix_cache = e.prefix_cache;
   {
     // The pool's size, for admission control (the worker made its kvcache instance as it started).
     caf::scoped_actor self{*system_};
@@ -208,8 +211,8 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   }
   out.actor = spawn_engine(*system_, std::move(e));
   out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
-  spdlog::info("engine {} ready: model {} on {}, {} KV cache", name, decl.model, decl.device,
-               quant::dtype_name(decl.kv_dtype));
+  spdlog::info("engine {} ready: model {} on {}, {} KV cache{}", name, decl.model, decl.device,
+               quant::dtype_name(decl.kv_dtype), out.prefix_cache ? ", prefix caching" : "");
   return out;
 }
 
@@ -514,6 +517,29 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   if (decl != nullptr) engines_.at(engine).decl.slots[slot] = change;
   else deployment_.router = change;
   return r.message;
+}
+
+std::string Server::flush_prefix_cache(const std::string& engine) {
+  worker_actor worker;
+  {
+    std::lock_guard lock(engines_mutex_);
+    auto it = engines_.find(engine);
+    if (it == engines_.end()) throw AdminError(404, "no engine '" + engine + "'");
+    if (!it->second.prefix_cache)
+      throw AdminError(409, "engine '" + engine + "': its kvcache plugin " + it->second.decl.slots.at("kvcache").plugin +
+                                " keeps no prefix cache (seq_lookup, seq_publish and cache_flush, ABI 1.5)");
+    worker = it->second.worker;
+  }
+  caf::scoped_actor self{*system_};
+  std::optional<KvState> before, after;
+  auto ask = [&](auto atom, std::optional<KvState>& out) {
+    self->request(worker, std::chrono::seconds(60), atom).receive([&](const KvState& kv) { out = kv; },
+                                                                  [&](caf::error& e) { throw AdminError(503, "engine '" + engine + "': " + system_->render(e)); });
+  };
+  ask(status_atom::value, before);
+  ask(flush_atom::value, after);
+  spdlog::info("engine {}: prefix cache flushed, {} unheld cached blocks freed", engine, before->cached_blocks - std::min(before->cached_blocks, after->cached_blocks));
+  return "engine " + engine + ": prefix cache flushed (" + std::to_string(before->cached_blocks) + " cached blocks freed)";
 }
 
 std::string Server::unload_slot(const std::string& engine, const std::string& slot) {

@@ -101,6 +101,9 @@ class Server {
                        const toml::table& config);
   // Empties an optional slot (spec_decode). Throws AdminError for required slots.
   std::string unload_slot(const std::string& engine, const std::string& slot);
+  // Drops engine's prefix cache (th_kvcache_vtable.cache_flush): the cached blocks no sequence holds
+  // are freed. AdminError 404 for an unknown engine, 409 when its kvcache keeps no prefix cache.
+  std::string flush_prefix_cache(const std::string& engine);
   // Starts the engines that `toml_text` declares ([engines.NAME] tables in the manifest format, on
   // models the server serves) and routes to them. Every one is built before any takes a request; any
   // failure throws AdminError and leaves the server as it was. Returns a description.
@@ -141,6 +144,7 @@ class Server {
     worker_actor worker;
     std::shared_ptr<std::atomic<bool>> stopped;  // set when the engine actor has terminated
     uint64_t kv_positions = 0;  // its KV pool: blocks x block size, as its worker reported at start
+    bool prefix_cache = false;  // its kvcache plugin caches prefixes (EngineInit::prefix_cache)
   };
   // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
   // Throws PluginError; nothing of it is left running then.

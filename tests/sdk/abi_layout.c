@@ -182,14 +182,18 @@ TH_PIN_OFFSET(th_kv_layout, k_scale_base, 112);
 TH_PIN_OFFSET(th_kv_layout, v_scale_base, 120);
 TH_PIN_OFFSET(th_kv_layout, device, 128);
 TH_PIN_OFFSET(th_kv_layout, device_index, 132);
-TH_PIN_SIZE(th_kv_stats, 24);
+TH_PIN_SIZE(th_kv_stats, 48);
 TH_PIN_OFFSET(th_kv_stats, struct_size, 0);
 TH_PIN_OFFSET(th_kv_stats, total_blocks, 4);
 TH_PIN_OFFSET(th_kv_stats, used_blocks, 8);
 TH_PIN_OFFSET(th_kv_stats, free_blocks, 12);
 TH_PIN_OFFSET(th_kv_stats, shared_blocks, 16);
 TH_PIN_OFFSET(th_kv_stats, n_seqs, 20);
-TH_PIN_SIZE(th_kvcache_vtable, 88);
+TH_PIN_OFFSET(th_kv_stats, cached_blocks, 24);    /* ABI 1.5 */
+TH_PIN_OFFSET(th_kv_stats, held_blocks, 28);      /* ABI 1.5 */
+TH_PIN_OFFSET(th_kv_stats, evicted_blocks, 32);   /* ABI 1.5 */
+TH_PIN_OFFSET(th_kv_stats, published_blocks, 40); /* ABI 1.5 */
+TH_PIN_SIZE(th_kvcache_vtable, 112);
 TH_PIN_OFFSET(th_kvcache_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_kvcache_vtable, create, 8);
 TH_PIN_OFFSET(th_kvcache_vtable, destroy, 16);
@@ -201,6 +205,9 @@ TH_PIN_OFFSET(th_kvcache_vtable, seq_fork, 56);
 TH_PIN_OFFSET(th_kvcache_vtable, seq_blocks, 64);
 TH_PIN_OFFSET(th_kvcache_vtable, stats, 72);
 TH_PIN_OFFSET(th_kvcache_vtable, seq_truncate, 80); /* ABI 1.4 */
+TH_PIN_OFFSET(th_kvcache_vtable, seq_lookup, 88);   /* ABI 1.5 */
+TH_PIN_OFFSET(th_kvcache_vtable, seq_publish, 96);  /* ABI 1.5 */
+TH_PIN_OFFSET(th_kvcache_vtable, cache_flush, 104); /* ABI 1.5 */
 TH_PIN_SIZE(th_moe_gate_args, 48);
 TH_PIN_OFFSET(th_moe_gate_args, struct_size, 0);
 TH_PIN_OFFSET(th_moe_gate_args, layer, 4);
@@ -303,7 +310,7 @@ TH_PIN_OFFSET(th_sched_seq, prefilled, 28);
 TH_PIN_OFFSET(th_sched_seq, generated, 32);
 TH_PIN_OFFSET(th_sched_seq, max_new_tokens, 36);
 TH_PIN_OFFSET(th_sched_seq, kv_blocks, 40);
-TH_PIN_SIZE(th_sched_state, 64);
+TH_PIN_SIZE(th_sched_state, 72);
 TH_PIN_OFFSET(th_sched_state, struct_size, 0);
 TH_PIN_OFFSET(th_sched_state, seqs, 8);
 TH_PIN_OFFSET(th_sched_state, n_seqs, 16);
@@ -315,6 +322,7 @@ TH_PIN_OFFSET(th_sched_state, max_step_seqs, 36);
 TH_PIN_OFFSET(th_sched_state, now_ns, 40);
 TH_PIN_OFFSET(th_sched_state, seq_clients, 48);  /* ABI 1.3 */
 TH_PIN_OFFSET(th_sched_state, seq_draft, 56);    /* ABI 1.4 */
+TH_PIN_OFFSET(th_sched_state, seq_cached, 64);   /* ABI 1.5 */
 TH_PIN_SIZE(th_sched_item, 16);
 TH_PIN_OFFSET(th_sched_item, seq_id, 0);
 TH_PIN_OFFSET(th_sched_item, n_tokens, 8);

@@ -91,6 +91,12 @@ struct KvCache {
     return s;
   }
   void free(uint64_t seq) { vt->seq_free(inst->handle(), seq); }
+  th_status truncate(uint64_t seq, uint32_t n_positions) {
+    th_error err;
+    const th_status s = vt->seq_truncate(inst->handle(), seq, n_positions, &err);
+    last_error = err.text();
+    return s;
+  }
   th_status blocks(uint64_t seq, std::vector<int32_t>& out) {
     th_error err;
     const int32_t* b = nullptr;

@@ -52,7 +52,7 @@ inline th_sched_state sched_state(const std::vector<th_sched_seq>& seqs, uint32_
   uint32_t held = 0;
   for (const auto& s : seqs) held += s.kv_blocks;
   return th_sched_state{sizeof(th_sched_state), seqs.data(), uint32_t(seqs.size()), held + free_blocks, free_blocks,
-                        block_size, max_tokens, max_seqs, 1000, nullptr, nullptr};
+                        block_size, max_tokens, max_seqs, 1000, nullptr, nullptr, nullptr};
 }
 
 // The invariants every scheduler's decision keeps, whatever the state: known ids listed once (run or
@@ -204,7 +204,7 @@ inline SimResult simulate(Scheduler& sched, const std::vector<SimRequest>& reque
     REQUIRE(held <= cfg.total_blocks);
     const th_sched_state st{sizeof(th_sched_state), view.data(), uint32_t(view.size()), cfg.total_blocks,
                             cfg.total_blocks - held, cfg.block_size, cfg.max_step_tokens, cfg.max_step_seqs, clock,
-                            clients.data(), nullptr};
+                            clients.data(), nullptr, nullptr};
     const SchedDecision d = sched.schedule(st);
     check_sched_decision(st, cfg.max_chunk, d);
     auto find = [&](uint64_t id) {

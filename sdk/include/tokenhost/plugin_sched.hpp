@@ -7,6 +7,8 @@
 //   - sdk::check_schedule_args(): the NULL checks every schedule() starts with;
 //   - sdk::seq_client(): the client of a sequence (ABI 1.3; 0 for all on an older host);
 //   - sdk::seq_draft(): the draft tokens a decoding sequence may take (ABI 1.4; 0 on an older host);
+//   - sdk::seq_cached(): the prompt positions a sequence found in the prefix cache (ABI 1.5; 0 on an
+//     older host);
 //   - sdk::SchedStep: one schedule() call's budgets (tokens, sequence slots, free blocks), which
 //     sequences are decided (run or preempted), the decision writer and its draft grants.
 //
@@ -75,6 +77,12 @@ inline uint32_t seq_client(const th_sched_state& state, uint32_t i) {
 // ABI 1.4); 0 on an older host, which grants drafts itself.
 inline uint32_t seq_draft(const th_sched_state& state, uint32_t i) {
   return TH_HAS_MEMBER(&state, th_sched_state, seq_draft) && state.seq_draft != nullptr ? state.seq_draft[i] : 0;
+}
+
+// The prompt positions of sequence i that came from the kvcache's prefix cache (th_sched_state.seq_cached,
+// ABI 1.5; already in its prefilled); 0 on an older host.
+inline uint32_t seq_cached(const th_sched_state& state, uint32_t i) {
+  return TH_HAS_MEMBER(&state, th_sched_state, seq_cached) && state.seq_cached != nullptr ? state.seq_cached[i] : 0;
 }
 
 // Throws Error(TH_ERR_INVALID_ARGUMENT), naming plugin_id, when a schedule() argument is NULL.

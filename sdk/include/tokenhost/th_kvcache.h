@@ -61,7 +61,8 @@ typedef struct th_kv_layout {
   int32_t device_index;
 } th_kv_layout;
 
-/* Block accounting, exact: used + free == total at all times. */
+/* Block accounting, exact: used + free + cached == total at all times (cached is 0 for a plugin
+ * without prefix caching, and absent from one built against 1.4 or older, whose stats end before it). */
 typedef struct th_kv_stats {
   uint32_t struct_size;
   uint32_t total_blocks;
@@ -69,6 +70,14 @@ typedef struct th_kv_stats {
   uint32_t free_blocks;
   uint32_t shared_blocks; /* referenced by more than one sequence */
   uint32_t n_seqs;
+  /* ABI 1.5. The host reads each through TH_HAS_MEMBER with the struct_size the plugin wrote. */
+  uint32_t cached_blocks;  /* held by no sequence, kept for a later seq_lookup; the plugin takes them
+                            * back (evicts), least recently used first, when it runs out of free ones:
+                            * the host counts them as free when it plans a step */
+  uint32_t held_blocks;    /* the sum over sequences of the blocks each holds (a block two sequences
+                            * share counts twice): the host checks it against its own positions */
+  uint64_t evicted_blocks; /* cached blocks taken back since create() */
+  uint64_t published_blocks; /* blocks added to the cache by seq_publish since create() */
 } th_kv_stats;
 
 typedef struct th_kvcache_vtable {
@@ -104,7 +113,9 @@ typedef struct th_kvcache_vtable {
   th_status (*seq_blocks)(th_instance *instance, uint64_t seq_id, const int32_t **blocks,
                           uint32_t *n_blocks, th_error *err);
 
-  /* Exact block accounting. */
+  /* Exact block accounting. The host zeroes *out and sets out->struct_size to the size of its
+   * th_kv_stats; the plugin writes no member past that size nor past its own, and sets struct_size to
+   * what it wrote (a plugin built against 1.4 or older writes the first six members). */
   void (*stats)(th_instance *instance, th_kv_stats *out);
 
   /* ABI 1.4. Keeps positions [0, n_positions) of seq_id and releases every block that holds only
@@ -117,6 +128,40 @@ typedef struct th_kvcache_vtable {
    * of rejected draft tokens; an engine whose kvcache plugin lacks it runs without speculative decoding
    * (its log says so when the engine starts and when a spec_decode plugin is swapped in). */
   th_status (*seq_truncate)(th_instance *instance, uint64_t seq_id, uint32_t n_positions, th_error *err);
+
+  /* ABI 1.5, prefix caching: seq_lookup, seq_publish and cache_flush, OPTIONAL together (all three or
+   * none; the host uses them when all three are set, else every sequence computes its whole prompt).
+   * A sequence created by seq_lookup takes part in the cache; one created by seq_reserve does not.
+   *
+   * seq_lookup: creates seq_id (unknown to the plugin) holding the longest prefix of tokens[0,
+   * n_tokens) that the cache holds under `salt`, and sets *n_cached to the positions it covers, at most
+   * n_tokens - 1 (the last prompt token is always computed: its logits give the first token). Blocks of
+   * different salts are never shared (the host derives the salt from the API key and the request's
+   * cache_salt). The blocks are shared by reference and pinned (never evicted) while a sequence holds
+   * them; when *n_cached ends inside a block, the sequence's first write into it copies it first
+   * (seq_reserve's copy-on-write). *n_cached = 0 when nothing is cached: the sequence then holds no
+   * block. The plugin keeps the tokens: it needs them to publish the sequence's blocks.
+   * TH_ERR_INVALID_ARGUMENT when seq_id exists. The host calls it once per request, when the engine
+   * receives it (a preempted sequence is recomputed through seq_reserve), and counts the sequence's
+   * positions from *n_cached on. OWNERSHIP: tokens is the host's, valid during the call. */
+  th_status (*seq_lookup)(th_instance *instance, uint64_t seq_id, uint64_t salt, const int32_t *tokens,
+                          uint32_t n_tokens, uint32_t *n_cached, th_error *err);
+
+  /* seq_publish: positions [first_position, first_position + n_tokens) of seq_id now hold the keys and
+   * values of tokens[0, n_tokens), written by a finished step and final (never unverified draft
+   * tokens). The plugin may add each block the sequence has filled to the cache, keyed by its tokens,
+   * every token before them and the salt. The host calls it after every step for every sequence of it
+   * created by seq_lookup, with first_position = the positions published (or looked up) before: calls
+   * are contiguous. A sequence not created by seq_lookup: ignored (TH_OK). TH_ERR_INVALID_ARGUMENT for a
+   * gap, TH_ERR_NOT_FOUND for an unknown sequence. OWNERSHIP: tokens is the host's, valid during the
+   * call. */
+  th_status (*seq_publish)(th_instance *instance, uint64_t seq_id, uint32_t first_position,
+                           const int32_t *tokens, uint32_t n_tokens, th_error *err);
+
+  /* cache_flush: drops every cached block no sequence holds (they become free); blocks sequences hold
+   * stay theirs and leave the cache (a later lookup does not find them). The host calls it for the
+   * admin API's flush. */
+  void (*cache_flush)(th_instance *instance);
 } th_kvcache_vtable;
 
 #ifdef __cplusplus

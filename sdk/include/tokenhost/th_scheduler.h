@@ -16,7 +16,8 @@ extern "C" {
 #endif
 
 typedef int32_t th_seq_state;
-#define TH_SEQ_WAITING 0   /* arrived, nothing of it in the KV cache yet */
+#define TH_SEQ_WAITING 0   /* arrived, not run yet: nothing of it in the KV cache, or (ABI 1.5) only a
+                            * cached prefix (th_sched_state.seq_cached) */
 #define TH_SEQ_RUNNING 1   /* has KV blocks; prefilling or decoding */
 #define TH_SEQ_PREEMPTED 2 /* had its blocks taken; waits to be recomputed */
 
@@ -38,6 +39,9 @@ typedef struct th_sched_seq {
  *  - kv_blocks = ceil(prefilled / block_size): the blocks of the positions in the cache.
  *  - To run n tokens a sequence needs max(0, ceil((prefilled + n) / block_size) - kv_blocks) more
  *    blocks; the free ones are free_kv_blocks, plus those of the sequences the decision preempts.
+ *  - A waiting sequence has prefilled == 0 and kv_blocks == 0, or (ABI 1.5) the positions and blocks
+ *    of the cached prefix it was given (seq_cached); those blocks may be shared with other sequences,
+ *    so free_kv_blocks can grow by less than a preempted sequence's kv_blocks.
  *  - A preempted sequence has prefilled == 0 and kv_blocks == 0; when it had generated tokens,
  *    prompt_len = prompt + generated - 1 (it recomputes them, then decodes the last one).
  *  - A decision that over-commits the blocks is not an error: the step that runs out of blocks
@@ -70,6 +74,13 @@ typedef struct th_sched_state {
    * for a sequence that prefills, has not generated yet, or may not speculate (no proposer, the
    * request turned it off). OWNERSHIP: host, valid during schedule(). */
   const uint32_t *seq_draft;
+  /* ABI 1.5. Prefix caching, parallel to seqs ([n_seqs]): the positions of each sequence's prompt that
+   * its engine's kvcache had cached when the request arrived (th_kvcache_vtable.seq_lookup). They are
+   * already counted in prefilled and kv_blocks, so a scheduler that plans by prefilled prefills only
+   * the rest; a waiting sequence holding cached blocks is WAITING with prefilled > 0. 0 for a sequence
+   * that found nothing, was preempted since (it recomputes), or runs on a kvcache without prefix
+   * caching. OWNERSHIP: host, valid during schedule(). */
+  const uint32_t *seq_cached;
 } th_sched_state;
 
 /* One sequence to run in this step: n_tokens prompt tokens to prefill (a prefill chunk), or 1 to

@@ -116,6 +116,30 @@ TEST_CASE("hot swap: a kvcache swap under 64 streams starts a new engine and dra
   REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 200);
 }
 
+TEST_CASE("hot swap: kvcache.paged to kvcache.prefix and back under 64 streams loses nothing", "[server][swap][prefix]") {
+  auto server = make_test_server();
+  SteadyLoad load(*server, outputs_alone(*server, kTokens), kStreams, kTokens);
+  load.wait_for(kStreams);
+  toml::table layout;
+  layout.insert("n_blocks", 256);
+  layout.insert("block_size", 4);  // mixed_prompts() share "prompt number ": three blocks of 4
+  REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.prefix", layout), Contains("a new engine"));
+  REQUIRE(wait_until_no_engine_retires(*server));
+  load.wait_for(2 * kStreams);
+  auto status = server->status();
+  REQUIRE(status["engines"][0]["prefix_cache"]["enabled"] == true);
+  CHECK(status["engines"][0]["prefix_cache"]["hits"].get<uint64_t>() > 0);
+  REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", layout), Contains("a new engine"));
+  REQUIRE(wait_until_no_engine_retires(*server));
+  load.wait_for(kStreams);
+  load.stop();
+  INFO(load.done() << " requests; first wrong: " << load.first_error());
+  REQUIRE(load.wrong() == 0);
+  status = server->status();
+  REQUIRE(status["engines"][0]["prefix_cache"]["enabled"] == false);
+  REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 256);
+}
+
 TEST_CASE("hot swap: a new version that fails its check leaves the old one serving", "[server][swap]") {
   auto server = make_test_server();
   SteadyLoad load(*server, outputs_alone(*server, kTokens), kStreams, kTokens);

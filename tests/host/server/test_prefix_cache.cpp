@@ -1,0 +1,186 @@
+// Prefix caching in the engine (kvcache.prefix): requests that share a prompt prefix reuse its KV and
+// give exactly the tokens of an engine without it (stories260K and a synthetic model, both attention
+// plugins, f16 and f32 KV), at block boundaries and inside blocks, 64 at once, under eviction, with
+// speculative decoding on; reuse stays within one API key and cache_salt; the admin flush; a swap
+// between kvcache.paged and kvcache.prefix under load loses nothing.
+#include <catch2/catch.hpp>
+
+#include <future>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "models.hpp"
+#include "test_server.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::string stories_manifest(const std::string& kvcache, const std::string& attention = "attention.cpu_flash",
+                             const std::string& kv_dtype = "f16", uint32_t n_blocks = 256, const std::string& extra = "") {
+  return R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "warn"
+
+[models.stories]
+source = "gguf"
+path = ")" + require_model_file("stories260K.gguf") + R"("
+context_len = 512
+
+[engines.main]
+model = "stories"
+max_step_tokens = 128
+kv_dtype = ")" + kv_dtype + R"("
+attention = { plugin = ")" + attention + R"(" }
+kvcache = { plugin = ")" + kvcache + R"(", config = { block_size = 16, n_blocks = )" + std::to_string(n_blocks) + R"( } }
+scheduler = { plugin = "scheduler.continuous", config = { max_prefill_chunk = 32 } }
+)" + extra;
+}
+
+// A system prompt, then one of several questions: prompts sharing 5 full blocks and some of a sixth.
+const std::string kStem =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her dog, "
+    "who was big and brown. ";
+std::vector<std::string> shared_prompts() {
+  return {kStem + "One day", kStem + "Lily saw a bird.", kStem + "The dog ran to the park and", kStem,
+          kStem + "They were happy."};
+}
+
+GenerateResult greedy(Server& server, const std::string& prompt, uint32_t max_tokens, const std::string& salt = "",
+                      const std::string& key = "") {
+  GenerateRequest r = request_for(server, prompt, max_tokens);
+  r.cache_salt = salt;
+  r.api_key = key;
+  return server.generate(r);
+}
+
+std::vector<GenerateResult> all_at_once(Server& server, const std::vector<std::string>& prompts, uint32_t max_tokens) {
+  std::vector<std::future<GenerateResult>> f;
+  for (const auto& p : prompts) f.push_back(std::async(std::launch::async, [&server, p, max_tokens] { return greedy(server, p, max_tokens); }));
+  std::vector<GenerateResult> out;
+  for (auto& x : f) out.push_back(x.get());
+  return out;
+}
+
+nlohmann::json engine_status(Server& server) { return server.status()["engines"][0]; }
+
+}  // namespace
+
+TEST_CASE("prefix cache: shared prompt prefixes are reused and give the tokens of an engine without it", "[server][prefix]") {
+  for (const char* attention : {"attention.cpu_flash", "attention.reference"}) {
+    for (const char* dtype : {"f16", "f32"}) {
+      INFO(attention << ", kv " << dtype);
+      Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged", attention, dtype)));
+      Server prefix(read_deployment("prefix.toml", stories_manifest("kvcache.prefix", attention, dtype)));
+      std::vector<std::vector<int32_t>> want;
+      for (const auto& p : shared_prompts()) want.push_back(greedy(plain, p, 24).tokens);
+      for (int pass = 0; pass < 2; ++pass) {  // the second pass finds every prompt cached
+        for (size_t i = 0; i < want.size(); ++i) {
+          const GenerateResult got = greedy(prefix, shared_prompts()[i], 24);
+          INFO("pass " << pass << ", prompt " << i << ": " << got.error);
+          REQUIRE(got.finish_reason == "length");
+          CHECK(got.tokens == want[i]);
+        }
+      }
+      const auto st = engine_status(prefix);
+      CHECK(st["prefix_cache"]["enabled"] == true);
+      CHECK(st["prefix_cache"]["lookups"] == 10);
+      CHECK(st["prefix_cache"]["hits"] >= 9);  // all but the first
+      // A prompt cached whole (kStem, 8 blocks' worth or less) recomputes its last block only.
+      CHECK(st["prefix_cache"]["cached_tokens"].get<uint64_t>() >= 9 * 64);
+      CHECK(st["kv_accounting"]["disagreements"] == 0);
+      CHECK(st["kv"]["cached_blocks"].get<uint32_t>() > 0);
+    }
+  }
+}
+
+TEST_CASE("prefix cache: 64 concurrent requests on one prefix, and eviction under pressure while others read", "[server][prefix]") {
+  // 48 blocks of 16: the 64 requests' distinct tails and outputs do not all fit beside the cached
+  // prefixes, so cached blocks are taken back (and sequences preempted) while others still read them.
+  Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
+  Server prefix(read_deployment("prefix.toml", stories_manifest("kvcache.prefix", "attention.cpu_flash", "f16", 48)));
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 64; ++i) prompts.push_back(shared_prompts()[size_t(i) % 5] + (i % 3 == 0 ? "" : " and " + std::to_string(i)));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : prompts) want.push_back(greedy(plain, p, 20).tokens);
+  for (int round = 0; round < 2; ++round) {
+    const auto got = all_at_once(prefix, prompts, 20);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("round " << round << ", request " << i << ": " << got[i].error);
+      REQUIRE(got[i].finish_reason == "length");
+      CHECK(got[i].tokens == want[i]);
+    }
+  }
+  const auto st = engine_status(prefix);
+  // Round one's prompts all arrive before any is computed: they find nothing. Round two's find theirs,
+  // but for what the pressure took back meanwhile.
+  CHECK(st["prefix_cache"]["hits"].get<uint64_t>() >= 48);
+  CHECK(st["kv"]["evicted_blocks"].get<uint64_t>() > 0);
+  CHECK(st["kv_accounting"]["disagreements"] == 0);
+  CHECK(st["sequences"] == 0);
+  CHECK(st["kv"]["free_blocks"].get<uint32_t>() + st["kv"]["cached_blocks"].get<uint32_t>() == 48);
+}
+
+TEST_CASE("prefix cache: with speculative decoding on, reuse gives the tokens of both off", "[server][prefix]") {
+  Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
+  Server both(read_deployment("both.toml", stories_manifest("kvcache.prefix", "attention.cpu_flash", "f16", 256,
+                                                            "spec_decode = { plugin = \"spec_decode.ngram\" }\ndraft_policy = \"fixed\"\n")));
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = all_at_once(both, shared_prompts(), 40);
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("pass " << pass << ", prompt " << i << ": " << got[i].error);
+      CHECK(got[i].tokens == greedy(plain, shared_prompts()[i], 40).tokens);
+    }
+  }
+  const auto st = engine_status(both);
+  CHECK(st["prefix_cache"]["hits"].get<uint64_t>() >= 5);
+  CHECK(st["speculation"]["draft_tokens"].get<uint64_t>() > 0);
+  CHECK(st["kv_accounting"]["disagreements"] == 0);
+}
+
+TEST_CASE("prefix cache: reuse stays within one API key and cache_salt", "[server][prefix]") {
+  Server server(read_deployment("prefix.toml", stories_manifest("kvcache.prefix")));
+  const std::string p = shared_prompts()[0];
+  auto hits = [&] { return engine_status(server)["prefix_cache"]["hits"].get<uint64_t>(); };
+  const auto first = greedy(server, p, 8, "", "key-a");
+  CHECK(hits() == 0);
+  CHECK(greedy(server, p, 8, "", "key-b").tokens == first.tokens);
+  CHECK(hits() == 0);  // another key: nothing shared
+  CHECK(greedy(server, p, 8, "tenant-1", "key-a").tokens == first.tokens);
+  CHECK(hits() == 0);  // the same key with a salt: apart from the key alone
+  greedy(server, p, 8, "tenant-1", "key-a");
+  CHECK(hits() == 1);
+  greedy(server, p, 8, "", "key-b");
+  CHECK(hits() == 2);
+}
+
+TEST_CASE("prefix cache: the admin flush frees the cached blocks and an engine without a prefix cache refuses it", "[server][prefix]") {
+  Server server(read_deployment("prefix.toml", stories_manifest("kvcache.prefix")));
+  greedy(server, shared_prompts()[0], 8);
+  REQUIRE(engine_status(server)["kv"]["cached_blocks"].get<uint32_t>() > 0);
+  CHECK_THAT(server.flush_prefix_cache("main"), Contains("prefix cache flushed"));
+  auto st = engine_status(server);
+  CHECK(st["kv"]["cached_blocks"] == 0);
+  CHECK(st["kv"]["free_blocks"] == 256);
+  greedy(server, shared_prompts()[0], 8);
+  CHECK(engine_status(server)["prefix_cache"]["hits"] == 0);  // nothing left to find
+  try {
+    server.flush_prefix_cache("nope");
+    FAIL("flushed an unknown engine");
+  } catch (const AdminError& e) {
+    CHECK(e.http_status == 404);
+  }
+  Server paged(read_deployment("paged.toml", stories_manifest("kvcache.paged")));
+  try {
+    paged.flush_prefix_cache("main");
+    FAIL("flushed an engine whose kvcache keeps no prefix cache");
+  } catch (const AdminError& e) {
+    CHECK(e.http_status == 409);
+    CHECK_THAT(e.what(), Contains("kvcache.paged keeps no prefix cache"));
+  }
+}
