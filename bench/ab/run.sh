@@ -11,6 +11,9 @@
 #   COMPARE=speculation-oracle: the same with the bench proposer spec_decode.oracle (b) drafting 4 tokens
 #     at 80% acceptance per token (ORACLE_RATE, ORACLE_LEN), greedy requests; a fill pass through a
 #     server of the oracle alone first shows it every request's greedy continuation
+#   COMPARE=prefix-cache: kvcache.paged (a) against kvcache.prefix (b) on the shared-prefix load of
+#     bench/prefix (250-word prompts, 96% of them one prefix common to all, 16 tokens out); the report
+#     shows each arm's prefix_cache (lookups, hits, tokens served from the cache)
 # The arms share the cores and each engine batches only its own requests: an arm with more requests in
 # flight runs bigger steps and its latencies grow with that, so small effects (as the KV type's) are
 # read with the arms' request counts beside them.
@@ -29,10 +32,10 @@ machine_line
 export TOKENHOST_ADMIN_TOKEN=ab-bench-admin-token-0123456789
 
 compare=${COMPARE:-schedulers}
-engine() {  # engine NAME SCHEDULER KV_DTYPE [SPEC_DECODE: the slot's inline table's contents]
+engine() {  # engine NAME SCHEDULER KV_DTYPE [SPEC_DECODE: the slot's inline table's contents] [KVCACHE]
   printf '[engines.%s]\nmodel = "m"\nmax_step_tokens = 512\nmax_step_seqs = 64\nkv_dtype = "%s"\n' "$1" "$3"
   printf 'attention = { plugin = "attention.cpu_flash" }\n'
-  printf 'kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 1600 } }\n'
+  printf 'kvcache = { plugin = "%s", config = { block_size = 16, n_blocks = 1600 } }\n' "${5:-kvcache.paged}"
   [ -n "${4:-}" ] && printf 'spec_decode = { %s }\n' "$4"
   printf 'scheduler = { plugin = "%s" }\n\n' "$2"
 }
@@ -41,7 +44,8 @@ case $compare in
   kv_dtype) arm_a=f32 arm_b=f16 ;;
   speculation) arm_a=plain arm_b=ngram ;;
   speculation-oracle) arm_a=plain arm_b=oracle ;;
-  *) echo "COMPARE must be schedulers, kv_dtype, speculation or speculation-oracle, not '$compare'"; exit 1 ;;
+  prefix-cache) arm_a=paged arm_b=prefix ;;
+  *) echo "COMPARE must be schedulers, kv_dtype, speculation, speculation-oracle or prefix-cache, not '$compare'"; exit 1 ;;
 esac
 echo "comparing $compare: arm a = $arm_a, arm b = $arm_b"
 # The oracle: what it saw in the fill pass, in a file every instance reads.
@@ -68,6 +72,9 @@ fi
   elif [ "$compare" = speculation-oracle ]; then
     engine plain scheduler.continuous f16
     engine oracle scheduler.continuous f16 "$oracle"
+  elif [ "$compare" = prefix-cache ]; then
+    engine paged scheduler.continuous f16 "" kvcache.paged
+    engine prefix scheduler.continuous f16 "" kvcache.prefix
   else
     engine f32 scheduler.continuous f32
     engine f16 scheduler.continuous f16
@@ -78,8 +85,11 @@ fi
 
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; true' EXIT
+prompts="--prompt-tokens 64 --output-tokens 16:128"
+[ "$compare" = prefix-cache ] && prompts="--prompt-tokens 250 --shared-prefix-fraction 0.96 --output-tokens 16"
 load() {  # load NAME: the rounds' requests (the same prompts and lengths each time: seed 7)
-  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 16 -n "$requests" --prompt-tokens 64 --output-tokens 16:128 \
+  # shellcheck disable=SC2086 # $prompts is several options
+  "$tokenhost" bench --url "http://127.0.0.1:$gw" -c 16 -n "$requests" $prompts \
     --ignore-eos --extra-body "$body" --seed 7 -q --json "$out/$1-bench.json" > /dev/null
 }
 if [ "$compare" = speculation-oracle ]; then
@@ -122,5 +132,11 @@ def spec(arm):
     return (f"{s['drafts']} drafts, {s['draft_tokens']} draft tokens, {s['accepted_tokens']} accepted "
             f"({100 * s['acceptance']:.0f}%, {s['accepted_per_draft']:.2f} per draft)")
 print(f"round {sys.argv[2]} speculation: {name_a} {spec('a')}; {name_b} {spec('b')}")
+def prefix(arm):
+    p = arms[arm].get("prefix_cache") or {}
+    if not p.get("lookups"):
+        return "no lookups"
+    return f"{p['hits']} of {p['lookups']} prompts found a prefix, {p['cached_tokens']} tokens from the cache"
+print(f"round {sys.argv[2]} prefix cache: {name_a} {prefix('a')}; {name_b} {prefix('b')}")
 PY
 done

@@ -82,6 +82,20 @@ json speculation_json(const std::map<std::string, double>& delta) {
           {"accepted_per_draft", ratio(accepted, drafts)}};
 }
 
+// What an arm's engine reused of its prompts over the experiment (deltas of tokenhost_prefix_*): prompts
+// looked up in its prefix cache, those that found a prefix, the prompt tokens served from it.
+json prefix_cache_json(const std::map<std::string, double>& delta) {
+  auto get = [&](const char* key) {
+    auto it = delta.find(key);
+    return it == delta.end() ? 0.0 : it->second;
+  };
+  const double lookups = get("tokenhost_prefix_lookups_total"), hits = get("tokenhost_prefix_hits_total");
+  return {{"lookups", uint64_t(lookups)},
+          {"hits", uint64_t(hits)},
+          {"cached_tokens", uint64_t(get("tokenhost_prefix_cached_tokens_total"))},
+          {"hit_rate", lookups > 0 ? json(hits / lookups) : json(nullptr)}};
+}
+
 }  // namespace
 
 struct Experiment {
@@ -339,6 +353,7 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"throughput_tok_s", elapsed > 0 ? double(s.tokens_out) / elapsed : 0.0},
               {"load", load_json(step)},
               {"speculation", speculation_json(step)},
+              {"prefix_cache", prefix_cache_json(step)},
               {"plugin_metrics", plugin}};
     for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
     arms.push_back(std::move(a));

@@ -73,7 +73,8 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
         [this](const std::string& engine) {
           auto values = metrics_.values_where("tokenhost_plugin_", "engine", engine);
           values.merge(metrics_.values_where("tokenhost_step_", "engine", engine));  // the arm's load
-          values.merge(metrics_.values_where("tokenhost_spec_", "engine", engine));  // and its speculation
+          values.merge(metrics_.values_where("tokenhost_spec_", "engine", engine));    // its speculation
+          values.merge(metrics_.values_where("tokenhost_prefix_", "engine", engine));  // and its prefix reuse
           return values;
         });
     for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);

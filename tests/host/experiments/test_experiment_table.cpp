@@ -124,6 +124,9 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
       v["tokenhost_spec_accepted_length_count{plugin=\"spec_decode.ngram\"}"] = {steps, true};
       v["tokenhost_spec_draft_tokens_total{plugin=\"spec_decode.ngram\"}"] = {step_tokens / 2, true};
       v["tokenhost_spec_accepted_tokens_total{plugin=\"spec_decode.ngram\"}"] = {step_tokens / 8, true};
+      v["tokenhost_prefix_lookups_total"] = {steps, true};
+      v["tokenhost_prefix_hits_total"] = {steps / 2, true};
+      v["tokenhost_prefix_cached_tokens_total"] = {step_tokens * 4, true};
     }
     return v;
   });
@@ -172,6 +175,12 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(arm_a["speculation"]["accepted_tokens"] == 25);
   REQUIRE(arm_a["speculation"]["acceptance"].get<double>() == Approx(0.25));
   REQUIRE(arm_a["speculation"]["accepted_per_draft"].get<double>() == Approx(2.5));
+  // Prefix reuse since the start: 10 prompts looked up, 5 found a prefix, 800 tokens from the cache.
+  REQUIRE(arm_a["prefix_cache"]["lookups"] == 10);
+  REQUIRE(arm_a["prefix_cache"]["hits"] == 5);
+  REQUIRE(arm_a["prefix_cache"]["cached_tokens"] == 800);
+  REQUIRE(arm_a["prefix_cache"]["hit_rate"].get<double>() == Approx(0.5));
+  REQUIRE(report["arms"][1]["prefix_cache"]["hit_rate"].is_null());
   REQUIRE(report["arms"][1]["speculation"]["drafts"] == 0);
   REQUIRE(report["arms"][1]["speculation"]["acceptance"].is_null());
   REQUIRE(report["arms"][1]["load"]["steps"] == 0);  // no step yet: no means

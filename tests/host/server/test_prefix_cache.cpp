@@ -143,6 +143,52 @@ TEST_CASE("prefix cache: with speculative decoding on, reuse gives the tokens of
   CHECK(st["kv_accounting"]["disagreements"] == 0);
 }
 
+TEST_CASE("prefix cache: a conversation's next turn reuses the previous turn's prompt and answer", "[server][prefix]") {
+  Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
+  Server prefix(read_deployment("prefix.toml", stories_manifest("kvcache.prefix")));
+  GenerateRequest turn = request_for(prefix, kStem, 40);
+  std::vector<int32_t> conversation = turn.prompt;
+  uint64_t cached_before = 0;
+  for (int t = 0; t < 3; ++t) {
+    INFO("turn " << t << ", " << conversation.size() << " tokens of conversation");
+    GenerateRequest r = request_for(prefix, "", 40);
+    r.prompt = conversation;
+    GenerateRequest same = r;
+    same.id = plain.next_request_id();
+    const GenerateResult got = prefix.generate(r);
+    REQUIRE(got.finish_reason == "length");
+    CHECK(got.tokens == plain.generate(same).tokens);
+    const uint64_t cached = engine_status(prefix)["prefix_cache"]["cached_tokens"].get<uint64_t>();
+    // Every whole block of the last turn's prompt and answer is found: of the answer's 40 tokens the
+    // last never went through a step (it was sampled, not fed), and 8 tokens of user text follow it.
+    if (t > 0) CHECK(cached - cached_before == (conversation.size() - 8 - 1) / 16 * 16);
+    cached_before = cached;
+    conversation.insert(conversation.end(), got.tokens.begin(), got.tokens.end());
+    for (unsigned char c : std::string(" Then, ")) conversation.push_back(c);  // the user's next message
+    conversation.resize(conversation.size() + 1, 'x');
+  }
+}
+
+TEST_CASE("prefix cache: the scheduler is shown each sequence's cached prompt positions", "[server][prefix]") {
+  // The fixture scheduler (tests/fixtures) exports the largest th_sched_state.seq_cached it was shown.
+  std::string manifest = stories_manifest("kvcache.prefix");
+  const std::string continuous = "{ plugin = \"scheduler.continuous\", config = { max_prefill_chunk = 32 } }";
+  manifest.replace(manifest.find(continuous), continuous.size(), "{ plugin = \"scheduler.fixture\" }");
+  manifest.replace(manifest.find("log_level"), 0, "plugin_paths = [\"" + fixture_dir() + "/good\"]\n");
+  Server server(read_deployment("fixture.toml", manifest));
+  auto shown = [&] {
+    const std::string text = server.metrics().prometheus_text();
+    const size_t at = text.find("tokenhost_plugin_fixture_seq_cached_max{");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(text.find(' ', at) + 1));
+  };
+  greedy(server, shared_prompts()[0], 4);
+  CHECK(shown() <= 0);  // nothing was cached
+  greedy(server, shared_prompts()[1], 4);
+  const auto cached = engine_status(server)["prefix_cache"]["cached_tokens"].get<double>();
+  REQUIRE(cached > 0);
+  CHECK(shown() == cached);
+}
+
 TEST_CASE("prefix cache: reuse stays within one API key and cache_salt", "[server][prefix]") {
   Server server(read_deployment("prefix.toml", stories_manifest("kvcache.prefix")));
   const std::string p = shared_prompts()[0];
