@@ -87,7 +87,20 @@ std::string report_text(const json& r) {
       << r.value("model", "?") << ")\n\n";
   std::vector<std::vector<std::string>> arms = {{"arm", "engine", "%", "requests", "failed", "tokens", "tok/s",
                                                  "tok/step", "step ms", "ttft ms [95% CI]", "itl ms [95% CI]",
-                                                 "e2e ms [95% CI]"}};
+                                                 "e2e ms [95% CI]", "drafts kept", "prefix hits"}};
+  // Speculation: the share of draft tokens kept, of how many; prefix caching: prompts that found a
+  // cached prefix, of those looked up ("-" for an arm that did neither).
+  auto drafts_kept = [](const json& s) -> std::string {
+    if (!s.is_object() || s.value("draft_tokens", 0) == 0) return "-";
+    char text[64];
+    std::snprintf(text, sizeof text, "%.0f%% of %llu", 100.0 * s.value("accepted_tokens", 0.0) / s.value("draft_tokens", 1.0),
+                  static_cast<unsigned long long>(s.value("draft_tokens", 0)));
+    return text;
+  };
+  auto prefix_hits = [](const json& p) -> std::string {
+    if (!p.is_object() || p.value("lookups", 0) == 0) return "-";
+    return std::to_string(p.value("hits", 0)) + "/" + std::to_string(p.value("lookups", 0));
+  };
   for (const auto& a : r.value("arms", json::array())) {
     char tput[32], per_step[32] = "-";
     std::snprintf(tput, sizeof tput, "%.1f", a.value("throughput_tok_s", 0.0));
@@ -97,7 +110,8 @@ std::string report_text(const json& r) {
     arms.push_back({a.value("name", "?"), a.value("engine", "?"), std::to_string(a.value("percent", 0)),
                     std::to_string(a.value("requests", 0)), std::to_string(a.value("failed", 0)),
                     std::to_string(a.value("tokens_out", 0)), tput, per_step, ms(load.value("step_s_mean", json())),
-                    mean_ci(a["ttft_s"]), mean_ci(a["itl_s"]), mean_ci(a["e2e_s"])});
+                    mean_ci(a["ttft_s"]), mean_ci(a["itl_s"]), mean_ci(a["e2e_s"]),
+                    drafts_kept(a.value("speculation", json())), prefix_hits(a.value("prefix_cache", json()))});
   }
   out << table(arms);
   std::vector<std::vector<std::string>> cmp = {{"metric", "vs", "diff ms [95% CI]", "p", "verdict"}};

@@ -80,7 +80,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       "Load-test an OpenAI-compatible server (tokenhost, llama-server, vLLM, ...) with streamed requests\n"
       "and synthetic prompts; report throughput, TTFT, inter-token latency and end-to-end latency.\n"
       "Closed loop: --concurrency N requests always in flight. Open loop: --rate R Poisson arrivals.\n"
-      "Prompts are words from a fixed list of 100 common English words, about one token each.\n"
+      "Prompts are words from a fixed list of 100 common English words, about one token each with\n"
+      "most models' vocabularies (about two with make-model's).\n"
       "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
       "The table goes to stdout (to stderr with --json -); exits 1 when any request failed.\n"
       "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.");

@@ -33,6 +33,8 @@ grep -qE "^sched +running +session +a=static 50%, b=continuous 50% \(not batch\)
 admin_cmd ab report sched | tee "$work/report"
 grep -qE "^a +static +50 +[0-9]+ +0 " "$work/report"
 grep -qE "^ttft_s +b vs a " "$work/report"
+grep -qE "drafts kept +prefix hits$" "$work/report"  # neither arm speculates nor caches prefixes: "-"
+grep -qE "^b +continuous .* +- +-$" "$work/report"
 admin_cmd --json ab report sched > "$work/report.json"
 python3 - "$work/report.json" <<'PY'
 import json, sys

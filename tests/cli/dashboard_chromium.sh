@@ -37,7 +37,7 @@ spec_decode = { plugin = "spec_decode.ngram" }
 [engines.ref]
 model = "stories260K"
 attention = { plugin = "attention.reference" }
-kvcache = { plugin = "kvcache.paged" }
+kvcache = { plugin = "kvcache.prefix" }
 scheduler = { plugin = "scheduler.fifo" }
 TOML
 start_server "$tokenhost" "$work/two_engines.toml"

@@ -112,6 +112,18 @@ function speculationText(e) {
   return Math.round(100 * s.accepted_tokens / s.draft_tokens) + "% of " + s.draft_tokens;
 }
 
+// What the engines table must show for an engine's KV blocks: those held of the pool, and with a prefix
+// cache the blocks it keeps and the share of prompts that hit.
+function kvText(e) {
+  const kv = e.kv || {};
+  if (kv.total_blocks === undefined) return "–";
+  const cached = kv.cached_blocks || 0;
+  let text = (kv.total_blocks - kv.free_blocks - cached) + " / " + kv.total_blocks;
+  const p = e.prefix_cache;
+  if (p && p.enabled) text += " · " + cached + " cached" + (p.lookups ? ", " + Math.round(100 * p.hits / p.lookups) + "% hits" : "");
+  return text;
+}
+
 // Mismatches between the page's engine rows and the API's engines (in the API's order).
 function engineMismatches(rows, engines, where, counters) {
   const out = [];
@@ -121,7 +133,7 @@ function engineMismatches(rows, engines, where, counters) {
     const row = rows[i];
     if (!row) return;
     const expect = { model: e.model, device: e.device, state: e.retiring ? "retiring" : e.draining ? "draining" : "serving" };
-    if (counters) Object.assign(expect, { sequences: String(e.sequences), tokens_out: String(e.tokens_out), speculation: speculationText(e) });
+    if (counters) Object.assign(expect, { sequences: String(e.sequences), tokens_out: String(e.tokens_out), speculation: speculationText(e), kv_blocks: kvText(e) });
     for (const [k, v] of Object.entries(expect))
       if (row.fields[k] !== v) out.push(`${where} ${e.name}: ${k} shown as '${row.fields[k]}', the API says '${v}'`);
     const slots = Object.keys(e).filter(k => SLOTS.includes(k) || (e[k] && typeof e[k] === "object" && "id" in e[k] && "version" in e[k]));
