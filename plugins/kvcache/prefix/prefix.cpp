@@ -67,7 +67,7 @@ class Prefix : public sdk::KvBlockPool {
     if (!held.empty() && uint64_t(held.size()) * bs >= n) held.pop_back(), sc.keys.pop_back();
     for (int32_t block : held) {
       Entry& e = entries_.at(key_of_block_[size_t(block)]);
-      if (refs(block) == 0) kept_.erase({e.stamp, block}), --cached_;  // held again: pinned
+      if (refs(block) == 0) kept_.erase({e.stamp, block}), leaves_.erase({e.stamp, block}), --cached_;  // held again: pinned
       e.stamp = ++clock_;
     }
     adopt(seq, held);
@@ -103,7 +103,8 @@ class Prefix : public sdk::KvBlockPool {
       const int32_t block = table[j];
       if (entries_.count(key) != 0 || key_of_block_[size_t(block)] != 0) continue;  // cached already (or a collision)
       Entry e{block, parent, std::vector<int32_t>(block_tokens, block_tokens + bs), 0, ++clock_};
-      if (auto p = entries_.find(parent); p != entries_.end()) ++p->second.children;
+      if (auto p = entries_.find(parent); p != entries_.end() && p->second.children++ == 0)
+        leaves_.erase({p->second.stamp, p->second.block});  // kept or not: it has a child now
       entries_.emplace(key, std::move(e));
       key_of_block_[size_t(block)] = key;
       ++published_;
@@ -118,6 +119,7 @@ class Prefix : public sdk::KvBlockPool {
     }
     entries_.clear();
     kept_.clear();
+    leaves_.clear();
     cached_ = 0;
     changed();
   }
@@ -141,7 +143,9 @@ class Prefix : public sdk::KvBlockPool {
   bool retain(int32_t block) override {
     const uint64_t key = key_of_block_[size_t(block)];
     if (key == 0) return false;
-    kept_.insert({entries_.at(key).stamp, block});
+    const Entry& e = entries_.at(key);
+    kept_.insert({e.stamp, block});
+    if (e.children == 0) leaves_.insert({e.stamp, block});
     ++cached_;
     return true;
   }
@@ -149,14 +153,10 @@ class Prefix : public sdk::KvBlockPool {
   // The least recently used kept block without cached children, else the least recently used one.
   int32_t reclaim() override {
     if (kept_.empty()) return -1;
-    auto victim = kept_.begin();
-    for (auto it = kept_.begin(); it != kept_.end(); ++it)
-      if (entries_.at(key_of_block_[size_t(it->second)]).children == 0) {
-        victim = it;
-        break;
-      }
-    const int32_t block = victim->second;
+    const auto victim = leaves_.empty() ? *kept_.begin() : *leaves_.begin();
+    const int32_t block = victim.second;
     kept_.erase(victim);
+    leaves_.erase(victim);
     --cached_;
     ++evicted_;
     uncache(block);
@@ -180,7 +180,8 @@ class Prefix : public sdk::KvBlockPool {
   void uncache(int32_t block) {
     const uint64_t key = key_of_block_[size_t(block)];
     const auto it = entries_.find(key);
-    if (auto p = entries_.find(it->second.parent); p != entries_.end()) --p->second.children;
+    if (auto p = entries_.find(it->second.parent); p != entries_.end() && --p->second.children == 0 && refs(p->second.block) == 0)
+      leaves_.insert({p->second.stamp, p->second.block});  // a kept block whose last cached child went
     entries_.erase(it);
     key_of_block_[size_t(block)] = 0;
   }
@@ -188,6 +189,7 @@ class Prefix : public sdk::KvBlockPool {
   std::unordered_map<uint64_t, Entry> entries_;     // key -> cached block
   std::vector<uint64_t> key_of_block_;              // per block: its key, 0 when not cached
   std::set<std::pair<uint64_t, int32_t>> kept_;     // (stamp, block): cached, held by no sequence
+  std::set<std::pair<uint64_t, int32_t>> leaves_;   // those of kept_ without cached children
   std::unordered_map<uint64_t, SeqCache> caches_;   // sequences made by seq_lookup
   uint64_t clock_ = 0;
 };
