@@ -45,49 +45,8 @@ class Paged : public sdk::KvBlockPool {
   th_metric* used_metric_ = nullptr;
 };
 
-Paged& self(th_instance* instance) { return sdk::self<Paged>(instance); }
-
-th_status get_layout(th_instance* instance, const th_kv_layout** out, th_error* err) {
-  return sdk::guard(err, [&] { *out = &self(instance).layout(); });
-}
-
-th_status seq_reserve(th_instance* instance, uint64_t seq, uint32_t n_positions, uint32_t first_write, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).reserve(seq, n_positions, first_write); });
-}
-
-void seq_free(th_instance* instance, uint64_t seq) { self(instance).free_seq(seq); }
-
-th_status seq_fork(th_instance* instance, uint64_t parent, uint64_t child, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).fork(parent, child); });
-}
-
-th_status seq_blocks(th_instance* instance, uint64_t seq, const int32_t** blocks, uint32_t* n_blocks, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).blocks(seq, blocks, n_blocks); });
-}
-
-void stats(th_instance* instance, th_kv_stats* out) { self(instance).stats(out); }
-
-th_status seq_truncate(th_instance* instance, uint64_t seq, uint32_t n_positions, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).truncate(seq, n_positions); });
-}
-
 // No prefix caching: seq_lookup, seq_publish and cache_flush stay NULL (th_kvcache.h: all three or none).
-const th_kvcache_vtable kVtable = {
-    sizeof(th_kvcache_vtable),
-    sdk::create_instance<Paged>,
-    sdk::destroy_instance<Paged>,
-    check,
-    get_layout,
-    seq_reserve,
-    seq_free,
-    seq_fork,
-    seq_blocks,
-    stats,
-    seq_truncate,
-    nullptr,
-    nullptr,
-    nullptr,
-};
+const th_kvcache_vtable kVtable = sdk::kv_pool_vtable<Paged>(check);
 
 const th_plugin_descriptor kDescriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, "1.0.0", &kVtable,

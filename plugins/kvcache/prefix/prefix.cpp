@@ -194,50 +194,7 @@ class Prefix : public sdk::KvBlockPool {
   uint64_t clock_ = 0;
 };
 
-Prefix& self(th_instance* instance) { return sdk::self<Prefix>(instance); }
-
-th_status get_layout(th_instance* instance, const th_kv_layout** out, th_error* err) {
-  return sdk::guard(err, [&] { *out = &self(instance).layout(); });
-}
-th_status seq_reserve(th_instance* instance, uint64_t seq, uint32_t n_positions, uint32_t first_write, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).reserve(seq, n_positions, first_write); });
-}
-void seq_free(th_instance* instance, uint64_t seq) { self(instance).free_seq(seq); }
-th_status seq_fork(th_instance* instance, uint64_t parent, uint64_t child, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).fork(parent, child); });
-}
-th_status seq_blocks(th_instance* instance, uint64_t seq, const int32_t** blocks, uint32_t* n_blocks, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).blocks(seq, blocks, n_blocks); });
-}
-void stats(th_instance* instance, th_kv_stats* out) { self(instance).stats(out); }
-th_status seq_truncate(th_instance* instance, uint64_t seq, uint32_t n_positions, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).truncate(seq, n_positions); });
-}
-th_status seq_lookup(th_instance* instance, uint64_t seq, uint64_t salt, const int32_t* tokens, uint32_t n_tokens, uint32_t* n_cached,
-                     th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).lookup(seq, salt, tokens, n_tokens, n_cached); });
-}
-th_status seq_publish(th_instance* instance, uint64_t seq, uint32_t first_position, const int32_t* tokens, uint32_t n_tokens, th_error* err) {
-  return sdk::guard(err, [&] { return self(instance).publish(seq, first_position, tokens, n_tokens); });
-}
-void cache_flush(th_instance* instance) { self(instance).flush(); }
-
-const th_kvcache_vtable kVtable = {
-    sizeof(th_kvcache_vtable),
-    sdk::create_instance<Prefix>,
-    sdk::destroy_instance<Prefix>,
-    check,
-    get_layout,
-    seq_reserve,
-    seq_free,
-    seq_fork,
-    seq_blocks,
-    stats,
-    seq_truncate,
-    seq_lookup,
-    seq_publish,
-    cache_flush,
-};
+const th_kvcache_vtable kVtable = sdk::kv_pool_vtable<Prefix, /*prefix=*/true>(check);
 
 const th_plugin_descriptor kDescriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, "1.0.0", &kVtable,

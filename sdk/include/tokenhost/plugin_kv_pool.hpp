@@ -10,7 +10,10 @@
 //     per block and a block table per sequence: seq_reserve with copy-on-write, seq_free, seq_fork,
 //     seq_truncate, seq_blocks and exact stats(). A subclass keeps blocks no sequence holds (a prefix
 //     cache) through three hooks: retain() when a block's last reference goes, reclaim() when the free
-//     list is empty, and before_write() before a block is written in place.
+//     list is empty, and before_write() before a block is written in place;
+//   - sdk::kv_pool_vtable<Pool>(check): the th_kvcache_vtable of a plugin whose instances are such a
+//     pool, every member through the pool's method (with prefix = true, also seq_lookup, seq_publish and
+//     cache_flush through its lookup(), publish() and flush()).
 #ifndef TOKENHOST_PLUGIN_KV_POOL_HPP
 #define TOKENHOST_PLUGIN_KV_POOL_HPP
 
@@ -323,6 +326,60 @@ class KvBlockPool {
   uint32_t shared_ = 0;         // blocks with refs > 1
   std::unordered_map<uint64_t, std::vector<int32_t>> seqs_;
 };
+
+// The vtable members of kv_pool_vtable (class templates: a member is compiled only where it is used).
+template <class Pool>
+struct KvPoolMembers {
+  static th_status get_layout(th_instance* i, const th_kv_layout** out, th_error* err) {
+    return guard(err, [&] { *out = &self<Pool>(i).layout(); });
+  }
+  static th_status seq_reserve(th_instance* i, uint64_t seq, uint32_t n_positions, uint32_t first_write, th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).reserve(seq, n_positions, first_write); });
+  }
+  static void seq_free(th_instance* i, uint64_t seq) { self<Pool>(i).free_seq(seq); }
+  static th_status seq_fork(th_instance* i, uint64_t parent, uint64_t child, th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).fork(parent, child); });
+  }
+  static th_status seq_blocks(th_instance* i, uint64_t seq, const int32_t** blocks, uint32_t* n_blocks, th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).blocks(seq, blocks, n_blocks); });
+  }
+  static void stats(th_instance* i, th_kv_stats* out) { self<Pool>(i).stats(out); }
+  static th_status seq_truncate(th_instance* i, uint64_t seq, uint32_t n_positions, th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).truncate(seq, n_positions); });
+  }
+  static th_status seq_lookup(th_instance* i, uint64_t seq, uint64_t salt, const int32_t* tokens, uint32_t n_tokens, uint32_t* n_cached,
+                              th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).lookup(seq, salt, tokens, n_tokens, n_cached); });
+  }
+  static th_status seq_publish(th_instance* i, uint64_t seq, uint32_t first_position, const int32_t* tokens, uint32_t n_tokens,
+                               th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).publish(seq, first_position, tokens, n_tokens); });
+  }
+  static void cache_flush(th_instance* i) { self<Pool>(i).flush(); }
+};
+
+template <class Pool, bool prefix = false>
+th_kvcache_vtable kv_pool_vtable(th_status (*check)(const th_check_query*, th_error*)) {
+  using M = KvPoolMembers<Pool>;
+  th_kvcache_vtable vt{};
+  vt.struct_size = sizeof vt;
+  vt.create = create_instance<Pool>;
+  vt.destroy = destroy_instance<Pool>;
+  vt.check = check;
+  vt.get_layout = M::get_layout;
+  vt.seq_reserve = M::seq_reserve;
+  vt.seq_free = M::seq_free;
+  vt.seq_fork = M::seq_fork;
+  vt.seq_blocks = M::seq_blocks;
+  vt.stats = M::stats;
+  vt.seq_truncate = M::seq_truncate;
+  if constexpr (prefix) {  // all three or none (th_kvcache.h)
+    vt.seq_lookup = M::seq_lookup;
+    vt.seq_publish = M::seq_publish;
+    vt.cache_flush = M::cache_flush;
+  }
+  return vt;
+}
 
 }  // namespace tokenhost::sdk
 
