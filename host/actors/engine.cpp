@@ -152,6 +152,7 @@ void look_up(self_ptr self, Sequence& q) {
         if (Sequence* q = find(s, id)) {  // else it ended meanwhile: its free follows this lookup
           q->lookup_pending = false;
           q->prefilled = q->cached = r.n_cached;
+          q->published_at_lookup = r.kv.published_blocks;
         }
         update_gauges(s);
         tick(self);
@@ -218,6 +219,12 @@ void tick(self_ptr self) {
     si.tokens.assign(q.tokens().begin() + q.prefilled, q.tokens().begin() + q.prefilled + n);
     si.sample = q.prefilled + n == q.tokens().size();
     si.context = q.context;
+    // A first chunk whose prompt found nothing when it arrived looks again if blocks were published
+    // since: requests that arrive together share the prefix the first of them computes.
+    if (s.init.prefix_cache && q.in_kvcache && q.prefilled == 0 && q.generated == 0 && s.kv.published_blocks > q.published_at_lookup) {
+      si.relookup = true;
+      si.cache_salt = cache_salt_of(q.request);
+    }
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
   }
@@ -279,6 +286,14 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     }
   } else {
     size_t sampled = 0, sampled_item = 0;
+    for (size_t i = 0; i < result.reused.size() && i < batch.items.size(); ++i) {
+      if (result.reused[i] == 0) continue;  // a relookup found what its arrival's lookup did not
+      ++s.prefix_hits;
+      s.prefix_cached_tokens += result.reused[i];
+      if (s.m.prefix_hits) s.m.prefix_hits->add({s.init.name}, 1);
+      if (s.m.prefix_cached_tokens) s.m.prefix_cached_tokens->add({s.init.name}, double(result.reused[i]));
+      if (Sequence* q = find(s, batch.items[i].seq_id)) q->cached = result.reused[i];
+    }
     for (const auto& item : batch.items) {
       Sequence* q = find(s, item.seq_id);
       const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;

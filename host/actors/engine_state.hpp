@@ -41,6 +41,7 @@ struct Sequence {
   bool lookup_pending = false;
   bool in_kvcache = false;
   uint32_t cached = 0;
+  uint64_t published_at_lookup = 0;  // the kvcache's published blocks when its lookup answered
   bool cancelled() const { return cancel_requested || (request.stream && request.stream->cancelled()); }
 };
 

@@ -74,6 +74,9 @@ struct StepResult {
   th_status status = TH_OK;
   double seconds = 0;
   KvState kv;                         // the KV pool after the step
+  // Per item: the leading positions a relookup found cached (computed by no one in this step; 0 for
+  // most items). They end where the item's tokens end either way: only the count of reuse changes.
+  std::vector<uint32_t> reused;
 };
 
 // Replace the plugin of a slot with a new instance (already checked and created).

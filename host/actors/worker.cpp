@@ -218,6 +218,46 @@ bool prefix_caching(const PluginInstance& kv) {
          kv.fn(&th_kvcache_vtable::cache_flush) != nullptr;
 }
 
+// seq_lookup of seq_id's tokens, validated: the cached positions (fewer than the tokens), or 0 and a
+// message in `error` when the lookup failed or claimed too much (the sequence then stays unknown to
+// the plugin, or holds nothing: seq_reserve makes it).
+uint32_t lookup_prefix(PluginInstance& kv, uint64_t seq_id, uint64_t salt, const int32_t* tokens, uint32_t n, std::string& error) {
+  th_error err;
+  uint32_t cached = 0;
+  if (th_status st = kv.call(&th_kvcache_vtable::seq_lookup, "seq_lookup", kv.handle(), seq_id, salt, tokens, n, &cached, &err)) {
+    error = kv.id() + " seq_lookup failed with " + status_name(st) + ": " + err.text();
+    return 0;
+  }
+  if (cached >= n) {  // the last token is always computed (th_kvcache.h): a plugin claiming more is not trusted
+    kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+    error = kv.id() + " seq_lookup reported " + std::to_string(cached) + " cached positions of " + std::to_string(n) +
+            " tokens (at most " + std::to_string(n - 1) + ")";
+    return 0;
+  }
+  return cached;
+}
+
+// Items the engine marked for a relookup (their sequence found nothing when it arrived and blocks were
+// published since): the sequence's record is made again from the chunk's tokens, and the item keeps
+// only the tokens past what is now cached (the last one always stays: it may be sampled). Returns the
+// positions reused per item.
+std::vector<uint32_t> relookup_prefixes(StepBatch& batch, PluginInstance& kv, const std::string& engine) {
+  std::vector<uint32_t> reused(batch.items.size(), 0);
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    StepItem& item = batch.items[i];
+    if (!item.relookup || item.start != 0 || item.n_draft != 0 || item.tokens.empty()) continue;
+    kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), item.seq_id);  // its arrival's record, holding nothing
+    std::string error;
+    const uint32_t cached = lookup_prefix(kv, item.seq_id, item.cache_salt, item.tokens.data(), uint32_t(item.tokens.size()), error);
+    if (!error.empty()) spdlog::warn("engine {}: prefix relookup of request {} failed: {}", engine, item.seq_id, error);
+    if (cached == 0) continue;
+    item.tokens.erase(item.tokens.begin(), item.tokens.begin() + cached);
+    item.start = cached;
+    reused[i] = cached;
+  }
+  return reused;
+}
+
 // After a step, the positions each item wrote and kept go to the prefix cache with their tokens: the
 // item's own tokens, then the draft tokens the target accepted (a tree's accepted path, moved to the
 // first positions by compact_tree_kv). Rejected drafts were truncated away and never published. A
@@ -268,6 +308,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
             for (auto& item : batch.items)
               if (item.is_tree()) item.cut_draft(item.chain_length()), item.draft_parent.clear();
           }
+          if (prefix_caching(*s.init.kvcache)) result.reused = relookup_prefixes(batch, *s.init.kvcache, s.init.engine);
           if (drafted) reserve_drafts(batch, *s.init.kvcache);
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
@@ -299,21 +340,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](lookup_atom, uint64_t seq_id, uint64_t salt, const std::vector<int32_t>& prompt) -> LookupResult {
         auto& kv = *self->state.init.kvcache;
         LookupResult r;
-        th_error err;
-        uint32_t cached = 0;
-        if (!prefix_caching(kv)) {
-          r.error = kv.id() + " caches no prefixes";
-        } else if (th_status st = kv.call(&th_kvcache_vtable::seq_lookup, "seq_lookup", kv.handle(), seq_id, salt, prompt.data(),
-                                          uint32_t(prompt.size()), &cached, &err)) {
-          r.error = kv.id() + " seq_lookup failed with " + status_name(st) + ": " + err.text();
-        } else if (cached >= prompt.size()) {
-          // The last prompt token is always computed (th_kvcache.h): a plugin claiming more is not trusted.
-          kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
-          r.error = kv.id() + " seq_lookup reported " + std::to_string(cached) + " cached positions of a " +
-                    std::to_string(prompt.size()) + "-token prompt (at most " + std::to_string(prompt.size() - 1) + ")";
-        } else {
-          r.n_cached = cached;
-        }
+        if (!prefix_caching(kv)) r.error = kv.id() + " caches no prefixes";
+        else r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
         r.kv = kv_state(kv);
         return r;
       },

@@ -49,6 +49,11 @@ struct StepItem {
   // worker moves the accepted path's to the first positions after the step. Trees are verified by
   // exact match (draft_dist empty).
   std::vector<int32_t> draft_parent{};
+  // Prefix caching: the item is its sequence's first chunk (start 0), the sequence found nothing cached
+  // when it arrived, and blocks were published since: the worker looks the chunk's tokens up again
+  // under cache_salt before the step and computes only what is not cached (StepResult::reused).
+  bool relookup = false;
+  uint64_t cache_salt = 0;
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
   // Keeps the first `keep` tokens of the draft (none: the item decodes one token); a tree stays one
   // (every parent comes before its child).

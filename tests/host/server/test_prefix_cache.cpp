@@ -126,6 +126,44 @@ TEST_CASE("prefix cache: 64 concurrent requests on one prefix, and eviction unde
   CHECK(st["kv"]["free_blocks"].get<uint32_t>() + st["kv"]["cached_blocks"].get<uint32_t>() == 48);
 }
 
+TEST_CASE("prefix cache: requests that arrive together share the prefix the first of them computes", "[server][prefix]") {
+  // Eight prompts at once: their lookups on arrival come before any is computed. A step takes the
+  // first three whole; the others look again before their first chunk and find the shared blocks.
+  std::string manifest = stories_manifest("kvcache.prefix");
+  const std::string chunked = "max_step_tokens = 128";
+  manifest.replace(manifest.find(chunked), chunked.size(), "max_step_tokens = 512");
+  const std::string small = "max_prefill_chunk = 32";
+  manifest.replace(manifest.find(small), small.size(), "max_prefill_chunk = 512");
+  Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
+  Server prefix(read_deployment("prefix.toml", manifest));
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(kStem + "Number " + std::to_string(i) + " said");
+  // Started from one thread, back to back (as the gateway starts a batch prompt's sequences): the
+  // engine asks for every lookup before its first step.
+  std::vector<std::shared_ptr<TokenStream>> streams;
+  for (const auto& p : prompts) streams.push_back(prefix.start(request_for(prefix, p, 12)));
+  std::vector<GenerateResult> got;
+  for (auto& stream : streams) {
+    std::optional<GenerateResult> end;
+    for (size_t seen = 0; !end;) {
+      auto update = stream->wait(seen, std::chrono::seconds(60));
+      seen += update.tokens.size();
+      end = update.result;
+    }
+    got.push_back(*end);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i << ": " << got[i].error);
+    REQUIRE(got[i].finish_reason == "length");
+    CHECK(got[i].tokens == greedy(plain, prompts[i], 12).tokens);
+  }
+  const auto st = engine_status(prefix);
+  INFO(st["prefix_cache"].dump());
+  CHECK(st["prefix_cache"]["hits"].get<uint64_t>() >= 4);
+  CHECK(st["prefix_cache"]["cached_tokens"].get<uint64_t>() >= 4 * 112);  // 7 of kStem's blocks of 16 each
+  CHECK(st["kv_accounting"]["disagreements"] == 0);
+}
+
 TEST_CASE("prefix cache: with speculative decoding on, reuse gives the tokens of both off", "[server][prefix]") {
   Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
   Server both(read_deployment("both.toml", stories_manifest("kvcache.prefix", "attention.cpu_flash", "f16", 256,
