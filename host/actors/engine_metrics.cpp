@@ -91,7 +91,7 @@ void update_gauges(EngineState& s) {
   s.m.running->set({s.init.name}, double(running));
   s.m.waiting->set({s.init.name}, double(s.seqs.size() - running));
   // kv.free_blocks counts the cached blocks too (the scheduler may plan with them): shown apart here.
-  s.m.kv_free->set({s.init.name}, double(s.kv.free_blocks - std::min(s.kv.cached_blocks, s.kv.free_blocks)));
+  s.m.kv_free->set({s.init.name}, double(s.kv.uncached_free_blocks()));
   s.m.kv_used->set({s.init.name}, double(s.kv.total_blocks - std::min(s.kv.free_blocks, s.kv.total_blocks)));
   if (s.init.prefix_cache) s.m.kv_cached->set({s.init.name}, double(s.kv.cached_blocks));
 }

@@ -7,6 +7,7 @@
 // they carry plugin instances (shared_ptr) that cannot cross a network.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,6 +54,8 @@ struct KvState {
   // The blocks the sequences hold, a shared block once per holder (th_kv_stats.held_blocks), when the
   // plugin reports it; else the blocks in use.
   uint32_t held_blocks = 0;
+  // The free blocks without the cached ones: what holds nothing at all (gauges, admin status).
+  uint32_t uncached_free_blocks() const { return free_blocks - std::min(cached_blocks, free_blocks); }
 };
 // What a kvcache with prefix caching had of a new sequence's prompt (th_kvcache_vtable.seq_lookup).
 struct LookupResult {

@@ -211,13 +211,6 @@ KvState kv_state(const PluginInstance& kvcache) {
   return kv;
 }
 
-// Whether the kvcache plugin caches prefixes (th_kvcache.h: seq_lookup, seq_publish and cache_flush,
-// all three).
-bool prefix_caching(const PluginInstance& kv) {
-  return kv.fn(&th_kvcache_vtable::seq_lookup) != nullptr && kv.fn(&th_kvcache_vtable::seq_publish) != nullptr &&
-         kv.fn(&th_kvcache_vtable::cache_flush) != nullptr;
-}
-
 // seq_lookup of seq_id's tokens, validated: the cached positions (fewer than the tokens), or 0 and a
 // message in `error` when the lookup failed or claimed too much (the sequence then stays unknown to
 // the plugin, or holds nothing: seq_reserve makes it).
@@ -308,7 +301,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
             for (auto& item : batch.items)
               if (item.is_tree()) item.cut_draft(item.chain_length()), item.draft_parent.clear();
           }
-          if (prefix_caching(*s.init.kvcache)) result.reused = relookup_prefixes(batch, *s.init.kvcache, s.init.engine);
+          if (caches_prefixes(*s.init.kvcache)) result.reused = relookup_prefixes(batch, *s.init.kvcache, s.init.engine);
           if (drafted) reserve_drafts(batch, *s.init.kvcache);
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
@@ -317,7 +310,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, *s.init.kvcache);
-          if (prefix_caching(*s.init.kvcache)) publish_step(batch, result, paths, *s.init.kvcache, s.init.engine);
+          if (caches_prefixes(*s.init.kvcache)) publish_step(batch, result, paths, *s.init.kvcache, s.init.engine);
           result.kv = kv_state(*s.init.kvcache);
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
@@ -340,14 +333,14 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](lookup_atom, uint64_t seq_id, uint64_t salt, const std::vector<int32_t>& prompt) -> LookupResult {
         auto& kv = *self->state.init.kvcache;
         LookupResult r;
-        if (!prefix_caching(kv)) r.error = kv.id() + " caches no prefixes";
+        if (!caches_prefixes(kv)) r.error = kv.id() + " caches no prefixes";
         else r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
         r.kv = kv_state(kv);
         return r;
       },
       [=](flush_atom) -> KvState {
         auto& kv = *self->state.init.kvcache;
-        if (prefix_caching(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
+        if (caches_prefixes(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
         return kv_state(kv);
       },
       [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
@@ -374,11 +367,11 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto kv = kv_state(*s.init.kvcache);
         const th_kv_layout* layout = kv_layout(*s.init.kvcache);
         nlohmann::json j = {{"steps", s.steps},
-                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.free_blocks - kv.cached_blocks},
+                            {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.uncached_free_blocks()},
                                     {"block_size", kv.block_size},
                                     {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"},
-                                    {"prefix_caching", prefix_caching(*s.init.kvcache)}}}};
-        if (prefix_caching(*s.init.kvcache)) {
+                                    {"prefix_caching", caches_prefixes(*s.init.kvcache)}}}};
+        if (caches_prefixes(*s.init.kvcache)) {
           j["kv"]["cached_blocks"] = kv.cached_blocks;
           j["kv"]["evicted_blocks"] = kv.evicted_blocks;
           j["kv"]["published_blocks"] = kv.published_blocks;

@@ -86,4 +86,11 @@ class PluginInstance {
   th_instance* instance_ = nullptr;
 };
 
+// Whether a kvcache instance caches prefixes: it has seq_lookup, seq_publish and cache_flush (ABI 1.5,
+// th_kvcache.h), which the loader accepts all three or none.
+inline bool caches_prefixes(const PluginInstance& kvcache) {
+  return kvcache.fn(&th_kvcache_vtable::seq_lookup) != nullptr && kvcache.fn(&th_kvcache_vtable::seq_publish) != nullptr &&
+         kvcache.fn(&th_kvcache_vtable::cache_flush) != nullptr;
+}
+
 }  // namespace tokenhost

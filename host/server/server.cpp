@@ -195,8 +195,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
   if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
     e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
-  e.prefix_cache = w.kvcache->fn(&th_kvcache_vtable::seq_lookup) != nullptr && w.kvcache->fn(&th_kvcache_vtable::seq_publish) != nullptr &&
-                   w.kvcache->fn(&th_kvcache_vtable::cache_flush) != nullptr;
+  e.prefix_cache = caches_prefixes(*w.kvcache);
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
@@ -539,8 +538,9 @@ std::string Server::flush_prefix_cache(const std::string& engine) {
   };
   ask(status_atom::value, before);
   ask(flush_atom::value, after);
-  spdlog::info("engine {}: prefix cache flushed, {} unheld cached blocks freed", engine, before->cached_blocks - std::min(before->cached_blocks, after->cached_blocks));
-  return "engine " + engine + ": prefix cache flushed (" + std::to_string(before->cached_blocks) + " cached blocks freed)";
+  const uint32_t freed = before->cached_blocks - std::min(before->cached_blocks, after->cached_blocks);
+  spdlog::info("engine {}: prefix cache flushed, {} unheld cached blocks freed", engine, freed);
+  return "engine " + engine + ": prefix cache flushed (" + std::to_string(freed) + " cached blocks freed)";
 }
 
 std::string Server::unload_slot(const std::string& engine, const std::string& slot) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -74,6 +75,16 @@ moe = { plugin = "moe.topk" }
 
 inline std::unique_ptr<Server> make_test_server(const std::string& extra = "", uint32_t n_blocks = 256) {
   return std::make_unique<Server>(read_deployment("test.toml", test_manifest(extra, n_blocks)));
+}
+
+// The sum of metric `name`'s series with label key="value" (0 when there is none).
+inline double metric_sum(Server& server, const std::string& name, const std::string& value, const std::string& key = "plugin") {
+  std::istringstream text(server.metrics().prometheus_text());
+  double sum = 0;
+  for (std::string line; std::getline(text, line);)
+    if (line.rfind(name + "{", 0) == 0 && line.find(key + "=\"" + value + "\"") != std::string::npos)
+      sum += std::stod(line.substr(line.rfind(' ') + 1));
+  return sum;
 }
 
 inline GenerateRequest request_for(Server& server, const std::string& prompt, uint32_t max_tokens) {

@@ -141,9 +141,11 @@ typedef struct th_kvcache_vtable {
    * them; when *n_cached ends inside a block, the sequence's first write into it copies it first
    * (seq_reserve's copy-on-write). *n_cached = 0 when nothing is cached: the sequence then holds no
    * block. The plugin keeps the tokens: it needs them to publish the sequence's blocks.
-   * TH_ERR_INVALID_ARGUMENT when seq_id exists. The host calls it once per request, when the engine
-   * receives it (a preempted sequence is recomputed through seq_reserve), and counts the sequence's
-   * positions from *n_cached on. OWNERSHIP: tokens is the host's, valid during the call. */
+   * TH_ERR_INVALID_ARGUMENT when seq_id exists. The host calls it when the engine receives a request,
+   * with the whole prompt, and counts the sequence's positions from *n_cached on; when that found
+   * nothing and blocks were published since, it calls seq_free and seq_lookup again with the tokens
+   * of the sequence's first chunk, before the step that computes it (a preempted sequence is
+   * recomputed through seq_reserve). OWNERSHIP: tokens is the host's, valid during the call. */
   th_status (*seq_lookup)(th_instance *instance, uint64_t seq_id, uint64_t salt, const int32_t *tokens,
                           uint32_t n_tokens, uint32_t *n_cached, th_error *err);
 

@@ -214,11 +214,7 @@ TEST_CASE("prefix cache: the scheduler is shown each sequence's cached prompt po
   manifest.replace(manifest.find(continuous), continuous.size(), "{ plugin = \"scheduler.fixture\" }");
   manifest.replace(manifest.find("log_level"), 0, "plugin_paths = [\"" + fixture_dir() + "/good\"]\n");
   Server server(read_deployment("fixture.toml", manifest));
-  auto shown = [&] {
-    const std::string text = server.metrics().prometheus_text();
-    const size_t at = text.find("tokenhost_plugin_fixture_seq_cached_max{");
-    return at == std::string::npos ? -1.0 : std::stod(text.substr(text.find(' ', at) + 1));
-  };
+  auto shown = [&] { return metric_sum(server, "tokenhost_plugin_fixture_seq_cached_max", "scheduler.fixture"); };
   greedy(server, shared_prompts()[0], 4);
   CHECK(shown() <= 0);  // nothing was cached
   greedy(server, shared_prompts()[1], 4);

@@ -106,16 +106,6 @@ void require_same(const std::vector<GenerateResult>& got, const std::vector<Gene
   }
 }
 
-// The sum of the series of `name` whose labels include plugin="...".
-// The sum of metric `name`'s series with label key="value".
-double metric(Server& server, const std::string& name, const std::string& value, const std::string& key = "plugin") {
-  std::istringstream text(server.metrics().prometheus_text());
-  double sum = 0;
-  for (std::string line; std::getline(text, line);)
-    if (line.rfind(name + "{", 0) == 0 && line.find(key + "=\"" + value + "\"") != std::string::npos)
-      sum += std::stod(line.substr(line.rfind(' ') + 1));
-  return sum;
-}
 
 
 }  // namespace
@@ -143,8 +133,8 @@ TEST_CASE("spec decode: with ngram or suffix or tree drafts every request gives 
         }
       }
     }
-    const double drafted = metric(*spec, "tokenhost_spec_draft_tokens_total", plugin);
-    const double accepted = metric(*spec, "tokenhost_spec_accepted_tokens_total", plugin);
+    const double drafted = metric_sum(*spec, "tokenhost_spec_draft_tokens_total", plugin);
+    const double accepted = metric_sum(*spec, "tokenhost_spec_accepted_tokens_total", plugin);
     INFO("drafted " << drafted << ", accepted " << accepted);
     CHECK(drafted > 0);
     CHECK(accepted > 0);
@@ -193,7 +183,7 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
           CHECK(got[i].logprobs[k].top[j].token == want[i].logprobs[k].top[j].token);
       }
     }
-    CHECK(metric(*with, "tokenhost_spec_accepted_tokens_total", "spec_decode.ngram") > 0);
+    CHECK(metric_sum(*with, "tokenhost_spec_accepted_tokens_total", "spec_decode.ngram") > 0);
   }
 }
 
@@ -216,8 +206,8 @@ TEST_CASE("spec decode: draft trees are verified along their second branch throu
     const auto engine = spec->status()["engines"][0];
     INFO(engine["speculation"].dump() << " " << engine["kv_accounting"].dump());
     // Two or more tokens of one draft accepted: only the second branch has a child to accept.
-    const double drafts = metric(*spec, "tokenhost_spec_accepted_length_count", "spec_decode.tree");
-    CHECK(drafts - metric(*spec, "tokenhost_spec_accepted_length_bucket", "1", "le") > 0);
+    const double drafts = metric_sum(*spec, "tokenhost_spec_accepted_length_count", "spec_decode.tree");
+    CHECK(drafts - metric_sum(*spec, "tokenhost_spec_accepted_length_bucket", "1", "le") > 0);
     CHECK(engine["kv_accounting"]["disagreements"] == 0);
     CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 64; }));
   }
@@ -244,8 +234,8 @@ TEST_CASE("spec decode: under the adaptive controller requests get plain decodin
   CHECK(speculation["controller"]["step_seconds_without_drafts"].get<double>() > 0);
   CHECK(speculation["controller"]["cost_per_row_s"].get<double>() > 0);
   CHECK(speculation["controller"]["step_seconds_by_rows"].contains("1"));  // one stream decoding alone
-  CHECK(metric(*spec, "tokenhost_spec_step_seconds", "with", "drafts") > 0);
-  CHECK(metric(*spec, "tokenhost_spec_step_seconds", "without", "drafts") > 0);
+  CHECK(metric_sum(*spec, "tokenhost_spec_step_seconds", "with", "drafts") > 0);
+  CHECK(metric_sum(*spec, "tokenhost_spec_step_seconds", "without", "drafts") > 0);
 }
 
 TEST_CASE("spec decode: rejected drafts give their KV blocks back and tight pools serve as without drafts",
@@ -457,8 +447,8 @@ TEST_CASE("spec decode: a draft model and the target's own first layers draft an
         }
       }
     }
-    const double drafted = metric(*spec, "tokenhost_spec_draft_tokens_total", plugin);
-    const double accepted = metric(*spec, "tokenhost_spec_accepted_tokens_total", plugin);
+    const double drafted = metric_sum(*spec, "tokenhost_spec_draft_tokens_total", plugin);
+    const double accepted = metric_sum(*spec, "tokenhost_spec_accepted_tokens_total", plugin);
     INFO("drafted " << drafted << ", accepted " << accepted);
     CHECK(drafted > 0);
     CHECK(accepted > 0);
