@@ -16,6 +16,7 @@
 #include "actors/speculation.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/draft_sessions.hpp"
+#include "runtime/prefix_summary.hpp"
 
 namespace tokenhost {
 namespace {
@@ -26,10 +27,27 @@ using self_ptr = engine_actor::stateful_pointer<EngineState>;
 
 void tick(self_ptr self);
 
+// Cache-aware routing: the whole blocks q holds go into the engine's prefix summary, those it computed
+// as the kvcache publishes them, those its lookup found touched.
+void summarize_blocks(EngineState& s, Sequence& q) {
+  PrefixSummary* summary = s.init.prefix_summary.get();
+  if (summary == nullptr) return;
+  const size_t had = q.block_keys.size();
+  extend_prefix_block_keys(q.cache_ns, q.tokens(), q.prefilled, summary->block_size(), q.block_keys);
+  if (q.block_keys.size() > had) summary->add(q.block_keys.data() + had, q.block_keys.size() - had);
+}
+
+// q lets go of its blocks: the kvcache's least-recently-used order starts counting them now.
+void unsummarize_blocks(EngineState& s, Sequence& q) {
+  if (PrefixSummary* summary = s.init.prefix_summary.get()) summary->touch(q.block_keys);
+  q.block_keys.clear();
+}
+
 // Gives back what the kvcache holds of seq (its blocks; a lookup's record), if anything. The worker
 // handles messages in order: a free sent after a lookup or a step lands after it.
-void release_kv(self_ptr self, const Sequence& seq) {
+void release_kv(self_ptr self, Sequence& seq) {
   auto& s = self->state;
+  unsummarize_blocks(s, seq);
   if (seq.prefilled == 0 && seq.state != TH_SEQ_RUNNING && !seq.in_kvcache) return;
   ++s.frees_in_flight;
   self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
@@ -68,6 +86,7 @@ void preempt(self_ptr self, Sequence& seq) {
   // decide the next step before that reply, so this must not count more than will be freed.
   const uint32_t held = blocks_for(seq.prefilled, s.kv.block_size);
   seq.state = TH_SEQ_PREEMPTED;
+  unsummarize_blocks(s, seq);
   seq.prefilled = 0;
   seq.cached = 0;  // recomputed through seq_reserve: no longer in the prefix cache's records
   seq.in_kvcache = false;
@@ -135,7 +154,7 @@ void look_up(self_ptr self, Sequence& q) {
   q.lookup_pending = true;
   q.in_kvcache = true;  // from now on the worker may hold a record of it: freed with it
   const uint64_t id = q.request.id;
-  self->request(s.init.worker, caf::infinite, lookup_atom::value, id, cache_salt_of(q.request), q.tokens())
+  self->request(s.init.worker, caf::infinite, lookup_atom::value, id, q.cache_ns, q.tokens())
       .then([self, id](const LookupResult& r) {
         auto& s = self->state;
         if (s.frees_in_flight == 0) s.kv = r.kv;
@@ -153,6 +172,7 @@ void look_up(self_ptr self, Sequence& q) {
           q->lookup_pending = false;
           q->prefilled = q->cached = r.n_cached;
           q->published_at_lookup = r.kv.published_blocks;
+          summarize_blocks(s, *q);
         }
         update_gauges(s);
         tick(self);
@@ -223,7 +243,7 @@ void tick(self_ptr self) {
     // since: requests that arrive together share the prefix the first of them computes.
     if (s.init.prefix_cache && q.in_kvcache && q.prefilled == 0 && q.generated == 0 && s.kv.published_blocks > q.published_at_lookup) {
       si.relookup = true;
-      si.cache_salt = cache_salt_of(q.request);
+      si.cache_salt = q.cache_ns;
     }
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
@@ -265,6 +285,12 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
   auto& s = self->state;
   s.step_in_flight = false;
   ++s.steps;
+  // The kvcache evicted blocks in this step (a failed one too) before it published any: the prefix
+  // summary drops as many, the least recently used first, as the plugin did.
+  if (PrefixSummary* summary = s.init.prefix_summary.get(); summary && result.kv.evicted_blocks > s.summary_evictions) {
+    summary->evict_oldest(result.kv.evicted_blocks - s.summary_evictions);
+    s.summary_evictions = result.kv.evicted_blocks;
+  }
   if (!result.error.empty()) {
     if (result.status == TH_ERR_RESOURCE_EXHAUSTED) {
       // The scheduler over-committed the cache: recompute the newest running sequence and go on.
@@ -303,6 +329,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
       // The KV cache holds the item's own tokens and the draft tokens the target agreed with.
       q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
+      summarize_blocks(s, *q);
       if (!item.sample) continue;
       if (drafted == 0 && q->generated > 0) s.draft_control.observe_no_draft(item.seq_id);
       if (drafted > 0) {
@@ -409,6 +436,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         q.arrival_ns = now_ns();
         q.first_step = s.steps + (s.step_in_flight ? 1 : 0);
         q.request = std::move(req);
+        q.cache_ns = cache_namespace(q.request.api_key, q.request.cache_salt);
         q.promise = self->make_response_promise<GenerateResult>();
         if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens().size()));
         auto promise = q.promise;
@@ -463,7 +491,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                               {"lookups", s.prefix_lookups},
                                               {"hits", s.prefix_hits},
                                               {"cached_tokens", s.prefix_cached_tokens},
-                                              {"failures", s.prefix_failures}}},
+                                              {"failures", s.prefix_failures},
+                                              {"summary_blocks", s.init.prefix_summary ? s.init.prefix_summary->size() : 0}}},
                             {"kv_accounting", {{"planned_blocks", s.kv_planned},
                                                {"reported_blocks", s.kv_reported},
                                                {"disagreements", s.kv_disagreements}}}};

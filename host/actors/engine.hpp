@@ -33,6 +33,9 @@ struct EngineInit {
   // Its kvcache plugin caches prefixes (th_kvcache.h, ABI 1.5): each request looks its prompt up when
   // it arrives.
   bool prefix_cache = false;
+  // What its prefix cache holds, for cache-aware routing (shared with the router, which reads it); NULL
+  // when it keeps none. The engine adds the blocks its sequences publish and drops those evicted.
+  std::shared_ptr<PrefixSummary> prefix_summary;
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
   // The engine's draft sessions (runtime/draft_sessions.hpp), for its admin status; may be NULL.

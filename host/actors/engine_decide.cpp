@@ -142,17 +142,6 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   return "";
 }
 
-uint64_t cache_salt_of(const GenerateRequest& r) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over the key, a separator no key holds, the salt
-  auto add = [&](const std::string& text) {
-    for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  };
-  add(r.api_key);
-  h = (h ^ 0x100) * 1099511628211ull;
-  add(r.cache_salt);
-  return h;
-}
-
 void check_kv_accounting(EngineState& s, const KvState& kv) {
   // The blocks each sequence's positions need, a block shared by prefix caching once per holder, as
   // the plugin's held_blocks counts them.

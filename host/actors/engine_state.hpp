@@ -42,6 +42,10 @@ struct Sequence {
   bool in_kvcache = false;
   uint32_t cached = 0;
   uint64_t published_at_lookup = 0;  // the kvcache's published blocks when its lookup answered
+  uint64_t cache_ns = 0;  // its prefix cache namespace (cache_namespace(): API key and cache_salt)
+  // Cache-aware routing: the keys of the whole blocks it holds, as the engine's prefix summary knows
+  // them (runtime/prefix_summary.hpp); empty when the engine keeps no summary.
+  std::vector<uint64_t> block_keys;
   bool cancelled() const { return cancel_requested || (request.stream && request.stream->cancelled()); }
 };
 
@@ -95,6 +99,7 @@ struct EngineState {
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;
+  uint64_t summary_evictions = 0;  // the kvcache's evicted_blocks the prefix summary has dropped keys for
   // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
   // sequences here, never reused.
   std::map<std::string, uint32_t> client_numbers;
@@ -145,9 +150,6 @@ bool sched_grants_drafts(const EngineState& s);
 // built against an older minor and grants none itself.
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
                    std::vector<uint32_t>& grants);
-// The prefix cache's namespace for a request: its API key and cache_salt (requests share cached KV
-// only when both are equal).
-uint64_t cache_salt_of(const GenerateRequest& r);
 // Every block the kvcache reports in use after a step holds positions of the engine's sequences: the
 // frees sent before the step have landed, and none is sent while a step is in flight. A disagreement is
 // logged (the first, then each 100th) and counted in the admin status.

@@ -19,6 +19,7 @@
 #include "plugin/instance.hpp"
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
+#include "runtime/prefix_summary.hpp"
 #include "runtime/step.hpp"
 
 namespace tokenhost {
@@ -136,11 +137,13 @@ using engine_actor = caf::typed_actor<
     caf::reacts_to<retire_atom>,  // take nothing new, finish every request already taken, then stop
     caf::reacts_to<tick_atom>>;   // internal: run the next step
 
-// An engine as the router knows it: its name, the model it serves, its actor.
+// An engine as the router knows it: its name, the model it serves, its actor, and what its prefix
+// cache holds (runtime/prefix_summary.hpp; NULL when it keeps none).
 struct RoutedEngine {
   std::string name;
   std::string model;
   engine_actor actor;
+  std::shared_ptr<const PrefixSummary> prefix_summary;
 };
 
 using router_actor = caf::typed_actor<

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -49,14 +50,33 @@ std::shared_ptr<RoutedEntry>* find_engine(RouterState& s, const std::string& nam
 // messages to it arrive in order) runs to the end, then it stops with its worker.
 void retire(self_ptr self, const RoutedEntry& e) { self->send(e.engine.actor, retire_atom::value); }
 
+// The prompt's leading tokens engine e likely holds in its prefix cache (th_route_request.cached_tokens):
+// whole blocks its summary holds, short of the last token. keys: the prompt's block keys by block size,
+// made once per request.
+uint32_t cached_tokens(const RoutedEntry& e, const GenerateRequest& req, uint64_t ns, std::map<uint32_t, std::vector<uint64_t>>& keys) {
+  const PrefixSummary* summary = e.engine.prefix_summary.get();
+  if (summary == nullptr || req.prompt.size() < 2) return 0;
+  const uint32_t block = summary->block_size();
+  auto it = keys.find(block);
+  if (it == keys.end()) {
+    it = keys.emplace(block, std::vector<uint64_t>{}).first;
+    extend_prefix_block_keys(ns, req.prompt, uint32_t(req.prompt.size() - 1), block, it->second);
+  }
+  return uint32_t(summary->leading_matches(it->second)) * block;
+}
+
 // Runs the router plugin; returns the engine or an error message.
 std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, const GenerateRequest& req) {
   std::vector<th_route_candidate> candidates;
+  std::vector<uint32_t> cached;
   std::vector<size_t> engine_of;  // candidate index -> engine index
+  const uint64_t ns = cache_namespace(req.api_key, req.cache_salt);
+  std::map<uint32_t, std::vector<uint64_t>> keys;
   for (size_t i = 0; i < s.engines.size(); ++i) {
     const auto& e = *s.engines[i];
     if (!req.model.empty() && e.engine.model != req.model) continue;
     candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), 1.0, 1.0, 1});
+    cached.push_back(cached_tokens(e, req, ns, keys));
     engine_of.push_back(i);
   }
   if (candidates.empty())
@@ -71,6 +91,7 @@ std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, con
   rr.session_key = req.session_key.c_str();
   rr.candidates = candidates.data();
   rr.n_candidates = uint32_t(candidates.size());
+  rr.cached_tokens = cached.data();
   std::vector<uint32_t> cascade(candidates.size());
   th_route_decision d{};
   d.struct_size = sizeof d;

@@ -9,6 +9,7 @@ struct Request {
   std::vector<std::string> names;
   std::vector<th_route_candidate> candidates;
   std::vector<int32_t> tokens;
+  std::vector<uint32_t> cached;  // ABI 1.5: per candidate, whole blocks of 16 short of the last token
   th_route_request request{};
 };
 
@@ -29,7 +30,7 @@ void random_request(Rng& rng, uint64_t id, Request& q) {
     c.healthy = i == healthy || uniform(rng, 0, 1) ? 1 : 0;
     q.candidates.push_back(c);
   }
-  q.tokens.assign(uniform(rng, 1, 32), 0);
+  q.tokens.assign(uniform(rng, 1, 80), 0);
   for (auto& t : q.tokens) t = int32_t(uniform(rng, 0, 255));
   q.request = th_route_request{};
   q.request.struct_size = sizeof q.request;
@@ -41,6 +42,9 @@ void random_request(Rng& rng, uint64_t id, Request& q) {
   q.request.session_key = id % 3 == 0 ? "session-a" : "";
   q.request.candidates = q.candidates.data();
   q.request.n_candidates = n;
+  q.cached.assign(n, 0);
+  for (auto& c : q.cached) c = uniform(rng, 0, 1) ? uniform(rng, 0, uint32_t(q.tokens.size() - 1)) / 16 * 16 : 0;
+  q.request.cached_tokens = q.cached.data();
 }
 
 // The candidate index the decision serves; fails the rule when the decision is not servable.

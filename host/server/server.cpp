@@ -54,7 +54,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     std::vector<RoutedEngine> routed;
     for (const auto& [name, decl] : deployment_.engines) {
       Engine e = build_engine(decl);
-      routed.push_back({name, decl.model, e.actor});
+      routed.push_back({name, decl.model, e.actor, e.prefix_summary});
       engines_.emplace(name, std::move(e));
     }
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -200,15 +200,24 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
   e.worker = spawn_worker(*system_, std::move(w));
-  Engine out{decl, {}, e.worker, std::make_shared<std::atomic<bool>>(false)};
+  Engine out;
+  out.decl = decl;
+  out.worker = e.worker;
+  out.stopped = std::make_shared<std::atomic<bool>>(false);
   out.prefix_cache = e.prefix_cache;
   {
     // The pool's size, for admission control (the worker made its kvcache instance as it started).
     caf::scoped_actor self{*system_};
     self->request(e.worker, std::chrono::seconds(60), status_atom::value)
-        .receive([&](const KvState& kv) { out.kv_positions = uint64_t(kv.total_blocks) * kv.block_size; },
-                 [&](caf::error&) {});
+        .receive(
+            [&](const KvState& kv) {
+              out.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
+              // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
+              if (e.prefix_cache && kv.block_size > 0) out.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
+            },
+            [&](caf::error&) {});
   }
+  e.prefix_summary = out.prefix_summary;
   out.actor = spawn_engine(*system_, std::move(e));
   out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
   spdlog::info("engine {} ready: model {} on {}, {} KV cache{}", name, decl.model, decl.device,
@@ -521,6 +530,7 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
 
 std::string Server::flush_prefix_cache(const std::string& engine) {
   worker_actor worker;
+  std::shared_ptr<PrefixSummary> summary;
   {
     std::lock_guard lock(engines_mutex_);
     auto it = engines_.find(engine);
@@ -529,6 +539,7 @@ std::string Server::flush_prefix_cache(const std::string& engine) {
       throw AdminError(409, "engine '" + engine + "': its kvcache plugin " + it->second.decl.slots.at("kvcache").plugin +
                                 " keeps no prefix cache (seq_lookup, seq_publish and cache_flush, ABI 1.5)");
     worker = it->second.worker;
+    summary = it->second.prefix_summary;
   }
   caf::scoped_actor self{*system_};
   std::optional<KvState> before, after;
@@ -538,6 +549,7 @@ std::string Server::flush_prefix_cache(const std::string& engine) {
   };
   ask(status_atom::value, before);
   ask(flush_atom::value, after);
+  if (summary) summary->clear();  // the router no longer counts on what the engine held
   const uint32_t freed = before->cached_blocks - std::min(before->cached_blocks, after->cached_blocks);
   spdlog::info("engine {}: prefix cache flushed, {} unheld cached blocks freed", engine, freed);
   return "engine " + engine + ": prefix cache flushed (" + std::to_string(freed) + " cached blocks freed)";
@@ -599,7 +611,7 @@ SwapResult Server::retire_engine(const std::string& name, const Engine* successo
   auto on_error = [&](caf::error& e) { r = SwapResult{false, "router: " + system_->render(e)}; };
   auto on_reply = [&](SwapResult& x) { r = std::move(x); };
   if (successor)
-    self->request(router_, std::chrono::seconds(60), engine_replace_atom::value, RoutedEngine{name, successor->decl.model, successor->actor})
+    self->request(router_, std::chrono::seconds(60), engine_replace_atom::value, RoutedEngine{name, successor->decl.model, successor->actor, successor->prefix_summary})
         .receive(on_reply, on_error);
   else
     self->request(router_, std::chrono::seconds(60), engine_remove_atom::value, name).receive(on_reply, on_error);
@@ -647,7 +659,7 @@ std::string Server::add_engines(const std::string& toml_text, const std::string&
   for (size_t i = 0; i < built.size(); ++i) {
     const Engine& e = built[i];
     SwapResult r{false, "the router did not answer"};
-    self->request(router_, std::chrono::seconds(60), engine_add_atom::value, RoutedEngine{e.decl.name, e.decl.model, e.actor})
+    self->request(router_, std::chrono::seconds(60), engine_add_atom::value, RoutedEngine{e.decl.name, e.decl.model, e.actor, e.prefix_summary})
         .receive([&](SwapResult& x) { r = std::move(x); }, [&](caf::error& err) { r.message = system_->render(err); });
     if (!r.ok) {
       // Those already routed stay: each is complete and serving. The rest are stopped.

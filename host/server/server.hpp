@@ -145,6 +145,7 @@ class Server {
     std::shared_ptr<std::atomic<bool>> stopped;  // set when the engine actor has terminated
     uint64_t kv_positions = 0;  // its KV pool: blocks x block size, as its worker reported at start
     bool prefix_cache = false;  // its kvcache plugin caches prefixes (EngineInit::prefix_cache)
+    std::shared_ptr<PrefixSummary> prefix_summary;  // what that cache holds, for the router; NULL without one
   };
   // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
   // Throws PluginError; nothing of it is left running then.

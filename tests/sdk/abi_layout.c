@@ -263,7 +263,7 @@ TH_PIN_OFFSET(th_route_candidate, load, 24);
 TH_PIN_OFFSET(th_route_candidate, cost_per_mtok, 32);
 TH_PIN_OFFSET(th_route_candidate, quality, 40);
 TH_PIN_OFFSET(th_route_candidate, healthy, 48);
-TH_PIN_SIZE(th_route_request, 80);
+TH_PIN_SIZE(th_route_request, 88);
 TH_PIN_OFFSET(th_route_request, struct_size, 0);
 TH_PIN_OFFSET(th_route_request, request_id, 8);
 TH_PIN_OFFSET(th_route_request, model, 16);
@@ -274,6 +274,7 @@ TH_PIN_OFFSET(th_route_request, n_tokens, 48);
 TH_PIN_OFFSET(th_route_request, session_key, 56);
 TH_PIN_OFFSET(th_route_request, candidates, 64);
 TH_PIN_OFFSET(th_route_request, n_candidates, 72);
+TH_PIN_OFFSET(th_route_request, cached_tokens, 80); /* 1.5 */
 TH_PIN_SIZE(th_route_decision, 48);
 TH_PIN_OFFSET(th_route_decision, struct_size, 0);
 TH_PIN_OFFSET(th_route_decision, action, 4);

@@ -38,6 +38,14 @@ typedef struct th_route_request {
   const char *session_key;  /* sticky key (API key, user, session header); "" when none */
   const th_route_candidate *candidates; /* [n_candidates], never empty */
   uint32_t n_candidates;
+  /* ABI 1.5, parallel to candidates (read it only when TH_HAS_MEMBER says it is there): how many of the
+   * prompt's leading tokens each candidate likely holds in its prefix cache, so that serving the
+   * request there prefills only the rest. Whole blocks only, fewer than n_tokens (the last token is
+   * always computed); 0 for an engine whose kvcache plugin caches no prefixes, or whose cache holds
+   * none of the prompt in the request's namespace (its API key and cache_salt). The host counts from
+   * its own record of the blocks each engine published and was not told were evicted: an estimate,
+   * never a promise. Host 1.5 always sets it. */
+  const uint32_t *cached_tokens;
 } th_route_request;
 
 typedef int32_t th_route_action;

@@ -6,50 +6,15 @@
 #include <string>
 #include <vector>
 
-#include "harness.hpp"
+#include "../router_under_test.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
 namespace {
 
-struct Router {
-  std::shared_ptr<PluginInstance> inst = make_plugin("router.round_robin", model_spec());
-  std::vector<std::string> names;
-  std::vector<th_route_candidate> candidates;
-  std::vector<uint32_t> cascade;
-  std::string last_error;
-
-  explicit Router(uint32_t n) : names(n), candidates(n), cascade(n) {
-    for (uint32_t i = 0; i < n; ++i) {
-      names[i] = "engine" + std::to_string(i);
-      candidates[i] = th_route_candidate{names[i].c_str(), "m", 0, 0, 0.0, 1.0, 1.0, 1};
-    }
-  }
-  th_status route(th_route_decision& d) {
-    th_route_request req{};
-    req.struct_size = sizeof(th_route_request);
-    req.model = "m";
-    req.prompt = "";
-    req.session_key = "";
-    req.candidates = candidates.data();
-    req.n_candidates = uint32_t(candidates.size());
-    d = th_route_decision{};
-    d.struct_size = sizeof(th_route_decision);
-    d.cascade = cascade.data();
-    d.target = 12345;
-    th_error err;
-    const th_status s = inst->vtable<th_router_vtable>().route(inst->handle(), &req, &d, &err);
-    last_error = err.text();
-    return s;
-  }
-  uint32_t next() {
-    th_route_decision d;
-    REQUIRE(route(d) == TH_OK);
-    REQUIRE(d.action == TH_ROUTE_TARGET);
-    REQUIRE(d.target < candidates.size());
-    return d.target;
-  }
+struct Router : RouterUnderTest {
+  explicit Router(uint32_t n) : RouterUnderTest("router.round_robin", n) {}
 };
 
 }  // namespace

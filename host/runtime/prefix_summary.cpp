@@ -1,0 +1,95 @@
+#include "runtime/prefix_summary.hpp"
+
+#include <algorithm>
+
+namespace tokenhost {
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+// One block's key from its parent's: FNV-1a over the parent key's and the tokens' bytes, then a
+// 64-bit finalizer (splitmix64's) so that chains that differ late still spread over the whole key.
+uint64_t block_key(uint64_t parent, const int32_t* tokens, uint32_t n) {
+  uint64_t h = kFnvOffset;
+  auto add = [&](uint64_t v, int bytes) {
+    for (int b = 0; b < bytes; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * kFnvPrime;
+  };
+  add(parent, 8);
+  for (uint32_t i = 0; i < n; ++i) add(uint32_t(tokens[i]), 4);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+}  // namespace
+
+uint64_t cache_namespace(const std::string& api_key, const std::string& cache_salt) {
+  uint64_t h = kFnvOffset;
+  auto add = [&](const std::string& text) {
+    for (unsigned char c : text) h = (h ^ c) * kFnvPrime;
+  };
+  add(api_key);
+  h = (h ^ 0x100) * kFnvPrime;
+  add(cache_salt);
+  return h;
+}
+
+void extend_prefix_block_keys(uint64_t ns, const std::vector<int32_t>& tokens, uint32_t positions, uint32_t block_size,
+                              std::vector<uint64_t>& keys) {
+  if (block_size == 0) return;
+  const size_t whole = std::min<size_t>(positions, tokens.size()) / block_size;
+  while (keys.size() < whole) {
+    const uint64_t parent = keys.empty() ? ns : keys.back();
+    keys.push_back(block_key(parent, tokens.data() + keys.size() * block_size, block_size));
+  }
+}
+
+PrefixSummary::PrefixSummary(uint32_t block_size, size_t capacity)
+    : block_size_(block_size), capacity_(std::min(capacity, kMaxBlocks)) {}
+
+void PrefixSummary::add(const uint64_t* keys, size_t n) {
+  std::lock_guard lock(mutex_);
+  for (size_t i = 0; i < n; ++i) {
+    if (auto it = where_.find(keys[i]); it != where_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      continue;
+    }
+    where_.emplace(keys[i], order_.insert(order_.end(), keys[i]));
+  }
+  if (order_.size() > capacity_) drop_oldest_locked(order_.size() - capacity_);
+}
+
+void PrefixSummary::evict_oldest(uint64_t n) {
+  std::lock_guard lock(mutex_);
+  drop_oldest_locked(size_t(std::min<uint64_t>(n, order_.size())));
+}
+
+void PrefixSummary::drop_oldest_locked(size_t n) {
+  for (size_t i = 0; i < n && !order_.empty(); ++i) {
+    where_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+void PrefixSummary::clear() {
+  std::lock_guard lock(mutex_);
+  order_.clear();
+  where_.clear();
+}
+
+size_t PrefixSummary::leading_matches(const std::vector<uint64_t>& keys) const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  while (n < keys.size() && where_.count(keys[n])) ++n;
+  return n;
+}
+
+size_t PrefixSummary::size() const {
+  std::lock_guard lock(mutex_);
+  return order_.size();
+}
+
+}  // namespace tokenhost

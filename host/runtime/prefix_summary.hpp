@@ -1,0 +1,61 @@
+// What an engine's prefix cache likely holds, for cache-aware routing: the host's own 64-bit keys of the
+// whole blocks the engine published (a chain over the request's cache namespace and every token up to
+// the block's end), bounded, least recently used dropped first. The engine actor writes it after its
+// steps; the router actor reads it for each request (a mutex between them). It mirrors the kvcache
+// plugin's cache without asking it: blocks are added when published, touched when their sequence ends
+// (when the plugin's least-recently-used order starts counting them), dropped oldest first as the plugin
+// reports evictions (th_kv_stats.evicted_blocks) and all at once on a flush. A plugin that evicts in
+// another order makes the summary approximate, never wrong about what is safe: the router only scores.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tokenhost {
+
+// The prefix cache's namespace for a request: requests share cached KV only when their API key and
+// cache_salt are both equal (FNV-1a over the key, a separator no key holds, the salt).
+uint64_t cache_namespace(const std::string& api_key, const std::string& cache_salt);
+
+// Extends keys (those of the first keys.size() whole blocks of tokens) to the whole blocks among the
+// first `positions` tokens. Each key is chained over the namespace and every token before the block's
+// end: the same tokens give the same keys in every engine with that block size.
+void extend_prefix_block_keys(uint64_t ns, const std::vector<int32_t>& tokens, uint32_t positions, uint32_t block_size,
+                              std::vector<uint64_t>& keys);
+
+class PrefixSummary {
+ public:
+  // At most `capacity` keys (the engine's KV pool cannot cache more blocks than it has), and never more
+  // than kMaxBlocks.
+  static constexpr size_t kMaxBlocks = 1 << 16;
+  PrefixSummary(uint32_t block_size, size_t capacity);
+
+  uint32_t block_size() const { return block_size_; }
+  size_t capacity() const { return capacity_; }
+
+  // Keys the engine published, newest last; a key already held becomes the most recent.
+  void add(const uint64_t* keys, size_t n);
+  void touch(const std::vector<uint64_t>& keys) { add(keys.data(), keys.size()); }
+  // The plugin evicted n blocks: the n least recently used keys go.
+  void evict_oldest(uint64_t n);
+  void clear();
+
+  // How many of keys, from the first, the summary holds (it stops at the first it does not).
+  size_t leading_matches(const std::vector<uint64_t>& keys) const;
+  size_t size() const;
+
+ private:
+  void drop_oldest_locked(size_t n);
+  const uint32_t block_size_;
+  const size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<uint64_t> order_;  // least recently used first
+  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;
+};
+
+}  // namespace tokenhost

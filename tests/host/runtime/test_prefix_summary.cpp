@@ -1,0 +1,109 @@
+// The prefix summary behind cache-aware routing: block keys chain over the namespace and every token
+// before a block's end; the bounded least-recently-used set of keys against a plain list on random
+// streams of adds, touches, evictions and clears.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "harness.hpp"
+#include "runtime/prefix_summary.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+
+namespace {
+
+std::vector<uint64_t> keys_of(uint64_t ns, const std::vector<int32_t>& tokens, uint32_t block) {
+  std::vector<uint64_t> keys;
+  extend_prefix_block_keys(ns, tokens, uint32_t(tokens.size()), block, keys);
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("prefix summary: block keys chain over the namespace and every token before each block's end", "[prefix_summary]") {
+  auto rng = fresh_rng("prefix summary keys");
+  for (int trial = 0; trial < 100; ++trial) {
+    const uint32_t block = std::uniform_int_distribution<uint32_t>(1, 32)(rng);
+    std::vector<int32_t> tokens(std::uniform_int_distribution<size_t>(0, 300)(rng));
+    for (auto& t : tokens) t = std::uniform_int_distribution<int32_t>(0, 1000)(rng);
+    const uint64_t ns = rng();
+    const auto keys = keys_of(ns, tokens, block);
+    INFO("trial " << trial << ": " << tokens.size() << " tokens, blocks of " << block);
+    REQUIRE(keys.size() == tokens.size() / block);  // whole blocks only
+    CHECK(keys_of(ns, tokens, block) == keys);
+    CHECK(std::set<uint64_t>(keys.begin(), keys.end()).size() == keys.size());
+    // Extending a few positions at a time gives the same keys as all at once.
+    std::vector<uint64_t> grown;
+    for (uint32_t at = 0; at <= tokens.size(); at += std::uniform_int_distribution<uint32_t>(1, 40)(rng))
+      extend_prefix_block_keys(ns, tokens, at, block, grown);
+    extend_prefix_block_keys(ns, tokens, uint32_t(tokens.size()), block, grown);
+    CHECK(grown == keys);
+    if (keys.empty()) continue;
+    // Another namespace (another API key or cache_salt) changes every key.
+    const auto other_ns = keys_of(ns + 1, tokens, block);
+    for (size_t i = 0; i < keys.size(); ++i) CHECK(other_ns[i] != keys[i]);
+    // One token changed in block j: the keys before j stay, j and every later one change.
+    auto changed = tokens;
+    const size_t at = std::uniform_int_distribution<size_t>(0, keys.size() * block - 1)(rng);
+    changed[at] += 1;
+    const auto after = keys_of(ns, changed, block);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      INFO("token " << at << " changed, block " << i);
+      if (i < at / block) CHECK(after[i] == keys[i]);
+      else CHECK(after[i] != keys[i]);
+    }
+  }
+  std::vector<uint64_t> none;
+  extend_prefix_block_keys(7, {1, 2, 3}, 3, 0, none);
+  CHECK(none.empty());  // no block size: no blocks
+}
+
+TEST_CASE("prefix summary: a bounded least-recently-used set, checked against a plain list", "[prefix_summary]") {
+  auto rng = fresh_rng("prefix summary lru");
+  for (int trial = 0; trial < 30; ++trial) {
+    const size_t capacity = std::uniform_int_distribution<size_t>(1, 40)(rng);
+    PrefixSummary summary(16, capacity);
+    REQUIRE(summary.capacity() == capacity);
+    std::vector<uint64_t> model;  // least recently used first
+    auto model_add = [&](uint64_t k) {
+      model.erase(std::remove(model.begin(), model.end(), k), model.end());
+      model.push_back(k);
+      if (model.size() > capacity) model.erase(model.begin(), model.begin() + long(model.size() - capacity));
+    };
+    auto random_keys = [&](size_t n) {
+      std::vector<uint64_t> k(n);
+      for (auto& x : k) x = std::uniform_int_distribution<uint64_t>(1, 60)(rng);  // few values: repeats
+      return k;
+    };
+    for (int op = 0; op < 400; ++op) {
+      const int what = std::uniform_int_distribution<int>(0, 99)(rng);
+      if (what < 50) {
+        const auto k = random_keys(std::uniform_int_distribution<size_t>(1, 8)(rng));
+        summary.add(k.data(), k.size());
+        for (uint64_t x : k) model_add(x);
+      } else if (what < 70) {
+        const auto k = random_keys(std::uniform_int_distribution<size_t>(0, 5)(rng));
+        summary.touch(k);
+        for (uint64_t x : k) model_add(x);
+      } else if (what < 95) {
+        const uint64_t n = std::uniform_int_distribution<uint64_t>(0, 6)(rng);
+        summary.evict_oldest(n);
+        model.erase(model.begin(), model.begin() + long(std::min<uint64_t>(n, model.size())));
+      } else {
+        summary.clear();
+        model.clear();
+      }
+      INFO("trial " << trial << " op " << op);
+      REQUIRE(summary.size() == model.size());
+      const auto probe = random_keys(std::uniform_int_distribution<size_t>(0, 6)(rng));
+      size_t want = 0;
+      while (want < probe.size() && std::find(model.begin(), model.end(), probe[want]) != model.end()) ++want;
+      REQUIRE(summary.leading_matches(probe) == want);
+    }
+  }
+  CHECK(PrefixSummary(16, size_t(1) << 40).capacity() == PrefixSummary::kMaxBlocks);
+}
