@@ -80,6 +80,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       "Load-test an OpenAI-compatible server (tokenhost, llama-server, vLLM, ...) with streamed requests\n"
       "and synthetic prompts; report throughput, TTFT, inter-token latency and end-to-end latency.\n"
       "Closed loop: --concurrency N requests always in flight. Open loop: --rate R Poisson arrivals.\n"
+      "Conversations: --turns T sends each closed-loop worker's requests as conversations of T turns, each\n"
+      "turn the conversation so far (earlier prompts and answers) and a new message (prefix-cache and\n"
+      "cache-aware-routing loads); the report adds the TTFT of the turns after the first.\n"
       "Prompts are words from a fixed list of 100 common English words, about one token each with\n"
       "most models' vocabularies (about two with make-model's).\n"
       "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
@@ -131,6 +134,15 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
                   "Fraction (0..1) of each prompt that is a prefix common to all requests")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--turns", o.turns,
+                  "Closed loop: turns per conversation; a later turn sends the conversation so far and a new "
+                  "message of --turn-tokens (1: independent requests)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u))
+      ->excludes(rate);
+  cmd->add_option("--turn-tokens", o.turn_tokens, "With --turns: length of each later turn's new message in tokens (about words): N, LO:HI or normal:MEAN:SD")
+      ->capture_default_str()
+      ->check(token_count_spec());
   cmd->add_option("--seed", o.seed, "Seed of the prompts, lengths and arrival times")->capture_default_str();
   cmd->add_flag("--no-stream", o.no_stream, "Non-streamed requests (TTFT is then the whole response time; no ITL)");
   cmd->add_option("--timeout", o.timeout_s, "Seconds to wait for a response's next bytes")
@@ -173,6 +185,7 @@ int run_bench(const BenchOptions& o) {
   load.requests = o.requests == 0 && o.duration_s <= 0 ? 100 : o.requests;
   load.duration_s = o.duration_s;
   load.warmup = o.warmup;
+  load.turns = o.turns;
   load.seed = o.seed * 0x9e3779b97f4a7c15ULL + 1;
   load.stop = &g_stop;
 
@@ -194,6 +207,8 @@ int run_bench(const BenchOptions& o) {
                            {"ignore_eos", o.ignore_eos},
                            {"extra_body", o.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(o.extra_body)},
                            {"shared_prefix_fraction", o.shared_prefix_fraction},
+                           {"turns", o.turns},
+                           {"turn_tokens", o.turns > 1 ? nlohmann::json(o.turn_tokens) : nlohmann::json(nullptr)},
                            {"seed", o.seed}};
   if (!o.quiet) {
     std::cerr << "bench: " << o.url << config["endpoint"].get<std::string>() << ", model "
@@ -202,6 +217,7 @@ int run_bench(const BenchOptions& o) {
                                       (load.max_concurrency ? ", at most " + std::to_string(load.max_concurrency) + " in flight" : "")
                                 : "closed loop, concurrency " + std::to_string(load.concurrency))
               << ", prompt " << o.prompt_tokens << " tokens, output " << o.output_tokens << " tokens"
+              << (o.turns > 1 ? ", conversations of " + std::to_string(o.turns) + " turns (+" + o.turn_tokens + " tokens each)" : "")
               << (ep.stream ? "" : ", not streamed") << "\n";
   }
 
@@ -213,7 +229,8 @@ int run_bench(const BenchOptions& o) {
     std::unique_ptr<ProgressDisplay> progress;
     if (!o.quiet)
       progress = std::make_unique<ProgressDisplay>(live, load.requests, load.duration_s, load.warmup, isatty(fileno(stderr)) != 0);
-    run = run_load(ep, load, [&] { return prompts.next(); }, &live);
+    const LengthDistribution turn_tokens = parse_length_distribution(o.turn_tokens);
+    run = run_load(ep, load, [&] { return prompts.next(); }, &live, [&] { return prompts.follow_up(turn_tokens); });
   }
   std::signal(SIGINT, old_int);
   if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";

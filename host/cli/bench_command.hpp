@@ -29,6 +29,8 @@ struct BenchOptions {
   bool ignore_eos = false;
   std::string extra_body;
   double shared_prefix_fraction = 0;
+  uint32_t turns = 1;                  // conversation turns (closed loop)
+  std::string turn_tokens = "32";      // each later turn's new message
   uint64_t seed = 0;
   bool no_stream = false;
   double timeout_s = 600;

@@ -105,7 +105,7 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
   req.target = impl_->target.base_path + (o.chat ? "/v1/chat/completions" : "/v1/completions");
   req.content_type = "application/json";
   if (o.stream) req.headers.emplace_back("Accept", "text/event-stream");
-  req.body = request_body(body_options, prompt.text, prompt.max_tokens);
+  req.body = request_body(body_options, prompt.text, prompt.max_tokens, prompt.history);
 
   const auto sent = std::chrono::steady_clock::now();
   auto since_sent = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(); };
@@ -130,6 +130,7 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
       }
       if (!c.text.empty()) {
         r.token_times_s.push_back(since_sent());
+        r.text += c.text;
         ++text_chunks;
         if (live_tokens) live_tokens->fetch_add(1, std::memory_order_relaxed);
       }
@@ -184,6 +185,7 @@ RequestResult Client::send(const Prompt& prompt, std::atomic<uint64_t>* live_tok
       }
       if (!c.text.empty()) {
         r.token_times_s.push_back(r.latency_s);
+        r.text = c.text;
         if (live_tokens) live_tokens->fetch_add(c.completion_tokens.value_or(1), std::memory_order_relaxed);
       }
       r.output_tokens = c.completion_tokens.value_or(c.text.empty() ? 0 : 1);

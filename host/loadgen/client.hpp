@@ -45,6 +45,8 @@ struct RequestResult {
   uint64_t output_tokens = 0;         // usage.completion_tokens, else the number of pieces with text
   std::optional<uint64_t> prompt_tokens;  // usage.prompt_tokens when the server sent it
   uint32_t prompt_words = 0;          // the synthetic prompt's length in words
+  uint32_t turn = 0;                  // its turn in a conversation (0: the first, or no conversation)
+  std::string text;                   // the generated text (kept for a conversation's next turn)
 };
 
 class Client {

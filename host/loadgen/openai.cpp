@@ -8,13 +8,20 @@ namespace tokenhost::loadgen {
 
 using nlohmann::json;
 
-std::string request_body(const BodyOptions& o, const std::string& prompt, uint32_t max_tokens) {
+std::string request_body(const BodyOptions& o, const std::string& prompt, uint32_t max_tokens,
+                         const std::vector<std::string>& history) {
   json body;
   if (!o.model.empty()) body["model"] = o.model;
-  if (o.chat)
-    body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
-  else
-    body["prompt"] = prompt;
+  if (o.chat) {
+    json messages = json::array();
+    for (size_t i = 0; i < history.size(); ++i) messages.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", history[i]}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
+    body["messages"] = std::move(messages);
+  } else {
+    std::string text;
+    for (size_t i = 0; i < history.size(); ++i) text += history[i] + (i % 2 == 1 ? "\n" : "");
+    body["prompt"] = text + prompt;
+  }
   body["max_tokens"] = max_tokens;
   if (o.stream) {
     body["stream"] = true;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tokenhost::loadgen {
 
@@ -21,7 +22,11 @@ struct BodyOptions {
 // Checks an --extra-body value: "" or a JSON object. Throws std::invalid_argument naming what is wrong.
 void parse_extra_body(const std::string& text);
 
-std::string request_body(const BodyOptions& o, const std::string& prompt, uint32_t max_tokens);
+// history: a conversation's earlier turns, user and assistant texts alternating (Prompt::history).
+// Chat: they are messages before the user message `prompt`. Completions: the prompt is each user text
+// followed by its answer and a newline, then `prompt` (the text a model continued, as it continued it).
+std::string request_body(const BodyOptions& o, const std::string& prompt, uint32_t max_tokens,
+                         const std::vector<std::string>& history = {});
 
 // One streamed event's data, or a whole non-streamed response.
 struct Chunk {

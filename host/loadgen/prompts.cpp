@@ -47,6 +47,18 @@ std::string PromptGenerator::shared_prefix(uint32_t n) {
   return s;
 }
 
+Prompt PromptGenerator::follow_up(const LengthDistribution& words) {
+  Prompt p;
+  p.words = words.sample(rng_);
+  p.max_tokens = output_tokens_.sample(rng_);
+  std::uniform_int_distribution<uint32_t> pick(0, uint32_t(kWords.size() - 1));
+  for (uint32_t i = 0; i < p.words; ++i) {
+    if (i) p.text += ' ';
+    p.text += kWords[pick(rng_)];
+  }
+  return p;
+}
+
 Prompt PromptGenerator::next() {
   Prompt p;
   p.words = prompt_tokens_.sample(rng_);

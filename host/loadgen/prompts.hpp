@@ -28,6 +28,10 @@ struct Prompt {
   uint32_t words = 0;         // the prompt's length in words (about its length in tokens)
   uint32_t shared_words = 0;  // how many of them are the shared prefix
   uint32_t max_tokens = 0;    // the output length drawn for it
+  // A conversation's later turn: the turns before it, user and assistant texts alternating (a
+  // completion's prompt is them and `text` joined; a chat request sends them as messages). Empty for
+  // a conversation's first turn and for independent requests.
+  std::vector<std::string> history;
 };
 
 class PromptGenerator {
@@ -36,6 +40,9 @@ class PromptGenerator {
   PromptGenerator(LengthDistribution prompt_tokens, LengthDistribution output_tokens, double shared_fraction, uint64_t seed);
 
   Prompt next();
+  // A conversation's next user message: `words` words drawn afresh (none from the shared prefix), an
+  // output length drawn as for next(). The caller sets its history.
+  Prompt follow_up(const LengthDistribution& words);
   // The first n words of the shared sequence, joined by spaces.
   std::string shared_prefix(uint32_t n);
 

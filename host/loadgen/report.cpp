@@ -8,7 +8,7 @@ namespace tokenhost::loadgen {
 Report make_report(const RunResult& run) {
   Report rep;
   rep.wall_s = run.wall_s;
-  std::vector<double> ttft, itl, e2e, tps;
+  std::vector<double> ttft, itl, e2e, tps, ttft_later;
   bool all_server_counts = true;
   uint64_t server_input = 0, estimated_input = 0;
   for (const auto& r : run.results) {
@@ -32,6 +32,8 @@ Report make_report(const RunResult& run) {
       all_server_counts = false;
     e2e.push_back(1e3 * r.latency_s);
     if (!r.token_times_s.empty()) ttft.push_back(1e3 * r.token_times_s.front());
+    if (r.turn > 0 && !r.token_times_s.empty()) ttft_later.push_back(1e3 * r.token_times_s.front());
+    rep.conversations = rep.conversations || r.turn > 0;
     for (size_t i = 1; i < r.token_times_s.size(); ++i) itl.push_back(1e3 * (r.token_times_s[i] - r.token_times_s[i - 1]));
     if (r.latency_s > 0) tps.push_back(double(r.output_tokens) / r.latency_s);
   }
@@ -42,6 +44,7 @@ Report make_report(const RunResult& run) {
     rep.output_throughput = double(rep.output_tokens) / rep.wall_s;
   }
   rep.ttft_ms = summarize(std::move(ttft));
+  rep.ttft_later_turns_ms = summarize(std::move(ttft_later));
   rep.itl_ms = summarize(std::move(itl));
   rep.e2e_ms = summarize(std::move(e2e));
   rep.per_request_tps = summarize(std::move(tps));
@@ -91,6 +94,7 @@ std::string format_table(const Report& r) {
   std::snprintf(head, sizeof head, "  %-14s %10s %10s %10s %10s %10s\n", "", "mean", "p50", "p90", "p99", "max");
   out += head;
   out += summary_rows("TTFT", r.ttft_ms, "ms");
+  if (r.conversations) out += summary_rows("TTFT turns 2+", r.ttft_later_turns_ms, "ms");
   out += summary_rows("ITL", r.itl_ms, "ms");
   out += summary_rows("end to end", r.e2e_ms, "ms");
   out += summary_rows("per request", r.per_request_tps, "output tokens/s");
@@ -109,7 +113,7 @@ std::string format_table(const Report& r) {
 nlohmann::json to_json(const Report& r, const nlohmann::json& config) {
   nlohmann::json errors = nlohmann::json::array();
   for (const auto& [msg, n] : r.errors) errors.push_back({{"message", msg}, {"count", n}});
-  return {{"config", config},
+  nlohmann::json j = {{"config", config},
           {"requests_ok", r.ok},
           {"requests_failed", r.failed},
           {"errors", errors},
@@ -123,6 +127,8 @@ nlohmann::json to_json(const Report& r, const nlohmann::json& config) {
           {"itl_ms", summary_json(r.itl_ms)},
           {"e2e_latency_ms", summary_json(r.e2e_ms)},
           {"per_request_output_throughput", summary_json(r.per_request_tps)}};
+  if (r.conversations) j["ttft_later_turns_ms"] = summary_json(r.ttft_later_turns_ms);
+  return j;
 }
 
 }  // namespace tokenhost::loadgen

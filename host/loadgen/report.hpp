@@ -8,7 +8,9 @@
 //   ("server": usage.prompt_tokens of every ok request; "estimate": synthetic words), ttft_ms (time to
 //   first token), itl_ms (inter-token latency: gaps between successive text arrivals of a request),
 //   e2e_latency_ms (end to end), per_request_output_throughput (output tokens / end-to-end seconds,
-//   per request), and "config" with the options of the run.
+//   per request), ttft_later_turns_ms (conversations only: the time to first token of the turns after
+//   each conversation's first, which may find the conversation cached), and "config" with the options
+//   of the run.
 // Latencies, token counts and throughputs count the ok requests only.
 #pragma once
 
@@ -31,6 +33,8 @@ struct Report {
   uint64_t output_tokens = 0, input_tokens = 0;
   bool input_tokens_from_server = false;
   Summary ttft_ms, itl_ms, e2e_ms, per_request_tps;
+  bool conversations = false;  // some request was a conversation's later turn
+  Summary ttft_later_turns_ms;
 };
 
 inline constexpr size_t kReportedErrors = 5;

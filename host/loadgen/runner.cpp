@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "loadgen/arrivals.hpp"
@@ -18,13 +19,14 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Phase {
-  Phase(const EndpointOptions& e, const LoadOptions& l, const std::function<Prompt()>& next, LiveCounters* lc, uint64_t n,
-        double d)
-      : endpoint(e), load(l), next_prompt(next), live(lc), count(n), duration_s(d) {}
+  Phase(const EndpointOptions& e, const LoadOptions& l, const std::function<Prompt()>& next,
+        const std::function<Prompt()>& follow_up, LiveCounters* lc, uint64_t n, double d)
+      : endpoint(e), load(l), next_prompt(next), next_follow_up(follow_up), live(lc), count(n), duration_s(d) {}
 
   const EndpointOptions& endpoint;
   const LoadOptions& load;
   const std::function<Prompt()>& next_prompt;
+  const std::function<Prompt()>& next_follow_up;
   LiveCounters* live;
   uint64_t count;     // 0: no limit
   double duration_s;  // 0: no limit
@@ -55,16 +57,38 @@ struct Phase {
     uint64_t issued = 0;
     auto worker = [&] {
       std::unique_ptr<Client> client;
+      // The worker's conversation: the turn it sends next, the turns before it (user and assistant
+      // texts alternating), and their length in words and output tokens (the input estimate).
+      uint32_t turn = 0;
+      std::vector<std::string> history;
+      uint32_t history_words = 0;
       for (;;) {
         Prompt p;
         {
           std::lock_guard lock(mu);
           if ((count > 0 && issued >= count) || (duration_s > 0 && seconds_since(t0) >= duration_s) || stopped()) return;
           ++issued;
-          p = next_prompt();
+          p = turn == 0 ? next_prompt() : next_follow_up();
+        }
+        if (turn > 0) {
+          p.history = history;
+          p.words += history_words;
         }
         if (!client) client = std::make_unique<Client>(endpoint);
-        record(send(*client, p));
+        RequestResult r = send(*client, p);
+        r.turn = turn;
+        if (load.turns > 1 && r.ok && turn + 1 < load.turns) {
+          history = std::move(p.history);
+          history.push_back(std::move(p.text));
+          history.push_back(r.text);
+          history_words = p.words + uint32_t(r.output_tokens);
+          ++turn;
+        } else {
+          turn = 0;  // the conversation is over (or failed): the next request starts another
+          history.clear();
+        }
+        r.text.clear();  // kept in the history when needed; results hold figures only
+        record(std::move(r));
       }
     };
     uint64_t n = load.concurrency;
@@ -153,18 +177,22 @@ struct Phase {
 }  // namespace
 
 RunResult run_load(const EndpointOptions& endpoint, const LoadOptions& load, const std::function<Prompt()>& next_prompt,
-                   LiveCounters* live) {
+                   LiveCounters* live, const std::function<Prompt()>& next_follow_up) {
   if (load.rate < 0) throw std::invalid_argument("the request rate must not be negative");
+  if (load.turns == 0) throw std::invalid_argument("a conversation has at least 1 turn");
+  if (load.turns > 1 && load.rate > 0)
+    throw std::invalid_argument("conversations (more than 1 turn) need the closed loop: a turn is sent when the last one ends");
+  if (load.turns > 1 && !next_follow_up) throw std::invalid_argument("conversations need a source of follow-up messages");
   if (load.rate == 0 && load.concurrency == 0) throw std::invalid_argument("concurrency must be at least 1");
   if (load.requests == 0 && load.duration_s <= 0) throw std::invalid_argument("give a number of requests or a duration");
   parse_url(endpoint.url);  // a bad URL fails here, not in every request
   if (load.warmup > 0) {
     if (live) live->warming = true;
-    Phase warm(endpoint, load, next_prompt, live, load.warmup, 0);
+    Phase warm(endpoint, load, next_prompt, next_follow_up, live, load.warmup, 0);
     warm.run();
     if (live) live->warming = false;
   }
-  Phase measured(endpoint, load, next_prompt, live, load.requests, load.duration_s);
+  Phase measured(endpoint, load, next_prompt, next_follow_up, live, load.requests, load.duration_s);
   return measured.run();
 }
 

@@ -4,6 +4,11 @@
 // arrival, and a new worker is started when none is idle, up to `max_concurrency` (0: no cap); past the
 // cap, arrivals queue until a worker is free and are sent then (latencies count from the sending).
 //
+// Conversations (closed loop only): with `turns` > 1 each worker holds a conversation of that many turns
+// at a time. A later turn sends the conversation so far (every earlier prompt and answer, as
+// Prompt::history) and a new user message; a failed turn ends its conversation early. Each turn is
+// one request.
+//
 // The run ends after `requests` measured requests, or when `duration_s` has passed (no request is sent
 // after it; those in flight finish and count), whichever comes first. Before it, `warmup` requests run
 // in the same shape and are left out of the results and of the wall time.
@@ -26,6 +31,7 @@ struct LoadOptions {
   double duration_s = 0;         // seconds to send requests for (0 = until `requests`)
   uint32_t warmup = 0;           // requests sent first and left out
   uint64_t seed = 0;             // arrival times
+  uint32_t turns = 1;            // closed loop: turns per conversation (1: independent requests)
   const std::atomic<bool>* stop = nullptr;  // when set to true, no further request is sent
 };
 
@@ -41,9 +47,10 @@ struct RunResult {
   double wall_s = 0;                   // first measured request sent .. last one ended
 };
 
-// next_prompt is called under a lock, once per request in sending order (warmup requests first).
-// Throws std::invalid_argument for inconsistent options.
+// next_prompt is called under a lock, once per request (per conversation with turns > 1) in sending
+// order (warmup requests first); next_follow_up, likewise, for each later turn's user message (needed
+// when turns > 1). Throws std::invalid_argument for inconsistent options.
 RunResult run_load(const EndpointOptions& endpoint, const LoadOptions& load, const std::function<Prompt()>& next_prompt,
-                   LiveCounters* live = nullptr);
+                   LiveCounters* live = nullptr, const std::function<Prompt()>& next_follow_up = nullptr);
 
 }  // namespace tokenhost::loadgen

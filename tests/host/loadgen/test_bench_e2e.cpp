@@ -5,6 +5,7 @@
 // 400 with a message, malformed SSE data, nothing listening.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -292,4 +293,50 @@ TEST_CASE("loadgen: URLs and progress lines", "[loadgen]") {
   CHECK_THROWS_WITH(parse_url("http://h:99999"), "'http://h:99999': '99999' is not a port number");
   CHECK(ProgressDisplay::line(5, 1, 10, 2.5, 0, 123.45, false) == "5/10 requests (1 failed), 2.5 s, 123.5 tokens/s");
   CHECK(ProgressDisplay::line(5, 0, 0, 30, 60, 1, true) == "[############............] 5 requests, 30.0/60 s, 1.0 tokens/s");
+}
+
+TEST_CASE("loadgen: conversations send each turn with the conversation so far", "[loadgen]") {
+  FakeServer fake(FakeServer::Mode::ok);
+  EndpointOptions ep;
+  ep.url = fake.url();
+  ep.timeout_s = 20;
+  PromptGenerator prompts(parse_length_distribution("20:40"), parse_length_distribution("4"), 0.0, 9);
+  const LengthDistribution turn_words = parse_length_distribution("5");
+  LoadOptions load;
+  load.concurrency = 2;
+  load.requests = 12;
+  load.turns = 3;
+  RunResult run = run_load(ep, load, [&] { return prompts.next(); }, nullptr, [&] { return prompts.follow_up(turn_words); });
+  Report rep = make_report(run);
+  REQUIRE(rep.ok == 12);
+  std::vector<int> turns(3, 0);
+  for (const auto& r : run.results) ++turns.at(r.turn);
+  CHECK(turns == std::vector<int>{4, 4, 4});  // two workers, two conversations each
+  CHECK(rep.conversations);
+  CHECK(rep.ttft_later_turns_ms.count == 8);
+  CHECK(to_json(rep, {}).contains("ttft_later_turns_ms"));
+  // A turn's prompt: an earlier turn's prompt, the answer it got (the fake's four chunks), a newline,
+  // then a new message of 5 words.
+  const std::string answer = " tok0 tok1 tok2 tok3";
+  std::vector<std::string> sent;
+  for (const auto& b : fake.bodies()) sent.push_back(b.at("prompt").get<std::string>());
+  std::vector<int> by_newlines(3, 0);
+  for (const auto& p : sent) {
+    const size_t lines = size_t(std::count(p.begin(), p.end(), '\n'));
+    REQUIRE(lines < 3);
+    ++by_newlines[lines];
+    if (lines == 0) continue;
+    const size_t cut = p.rfind('\n');
+    const std::string before = p.substr(0, cut), message = p.substr(cut + 1);
+    INFO(p);
+    CHECK(std::count(message.begin(), message.end(), ' ') == 4);
+    CHECK(std::any_of(sent.begin(), sent.end(), [&](const std::string& q) { return q + answer == before; }));
+  }
+  CHECK(by_newlines == std::vector<int>{4, 4, 4});
+  // Conversations need the closed loop and a source of follow-ups.
+  LoadOptions open = load;
+  open.rate = 10;
+  CHECK_THROWS_AS(run_load(ep, open, [&] { return prompts.next(); }, nullptr, [&] { return prompts.follow_up(turn_words); }),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(run_load(ep, load, [&] { return prompts.next(); }), std::invalid_argument);
 }

@@ -134,6 +134,13 @@ TEST_CASE("loadgen: request bodies", "[loadgen]") {
   // --extra-body: its members added, replacing those of the same name.
   j = nlohmann::json::parse(request_body({false, "m", false, false, R"({"temperature": 0, "max_tokens": 9, "tokenhost": {"max_draft": 2}})"}, "x", 4));
   CHECK(j == nlohmann::json::parse(R"({"model":"m","prompt":"x","max_tokens":9,"stream":false,"temperature":0,"tokenhost":{"max_draft":2}})"));
+  // A conversation's later turn: earlier turns as messages, or each prompt and its answer then a newline.
+  const std::vector<std::string> history = {"Hi there.", " Hello!", "How are you?", " Fine."};
+  j = nlohmann::json::parse(request_body({true, "", false, false, ""}, "Bye.", 4, history));
+  CHECK(j["messages"] == nlohmann::json::parse(R"([{"role":"user","content":"Hi there."},{"role":"assistant","content":" Hello!"},
+    {"role":"user","content":"How are you?"},{"role":"assistant","content":" Fine."},{"role":"user","content":"Bye."}])"));
+  j = nlohmann::json::parse(request_body({false, "", false, false, ""}, "Bye.", 4, history));
+  CHECK(j["prompt"] == "Hi there. Hello!\nHow are you? Fine.\nBye.");
   CHECK_NOTHROW(parse_extra_body(""));
   CHECK_THROWS_WITH(parse_extra_body("{\"temperature\": "), Catch::StartsWith("--extra-body is not JSON"));
   CHECK_THROWS_WITH(parse_extra_body("[1]"), Catch::StartsWith("--extra-body must be a JSON object"));
