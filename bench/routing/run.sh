@@ -10,7 +10,7 @@
 # all turns and over the later turns (lookups that found a cached prefix), the prompt tokens served
 # from the caches, TTFT p50 and p99 over all turns and over the later turns, wall time.
 # Usage: bench/routing/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]; environment (defaults):
-#   MODEL=110M:q8_0  REQUESTS=64  CONCURRENCY=8  TURNS=4  PROMPT_TOKENS=200  TURN_TOKENS=16:48
+#   MODEL=110M:q8_0  REQUESTS=64  CONCURRENCY=8  TURNS=4  PROMPT_TOKENS=150  TURN_TOKENS=16:32
 #   OUTPUT_TOKENS=16:48  BLOCKS=1024  ROUNDS=3
 # Output and message lengths vary (LO:HI) so that conversations do not fall into lockstep: with equal
 # lengths and an even concurrency, round robin would send each conversation to the same engine every turn.
@@ -24,8 +24,8 @@ model=${MODEL:-110M:q8_0}
 requests=${REQUESTS:-64}
 concurrency=${CONCURRENCY:-8}
 turns=${TURNS:-4}
-prompt_tokens=${PROMPT_TOKENS:-200}
-turn_tokens=${TURN_TOKENS:-16:48}
+prompt_tokens=${PROMPT_TOKENS:-150}
+turn_tokens=${TURN_TOKENS:-16:32}
 output_tokens=${OUTPUT_TOKENS:-16:48}
 blocks=${BLOCKS:-1024}
 rounds=${ROUNDS:-3}

@@ -59,7 +59,11 @@ extern "C" {
  *        th_attention_batch.row_parent (tree attention: verifying a tree of draft tokens).
  *   1.5  draft sessions: appended th_host_api.draft_open, draft_append, draft_rollback, draft_run and
  *        draft_close (a proposer runs another model of the deployment, or the engine's own first
- *        layers, with a KV cache the host keeps per session). */
+ *        layers, with a KV cache the host keeps per session); prefix caching: appended
+ *        th_kvcache_vtable.seq_lookup, seq_publish and cache_flush (optional together),
+ *        th_kv_stats.cached_blocks, held_blocks, evicted_blocks and published_blocks,
+ *        th_sched_state.seq_cached (prompt positions found cached) and th_route_request.cached_tokens
+ *        (each candidate engine's cached overlap with the prompt, for cache-aware routing). */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 5
 

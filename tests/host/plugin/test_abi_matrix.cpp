@@ -4,6 +4,9 @@
 // a struct_size is called or read, and a vtable shorter than its declared minor is refused.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -67,6 +70,28 @@ TEST_CASE("abi matrix: the frozen minors run from 0 through the host's minor, no
   for (uint16_t m = 0; m < abis.size(); ++m) REQUIRE(abis[m].minor == m);
 }
 
+TEST_CASE("abi matrix: once the host's own minor is frozen the SDK's headers are its frozen copy", "[abi]") {
+  // A released minor never changes: a member appended after its freeze belongs to the next minor.
+  const auto abis = frozen_abis();
+  if (abis.size() <= TH_ABI_VERSION_MINOR) return;  // not released yet: the next minor is being written
+  namespace fs = std::filesystem;
+  const fs::path sdk = fs::path(TOKENHOST_SOURCE_DIR) / "sdk/include/tokenhost";
+  const fs::path frozen = fs::path(TOKENHOST_SOURCE_DIR) / "tests/abi" / abis.back().version / "tokenhost";
+  auto read = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  size_t headers = 0;
+  for (const auto& entry : fs::directory_iterator(sdk)) {
+    if (entry.path().extension() != ".h") continue;  // the C ABI; the C++ helpers (.hpp) are not part of it
+    ++headers;
+    INFO(entry.path().filename().string() << ": changed since ABI " << abis.back().version << " was frozen; bump the minor");
+    REQUIRE(fs::exists(frozen / entry.path().filename()));
+    CHECK(read(entry.path()) == read(frozen / entry.path().filename()));
+  }
+  CHECK(headers == size_t(std::distance(fs::directory_iterator(frozen), fs::directory_iterator())));
+}
+
 TEST_CASE("abi matrix: a plugin of every kind built against each frozen minor loads and declares that minor", "[abi]") {
   for (const auto& abi : frozen_abis()) {
     for (const std::string& kind : kind_names()) {
@@ -99,6 +124,15 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
     // kvcache.paged, which rolls rejected ones back (ABI 1.4).
     REQUIRE(server->status()["engines"][0]["speculation"]["enabled"] == true);
     REQUIRE(server->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
+    // From 1.5 the fixture drafts with the engine's own model through draft sessions: greedy, as the
+    // target, so its drafts are accepted; every sequence's session is closed when it ends.
+    if (abi.minor >= 5) {
+      const auto spec = server->status()["engines"][0]["speculation"];
+      INFO(spec.dump());
+      REQUIRE(spec["accepted_tokens"].get<uint64_t>() > 0);
+      REQUIRE(spec["draft_models"].size() == 1);
+      REQUIRE(spec["draft_models"][0]["sessions"] == 0);
+    }
     // Draft trees with an attention plugin built before row_parent (1.4): each tree's leading chain
     // (spec_decode.tree's is its wrong first token alone) is verified, under causal attention.
     REQUIRE_THAT(server->set_slot("main", "spec_decode", server->register_plugin(fixture_dir() + "/spec_tree/plugin.toml"), {}),
@@ -117,7 +151,16 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
     auto status = server->status();
     REQUIRE(status["engines"][0]["kvcache"]["id"] == "kvcache.abi_" + abi.tag);
     REQUIRE(status["engines"][0]["attention"]["id"] == "attention.abi_" + abi.tag);
-    REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 256);  // every sequence's blocks went back
+    // Every sequence's blocks went back: free, or (1.5) kept in the prefix cache.
+    const auto& kv = status["engines"][0]["kv"];
+    REQUIRE(kv["free_blocks"].get<uint32_t>() + kv.value("cached_blocks", 0u) == 256);
+    // From 1.5 the fixture's kvcache keeps a prefix cache: the prompts share their first block of 8.
+    REQUIRE(status["engines"][0]["prefix_cache"]["enabled"] == (abi.minor >= 5));
+    if (abi.minor >= 5) {
+      REQUIRE(status["engines"][0]["prefix_cache"]["hits"].get<uint64_t>() > 0);
+      REQUIRE(status["engines"][0]["kv"]["cached_blocks"].get<uint32_t>() > 0);
+      REQUIRE(status["engines"][0]["kv_accounting"]["disagreements"] == 0);
+    }
     // A kvcache without seq_truncate (every minor's fixture: built before 1.4, or at 1.4 without this
     // optional member): its engine keeps the proposer idle, and says why.
     REQUIRE(status["engines"][0]["speculation"]["enabled"] == false);
