@@ -71,18 +71,27 @@ void compact_tree_kv(const StepItem& item, const std::vector<uint32_t>& path, Pl
   if (th_status st = kv.call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv.handle(), item.seq_id, &blocks, &n_blocks, &err))
     throw_plugin_failure(kv, "seq_blocks", st, err);
   const uint32_t base = item.start + uint32_t(item.tokens.size()) - item.n_draft, bs = layout->block_size;
-  const size_t bytes = quant::row_bytes(layout->dtype, layout->head_dim);
+  const size_t bytes = sdk::kv_vector_bytes(layout->dtype, layout->head_dim);
+  // q8_0 (ABI 1.6): each head vector's group scales move with it.
+  const size_t scale_bytes = layout->dtype == TH_DTYPE_Q8_0 ? layout->head_dim / layout->quant_group * sizeof(float) : 0;
   // The pools are the host's to write (th_kvcache.h); the address formula is the SDK's.
   auto at = [&](const void* pool, uint32_t l, uint32_t position, uint32_t h) {
     return const_cast<char*>(sdk::kv_head_bytes(*layout, pool, l, blocks[position / bs], position % bs, h));
+  };
+  auto scales_at = [&](const void* pool, uint32_t l, uint32_t position, uint32_t h) {
+    return const_cast<float*>(sdk::kv_head_scales(*layout, pool, l, blocks[position / bs], position % bs, h));
   };
   for (uint32_t k = 0; k < path.size(); ++k) {
     if (path[k] == k) continue;
     const uint32_t from = base + path[k], to = base + k;
     if (from / bs >= n_blocks) throw std::runtime_error(kv.id() + " holds no block for draft position " + std::to_string(from));
     for (uint32_t l = 0; l < layout->n_layers; ++l)
-      for (uint32_t h = 0; h < layout->n_kv_heads; ++h)
+      for (uint32_t h = 0; h < layout->n_kv_heads; ++h) {
         for (const void* pool : {layout->k_base, layout->v_base}) std::memmove(at(pool, l, to, h), at(pool, l, from, h), bytes);
+        if (scale_bytes > 0)
+          for (const void* pool : {layout->k_scale_base, layout->v_scale_base})
+            std::memmove(scales_at(pool, l, to, h), scales_at(pool, l, from, h), scale_bytes);
+      }
   }
 }
 

@@ -3,6 +3,7 @@
 // rows per sequence (th_attention_batch.row_parent): each row sees the positions before its sequence's
 // first row in the batch, its ancestors' and its own.
 #include <tokenhost/fp16.hpp>
+#include <tokenhost/plugin_kv.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -14,14 +15,24 @@ namespace tokenhost::conformance {
 namespace {
 
 // A KV pool the runner owns, in one of two layouts (the plugin must read through the strides):
-// [layer][block][kv head][position][element] like kvcache.paged, or [layer][block][position][kv head][element].
+// [layer][block][kv head][position][element] like kvcache.paged, or [layer][block][position][kv head][element]
+// (q8_0, ABI 1.6: the group scales likewise, in pools of their own).
 struct Pool {
   th_kv_layout layout{};
   std::vector<char> k, v;
+  std::vector<char> k_scales, v_scales;
   // The logical values, as the plugin must read them: value(kv, layer, block, t, h, d).
   float value(const std::vector<char>& pool, uint32_t layer, int32_t block, uint32_t t, uint32_t h, uint32_t d) const {
     const char* at = pool.data() + int64_t(layer) * layout.layer_stride + int64_t(block) * layout.block_stride +
                      int64_t(h) * layout.head_stride + int64_t(t) * layout.token_stride;
+    if (layout.dtype == TH_DTYPE_Q8_0) {  // element x its group's scale, the scales read here by hand
+      const char* scales = (&pool == &k ? k_scales : v_scales).data() + int64_t(layer) * layout.scale_layer_stride +
+                           int64_t(block) * layout.scale_block_stride + int64_t(h) * layout.scale_head_stride +
+                           int64_t(t) * layout.scale_token_stride;
+      float scale;
+      std::memcpy(&scale, scales + sizeof(float) * (d / layout.quant_group), sizeof scale);
+      return float(int8_t(at[d])) * scale;
+    }
     if (layout.dtype == TH_DTYPE_F16) {
       uint16_t half;
       std::memcpy(&half, at + 2 * size_t(d), 2);
@@ -36,7 +47,7 @@ struct Pool {
 Pool make_pool(Rng& rng, const th_model_info& m, uint32_t block_size, uint32_t n_blocks) {
   Pool p;
   th_kv_layout& l = p.layout;
-  const uint32_t bytes = m.kv_dtype == TH_DTYPE_F16 ? 2 : 4;
+  const uint32_t bytes = m.kv_dtype == TH_DTYPE_Q8_0 ? 1 : m.kv_dtype == TH_DTYPE_F16 ? 2 : 4;
   l.struct_size = sizeof l;
   l.block_size = block_size;
   l.n_blocks = n_blocks;
@@ -45,7 +56,8 @@ Pool make_pool(Rng& rng, const th_model_info& m, uint32_t block_size, uint32_t n
   l.head_dim = m.head_dim;
   l.dtype = m.kv_dtype;
   const int64_t vector = int64_t(m.head_dim) * bytes;
-  if (uniform(rng, 0, 1) == 0) {
+  const bool heads_outer = uniform(rng, 0, 1) == 0;
+  if (heads_outer) {
     l.token_stride = vector;
     l.head_stride = block_size * vector;
   } else {
@@ -54,10 +66,42 @@ Pool make_pool(Rng& rng, const th_model_info& m, uint32_t block_size, uint32_t n
   }
   l.block_stride = int64_t(m.n_kv_heads) * block_size * vector;
   l.layer_stride = int64_t(n_blocks) * l.block_stride;
+  if (m.kv_dtype == TH_DTYPE_Q8_0) {  // the group scales, in the same order as the elements
+    l.quant_group = sdk::kv_q8_group(m.head_dim);
+    const int64_t scales = int64_t(m.head_dim / l.quant_group) * int64_t(sizeof(float));
+    l.scale_token_stride = heads_outer ? scales : m.n_kv_heads * scales;
+    l.scale_head_stride = heads_outer ? block_size * scales : scales;
+    l.scale_block_stride = int64_t(m.n_kv_heads) * block_size * scales;
+    l.scale_layer_stride = int64_t(n_blocks) * l.scale_block_stride;
+  }
   l.device = TH_DEVICE_CPU;
   const size_t size = size_t(l.layer_stride) * m.n_layers;
   p.k.resize(size);
   p.v.resize(size);
+  if (m.kv_dtype == TH_DTYPE_Q8_0) {  // each head vector drawn as floats and written as q8_0
+    const size_t scale_size = size_t(l.scale_layer_stride) * m.n_layers;
+    p.k_scales.resize(scale_size);
+    p.v_scales.resize(scale_size);
+    l.k_scale_base = p.k_scales.data();
+    l.v_scale_base = p.v_scales.data();
+    std::vector<float> x(m.head_dim);
+    for (uint32_t layer = 0; layer < m.n_layers; ++layer)
+      for (uint32_t b = 0; b < n_blocks; ++b)
+        for (uint32_t t = 0; t < block_size; ++t)
+          for (uint32_t h = 0; h < m.n_kv_heads; ++h)
+            for (auto [pool, scales] : {std::pair{&p.k, &p.k_scales}, std::pair{&p.v, &p.v_scales}}) {
+              for (auto& e : x) e = normal(rng);
+              const int64_t at = int64_t(layer) * l.layer_stride + int64_t(b) * l.block_stride + int64_t(h) * l.head_stride +
+                                 int64_t(t) * l.token_stride;
+              const int64_t s_at = int64_t(layer) * l.scale_layer_stride + int64_t(b) * l.scale_block_stride +
+                                   int64_t(h) * l.scale_head_stride + int64_t(t) * l.scale_token_stride;
+              sdk::quantize_kv_q8(x.data(), m.head_dim, l.quant_group, reinterpret_cast<int8_t*>(pool->data() + at),
+                                  reinterpret_cast<float*>(scales->data() + s_at));
+            }
+    l.k_base = p.k.data();
+    l.v_base = p.v.data();
+    return p;
+  }
   for (auto* pool : {&p.k, &p.v}) {
     for (size_t at = 0; at < size; at += bytes) {
       const float f = normal(rng);
@@ -178,8 +222,8 @@ void check_batch(PluginInstance& inst, Rng& rng, const th_model_info& m, const P
 
 void attention_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
   for (const bool tree : {false, true})
-  for (th_dtype kv : {TH_DTYPE_F32, TH_DTYPE_F16}) {
-    const std::string rule = std::string(tree ? "attention.tree." : "attention.matches_reference.") + (kv == TH_DTYPE_F32 ? "f32" : "f16");
+  for (th_dtype kv : {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0}) {
+    const std::string rule = std::string(tree ? "attention.tree." : "attention.matches_reference.") + sdk::dtype_name(kv);
     // GQA, MQA and plain multi-head shapes.
     const ModelSpec shapes[] = {model_shape(4, 2, 16, kv), model_shape(8, 1, 32, kv), model_shape(2, 2, 64, kv)};
     std::string refused;

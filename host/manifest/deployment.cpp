@@ -273,7 +273,8 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   if (auto kv = r.optional_string(t, "kv_dtype", ctx)) {
     if (*kv == "f32") e.kv_dtype = TH_DTYPE_F32;
     else if (*kv == "f16") e.kv_dtype = TH_DTYPE_F16;
-    else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of f32, f16" + suggestion(*kv, {"f32", "f16"}));
+    else if (*kv == "q8_0") e.kv_dtype = TH_DTYPE_Q8_0;
+    else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of f32, f16, q8_0" + suggestion(*kv, {"f32", "f16", "q8_0"}));
   }
   e.max_draft = uint32_t(r.optional_int(t, "max_draft", ctx, 1, kMaxDraftTokens).value_or(EngineDecl{}.max_draft));
   if (auto policy = r.optional_string(t, "draft_policy", ctx); policy && !parse_draft_policy(*policy, e.draft_policy))

@@ -39,6 +39,14 @@ std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSp
     reasons.push_back("plugin.toml does not list device '" + dev + "'");
   }
   th_model_info model = spec.model.to_abi();
+  // An 8-bit KV cache (ABI 1.6) is laid out and read through the layout's scale members, which
+  // kvcache and attention plugins built before 1.6 never heard of (reserved then): not asked.
+  const th_kind kind = lib.kind();
+  if (model.kv_dtype == TH_DTYPE_Q8_0 && (kind == TH_KIND_KVCACHE || kind == TH_KIND_ATTENTION) && lib.abi_minor() < 6) {
+    reasons.push_back("it was built against ABI 1." + std::to_string(lib.abi_minor()) +
+                      "; a q8_0 KV cache needs kvcache and attention plugins built against 1.6 or later");
+    return reasons;
+  }
   th_device device = device_abi(spec.device);
   th_config config{spec.config};
   th_check_query query{sizeof(th_check_query), &model, &device, &config};

@@ -178,10 +178,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
                              ") does not fit the model (" + std::to_string(info.n_layers) + " layers, " +
                              std::to_string(info.n_kv_heads) + " kv heads of " + std::to_string(info.head_dim) + ")");
   }
-  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16) {
-    throw std::runtime_error(std::string("the CPU runtime writes f32 and f16 KV caches only, the kvcache's layout is ") +
+  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16 && layout->dtype != TH_DTYPE_Q8_0) {
+    throw std::runtime_error(std::string("the CPU runtime writes f32, f16 and q8_0 KV caches only, the kvcache's layout is ") +
                              quant::dtype_name(layout->dtype));
   }
+  if (const std::string why = sdk::kv_q8_layout_problem(*layout); !why.empty())
+    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": " + why);
 
   // Rows of the batch: every token of every item, in order, each at its place in the cache
   // (`positions`) and rotated by its place in the text (`rope_positions`: the same, but for the tokens of
@@ -269,10 +271,17 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
         int32_t block = tables[row_seq[r]][pos / layout->block_size];
         uint32_t slot = pos % layout->block_size;
         for (uint32_t h = 0; h < nkv; ++h) {  // the pools are the host's to write (th_kvcache.h)
-          quant::quantize_row(layout->dtype, kr + h * hd, const_cast<char*>(sdk::kv_head_bytes(*layout, layout->k_base, l, block, slot, h)),
-                              int64_t(hd));
-          quant::quantize_row(layout->dtype, vr + h * hd, const_cast<char*>(sdk::kv_head_bytes(*layout, layout->v_base, l, block, slot, h)),
-                              int64_t(hd));
+          auto* kd = const_cast<char*>(sdk::kv_head_bytes(*layout, layout->k_base, l, block, slot, h));
+          auto* vd = const_cast<char*>(sdk::kv_head_bytes(*layout, layout->v_base, l, block, slot, h));
+          if (layout->dtype == TH_DTYPE_Q8_0) {  // int8 elements and their group scales (ABI 1.6)
+            sdk::quantize_kv_q8(kr + h * hd, uint32_t(hd), layout->quant_group, reinterpret_cast<int8_t*>(kd),
+                                const_cast<float*>(sdk::kv_head_scales(*layout, layout->k_scale_base, l, block, slot, h)));
+            sdk::quantize_kv_q8(vr + h * hd, uint32_t(hd), layout->quant_group, reinterpret_cast<int8_t*>(vd),
+                                const_cast<float*>(sdk::kv_head_scales(*layout, layout->v_scale_base, l, block, slot, h)));
+          } else {
+            quant::quantize_row(layout->dtype, kr + h * hd, kd, int64_t(hd));
+            quant::quantize_row(layout->dtype, vr + h * hd, vd, int64_t(hd));
+          }
         }
       }
     });

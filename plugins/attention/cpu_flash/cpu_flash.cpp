@@ -1,8 +1,9 @@
 // attention.cpu_flash: fast causal paged attention on the CPU.
 //
 // The contract of attention.reference (same batch validation, same check() refusals: both come from
-// tokenhost/plugin_kv.hpp), over an f32 or f16 KV cache, computed flash-attention style in f32 (f16
-// keys and values become floats as the kernels load them): one work item is (sequence, kv head,
+// tokenhost/plugin_kv.hpp), over an f32, f16 or q8_0 KV cache, computed flash-attention style in f32
+// (f16 keys and values become floats as the kernels load them; a q8_0 block's keys and values are
+// dequantized into a tile of floats first, then read as an f32 block): one work item is (sequence, kv head,
 // chunk of query rows); it walks the sequence's KV blocks in order and, for every query head of the kv
 // head's group and every row of the chunk that reaches the block, scores the block's keys, updates a
 // running max and sum (rescaling the accumulator when the max grows) and adds p * v. Each KV block is
@@ -26,6 +27,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -37,7 +39,7 @@ using sdk::Error;
 constexpr const char* kId = "attention.cpu_flash";
 
 // The KV caches it reads (kernels.hpp has a pair of cache kernels for each).
-constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16};
+constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0};
 
 // ---- the instance -------------------------------------------------------------------------------
 
@@ -50,6 +52,7 @@ struct Item {
 // One participant's running state: per (row, head of the group) max m, sum l, accumulator acc[d].
 struct Scratch {
   std::vector<float> acc, m, l, s;
+  std::vector<float> k_tile, v_tile;  // q8_0: one block's keys and values of one kv head, dequantized
 };
 
 // The host's compute threads this instance uses at most: the configured count, or all of them.
@@ -125,7 +128,9 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
     return RowView{self.through[i], self.extra.data() + self.extra_start[i], self.extra_start[i + 1] - self.extra_start[i]};
   };
   const th_kv_layout& kv = *b.kv;
-  const cpu_flash::CacheKernels& kn = kv.dtype == TH_DTYPE_F16 ? kernels.f16 : kernels.f32;
+  const bool q8 = kv.dtype == TH_DTYPE_Q8_0;
+  const cpu_flash::CacheKernels& kn = kv.dtype == TH_DTYPE_F16 ? kernels.f16 : kernels.f32;  // q8_0: f32 tiles
+  const int64_t stride = q8 ? int64_t(b.head_dim) * int64_t(sizeof(float)) : kv.token_stride;
   const uint32_t group = b.n_heads / b.n_kv_heads, d = b.head_dim, bs = kv.block_size;
   const uint32_t n_rows = it.r1 - it.r0, n_state = n_rows * group;
   float *acc = sc.acc.data(), *m = sc.m.data(), *l = sc.l.data(), *s = sc.s.data();
@@ -138,7 +143,7 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
     for (uint32_t j = 0; j < group; ++j) {
       const uint32_t st = r * group + j;
       float* a = acc + size_t(st) * d;
-      const float block_max = kn.scores(q + size_t(j) * d, kb, kv.token_stride, nt, d, b.scale, s);
+      const float block_max = kn.scores(q + size_t(j) * d, kb, stride, nt, d, b.scale, s);
       // The reference max m moves (rescaling what was summed under it; 0 at the first block) only
       // when a block's max exceeds it by more than kLazyMax: weights stay <= e^kLazyMax, far from
       // overflow, and almost every rescale is skipped. The softmax does not depend on m.
@@ -149,16 +154,25 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
         m[st] = block_max;
       }
       l[st] += kernels.exp_sum(s, nt, m[st]);
-      kn.accum(a, s, vb, kv.token_stride, nt, d);
+      kn.accum(a, s, vb, stride, nt, d);
     }
   };
   int64_t max_pos = -1;
   for (uint32_t i = it.r0; i < it.r1; ++i) max_pos = std::max(max_pos, view(i).through);
   const int32_t* table = b.block_tables[it.seq];
+  // q8_0: positions [t0, t0 + n) of pool block `block` into the tiles, as floats; returns the tiles.
+  auto dequantize = [&](int32_t block, uint32_t t0, uint32_t n) {
+    for (uint32_t t = 0; t < n; ++t) {
+      sdk::load_kv_head(kv, false, b.layer, block, t0 + t, it.kvh, sc.k_tile.data() + size_t(t) * d);
+      sdk::load_kv_head(kv, true, b.layer, block, t0 + t, it.kvh, sc.v_tile.data() + size_t(t) * d);
+    }
+    return std::pair{reinterpret_cast<const char*>(sc.k_tile.data()), reinterpret_cast<const char*>(sc.v_tile.data())};
+  };
   for (int64_t blk = 0; max_pos >= 0 && blk <= max_pos / bs; ++blk) {
     const int64_t p0 = blk * bs;
     const char* kb = sdk::kv_head_bytes(kv, kv.k_base, b.layer, table[blk], 0, it.kvh);
     const char* vb = sdk::kv_head_bytes(kv, kv.v_base, b.layer, table[blk], 0, it.kvh);
+    if (q8) std::tie(kb, vb) = dequantize(table[blk], 0, uint32_t(std::min<int64_t>(bs, max_pos - p0 + 1)));
     if (blk < max_pos / bs) prefetch_block(kv, b.layer, table[blk + 1], it.kvh);
     for (uint32_t r = 0; r < n_rows; ++r) {
       const int64_t pos = view(it.r0 + r).through;
@@ -170,6 +184,11 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
     const RowView v = view(it.r0 + r);
     for (uint32_t e = 0; e < v.n_extra; ++e) {
       const uint32_t p = v.extra[e];
+      if (q8) {
+        const auto [kt, vt] = dequantize(table[p / bs], p % bs, 1);
+        take(r, kt, vt, 1);
+        continue;
+      }
       take(r, sdk::kv_head_bytes(kv, kv.k_base, b.layer, table[p / bs], p % bs, it.kvh),
            sdk::kv_head_bytes(kv, kv.v_base, b.layer, table[p / bs], p % bs, it.kvh), 1);
     }
@@ -243,6 +262,10 @@ th_status forward(th_instance* instance, const th_attention_batch* batch, th_err
       sc.m.resize(size_t(max_rows) * group);
       sc.l.resize(size_t(max_rows) * group);
       sc.s.resize(b.kv->block_size);
+      if (b.kv->dtype == TH_DTYPE_Q8_0) {
+        sc.k_tile.resize(size_t(b.kv->block_size) * d);
+        sc.v_tile.resize(size_t(b.kv->block_size) * d);
+      }
     }
 
     // Participant p (one index of the host's parallel_for each) claims items through the counter.

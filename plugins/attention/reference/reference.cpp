@@ -2,7 +2,7 @@
 //
 // Causal scaled-dot-product attention over a ragged batch (or, under row_parent, over each row's
 // ancestors: sdk::tree_visible), read from the paged KV cache through
-// th_kv_layout (f32 or f16 elements), with plain loops and double accumulation. Slow on purpose: it is what every other
+// th_kv_layout (f32 or f16 elements, or q8_0 ones with their group scales), with plain loops and double accumulation. Slow on purpose: it is what every other
 // attention plugin is measured against, so it favours obvious correctness and full input validation.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv.hpp>
@@ -18,7 +18,7 @@ namespace sdk = tokenhost::sdk;
 using sdk::Error;
 
 // The KV caches it reads: each element is turned into a float, then a double, as it is read.
-constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16};
+constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0};
 
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
@@ -54,9 +54,9 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
     std::vector<uint32_t> extra, visible;  // the positions a row attends to
     std::vector<double> acc(d);
     std::vector<float> kv_row(d);
-    auto load = [&](const void* base, const int32_t* table, uint32_t p, uint32_t kvh) {
+    auto load = [&](bool values, const int32_t* table, uint32_t p, uint32_t kvh) {  // dequantized for q8_0
       const uint32_t bs = b.kv->block_size;
-      sdk::load_kv_vector(*b.kv, sdk::kv_head_bytes(*b.kv, base, b.layer, table[p / bs], p % bs, kvh), kv_row.data());
+      sdk::load_kv_head(*b.kv, values, b.layer, table[p / bs], p % bs, kvh, kv_row.data());
       return kv_row.data();
     };
     for (uint32_t s = 0; s < b.n_seqs; ++s) {
@@ -73,7 +73,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
           const float* q = b.q + int64_t(i) * b.q_row_stride + int64_t(h) * d;
           double max_score = -INFINITY;
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* k = load(b.kv->k_base, table, visible[p], kvh);
+            const float* k = load(false, table, visible[p], kvh);
             double dot = 0.0;
             for (uint32_t e = 0; e < d; ++e) dot += double(q[e]) * double(k[e]);
             scores[p] = double(b.scale) * dot;
@@ -86,7 +86,7 @@ th_status forward(th_instance*, const th_attention_batch* batch, th_error* err) 
           }
           acc.assign(d, 0.0);
           for (uint32_t p = 0; p < n_pos; ++p) {
-            const float* v = load(b.kv->v_base, table, visible[p], kvh);
+            const float* v = load(true, table, visible[p], kvh);
             for (uint32_t e = 0; e < d; ++e) acc[e] += scores[p] * double(v[e]);
           }
           float* out = b.out + int64_t(i) * b.out_row_stride + int64_t(h) * d;

@@ -6,6 +6,9 @@
 //   - sdk::kv_element_bytes(): bytes of one element of a float KV dtype (f32, f16);
 //   - sdk::kv_head_bytes() / kv_head_vector() / kv_position_vector(): the th_kv_layout address formula
 //     (float dtypes), and sdk::load_kv_vector(): a head vector of an f32 or f16 cache as floats;
+//   - 8-bit KV (TH_DTYPE_Q8_0, ABI 1.6): sdk::kv_q8_group() (the group KvBlockPool lays out),
+//     kv_head_scales(), quantize_kv_q8() / dequantize_kv_q8() (the format th_kvcache.h states), and
+//     sdk::load_kv_head(): a head vector of any cache the host writes (f32, f16, q8_0) as floats;
 //   - sdk::attention_cpu_refusals(): why a CPU-only attention plugin that computes in f32 over the KV
 //     dtypes it lists cannot serve a model (attention_f32_cpu_refusals(): over f32 only);
 //   - sdk::validate_attention_batch(): everything an attention forward() reads, checked, as a message;
@@ -19,6 +22,7 @@
 #include <tokenhost/tokenhost.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -81,6 +85,75 @@ inline void load_kv_vector(const th_kv_layout& kv, const char* vector, float* ou
   } else {
     std::memcpy(out, vector, size_t(kv.head_dim) * sizeof(float));
   }
+}
+
+// ---- 8-bit KV (TH_DTYPE_Q8_0, ABI 1.6): int8 elements, one f32 scale per group of quant_group ----
+
+// The group of a q8_0 cache with heads of head_dim, as KvBlockPool lays it out: 32 when it divides
+// head_dim, else the largest divisor of head_dim below 32 (8 for heads of 8: 12 bytes a head vector
+// against f16's 16; 36 against 64 for heads of 32).
+inline uint32_t kv_q8_group(uint32_t head_dim) {
+  for (uint32_t g = std::min(32u, head_dim); g > 1; --g)
+    if (head_dim % g == 0) return g;
+  return 1;
+}
+
+// Bytes of one head vector's elements in the pool: head_dim x 4 (f32), 2 (f16), 1 (q8_0); 0 for a dtype
+// no kvcache keeps.
+inline uint32_t kv_vector_bytes(th_dtype dtype, uint32_t head_dim) {
+  return dtype == TH_DTYPE_Q8_0 ? head_dim : kv_element_bytes(dtype) * head_dim;
+}
+
+// The head_dim / quant_group scales of the q8_0 head vector of (layer, pool block, position t, kv head
+// h) in scale_base (k_scale_base or v_scale_base), by th_kvcache.h's formula.
+inline const float* kv_head_scales(const th_kv_layout& kv, const void* scale_base, uint32_t layer, int32_t block,
+                                   uint32_t t, uint32_t h) {
+  return reinterpret_cast<const float*>(static_cast<const char*>(scale_base) + int64_t(layer) * kv.scale_layer_stride +
+                                        int64_t(block) * kv.scale_block_stride + int64_t(h) * kv.scale_head_stride +
+                                        int64_t(t) * kv.scale_token_stride);
+}
+
+// x[0, n) as q8_0 (th_kvcache.h): per group of `group`, scale = max |x| / 127 (0 for an all-zero
+// group) and each element round(x / scale) in [-127, 127].
+inline void quantize_kv_q8(const float* x, uint32_t n, uint32_t group, int8_t* q, float* scales) {
+  for (uint32_t g = 0; g * group < n; ++g) {
+    const float* xg = x + size_t(g) * group;
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < group; ++i) amax = std::max(amax, std::fabs(xg[i]));
+    const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    scales[g] = scale;
+    for (uint32_t i = 0; i < group; ++i) q[size_t(g) * group + i] = int8_t(std::clamp(std::round(xg[i] * inv), -127.0f, 127.0f));
+  }
+}
+
+// The values q8_0 elements stand for: q x scale of their group.
+inline void dequantize_kv_q8(const int8_t* q, const float* scales, uint32_t n, uint32_t group, float* out) {
+  for (uint32_t g = 0; g * group < n; ++g) {  // group by group: the inner loop vectorizes
+    const float s = scales[g];
+    const int8_t* qg = q + size_t(g) * group;
+    float* og = out + size_t(g) * group;
+    for (uint32_t i = 0; i < group; ++i) og[i] = float(qg[i]) * s;
+  }
+}
+
+// The head vector of (layer, pool block, position t, kv head h), keys or values, as floats into out
+// (head_dim of them), for an f32, f16 or q8_0 cache.
+inline void load_kv_head(const th_kv_layout& kv, bool values, uint32_t layer, int32_t block, uint32_t t, uint32_t h, float* out) {
+  const char* vector = kv_head_bytes(kv, values ? kv.v_base : kv.k_base, layer, block, t, h);
+  if (kv.dtype != TH_DTYPE_Q8_0) return load_kv_vector(kv, vector, out);
+  dequantize_kv_q8(reinterpret_cast<const int8_t*>(vector), kv_head_scales(kv, values ? kv.v_scale_base : kv.k_scale_base, layer, block, t, h),
+                   kv.head_dim, kv.quant_group, out);
+}
+
+// Why a q8_0 layout cannot be read ("" when it can, and for float dtypes).
+inline std::string kv_q8_layout_problem(const th_kv_layout& kv) {
+  if (kv.dtype != TH_DTYPE_Q8_0) return "";
+  if (kv.quant_group == 0 || kv.head_dim % kv.quant_group != 0)
+    return "kv layout quant_group " + std::to_string(kv.quant_group) + " does not divide head_dim " + std::to_string(kv.head_dim);
+  if (kv.k_scale_base == nullptr || kv.v_scale_base == nullptr) return "kv layout has NULL k_scale_base or v_scale_base";
+  if (kv.token_stride < int64_t(kv.head_dim) || kv.scale_token_stride < int64_t(kv.head_dim / kv.quant_group * sizeof(float)))
+    return "kv layout token strides are shorter than a q8_0 head vector's elements or scales";
+  return "";
 }
 
 // Whether dtype is one of dtypes, and their names ("f32, f16") for a message saying it is not.
@@ -189,6 +262,7 @@ inline std::string validate_attention_batch(const th_attention_batch* batch,
   }
   if (kv.k_base == nullptr || kv.v_base == nullptr) return "kv layout has NULL k_base or v_base";
   if (kv.block_size == 0) return "kv layout block_size is 0";
+  if (const std::string why = kv_q8_layout_problem(kv); !why.empty()) return why;
   if (b.layer >= kv.n_layers) {
     return "layer " + str(b.layer) + " is out of range (kv layout has " + str(kv.n_layers) + " layers)";
   }

@@ -6,7 +6,7 @@
 //   - sdk::KvPoolSettings, read_kv_pool_settings(): the block_size and n_blocks every such plugin takes;
 //   - sdk::kv_pool_check(): check() for such a plugin (model, kv dtype, device, the pools' memory);
 //   - sdk::KvBlockPool: the K and V pools (host memory from mem_alloc, laid out
-//     [layer][block][kv_head][token][head_dim] in the model's kv dtype), a free list, a reference count
+//     [layer][block][kv_head][token][head_dim] in the model's kv dtype; for q8_0 int8 elements and f32 group scales in two more pools laid out [layer][block][kv_head][token][group]), a free list, a reference count
 //     per block and a block table per sequence: seq_reserve with copy-on-write, seq_free, seq_fork,
 //     seq_truncate, seq_blocks and exact stats(). A subclass keeps blocks no sequence holds (a prefix
 //     cache) through three hooks: retain() when a block's last reference goes, reclaim() when the free
@@ -39,6 +39,12 @@ inline KvPoolSettings read_kv_pool_settings(const th_config* config) {
   return {uint32_t(cfg.require_int("block_size")), uint32_t(cfg.require_int("n_blocks"))};
 }
 
+// Bytes one head vector takes in the pools: its elements, and for q8_0 its group scales (f32).
+inline int64_t kv_pool_vector_bytes(const th_model_info& m) {
+  const int64_t scales = m.kv_dtype == TH_DTYPE_Q8_0 ? int64_t(m.head_dim / kv_q8_group(m.head_dim)) * int64_t(sizeof(float)) : 0;
+  return int64_t(kv_vector_bytes(m.kv_dtype, m.head_dim)) + scales;
+}
+
 // a * b, or an error naming plugin when it does not fit in int64_t.
 inline int64_t kv_pool_mul(int64_t a, int64_t b, const std::string& plugin) {
   if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) throw Error(TH_ERR_OUT_OF_MEMORY, plugin + ": the KV pool size overflows");
@@ -49,7 +55,8 @@ inline int64_t kv_pool_mul(int64_t a, int64_t b, const std::string& plugin) {
 inline std::vector<std::string> kv_pool_model_refusals(const th_model_info& m) {
   std::vector<std::string> why;
   if (m.n_layers == 0 || m.n_kv_heads == 0 || m.head_dim == 0) why.push_back("the model needs n_layers, n_kv_heads and head_dim > 0");
-  if (kv_element_bytes(m.kv_dtype) == 0) why.push_back("keeps kv dtype f32 or f16, the model's kv dtype is " + dtype_name(m.kv_dtype));
+  if (kv_vector_bytes(m.kv_dtype, 1) == 0)
+    why.push_back("keeps kv dtype f32, f16 or q8_0, the model's kv dtype is " + dtype_name(m.kv_dtype));
   return why;
 }
 
@@ -72,8 +79,7 @@ inline th_status kv_pool_check(const char* plugin, const th_check_query* query, 
     // server allocates it.
     if (model_problems.empty() && query->device != nullptr && query->device->memory_bytes > 0) {
       auto mul = [&](int64_t a, int64_t b) { return kv_pool_mul(a, b, plugin); };
-      const int64_t pools =
-          mul(2, mul(m.n_layers, mul(s.n_blocks, mul(m.n_kv_heads, mul(s.block_size, mul(m.head_dim, kv_element_bytes(m.kv_dtype)))))));
+      const int64_t pools = mul(2, mul(m.n_layers, mul(s.n_blocks, mul(m.n_kv_heads, mul(s.block_size, kv_pool_vector_bytes(m))))));
       if (uint64_t(pools) > query->device->memory_bytes)
         refuse("the K and V pools need " + std::to_string(pools) + " bytes (" + std::to_string(pools >> 20) + " MiB), more than the " +
                std::to_string(query->device->memory_bytes) + " bytes of memory of device " +
@@ -93,9 +99,13 @@ class KvBlockPool {
         layout_(make_layout(*args.model)),
         k_(args.host_ctx, pool_bytes(), "K", plugin_),
         v_(args.host_ctx, pool_bytes(), "V", plugin_),
+        k_scales_(args.host_ctx, scale_bytes(), "K scale", plugin_),
+        v_scales_(args.host_ctx, scale_bytes(), "V scale", plugin_),
         refs_(settings_.n_blocks, 0) {
     layout_.k_base = k_.data();
     layout_.v_base = v_.data();
+    layout_.k_scale_base = k_scales_.data();  // NULL for float dtypes
+    layout_.v_scale_base = v_scales_.data();
     free_.reserve(settings_.n_blocks);
     for (uint32_t b = settings_.n_blocks; b-- > 0;) free_.push_back(int32_t(b));  // lowest id first
   }
@@ -243,13 +253,16 @@ class KvBlockPool {
   class Pool {
    public:
     Pool(th_host_ctx* ctx, size_t bytes, const char* what, const std::string& plugin) : ctx_(ctx) {
+      if (bytes == 0) return;  // a scale pool of a float cache
       const th_status s = host().mem_alloc(ctx, TH_DEVICE_CPU, 0, bytes, 64, &data_, nullptr);
       if (s != TH_OK || data_ == nullptr)
         throw Error(s != TH_OK ? s : TH_ERR_OUT_OF_MEMORY,
                     plugin + ": cannot allocate the " + what + " pool (" + std::to_string(bytes) + " bytes)");
       std::memset(data_, 0, bytes);
     }
-    ~Pool() { host().mem_free(ctx_, data_); }
+    ~Pool() {
+      if (data_ != nullptr) host().mem_free(ctx_, data_);
+    }
     Pool(const Pool&) = delete;
     Pool& operator=(const Pool&) = delete;
     char* data() const { return static_cast<char*>(data_); }
@@ -270,16 +283,25 @@ class KvBlockPool {
     l.n_kv_heads = m.n_kv_heads;
     l.head_dim = m.head_dim;
     l.dtype = m.kv_dtype;
-    l.token_stride = mul(m.head_dim, kv_element_bytes(m.kv_dtype));
+    l.token_stride = kv_vector_bytes(m.kv_dtype, m.head_dim);
     l.head_stride = mul(settings_.block_size, l.token_stride);
     l.block_stride = mul(m.n_kv_heads, l.head_stride);
     l.layer_stride = mul(settings_.n_blocks, l.block_stride);
     mul(m.n_layers, l.layer_stride);  // the pool size must fit too
+    if (m.kv_dtype == TH_DTYPE_Q8_0) {  // the scales: [layer][block][kv_head][token][group], f32
+      l.quant_group = kv_q8_group(m.head_dim);
+      l.scale_token_stride = int64_t(m.head_dim / l.quant_group) * int64_t(sizeof(float));
+      l.scale_head_stride = mul(settings_.block_size, l.scale_token_stride);
+      l.scale_block_stride = mul(m.n_kv_heads, l.scale_head_stride);
+      l.scale_layer_stride = mul(settings_.n_blocks, l.scale_block_stride);
+      mul(m.n_layers, l.scale_layer_stride);
+    }
     l.device = TH_DEVICE_CPU;          // mem_alloc'd host memory (kv_pool_check refuses other devices)
     l.device_index = 0;
     return l;
   }
   size_t pool_bytes() const { return size_t(layout_.n_layers) * size_t(layout_.layer_stride); }
+  size_t scale_bytes() const { return size_t(layout_.n_layers) * size_t(layout_.scale_layer_stride); }
 
   std::vector<int32_t>& table_of(uint64_t seq, const char* what) {
     auto it = seqs_.find(seq);
@@ -313,6 +335,12 @@ class KvBlockPool {
         char* layer = base + int64_t(l) * layout_.layer_stride;
         std::memcpy(layer + int64_t(to) * layout_.block_stride, layer + int64_t(from) * layout_.block_stride, size_t(layout_.block_stride));
       }
+      for (char* base : {k_scales_.data(), v_scales_.data()}) {  // q8_0: the block's scales go with it
+        if (base == nullptr) continue;
+        char* layer = base + int64_t(l) * layout_.scale_layer_stride;
+        std::memcpy(layer + int64_t(to) * layout_.scale_block_stride, layer + int64_t(from) * layout_.scale_block_stride,
+                    size_t(layout_.scale_block_stride));
+      }
     }
   }
 
@@ -321,6 +349,8 @@ class KvBlockPool {
   th_kv_layout layout_;
   Pool k_;
   Pool v_;
+  Pool k_scales_;  // q8_0: the group scales (empty for float dtypes)
+  Pool v_scales_;
   std::vector<uint32_t> refs_;  // per block
   std::vector<int32_t> free_;   // stack of free blocks
   uint32_t shared_ = 0;         // blocks with refs > 1

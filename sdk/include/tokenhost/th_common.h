@@ -63,9 +63,13 @@ extern "C" {
  *        th_kvcache_vtable.seq_lookup, seq_publish and cache_flush (optional together),
  *        th_kv_stats.cached_blocks, held_blocks, evicted_blocks and published_blocks,
  *        th_sched_state.seq_cached (prompt positions found cached) and th_route_request.cached_tokens
- *        (each candidate engine's cached overlap with the prompt, for cache-aware routing). */
+ *        (each candidate engine's cached overlap with the prompt, for cache-aware routing).
+ *   1.6  8-bit KV: an engine's kv_dtype may be TH_DTYPE_Q8_0; the host then writes keys and values
+ *        quantized through th_kv_layout.quant_group and its scale members, and attention plugins read
+ *        them (no member appended: an engine with a q8_0 cache takes kvcache and attention plugins
+ *        built against 1.6 or later). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 5
+#define TH_ABI_VERSION_MINOR 6
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

@@ -30,8 +30,11 @@ extern "C" {
  * OWNERSHIP: the kvcache plugin; the layout and its memory stay valid and unmoved until destroy().
  * The memory lies on the engine's device (th_create_args.device), which `device` names since ABI 1.2.
  * The host reads: block_size, n_blocks, n_layers, n_kv_heads, head_dim, dtype, the strides, k_base,
- * v_base and (1.2) device; quant_group and the scale members are reserved: no KV dtype this host
- * writes is quantized yet (not read by host 1.5). */
+ * v_base and (1.2) device; for a TH_DTYPE_Q8_0 cache (ABI 1.6: an engine whose kv_dtype is q8_0, with
+ * kvcache and attention plugins built against 1.6 or later) also quant_group (> 0, dividing head_dim)
+ * and the scale members. The host writes a q8_0 head vector group by group: scale = max |x| / 127
+ * (0 for an all-zero group), each element round(x / scale) as int8 in [-127, 127]; the value read back
+ * is element * scale. Attention plugins read the same (the SDK's plugin_kv.hpp does both). */
 typedef struct th_kv_layout {
   uint32_t struct_size;
   uint32_t block_size; /* token positions per block */

@@ -286,7 +286,7 @@ scheduler = { plugin = "scheduler.fifo" }
   CHECK(engine_model(d, d.engines.at("g")).info.kv_dtype == TH_DTYPE_F32);
   CHECK(engine_model(d, d.engines.at("g")).info.dim == d.models.at("m").spec.info.dim);
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = \"f166\"\n") ==
-        "6:12: kv_dtype 'f166' in [engines.e] is not one of f32, f16 (did you mean 'f16'?)");
+        "6:12: kv_dtype 'f166' in [engines.e] is not one of f32, f16, q8_0 (did you mean 'f16'?)");
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
 }
 

@@ -3,6 +3,8 @@
 // float64 reference; a batch gives each sequence exactly the logits it gets alone.
 #include <catch2/catch.hpp>
 
+#include <tokenhost/plugin_kv.hpp>
+
 #include <cstring>
 
 #include "files.hpp"
@@ -200,6 +202,57 @@ TEST_CASE("forward: an f16 KV cache holds each key and value rounded to f16, and
   const double diff = relative_diff(logits16[0], Vec(logits32[0].begin(), logits32[0].end()));
   INFO(tokens.size() << " tokens: relative difference to the f32 cache's logits " << diff);
   CHECK(diff < 2e-3);
+  CHECK(diff > 0);
+}
+
+TEST_CASE("forward: a q8_0 KV cache holds each key and value as the format quantizes them, and the logits follow",
+          "[forward][q8_0]") {
+  auto rng = fresh_rng("forward q8_0 kv");
+  ModelSpec spec = model_spec(8, 2, 16, 2);
+  auto w = make_synthetic_weights(spec, rng());
+  const std::vector<int32_t> tokens = random_tokens(rng, 60, spec.info.vocab_size);
+  const StepBatch batch{{StepItem{1, 0, tokens, true, nullptr}}};
+  Engine f32(spec);
+  const auto logits32 = f32.run(*w, batch);
+  spec.info.kv_dtype = TH_DTYPE_Q8_0;
+  Engine q8(spec);
+  const auto logits8 = q8.run(*w, batch);
+  REQUIRE(logits8.size() == 1);
+  auto layout_and_table = [](Engine& e) {
+    const auto& vt = e.kvcache->vtable<th_kvcache_vtable>();
+    const th_kv_layout* layout = nullptr;
+    const int32_t* blocks = nullptr;
+    uint32_t n = 0;
+    th_error err;
+    REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
+    REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
+    return std::pair{layout, std::vector<int32_t>(blocks, blocks + n)};
+  };
+  const auto [l32, t32] = layout_and_table(f32);
+  const auto [l8, t8] = layout_and_table(q8);
+  REQUIRE(l8->dtype == TH_DTYPE_Q8_0);
+  // Layer 0's keys and values: the q8_0 cache holds the f32 cache's values as quantize_kv_q8 makes them
+  // (th_kvcache.h's format), elements and group scales bit for bit.
+  const uint32_t hd = spec.info.head_dim, groups = hd / l8->quant_group;
+  std::vector<int8_t> q(hd);
+  std::vector<float> scales(groups);
+  size_t compared = 0;
+  for (uint32_t p = 0; p < tokens.size(); ++p)
+    for (uint32_t h = 0; h < spec.info.n_kv_heads; ++h)
+      for (bool values : {false, true}) {
+        const auto* x = sdk::kv_head_vector(*l32, values ? l32->v_base : l32->k_base, 0, t32[p / l32->block_size], p % l32->block_size, h);
+        sdk::quantize_kv_q8(x, hd, l8->quant_group, q.data(), scales.data());
+        const int32_t block = t8[p / l8->block_size];
+        const auto* got = reinterpret_cast<const int8_t*>(sdk::kv_head_bytes(*l8, values ? l8->v_base : l8->k_base, 0, block, p % l8->block_size, h));
+        const float* got_scales = sdk::kv_head_scales(*l8, values ? l8->v_scale_base : l8->k_scale_base, 0, block, p % l8->block_size, h);
+        for (uint32_t d = 0; d < hd; ++d, ++compared) REQUIRE(got[d] == q[d]);
+        for (uint32_t g = 0; g < groups; ++g) REQUIRE(got_scales[g] == scales[g]);
+      }
+  CHECK(compared == tokens.size() * spec.info.n_kv_heads * hd * 2);
+  // The logits: near the f32 cache's (8 bits a group's step), but not the same.
+  const double diff = relative_diff(logits8[0], Vec(logits32[0].begin(), logits32[0].end()));
+  INFO(tokens.size() << " tokens: relative difference to the f32 cache's logits " << diff);
+  CHECK(diff < 3e-2);
   CHECK(diff > 0);
 }
 

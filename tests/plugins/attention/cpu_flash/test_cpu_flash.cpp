@@ -177,7 +177,7 @@ TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and 
           "[attention][cpu_flash]") {
   auto lib = builtin_catalog().load("attention.cpu_flash");
   const th_config config{lib->manifest().defaults};  // what the host passes: the declared defaults
-  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
+  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q4_0, "q4_0"}}) {
     ModelSpec spec = model_spec();
     spec.info.kv_dtype = dtype;
     const th_model_info info = spec.to_abi();
@@ -187,7 +187,7 @@ TEST_CASE("attention.cpu_flash: check() refuses what the reference refuses, and 
     CHECK(lib->head().check(&query, &err) == TH_ERR_UNSUPPORTED);
     INFO(err.text());
     CHECK(contains(err.text(),
-                   std::string("attention.cpu_flash: supports kv dtype f32, f16 only, the model's kv dtype is ") + name));
+                   std::string("attention.cpu_flash: supports kv dtype f32, f16, q8_0 only, the model's kv dtype is ") + name));
   }
   {
     const ModelSpec spec = model_spec();

@@ -79,9 +79,9 @@ TEST_CASE("attention.reference is causal: a prefill chunk's row ignores later po
   }
 }
 
-TEST_CASE("attention.reference check() refuses a kv dtype other than f32 and f16, naming it", "[attention][reference]") {
+TEST_CASE("attention.reference check() refuses a kv dtype other than f32, f16 and q8_0, naming it", "[attention][reference]") {
   for (const auto& [dtype, name] : {std::pair{TH_DTYPE_Q4_0, "q4_0"}, std::pair{TH_DTYPE_BF16, "bf16"},
-                                    std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
+                                    std::pair{TH_DTYPE_Q6_K, "q6_k"}}) {
     ModelSpec spec = model_spec();
     spec.info.kv_dtype = dtype;
     auto lib = builtin_catalog().load("attention.reference");

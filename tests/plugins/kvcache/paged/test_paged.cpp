@@ -249,15 +249,15 @@ TEST_CASE("kvcache.paged keeps an f16 cache in half the bytes, with the same str
   CHECK(f16.read_position(t, 16 * 10 - 1) == last);
 }
 
-TEST_CASE("kvcache.paged refuses kv dtypes other than f32 and f16 by name, and has no dtype setting", "[kvcache][paged]") {
-  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q8_0, "q8_0"}}) {
+TEST_CASE("kvcache.paged refuses kv dtypes other than f32, f16 and q8_0 by name, and has no dtype setting", "[kvcache][paged]") {
+  for (const auto& [dtype, name] : {std::pair{TH_DTYPE_BF16, "bf16"}, std::pair{TH_DTYPE_Q4_0, "q4_0"}}) {
     INFO(name);
     try {
       make_plugin("kvcache.paged", with_kv_dtype(kSpec, dtype), {});
       FAIL("kvcache.paged accepted kv dtype " << name);
     } catch (const PluginError& e) {
       INFO(e.what());
-      CHECK(contains(e.what(), std::string("keeps kv dtype f32 or f16, the model's kv dtype is ") + name));
+      CHECK(contains(e.what(), std::string("keeps kv dtype f32, f16 or q8_0, the model's kv dtype is ") + name));
     }
   }
   SECTION("create() itself") {
