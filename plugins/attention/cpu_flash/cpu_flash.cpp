@@ -163,8 +163,11 @@ void run_item(const th_attention_batch& b, const Kernels& kernels, const Item& i
   // q8_0: positions [t0, t0 + n) of pool block `block` into the tiles, as floats; returns the tiles.
   auto dequantize = [&](int32_t block, uint32_t t0, uint32_t n) {
     for (uint32_t t = 0; t < n; ++t) {
-      sdk::load_kv_head(kv, false, b.layer, block, t0 + t, it.kvh, sc.k_tile.data() + size_t(t) * d);
-      sdk::load_kv_head(kv, true, b.layer, block, t0 + t, it.kvh, sc.v_tile.data() + size_t(t) * d);
+      for (const bool values : {false, true}) {
+        const auto* q = reinterpret_cast<const int8_t*>(sdk::kv_head_bytes(kv, values ? kv.v_base : kv.k_base, b.layer, block, t0 + t, it.kvh));
+        const float* scales = sdk::kv_head_scales(kv, values ? kv.v_scale_base : kv.k_scale_base, b.layer, block, t0 + t, it.kvh);
+        kernels.dequant_q8(q, scales, d, kv.quant_group, (values ? sc.v_tile : sc.k_tile).data() + size_t(t) * d);
+      }
     }
     return std::pair{reinterpret_cast<const char*>(sc.k_tile.data()), reinterpret_cast<const char*>(sc.v_tile.data())};
   };

@@ -2,6 +2,7 @@
 #include "kernels.hpp"
 
 #include <tokenhost/fp16.hpp>
+#include <tokenhost/plugin_kv.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -209,6 +210,19 @@ TH_AVX2 inline void accum_lanes(float* acc, const float* p, const char* v, int64
   for (size_t j = 0; j < N; ++j) _mm256_storeu_ps(acc + e + 8 * j, _mm256_add_ps(_mm256_loadu_ps(acc + e + 8 * j), a[j]));
 }
 
+// Eight elements at a time (int8 widened to int32, then to float, times the group's scale) where the
+// group is a multiple of 8; the portable loop otherwise.
+TH_AVX2 void dequant_q8_avx2(const int8_t* q, const float* scales, uint32_t n, uint32_t group, float* out) {
+  if (group % 8 != 0) return tokenhost::sdk::dequantize_kv_q8(q, scales, n, group, out);
+  for (uint32_t g = 0; g * group < n; ++g) {
+    const __m256 s = _mm256_set1_ps(scales[g]);
+    for (uint32_t i = g * group; i < (g + 1) * group; i += 8) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i));
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), s));
+    }
+  }
+}
+
 // 64 lanes of the block's sum at a time (then 32, then 8): eight independent sums for a head of 64, as
 // many as the FMA pipes have in flight.
 template <class T>
@@ -231,6 +245,7 @@ const Kernels* portable_kernels() {
   static const Kernels k{{scores_portable<float>, accum_portable<float>},
                          {scores_portable<uint16_t>, accum_portable<uint16_t>},
                          exp_sum_portable,
+                         tokenhost::sdk::dequantize_kv_q8,
                          "portable"};
   return &k;
 }
@@ -241,6 +256,7 @@ const Kernels* avx2_kernels() {
   static const Kernels k{{scores_avx2<float>, accum_avx2<float>},
                          {scores_avx2<uint16_t>, accum_avx2<uint16_t>},
                          exp_sum_avx2,
+                         dequant_q8_avx2,
                          "avx2"};
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) return &k;
 #endif

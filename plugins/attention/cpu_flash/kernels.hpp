@@ -30,6 +30,9 @@ struct Kernels {
   CacheKernels f16;  // TH_DTYPE_F16 caches
   // s[t] = exp(s[t] - m) for t < n; returns their sum.
   float (*exp_sum)(float* s, uint32_t n, float m);
+  // out[i] = q[i] x scales[i / group] for i < n: a q8_0 head vector as floats (tokenhost/plugin_kv.hpp's
+  // dequantize_kv_q8, the same values), for the tiles a q8_0 cache's blocks are read through.
+  void (*dequant_q8)(const int8_t* q, const float* scales, uint32_t n, uint32_t group, float* out);
   const char* name;
 };
 

@@ -6,7 +6,8 @@
 //   - sdk::KvPoolSettings, read_kv_pool_settings(): the block_size and n_blocks every such plugin takes;
 //   - sdk::kv_pool_check(): check() for such a plugin (model, kv dtype, device, the pools' memory);
 //   - sdk::KvBlockPool: the K and V pools (host memory from mem_alloc, laid out
-//     [layer][block][kv_head][token][head_dim] in the model's kv dtype; for q8_0 int8 elements and f32 group scales in two more pools laid out [layer][block][kv_head][token][group]), a free list, a reference count
+//     [layer][block][kv_head][token][head_dim] in the model's kv dtype; for q8_0 int8 elements, and f32
+//     group scales in two more pools laid out [layer][block][kv_head][token][group]), a free list, a reference count
 //     per block and a block table per sequence: seq_reserve with copy-on-write, seq_free, seq_fork,
 //     seq_truncate, seq_blocks and exact stats(). A subclass keeps blocks no sequence holds (a prefix
 //     cache) through three hooks: retain() when a block's last reference goes, reclaim() when the free

@@ -109,8 +109,10 @@ TEST_CASE("q8_0 KV: both attention plugins stay within the format's bound of flo
     b.block_tables = table_ptrs.data();
     b.kv = &l;
     b.out_row_stride = b.q_row_stride;
-    for (const char* plugin : {"attention.cpu_flash", "attention.reference"}) {
-      auto attn = make_plugin(plugin, spec);
+    // cpu_flash at each kernel level (its tiles are dequantized by the level's own code), the reference.
+    for (const auto& [plugin, level] : {std::pair{"attention.cpu_flash", "portable"}, std::pair{"attention.cpu_flash", "auto"},
+                                        std::pair{"attention.reference", ""}}) {
+      auto attn = *level ? make_plugin(plugin, spec, toml::table{{"kernels", level}}) : make_plugin(plugin, spec);
       std::vector<float> out(q.size(), NAN);
       b.out = out.data();
       th_error err;
@@ -152,7 +154,7 @@ TEST_CASE("q8_0 KV: both attention plugins stay within the format's bound of flo
               double ref = 0;
               for (uint32_t p = 0; p < n_pos; ++p) ref += w[p] / sum * double(values[s][((size_t(layer) * len + p) * n_kv + kvh) * head_dim + e]);
               const double got = out[(size_t(i) * n_heads + h) * head_dim + e];
-              INFO(plugin << ", trial " << trial << ", head_dim " << head_dim << ", row " << i << ", head " << h << ", element " << e
+              INFO(plugin << " " << level << ", trial " << trial << ", head_dim " << head_dim << ", row " << i << ", head " << h << ", element " << e
                           << ": got " << got << ", float64 " << ref << ", bound " << allowed);
               REQUIRE(std::fabs(got - ref) <= allowed);
               worst = std::max(worst, std::fabs(got - ref) / allowed);

@@ -97,6 +97,18 @@ std::vector<float> to_neox(const WeightView& w, size_t n_heads, size_t head_dim)
   return out;
 }
 
+// An engine's KV layout and the block table of its sequence 1.
+std::pair<const th_kv_layout*, std::vector<int32_t>> layout_and_table(Engine& e) {
+  const auto& vt = e.kvcache->vtable<th_kvcache_vtable>();
+  const th_kv_layout* layout = nullptr;
+  const int32_t* blocks = nullptr;
+  uint32_t n = 0;
+  th_error err;
+  REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
+  REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
+  return {layout, std::vector<int32_t>(blocks, blocks + n)};
+}
+
 // Each of a ragged batch of random sequences gets, bit for bit, the logits it gets alone.
 void check_batch_invariance(const ModelWeights& w, std::mt19937_64& rng) {
   std::vector<StepItem> items;
@@ -171,16 +183,6 @@ TEST_CASE("forward: an f16 KV cache holds each key and value rounded to f16, and
   REQUIRE(logits16.size() == 1);
   // Layer 0's keys and values do not depend on the attention before them: the f16 cache holds the f32
   // cache's values rounded to nearest, bit for bit.
-  auto layout_and_table = [](Engine& e) {
-    const auto& vt = e.kvcache->vtable<th_kvcache_vtable>();
-    const th_kv_layout* layout = nullptr;
-    const int32_t* blocks = nullptr;
-    uint32_t n = 0;
-    th_error err;
-    REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
-    REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
-    return std::pair{layout, std::vector<int32_t>(blocks, blocks + n)};
-  };
   const auto [l32, t32] = layout_and_table(f32);
   const auto [l16, t16] = layout_and_table(f16);
   REQUIRE(l16->dtype == TH_DTYPE_F16);
@@ -218,16 +220,6 @@ TEST_CASE("forward: a q8_0 KV cache holds each key and value as the format quant
   Engine q8(spec);
   const auto logits8 = q8.run(*w, batch);
   REQUIRE(logits8.size() == 1);
-  auto layout_and_table = [](Engine& e) {
-    const auto& vt = e.kvcache->vtable<th_kvcache_vtable>();
-    const th_kv_layout* layout = nullptr;
-    const int32_t* blocks = nullptr;
-    uint32_t n = 0;
-    th_error err;
-    REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
-    REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
-    return std::pair{layout, std::vector<int32_t>(blocks, blocks + n)};
-  };
   const auto [l32, t32] = layout_and_table(f32);
   const auto [l8, t8] = layout_and_table(q8);
   REQUIRE(l8->dtype == TH_DTYPE_Q8_0);
