@@ -28,10 +28,11 @@ using self_ptr = engine_actor::stateful_pointer<EngineState>;
 void tick(self_ptr self);
 
 // Cache-aware routing: the whole blocks q holds go into the engine's prefix summary, those it computed
-// as the kvcache publishes them, those its lookup found touched.
+// as the kvcache publishes them, those its lookup found touched. A sequence the kvcache did not make by
+// seq_lookup (a preempted one, recomputed through seq_reserve) is not published: nor summarized.
 void summarize_blocks(EngineState& s, Sequence& q) {
   PrefixSummary* summary = s.init.prefix_summary.get();
-  if (summary == nullptr) return;
+  if (summary == nullptr || !q.in_kvcache) return;
   const size_t had = q.block_keys.size();
   extend_prefix_block_keys(q.cache_ns, q.tokens(), q.prefilled, summary->block_size(), q.block_keys);
   if (q.block_keys.size() > had) summary->add(q.block_keys.data() + had, q.block_keys.size() - had);

@@ -61,7 +61,7 @@ typedef struct th_attention_batch {
    * (positions[i + 1] = positions[i] + 1 within a sequence: a position is a row's place in the cache,
    * not its token's place in the text, which rotary embeddings, applied by the host, already carry). A
    * chain (row_parent[i] = i - 1, -1 at each sequence's first row) is plain causal attention.
-   * Host 1.5 sets it only in steps that verify a tree of draft tokens, and only for attention plugins
+   * Host 1.6 sets it only in steps that verify a tree of draft tokens, and only for attention plugins
    * built against 1.4 or later (others get the tree's first chain); sdk::validate_attention_batch()
    * checks it and sdk::tree_visible() says which positions a row sees. */
   const int32_t *row_parent;

@@ -145,7 +145,7 @@ typedef struct th_host_api {
 
   /* ---- running another loaded model (draft models, cascades) ----
    * Runs request to completion on another model of the deployment. Returns TH_ERR_UNSUPPORTED when
-   * the host has no model runtime for it. Reserved: host 1.5 always returns TH_ERR_UNSUPPORTED (with
+   * the host has no model runtime for it. Reserved: host 1.6 always returns TH_ERR_UNSUPPORTED (with
    * a message); draft sessions (below) run another model step by step. THREADING: the instance's thread; blocks until done. */
   th_status (*model_run)(th_host_ctx *ctx, const th_model_run_request *request,
                          th_model_run_result *result, th_error *err);

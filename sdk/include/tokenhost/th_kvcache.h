@@ -84,7 +84,7 @@ typedef struct th_kv_stats {
 } th_kv_stats;
 
 typedef struct th_kvcache_vtable {
-  /* th_vtable_head, repeated flat. Host 1.5 calls every member but seq_fork (see there).
+  /* th_vtable_head, repeated flat. Host 1.6 calls every member but seq_fork (see there).
    * The pool's size and block size are the plugin's own configuration;
    * create() reads the model's n_layers, n_kv_heads and head_dim from th_create_args.model. */
   uint32_t struct_size;
@@ -107,7 +107,7 @@ typedef struct th_kvcache_vtable {
 
   /* Makes child share every block of parent (reference counted, copy-on-write on later writes).
    * TH_ERR_NOT_FOUND for an unknown parent, TH_ERR_INVALID_ARGUMENT when child already exists.
-   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.5 (n > 1
+   * REQUIRED, and covered by the kvcache conformance suite, but reserved: not called by host 1.6 (n > 1
    * choices prefill each copy; they do not fork yet). */
   th_status (*seq_fork)(th_instance *instance, uint64_t parent, uint64_t child, th_error *err);
 

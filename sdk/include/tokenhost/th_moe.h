@@ -77,7 +77,7 @@ typedef struct th_moe_vtable {
 
   th_status (*gate)(th_instance *instance, const th_moe_gate_args *args, th_error *err);
   th_status (*experts)(th_instance *instance, const th_moe_experts_args *args, th_error *err);
-  /* OPTIONAL (may be NULL: placement never changes). Reserved: not called by host 1.5 (one device per
+  /* OPTIONAL (may be NULL: placement never changes). Reserved: not called by host 1.6 (one device per
    * engine: there is nothing to place yet). */
   th_status (*rebalance)(th_instance *instance, const th_moe_load *load, th_moe_placement *out,
                          th_error *err);

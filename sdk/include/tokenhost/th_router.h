@@ -20,10 +20,10 @@ typedef struct th_route_candidate {
   const char *engine_id;
   const char *model;
   uint32_t running;       /* sequences running now */
-  uint32_t waiting;       /* sequences queued; host 1.5 sets 0 (running counts the requests in flight) */
-  double load;            /* 0 = idle, 1 = saturated; host 1.5: requests in flight / 64, at most 1 */
-  double cost_per_mtok;   /* relative cost of a million output tokens; host 1.5 sets 1.0 */
-  double quality;         /* relative quality score, higher is better; host 1.5 sets 1.0 */
+  uint32_t waiting;       /* sequences queued; host 1.6 sets 0 (running counts the requests in flight) */
+  double load;            /* 0 = idle, 1 = saturated; host 1.6: requests in flight / 64, at most 1 */
+  double cost_per_mtok;   /* relative cost of a million output tokens; host 1.6 sets 1.0 */
+  double quality;         /* relative quality score, higher is better; host 1.6 sets 1.0 */
   int32_t healthy;        /* 0 when a guard marked it unhealthy */
 } th_route_candidate;
 
@@ -31,7 +31,7 @@ typedef struct th_route_request {
   uint32_t struct_size;
   uint64_t request_id;
   const char *model;        /* model the client asked for */
-  const char *prompt;       /* prompt text (may be empty when only tokens are known; host 1.5 passes "") */
+  const char *prompt;       /* prompt text (may be empty when only tokens are known; host 1.6 passes "") */
   size_t prompt_len;
   const int32_t *tokens;    /* prompt tokens, NULL when not yet tokenized */
   uint32_t n_tokens;
@@ -44,15 +44,15 @@ typedef struct th_route_request {
    * always computed); 0 for an engine whose kvcache plugin caches no prefixes, or whose cache holds
    * none of the prompt in the request's namespace (its API key and cache_salt). The host counts from
    * its own record of the blocks each engine published and was not told were evicted: an estimate,
-   * never a promise. Host 1.5 always sets it. */
+   * never a promise. Host 1.6 always sets it. */
   const uint32_t *cached_tokens;
 } th_route_request;
 
 typedef int32_t th_route_action;
 #define TH_ROUTE_TARGET 0   /* serve on candidates[target] */
-#define TH_ROUTE_CASCADE 1  /* try cascade[0], escalate to cascade[1], ...; host 1.5 serves cascade[0]
+#define TH_ROUTE_CASCADE 1  /* try cascade[0], escalate to cascade[1], ...; host 1.6 serves cascade[0]
                                only (no escalation yet) */
-#define TH_ROUTE_CACHED 2   /* answer with cached_text, no engine runs. Reserved: host 1.5 fails the
+#define TH_ROUTE_CACHED 2   /* answer with cached_text, no engine runs. Reserved: host 1.6 fails the
                                request with a message saying it does not serve this action */
 
 typedef struct th_route_decision {

@@ -75,10 +75,10 @@ typedef struct th_spec_decode_vtable {
   /* REQUIRED. Writes a draft for each sequence of args. Called by the engine once per step, on its
    * thread, for the sequences that decode a token in that step (not while they prefill) and may take
    * a draft (seq_max_draft > 0: the request did not turn speculation off), with max_draft at most 16
-   * (host 1.5 asks for 4). The host verifies every draft in that step and keeps the longest
+   * (host 1.6 asks for 4). The host verifies every draft in that step and keeps the longest
    * run the target's own sampling agrees with, so output is exactly plain decoding's whatever is
    * proposed (or, for drafts with their distributions written, follows the target's distribution:
-   * see dist_capacity). Host 1.5 takes chains and trees: a draft ends at its first entry whose parent
+   * see dist_capacity). Host 1.6 takes chains and trees: a draft ends at its first entry whose parent
    * is neither -1 nor an earlier entry, or whose token is outside the vocabulary. A tree is verified
    * in one step under tree attention (each token sees its ancestors only; an attention plugin built
    * before 1.4 gets the tree's leading chain), along the first child whose token the target's own
@@ -89,7 +89,7 @@ typedef struct th_spec_decode_vtable {
    * OPTIONAL (may be NULL). Called after each verified draft (n_proposed counts what the host kept of
    * the draft, after the cuts above and the pool's room), on the engine's thread. */
   void (*accepted)(th_instance *instance, uint64_t seq_id, uint32_t n_proposed, uint32_t n_accepted);
-  /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.5 when a
+  /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.6 when a
    * request of the engine ends, whatever its reason. */
   void (*seq_end)(th_instance *instance, uint64_t seq_id);
 } th_spec_decode_vtable;
