@@ -73,7 +73,7 @@ void compact_tree_kv(const StepItem& item, const std::vector<uint32_t>& path, Pl
   const uint32_t base = item.start + uint32_t(item.tokens.size()) - item.n_draft, bs = layout->block_size;
   const size_t bytes = sdk::kv_vector_bytes(layout->dtype, layout->head_dim);
   // q8_0 (ABI 1.6): each head vector's group scales move with it.
-  const size_t scale_bytes = layout->dtype == TH_DTYPE_Q8_0 ? layout->head_dim / layout->quant_group * sizeof(float) : 0;
+  const size_t scale_bytes = sdk::kv_scale_bytes(layout->dtype, layout->head_dim, layout->quant_group);
   // The pools are the host's to write (th_kvcache.h); the address formula is the SDK's.
   auto at = [&](const void* pool, uint32_t l, uint32_t position, uint32_t h) {
     return const_cast<char*>(sdk::kv_head_bytes(*layout, pool, l, blocks[position / bs], position % bs, h));

@@ -68,7 +68,7 @@ Pool make_pool(Rng& rng, const th_model_info& m, uint32_t block_size, uint32_t n
   l.layer_stride = int64_t(n_blocks) * l.block_stride;
   if (m.kv_dtype == TH_DTYPE_Q8_0) {  // the group scales, in the same order as the elements
     l.quant_group = sdk::kv_q8_group(m.head_dim);
-    const int64_t scales = int64_t(m.head_dim / l.quant_group) * int64_t(sizeof(float));
+    const int64_t scales = sdk::kv_scale_bytes(m.kv_dtype, m.head_dim, l.quant_group);
     l.scale_token_stride = heads_outer ? scales : m.n_kv_heads * scales;
     l.scale_head_stride = heads_outer ? block_size * scales : scales;
     l.scale_block_stride = int64_t(m.n_kv_heads) * block_size * scales;

@@ -270,18 +270,16 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
         uint32_t pos = uint32_t(positions[r]);
         int32_t block = tables[row_seq[r]][pos / layout->block_size];
         uint32_t slot = pos % layout->block_size;
+        // Head h of x into pool `base` (q8_0, ABI 1.6: int8 elements, their group scales into scale_base).
+        auto store = [&](const float* x, const void* base, const void* scale_base, uint32_t h) {
+          auto* dst = const_cast<char*>(sdk::kv_head_bytes(*layout, base, l, block, slot, h));
+          if (layout->dtype != TH_DTYPE_Q8_0) return quant::quantize_row(layout->dtype, x, dst, int64_t(hd));
+          sdk::quantize_kv_q8(x, uint32_t(hd), layout->quant_group, reinterpret_cast<int8_t*>(dst),
+                              const_cast<float*>(sdk::kv_head_scales(*layout, scale_base, l, block, slot, h)));
+        };
         for (uint32_t h = 0; h < nkv; ++h) {  // the pools are the host's to write (th_kvcache.h)
-          auto* kd = const_cast<char*>(sdk::kv_head_bytes(*layout, layout->k_base, l, block, slot, h));
-          auto* vd = const_cast<char*>(sdk::kv_head_bytes(*layout, layout->v_base, l, block, slot, h));
-          if (layout->dtype == TH_DTYPE_Q8_0) {  // int8 elements and their group scales (ABI 1.6)
-            sdk::quantize_kv_q8(kr + h * hd, uint32_t(hd), layout->quant_group, reinterpret_cast<int8_t*>(kd),
-                                const_cast<float*>(sdk::kv_head_scales(*layout, layout->k_scale_base, l, block, slot, h)));
-            sdk::quantize_kv_q8(vr + h * hd, uint32_t(hd), layout->quant_group, reinterpret_cast<int8_t*>(vd),
-                                const_cast<float*>(sdk::kv_head_scales(*layout, layout->v_scale_base, l, block, slot, h)));
-          } else {
-            quant::quantize_row(layout->dtype, kr + h * hd, kd, int64_t(hd));
-            quant::quantize_row(layout->dtype, vr + h * hd, vd, int64_t(hd));
-          }
+          store(kr + h * hd, layout->k_base, layout->k_scale_base, h);
+          store(vr + h * hd, layout->v_base, layout->v_scale_base, h);
         }
       }
     });

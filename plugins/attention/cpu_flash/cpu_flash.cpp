@@ -38,7 +38,8 @@ using sdk::Error;
 
 constexpr const char* kId = "attention.cpu_flash";
 
-// The KV caches it reads (kernels.hpp has a pair of cache kernels for each).
+// The KV caches it reads (kernels.hpp has a pair of cache kernels for f32 and f16; q8_0 blocks are
+// dequantized into f32 tiles).
 constexpr std::initializer_list<th_dtype> kKvDtypes = {TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0};
 
 // ---- the instance -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 //   - sdk::kv_head_bytes() / kv_head_vector() / kv_position_vector(): the th_kv_layout address formula
 //     (float dtypes), and sdk::load_kv_vector(): a head vector of an f32 or f16 cache as floats;
 //   - 8-bit KV (TH_DTYPE_Q8_0, ABI 1.6): sdk::kv_q8_group() (the group KvBlockPool lays out),
-//     kv_head_scales(), quantize_kv_q8() / dequantize_kv_q8() (the format th_kvcache.h states), and
+//     kv_scale_bytes(), kv_head_scales(), quantize_kv_q8() / dequantize_kv_q8() (the format th_kvcache.h states), and
 //     sdk::load_kv_head(): a head vector of any cache the host writes (f32, f16, q8_0) as floats;
 //   - sdk::attention_cpu_refusals(): why a CPU-only attention plugin that computes in f32 over the KV
 //     dtypes it lists cannot serve a model (attention_f32_cpu_refusals(): over f32 only);
@@ -104,6 +104,11 @@ inline uint32_t kv_vector_bytes(th_dtype dtype, uint32_t head_dim) {
   return dtype == TH_DTYPE_Q8_0 ? head_dim : kv_element_bytes(dtype) * head_dim;
 }
 
+// Bytes of one head vector's group scales: one f32 per group of `group` for q8_0; 0 for float dtypes.
+inline uint32_t kv_scale_bytes(th_dtype dtype, uint32_t head_dim, uint32_t group) {
+  return dtype == TH_DTYPE_Q8_0 && group > 0 ? head_dim / group * uint32_t(sizeof(float)) : 0;
+}
+
 // The head_dim / quant_group scales of the q8_0 head vector of (layer, pool block, position t, kv head
 // h) in scale_base (k_scale_base or v_scale_base), by th_kvcache.h's formula.
 inline const float* kv_head_scales(const th_kv_layout& kv, const void* scale_base, uint32_t layer, int32_t block,
@@ -151,7 +156,7 @@ inline std::string kv_q8_layout_problem(const th_kv_layout& kv) {
   if (kv.quant_group == 0 || kv.head_dim % kv.quant_group != 0)
     return "kv layout quant_group " + std::to_string(kv.quant_group) + " does not divide head_dim " + std::to_string(kv.head_dim);
   if (kv.k_scale_base == nullptr || kv.v_scale_base == nullptr) return "kv layout has NULL k_scale_base or v_scale_base";
-  if (kv.token_stride < int64_t(kv.head_dim) || kv.scale_token_stride < int64_t(kv.head_dim / kv.quant_group * sizeof(float)))
+  if (kv.token_stride < int64_t(kv.head_dim) || kv.scale_token_stride < int64_t(kv_scale_bytes(kv.dtype, kv.head_dim, kv.quant_group)))
     return "kv layout token strides are shorter than a q8_0 head vector's elements or scales";
   return "";
 }

@@ -42,8 +42,7 @@ inline KvPoolSettings read_kv_pool_settings(const th_config* config) {
 
 // Bytes one head vector takes in the pools: its elements, and for q8_0 its group scales (f32).
 inline int64_t kv_pool_vector_bytes(const th_model_info& m) {
-  const int64_t scales = m.kv_dtype == TH_DTYPE_Q8_0 ? int64_t(m.head_dim / kv_q8_group(m.head_dim)) * int64_t(sizeof(float)) : 0;
-  return int64_t(kv_vector_bytes(m.kv_dtype, m.head_dim)) + scales;
+  return int64_t(kv_vector_bytes(m.kv_dtype, m.head_dim)) + kv_scale_bytes(m.kv_dtype, m.head_dim, kv_q8_group(m.head_dim));
 }
 
 // a * b, or an error naming plugin when it does not fit in int64_t.
@@ -291,7 +290,7 @@ class KvBlockPool {
     mul(m.n_layers, l.layer_stride);  // the pool size must fit too
     if (m.kv_dtype == TH_DTYPE_Q8_0) {  // the scales: [layer][block][kv_head][token][group], f32
       l.quant_group = kv_q8_group(m.head_dim);
-      l.scale_token_stride = int64_t(m.head_dim / l.quant_group) * int64_t(sizeof(float));
+      l.scale_token_stride = kv_scale_bytes(m.kv_dtype, m.head_dim, l.quant_group);
       l.scale_head_stride = mul(settings_.block_size, l.scale_token_stride);
       l.scale_block_stride = mul(m.n_kv_heads, l.scale_head_stride);
       l.scale_layer_stride = mul(settings_.n_blocks, l.scale_block_stride);
