@@ -103,6 +103,9 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> run_step(const ModelWeights&, const StepBatch&, const StepPlugins&) const override {
     unreachable("CpuBackend::run_step");
   }
+  void shift_keys(const ModelWeights&, PluginInstance&, uint64_t, uint32_t, uint32_t, uint32_t) const override {
+    unreachable("CpuBackend::shift_keys");
+  }
 };
 }  // namespace
 

@@ -27,12 +27,18 @@ using self_ptr = engine_actor::stateful_pointer<EngineState>;
 
 void tick(self_ptr self);
 
+// Whether q has reached its model's context (its last request-length stop). A sliding window has none:
+// the cache never holds more than its cap.
+bool past_context(const EngineState& s, const Sequence& q) {
+  return !s.init.window.on() && q.tokens().size() >= s.init.context_len;
+}
+
 // Cache-aware routing: the whole blocks q holds go into the engine's prefix summary, those it computed
 // as the kvcache publishes them, those its lookup found touched. A sequence the kvcache did not make by
 // seq_lookup (a preempted one, recomputed through seq_reserve) is not published: nor summarized.
 void summarize_blocks(EngineState& s, Sequence& q) {
   PrefixSummary* summary = s.init.prefix_summary.get();
-  if (summary == nullptr || !q.in_kvcache) return;
+  if (summary == nullptr || !q.in_kvcache || q.dropped > 0) return;  // a window slid: no prefix any more
   const size_t had = q.block_keys.size();
   extend_prefix_block_keys(q.cache_ns, q.tokens(), q.prefilled, summary->block_size(), q.block_keys);
   if (q.block_keys.size() > had) summary->add(q.block_keys.data() + had, q.block_keys.size() - had);
@@ -85,10 +91,10 @@ void preempt(self_ptr self, Sequence& seq) {
   auto& s = self->state;
   // The blocks it holds now, counted free until the worker's reply says exactly: the scheduler may
   // decide the next step before that reply, so this must not count more than will be freed.
-  const uint32_t held = blocks_for(seq.prefilled, s.kv.block_size);
+  const uint32_t held = blocks_for(seq.kv_positions(), s.kv.block_size);
   seq.state = TH_SEQ_PREEMPTED;
   unsummarize_blocks(s, seq);
-  seq.prefilled = 0;
+  seq.prefilled = seq.dropped = 0;
   seq.cached = 0;  // recomputed through seq_reserve: no longer in the prefix cache's records
   seq.in_kvcache = false;
   ++s.preemptions;
@@ -137,7 +143,7 @@ bool release_pinned_prefixes(self_ptr self) {
   for (auto& q : s.seqs) {
     if (q.state != TH_SEQ_WAITING || !q.in_kvcache || q.lookup_pending || q.prefilled == 0) continue;
     release_kv(self, q);
-    q.prefilled = 0;
+    q.prefilled = q.dropped = 0;
     q.cached = 0;
     q.in_kvcache = false;
     ++released;
@@ -146,6 +152,43 @@ bool release_pinned_prefixes(self_ptr self) {
     spdlog::warn("engine {}: the scheduler runs nothing with no sequence running; {} waiting sequence(s) give back the cached "
                  "prefixes they held and compute their whole prompts", s.init.name, released);
   return released > 0;
+}
+
+// Sliding window: a sequence whose cache holds more than the window keeps between steps releases its
+// oldest window blocks (the worker drops them and re-rotates the keys after them). Counted with the
+// frees in flight: the next decision waits for the pool as it is after it. A slide that fails
+// preempts the sequence when the pool lacked blocks (it is recomputed), else ends it with the error.
+void slide_window(self_ptr self, Sequence& q) {
+  auto& s = self->state;
+  const uint32_t bs = s.kv.block_size, held = q.kv_positions();
+  const uint32_t n = s.init.window.blocks_to_release(held, bs);
+  if (n == 0) return;
+  if (q.dropped == 0) unsummarize_blocks(s, q);  // its cache stops being a prefix of its tokens
+  q.dropped += n * bs;
+  ++s.window_slides;
+  s.window_released += n * bs;
+  ++s.frees_in_flight;
+  const uint64_t id = q.request.id;
+  self->request(s.init.worker, caf::infinite, slide_atom::value, id, s.init.window.sinks / bs, n, held)
+      .then([self, id](const SlideResult& r) {
+        auto& s = self->state;
+        s.kv = r.kv;
+        if (!r.error.empty()) {
+          for (size_t i = 0; i < s.seqs.size(); ++i) {
+            if (s.seqs[i].request.id != id) continue;
+            if (r.status == TH_ERR_RESOURCE_EXHAUSTED) {
+              spdlog::warn("engine {}: request {} could not slide its window ({}); it is recomputed", s.init.name, id, r.error);
+              preempt(self, s.seqs[i]);
+            } else {
+              spdlog::error("engine {}: request {} could not slide its window: {}", s.init.name, id, r.error);
+              finish(self, i, "error", r.error);
+            }
+            break;
+          }
+        }
+        update_gauges(s);
+        if (--s.frees_in_flight == 0) tick(self);
+      });
 }
 
 // Looks the prompt of the sequence just arrived up in the prefix cache; it is scheduled once the
@@ -174,6 +217,7 @@ void look_up(self_ptr self, Sequence& q) {
           q->prefilled = q->cached = r.n_cached;
           q->published_at_lookup = r.kv.published_blocks;
           summarize_blocks(s, *q);
+          slide_window(self, *q);  // a cached prefix longer than the window keeps
         }
         update_gauges(s);
         tick(self);
@@ -214,8 +258,9 @@ void tick(self_ptr self) {
     if (!any_running) {
       // The request that cannot fit even in the whole cache, else the oldest.
       size_t victim = 0;
+      auto needs = [&](const Sequence& q) { return blocks_for(std::min(q.prompt_len() + 1, kv_limit(s)), s.kv.block_size); };
       for (size_t i = 0; i < s.seqs.size(); ++i) {
-        if (blocks_for(s.seqs[i].prompt_len() + 1, s.kv.block_size) > s.kv.total_blocks) {
+        if (needs(s.seqs[i]) > s.kv.total_blocks) {
           victim = i;
           break;
         }
@@ -223,7 +268,7 @@ void tick(self_ptr self) {
       spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing request {}", s.init.name,
                     s.init.scheduler->id(), s.seqs[victim].request.id);
       finish(self, victim, "error",
-             "the request needs " + std::to_string(blocks_for(s.seqs[victim].prompt_len() + 1, s.kv.block_size)) +
+             "the request needs " + std::to_string(needs(s.seqs[victim])) +
                  " KV blocks; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks));
       self->send(self, tick_atom::value);
     }
@@ -236,7 +281,7 @@ void tick(self_ptr self) {
     uint32_t n = std::min(item.n_tokens, pending);
     StepItem si;
     si.seq_id = q.request.id;
-    si.start = q.prefilled;
+    si.start = q.kv_positions();
     si.tokens.assign(q.tokens().begin() + q.prefilled, q.tokens().begin() + q.prefilled + n);
     si.sample = q.prefilled + n == q.tokens().size();
     si.context = q.context;
@@ -364,8 +409,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
         q->last_token_ns = now;
         if (q->request.logprobs) q->logprobs.push_back(t);
         if (q->request.stream) q->request.stream->push(t);
-        if ((t.token == s.init.eos && !q->request.ignore_eos) || q->generated >= q->request.max_tokens ||
-            q->tokens().size() >= s.init.context_len)
+        if ((t.token == s.init.eos && !q->request.ignore_eos) || q->generated >= q->request.max_tokens || past_context(s, *q))
           break;
       }
     }
@@ -374,12 +418,15 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       const Sequence& q = s.seqs[i];
       if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
         finish(self, i, "stop");
-      } else if (q.generated >= q.request.max_tokens || q.tokens().size() >= s.init.context_len) {
+      } else if (q.generated >= q.request.max_tokens || past_context(s, q)) {
         finish(self, i, "length");
       } else {
         ++i;
       }
     }
+    // After the accounting check, which counts the pool as the step left it.
+    for (const auto& item : batch.items)
+      if (Sequence* q = find(s, item.seq_id); q && q->state == TH_SEQ_RUNNING) slide_window(self, *q);
   }
   // The pool as the step left it (a failed step reports it too). Frees sent since are not in it: until
   // their replies come the free count is low, never high, so a step decided meanwhile (a new request
@@ -418,7 +465,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         if (s.draining) return fail("the server is shutting down");
         if (req.prompt.empty()) return fail("the prompt is empty");
         if (req.max_tokens == 0) return fail("max_tokens must be at least 1");
-        if (req.prompt.size() + 1 > s.init.context_len)
+        if (!s.init.window.on() && req.prompt.size() + 1 > s.init.context_len)
           return fail("the prompt has " + std::to_string(req.prompt.size()) + " tokens; engine " + s.init.name +
                       " holds at most " + std::to_string(s.init.context_len - 1) + " before generating");
         for (size_t i = 0; i < req.prompt.size(); ++i) {
@@ -494,6 +541,12 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                               {"cached_tokens", s.prefix_cached_tokens},
                                               {"failures", s.prefix_failures},
                                               {"summary_blocks", s.init.prefix_summary ? s.init.prefix_summary->size() : 0}}},
+                            {"sliding_window", {{"enabled", s.init.window.on()},
+                                                {"sink_positions", s.init.window.sinks},
+                                                {"max_positions", s.init.window.cap},
+                                                {"slide_positions", s.init.window.slide},
+                                                {"slides", s.window_slides},
+                                                {"released_positions", s.window_released}}},
                             {"kv_accounting", {{"planned_blocks", s.kv_planned},
                                                {"reported_blocks", s.kv_reported},
                                                {"disagreements", s.kv_disagreements}}}};

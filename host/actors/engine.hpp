@@ -15,6 +15,27 @@ namespace tokenhost {
 
 class DraftSessions;
 
+// Attention sinks with a sliding window (StreamingLLM) as an engine runs them, in cache positions: a
+// sequence's cache holds its first `sinks` positions (whole blocks) and at most `cap` positions in
+// all; after a step that leaves it more than cap - slide, its oldest window blocks go (at least
+// `slide` positions at once, so that each key is re-rotated a few times, not once a block).
+struct SlidingWindow {
+  uint32_t sinks = 0, cap = 0, slide = 0;
+  bool on() const { return cap > 0; }
+  // The blocks a sequence holding `positions` releases after a step, from block sinks / block_size:
+  // none while it holds cap - slide or fewer.
+  uint32_t blocks_to_release(uint32_t positions, uint32_t block_size) const {
+    if (!on() || positions <= cap - slide) return 0;
+    return (positions - (cap - slide) + block_size - 1) / block_size;
+  }
+};
+// The window of an engine whose manifest asks sinks and window positions, on a kvcache of blocks of
+// block_size and total_blocks, for a model trained at context_len: sinks rounded up to whole blocks,
+// slide a quarter of the window in whole blocks (one at least). Throws std::invalid_argument saying
+// what does not fit: a window under two blocks, sinks + window past the context, a pool that cannot
+// hold one whole window.
+SlidingWindow plan_sliding_window(uint32_t sinks, uint32_t window, uint32_t block_size, uint32_t total_blocks, uint32_t context_len);
+
 struct EngineInit {
   std::string name;
   std::string model;
@@ -41,6 +62,9 @@ struct EngineInit {
   // The engine's draft sessions (runtime/draft_sessions.hpp), for its admin status; may be NULL.
   std::shared_ptr<DraftSessions> drafts;
   uint64_t kvcache_swap_requested_ns = 0;  // it replaces an engine for a kvcache swap asked for then
+  // Attention sinks with a sliding window; off by default. With it on, requests are not bounded by
+  // context_len, and the kvcache plugin has seq_drop_blocks (the server checks).
+  SlidingWindow window;
 };
 
 engine_actor spawn_engine(caf::actor_system& sys, EngineInit init);

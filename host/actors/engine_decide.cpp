@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 #include <spdlog/spdlog.h>
 
@@ -8,13 +9,50 @@
 #include "actors/speculation.hpp"
 #include "plugin/host_api.hpp"
 
-namespace tokenhost::engine_detail {
+namespace tokenhost {
+
+SlidingWindow plan_sliding_window(uint32_t sinks, uint32_t window, uint32_t block_size, uint32_t total_blocks, uint32_t context_len) {
+  SlidingWindow w;
+  if (window == 0) return w;
+  if (block_size == 0) throw std::invalid_argument("the kvcache reports no block size");
+  if (window < 2 * block_size)
+    throw std::invalid_argument("sliding_window " + std::to_string(window) + " is under two KV blocks of " + std::to_string(block_size) +
+                                " positions: the window releases whole blocks and keeps at least one");
+  w.sinks = (sinks + block_size - 1) / block_size * block_size;
+  if (uint64_t(w.sinks) + window > context_len)
+    throw std::invalid_argument("attention_sinks " + std::to_string(sinks) + " (" + std::to_string(w.sinks) +
+                                " in whole blocks) and sliding_window " + std::to_string(window) + " pass the model's context of " +
+                                std::to_string(context_len) + " positions, past which its position embeddings were never trained");
+  w.cap = w.sinks + window;
+  if (uint64_t(total_blocks) * block_size < w.cap)
+    throw std::invalid_argument("one sequence's window holds up to " + std::to_string(w.cap) + " positions, more than the " +
+                                std::to_string(total_blocks) + " KV blocks of " + std::to_string(block_size) + " positions hold");
+  w.slide = std::max(block_size, window / 4 / block_size * block_size);
+  return w;
+}
+
+namespace engine_detail {
+
+th_sched_seq sched_view(const EngineState& s, const Sequence& q) {
+  th_sched_seq v{q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
+                 q.request.max_tokens, blocks_for(q.kv_positions(), s.kv.block_size)};
+  if (!s.init.window.on()) return v;
+  // Cache positions: what the window released is left out, and no more than its cap is ever asked.
+  const uint32_t cap = s.init.window.cap;
+  v.prefilled = q.kv_positions();
+  // A sequence that has generated decodes one more position after its prompt: that one fits too.
+  v.prompt_len = std::min(q.prompt_len() - q.dropped, cap - (q.generated > 0 ? 1 : 0));
+  const uint32_t left = q.request.max_tokens > q.generated ? q.request.max_tokens - q.generated : 0;
+  v.max_new_tokens = q.generated + std::min(left, cap - v.prompt_len);
+  return v;
+}
 
 uint32_t draft_bound(const EngineState& s, const Sequence& q) {
+  const uint32_t limit = kv_limit(s);
   if (!speculating(s) || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
-      q.prefilled + 1 != q.tokens().size() || q.prefilled + 2 > s.init.context_len)
+      q.prefilled + 1 != q.tokens().size() || q.kv_positions() + 2 > limit)
     return 0;
-  return std::min({q.request.max_draft, s.init.max_draft, s.init.context_len - q.prefilled - 1});
+  return std::min({q.request.max_draft, s.init.max_draft, limit - q.kv_positions() - 1});
 }
 
 void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
@@ -48,7 +86,7 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
   }
   if (candidates.empty()) return;
   const uint64_t propose_started = now_ns();
-  tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, s.init.context_len, s.init.max_step_tokens}, candidates, batch,
+  tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
   uint32_t proposed = 0;
   for (const auto& item : batch.items) proposed += item.n_draft;
@@ -77,8 +115,7 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   std::vector<uint32_t> seq_draft, seq_cached;
   for (const auto& q : s.seqs) {
     if (q.lookup_pending) continue;
-    view.push_back({q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
-                    q.request.max_tokens, blocks_for(q.prefilled, s.kv.block_size)});
+    view.push_back(sched_view(s, q));
     seq_draft.push_back(draft_bound(s, q));
     seq_cached.push_back(q.cached);
   }
@@ -130,7 +167,9 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
              " draft tokens; it may take " + std::to_string(bound);
     total += grant;
     if (preempted) continue;  // runs again from scratch: checked against its state after the preemption below
+    // With a window, no more than its cache can take next (what the view shows).
     uint32_t pending = uint32_t(q->tokens().size()) - q->prefilled;
+    if (s.init.window.on()) pending = std::min(pending, s.init.window.cap - q->kv_positions());
     if (item.n_tokens == 0 || item.n_tokens > pending)
       return sched.id() + " gave sequence " + std::to_string(item.seq_id) + " " + std::to_string(item.n_tokens) +
              " tokens; it has " + std::to_string(pending) + " to process";
@@ -146,7 +185,7 @@ void check_kv_accounting(EngineState& s, const KvState& kv) {
   // The blocks each sequence's positions need, a block shared by prefix caching once per holder, as
   // the plugin's held_blocks counts them.
   uint32_t planned = 0;
-  for (const auto& q : s.seqs) planned += blocks_for(q.prefilled, s.kv.block_size);
+  for (const auto& q : s.seqs) planned += blocks_for(q.kv_positions(), s.kv.block_size);
   s.kv_planned = planned;
   s.kv_reported = kv.held_blocks;
   if (s.kv_planned == s.kv_reported) return;
@@ -155,4 +194,5 @@ void check_kv_accounting(EngineState& s, const KvState& kv) {
                  s.init.name, s.steps, s.kv_reported, s.kv_planned, s.kv_disagreements);
 }
 
-}  // namespace tokenhost::engine_detail
+}  // namespace engine_detail
+}  // namespace tokenhost

@@ -22,7 +22,10 @@ inline uint64_t now_ns() { return steady_now_ns(); }
 struct Sequence {
   GenerateRequest request;
   std::shared_ptr<SequenceContext> context;  // tokens (prompt, then generated) and sampler
-  uint32_t prefilled = 0;       // positions held in the KV cache
+  uint32_t prefilled = 0;       // tokens computed into the KV cache
+  // Sliding window: of those, the positions the window released; the cache holds kv_positions().
+  uint32_t dropped = 0;
+  uint32_t kv_positions() const { return prefilled - dropped; }
   uint32_t generated = 0;
   th_seq_state state = TH_SEQ_WAITING;
   uint64_t arrival_ns = 0, last_token_ns = 0;
@@ -99,6 +102,8 @@ struct EngineState {
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;
+  // Sliding window since the engine started: slides sent to the worker and the positions they released.
+  uint64_t window_slides = 0, window_released = 0;
   uint64_t summary_evictions = 0;  // the kvcache's evicted_blocks the prefix summary has dropped keys for
   // The scheduler's client numbers (th_sched_state.seq_clients): one per client while it has
   // sequences here, never reused.
@@ -133,6 +138,11 @@ void observe_step_cost(EngineState& s, uint32_t rows, double seconds, bool draft
 nlohmann::json controller_json(const EngineState& s);
 
 // engine_decide.cpp.
+// The positions a sequence's cache may grow to: the window's cap, or the model's context.
+inline uint32_t kv_limit(const EngineState& s) { return s.init.window.on() ? s.init.window.cap : s.init.context_len; }
+// Sequence q as its scheduler sees it (th_sched_seq); with a sliding window, in cache positions
+// (th_scheduler.h).
+th_sched_seq sched_view(const EngineState& s, const Sequence& q);
 // Speculative decoding: the draft tokens the engine would verify with sequence q in the next step (the
 // scheduler's th_sched_state.seq_draft): for a sequence that decodes a token after its first, within its
 // request's max_draft, the engine's limit and the context; 0 when the engine cannot speculate.

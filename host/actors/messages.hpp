@@ -41,6 +41,7 @@ using engine_remove_atom = caf::atom_constant<caf::atom("engremove")>;
 using engine_replace_atom = caf::atom_constant<caf::atom("engreplace")>;
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using slide_atom = caf::atom_constant<caf::atom("slide")>;
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {
@@ -62,6 +63,14 @@ struct KvState {
 struct LookupResult {
   uint32_t n_cached = 0;  // positions of the prompt the sequence starts with
   std::string error;      // the lookup failed: the sequence computes its whole prompt
+  KvState kv;
+};
+// A sliding window's release of a sequence's oldest window blocks (th_kvcache_vtable.seq_drop_blocks,
+// then its later keys re-rotated by the backend), or why it failed: TH_ERR_RESOURCE_EXHAUSTED when the
+// pool lacked the blocks to copy shared ones (nothing changed), TH_ERR_INTERNAL otherwise.
+struct SlideResult {
+  std::string error;
+  th_status status = TH_OK;
   KvState kv;
 };
 struct StepResult {
@@ -124,6 +133,9 @@ using worker_actor = caf::typed_actor<
     // A new sequence (request id, salt, prompt) takes the longest cached prefix of its prompt.
     caf::replies_to<lookup_atom, uint64_t, uint64_t, std::vector<int32_t>>::with<LookupResult>,
     caf::replies_to<flush_atom>::with<KvState>,  // the prefix cache dropped (its unheld blocks freed)
+    // Sliding window: sequence, first block, blocks, positions held: those blocks released, the later
+    // positions moved down and their keys re-rotated.
+    caf::replies_to<slide_atom, uint64_t, uint32_t, uint32_t, uint32_t>::with<SlideResult>,
     caf::replies_to<status_atom>::with<KvState>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>>;
@@ -167,4 +179,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SwapResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LookupResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SlideResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LoadReply)

@@ -23,7 +23,7 @@ struct DraftCandidate {
 struct DraftBounds {
   std::string engine;        // for the log
   uint32_t vocab_size = 0;
-  uint32_t context_len = 0;
+  uint32_t context_len = 0;  // the cache positions a sequence may reach (a sliding window's cap)
   uint32_t max_step_tokens = 0;
 };
 

@@ -285,6 +285,38 @@ void publish_step(const StepBatch& batch, const StepResult& result, const std::v
   }
 }
 
+// Sliding window: seq_id held n_positions; blocks [first_block, first_block + n_blocks) go, the later
+// positions move down by n_blocks * block_size and their keys are re-rotated there (the backend's). The
+// table the plugin then reports is checked: the blocks before the cut kept, n_blocks fewer in all.
+void slide_window(WorkerInit& s, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks, uint32_t n_positions) {
+  PluginInstance& kv = *s.kvcache;
+  const th_kv_layout* layout = kv_layout(kv);
+  if (layout == nullptr || layout->block_size == 0) throw std::runtime_error(kv.id() + " has no KV layout to slide a window in");
+  auto table = [&]() {
+    const int32_t* blocks = nullptr;
+    uint32_t n = 0;
+    th_error err;
+    if (th_status st = kv.call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv.handle(), seq_id, &blocks, &n, &err))
+      throw_plugin_failure(kv, "seq_blocks", st, err);
+    return std::vector<int32_t>(blocks, blocks + n);
+  };
+  if (n_blocks == 0 || uint64_t(first_block + n_blocks) * layout->block_size > n_positions)
+    throw std::logic_error("a slide of blocks [" + std::to_string(first_block) + ", " + std::to_string(first_block + n_blocks) +
+                           ") of a sequence holding " + std::to_string(n_positions) + " positions");
+  const std::vector<int32_t> before = table();
+  th_error err;
+  if (th_status st = kv.call(&th_kvcache_vtable::seq_drop_blocks, "seq_drop_blocks", kv.handle(), seq_id, first_block, n_blocks, &err))
+    throw_plugin_failure(kv, "seq_drop_blocks", st, err);
+  const std::vector<int32_t> after = table();
+  if (after.size() + n_blocks != before.size() || !std::equal(before.begin(), before.begin() + first_block, after.begin()))
+    throw std::runtime_error(kv.id() + " seq_drop_blocks of blocks [" + std::to_string(first_block) + ", " +
+                             std::to_string(first_block + n_blocks) + ") of sequence " + std::to_string(seq_id) + " left a table of " +
+                             std::to_string(after.size()) + " blocks from " + std::to_string(before.size()) +
+                             " (th_kvcache.h: the blocks before the cut kept, the rest moved down)");
+  const uint32_t shift = n_blocks * layout->block_size;
+  s.backend->shift_keys(*s.weights, kv, seq_id, first_block * layout->block_size, n_positions - shift, shift);
+}
+
 uint32_t kv_seqs(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
@@ -351,6 +383,21 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto& kv = *self->state.init.kvcache;
         if (caches_prefixes(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
         return kv_state(kv);
+      },
+      [=](slide_atom, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks, uint32_t n_positions) -> SlideResult {
+        auto& s = self->state.init;
+        SlideResult r;
+        try {
+          slide_window(s, seq_id, first_block, n_blocks, n_positions);
+        } catch (const KvExhausted& e) {
+          r.error = e.what();
+          r.status = TH_ERR_RESOURCE_EXHAUSTED;
+        } catch (const std::exception& e) {
+          r.error = e.what();
+          r.status = TH_ERR_INTERNAL;
+        }
+        r.kv = kv_state(*s.kvcache);
+        return r;
       },
       [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
       [=](swap_atom, SlotSwap swap) -> SwapResult {

@@ -21,6 +21,7 @@ namespace tokenhost {
 struct ModelWeights;  // runtime/model_weights.hpp
 struct StepBatch;     // runtime/step.hpp
 struct StepPlugins;   // runtime/step.hpp
+class PluginInstance;  // plugin/instance.hpp
 
 // How a deployment asks a model's weights to be placed (its [models.X] table).
 struct WeightPlacement {
@@ -58,6 +59,12 @@ class Backend {
   // KvExhausted when the kvcache has no blocks for the step.
   virtual std::vector<std::vector<float>> run_step(const ModelWeights& weights, const StepBatch& batch,
                                                    const StepPlugins& plugins) const = 0;
+  // Sliding window: the kvcache moved seq_id's positions [begin, end) down from begin + shift
+  // (th_kvcache_vtable.seq_drop_blocks); their keys, rotated for where they were, are re-rotated by
+  // -shift positions (RoPE composes: rotating by p then by -shift is rotating by p - shift), rewritten
+  // in the cache's dtype. Throws std::runtime_error naming the plugin and call that failed.
+  virtual void shift_keys(const ModelWeights& weights, PluginInstance& kvcache, uint64_t seq_id, uint32_t begin, uint32_t end,
+                          uint32_t shift) const = 0;
 };
 
 // Every backend of this host, the CPU first.

@@ -1,7 +1,8 @@
 // kvcache rules: the layout fits the model, accounting is exact over random operations, forks copy on
 // write, truncation (ABI 1.4) gives back only what lies past the cut, a reservation that cannot fit
-// changes nothing, freeing returns every block, and prefix caching (ABI 1.5) serves published bytes
-// under the same salt only, refuses a publish with a gap, and gives cached blocks back to the pool.
+// changes nothing, freeing returns every block, prefix caching (ABI 1.5) serves published bytes
+// under the same salt only, refuses a publish with a gap, and gives cached blocks back to the pool, and
+// a sliding window's seq_drop_blocks (ABI 1.6) moves the later blocks down, copying shared ones.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -115,7 +116,8 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
   auto inst = instance_for(catalog, plugin, model, why);
   if (!inst) {
     for (const char* rule : {"kvcache.layout_fits_model", "kvcache.accounting", "kvcache.copy_on_write", "kvcache.truncate",
-                             "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks", "kvcache.prefix_cache"})
+                             "kvcache.exhaustion_changes_nothing", "kvcache.free_returns_blocks", "kvcache.prefix_cache",
+                             "kvcache.drop_blocks"})
       r.not_applicable(rule, "check() refuses an f16 cache of a 2-layer, 2 kv-head model: " + why);
     return;
   }
@@ -253,6 +255,68 @@ void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rn
         c.free(child);
         c.check_accounting("after freeing truncated sequences");
       }
+    });
+  }
+  if (inst->fn(&th_kvcache_vtable::seq_drop_blocks) == nullptr) {
+    r.not_applicable("kvcache.drop_blocks", "the plugin has no seq_drop_blocks (optional, ABI 1.6): engines with a sliding "
+                                            "window refuse it");
+  } else {
+    r.rule("kvcache.drop_blocks", [&] {
+      while (!c.lengths.empty()) c.free(c.lengths.begin()->first);  // room for every round
+      auto drop = [&](uint64_t seq, uint32_t first, uint32_t n) {
+        th_error err;
+        return inst->call(&th_kvcache_vtable::seq_drop_blocks, "seq_drop_blocks", inst->handle(), seq, first, n, &err);
+      };
+      expect(drop(next_seq++, 0, 1) == TH_ERR_NOT_FOUND, "seq_drop_blocks of an unknown sequence did not return TH_ERR_NOT_FOUND");
+      uint32_t checked = 0;
+      for (uint32_t round = 0; round < o.rounds; ++round) {
+        const uint64_t parent = next_seq++, child = next_seq++;
+        const uint32_t n_blocks = uniform(rng, 2, 6), n = (n_blocks - 1) * bs + uniform(rng, 1, bs);
+        if (c.reserve(parent, n, 0) != TH_OK) continue;
+        const auto parent_table = c.table(parent);
+        for (uint32_t p = 0; p < n; ++p) c.write_position(parent_table[p / bs], p % bs, rng);
+        std::vector<std::string> bytes;
+        for (uint32_t p = 0; p < n; ++p) bytes.push_back(c.position_bytes(parent_table[p / bs], p % bs));
+        th_error err;
+        expect(inst->call(&th_kvcache_vtable::seq_fork, "seq_fork", inst->handle(), parent, child, &err) == TH_OK,
+               "seq_fork failed: " + err.text());
+        c.lengths[child] = n;
+        expect(drop(child, 0, 0) == TH_ERR_INVALID_ARGUMENT, "seq_drop_blocks of no block did not return TH_ERR_INVALID_ARGUMENT");
+        expect(drop(child, n_blocks - 1, 2) == TH_ERR_INVALID_ARGUMENT,
+               "seq_drop_blocks past the table's end did not return TH_ERR_INVALID_ARGUMENT");
+        expect(c.table(child) == parent_table, "a refused seq_drop_blocks changed the table");
+        // The last block always stays (a window keeps its most recent positions).
+        const uint32_t first = uniform(rng, 0, n_blocks - 2), k = uniform(rng, 1, n_blocks - 1 - first);
+        const th_status st = drop(child, first, k);
+        if (st == TH_ERR_RESOURCE_EXHAUSTED) {  // no room to copy the shared blocks after the cut
+          expect(c.table(child) == parent_table, "seq_drop_blocks returned TH_ERR_RESOURCE_EXHAUSTED and changed the table");
+          c.free(parent);
+          c.free(child);
+          continue;
+        }
+        expect(st == TH_OK, "seq_drop_blocks(" + std::to_string(first) + ", " + std::to_string(k) + ") returned " + std::to_string(st));
+        c.lengths[child] = n - k * bs;
+        const auto cut = c.table(child);
+        expect(cut.size() == n_blocks - k, "after dropping " + std::to_string(k) + " of " + std::to_string(n_blocks) +
+                                               " blocks the sequence holds " + std::to_string(cut.size()));
+        expect(std::equal(cut.begin(), cut.begin() + first, parent_table.begin()), "seq_drop_blocks changed the blocks before the cut");
+        expect(c.table(parent) == parent_table, "seq_drop_blocks of a forked sequence changed its parent's table");
+        for (uint32_t j = first; j < cut.size(); ++j)
+          expect(cut[j] != parent_table[j + k], "block " + std::to_string(j + k) + ", shared with the parent, moved without a copy: "
+                                                "the host rewrites moved blocks");
+        for (uint32_t p = 0; p < n - k * bs; ++p) {
+          const uint32_t from = p < first * bs ? p : p + k * bs;
+          expect(c.position_bytes(cut[p / bs], p % bs) == bytes[from],
+                 "position " + std::to_string(p) + " after the cut does not hold the keys and values of position " + std::to_string(from));
+        }
+        for (uint32_t p = 0; p < n; ++p)
+          expect(c.position_bytes(parent_table[p / bs], p % bs) == bytes[p], "seq_drop_blocks changed the parent's position " + std::to_string(p));
+        c.check_accounting("after seq_drop_blocks");
+        c.free(parent);
+        c.free(child);
+        ++checked;
+      }
+      expect(checked > 0, "no sequence could be reserved and forked to drop blocks from");
     });
   }
   r.rule("kvcache.exhaustion_changes_nothing", [&] {

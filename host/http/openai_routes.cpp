@@ -124,7 +124,11 @@ class Generation {
     const std::string param = req_.endpoint == api::Endpoint::chat_completions ? "messages" : "prompt";
     for (const auto& p : prompts_) {
       if (p.empty()) return api::invalid_request(param, "the prompt is empty");
-      auto n = api::check_context(int64_t(p.size()), req_.max_tokens, int64_t(model_.context_len), param,
+      // A sliding window bounds no request: the prompt is taken whole, and without max_tokens the output
+      // is bounded as a fresh context would be.
+      const int64_t context = model_.window_cap > 0 ? int64_t(p.size()) + std::max<int64_t>(model_.context_len, req_.max_tokens.value_or(0))
+                                                    : int64_t(model_.context_len);
+      auto n = api::check_context(int64_t(p.size()), req_.max_tokens, context, param,
                                   int64_t(server_.limits().default_max_tokens));
       if (!n) return n.error();
       max_new_.push_back(uint32_t(n.value()));
@@ -141,6 +145,8 @@ class Generation {
     for (size_t p = 0; p < prompts_.size(); ++p) {
       a.sequences += uint32_t(req_.n);
       a.tokens += uint64_t(req_.n) * (prompts_[p].size() + max_new_[p]);
+      const uint64_t held = prompts_[p].size() + max_new_[p];  // a window holds its cap at most
+      a.kv_tokens += uint64_t(req_.n) * (model_.window_cap > 0 ? std::min<uint64_t>(held, model_.window_cap) : held);
     }
     return a;
   }

@@ -245,7 +245,8 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   std::string ctx = "[engines." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
-  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy"};
+  std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy",
+                                     "sliding_window", "attention_sinks"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -280,6 +281,18 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   if (auto policy = r.optional_string(t, "draft_policy", ctx); policy && !parse_draft_policy(*policy, e.draft_policy))
     r.fail(*t.get("draft_policy"), "draft_policy '" + *policy + "' in " + ctx + " is not one of fixed, adaptive" +
                                        suggestion(*policy, {"fixed", "adaptive"}));
+  e.sliding_window = uint32_t(r.optional_int(t, "sliding_window", ctx, 0, 1 << 24).value_or(0));
+  if (auto sinks = r.optional_int(t, "attention_sinks", ctx, 0, 1 << 20)) {
+    if (e.sliding_window == 0)
+      r.fail(*t.get("attention_sinks"), "attention_sinks in " + ctx + " keeps positions of a sliding window: set sliding_window too");
+    e.attention_sinks = uint32_t(*sinks);
+  }
+  // Whole blocks are checked when the engine starts (its kvcache's block size); the context here.
+  if (const uint32_t context = model->second.spec.info.context_len;
+      e.sliding_window > 0 && uint64_t(e.sliding_window) + e.attention_sinks > context)
+    r.fail(*t.get("sliding_window"), "sliding_window " + std::to_string(e.sliding_window) + " and attention_sinks " +
+                                         std::to_string(e.attention_sinks) + " in " + ctx + " pass the context of model '" + e.model +
+                                         "' (" + std::to_string(context) + " positions), past which its position embeddings were never trained");
   for (const auto& slot : engine_slot_names()) {
     const toml::node* s = t.get(slot);
     const SlotInfo& info = *find_slot(slot);

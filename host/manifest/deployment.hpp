@@ -104,6 +104,9 @@ struct ModelDecl {
   WeightPlacement placement;                  // how each engine's backend places them (pack_weights)
 };
 
+// An engine's attention_sinks when its manifest sets a sliding_window and no sinks (StreamingLLM's 4).
+constexpr uint32_t kDefaultAttentionSinks = 4;
+
 // An engine's kv_dtype when its manifest names none.
 constexpr th_dtype kDefaultKvDtype = TH_DTYPE_F16;
 
@@ -121,6 +124,12 @@ struct EngineDecl {
   // carries in a step (1..kMaxDraftTokens), and how many of them each step verifies (draft_controller.hpp).
   uint32_t max_draft = kDefaultMaxDraft;
   DraftPolicy draft_policy = DraftPolicy::adaptive;
+  // Attention sinks with a sliding window (StreamingLLM): each sequence's cache keeps its first
+  // attention_sinks positions (rounded up to whole KV blocks) and at most sliding_window positions after
+  // them, released oldest first, so a conversation runs past the model's context. 0: no window (the
+  // context bounds each request). The engine checks both against its KV blocks when it starts.
+  uint32_t sliding_window = 0;
+  uint32_t attention_sinks = kDefaultAttentionSinks;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
 };
 

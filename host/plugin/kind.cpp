@@ -20,6 +20,7 @@ constexpr size_t kAttention = TH_SIZE_THROUGH(th_attention_vtable, forward);
 constexpr size_t kKvcache = TH_SIZE_THROUGH(th_kvcache_vtable, stats);
 constexpr size_t kKvcache14 = TH_SIZE_THROUGH(th_kvcache_vtable, seq_truncate);
 constexpr size_t kKvcache15 = TH_SIZE_THROUGH(th_kvcache_vtable, cache_flush);
+constexpr size_t kKvcache16 = TH_SIZE_THROUGH(th_kvcache_vtable, seq_drop_blocks);
 constexpr size_t kMoe = TH_SIZE_THROUGH(th_moe_vtable, rebalance);
 constexpr size_t kSpecDecode = TH_SIZE_THROUGH(th_spec_decode_vtable, seq_end);
 constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
@@ -34,7 +35,7 @@ using enum SwapMode;
 constexpr KindInfo kKinds[] = {
     {{TH_KIND_ATTENTION, "attention", "th_attention.h", always, worker, live, false, ""},
      {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
-    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache15}},
+    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16}},
     {{TH_KIND_SCHEDULER, "scheduler", "th_scheduler.h", always, engine, live, false, ""},
      {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
     {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},

@@ -49,7 +49,7 @@ AdmissionTicket::AdmissionTicket(std::shared_ptr<AdmissionState> state, Admissio
 AdmissionTicket::~AdmissionTicket() {
   std::lock_guard lock(state_->mutex);
   if (auto d = state_->kv_demand.find(ask_.model); d != state_->kv_demand.end()) {
-    d->second -= std::min(d->second, ask_.tokens);
+    d->second -= std::min(d->second, ask_.kv_demand());
     if (d->second == 0) state_->kv_demand.erase(d);
   }
   auto it = state_->clients.find(ask_.client);
@@ -112,11 +112,11 @@ std::variant<std::shared_ptr<AdmissionTicket>, AdmissionRefusal> Admission::admi
   const uint64_t demand = state_->kv_demand.count(ask.model) ? state_->kv_demand.at(ask.model) : 0;
   if (limits_.kv_admission_factor > 0 && ask.pool_tokens > 0 && demand > 0) {
     const double cap = double(ask.pool_tokens) * limits_.kv_admission_factor;
-    if (double(demand + ask.tokens) > cap) {
+    if (double(demand + ask.kv_demand()) > cap) {
       state_->forget_if_idle(ask.client);
       return refuse({503, 1, "kv_demand",
                      "the server is at capacity: the admitted requests of model " + ask.model + " may hold " +
-                         std::to_string(demand) + " KV positions and this one asks for " + std::to_string(ask.tokens) +
+                         std::to_string(demand) + " KV positions and this one asks for " + std::to_string(ask.kv_demand()) +
                          ", above the " + std::to_string(uint64_t(cap)) + " admitted (KV pool of " +
                          std::to_string(ask.pool_tokens) + " positions x kv_admission_factor)"});
     }
@@ -124,7 +124,7 @@ std::variant<std::shared_ptr<AdmissionTicket>, AdmissionRefusal> Admission::admi
   client.sequences += ask.sequences;
   const uint64_t id = ++state_->next_charge;
   if (limits_.client_tokens_per_minute > 0) client.charges.push_back({id, now, ask.tokens});
-  state_->kv_demand[ask.model] = demand + ask.tokens;
+  state_->kv_demand[ask.model] = demand + ask.kv_demand();
   return std::make_shared<AdmissionTicket>(state_, ask, id);
 }
 

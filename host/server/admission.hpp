@@ -37,6 +37,10 @@ struct AdmissionAsk {
   uint32_t sequences = 0;
   uint64_t tokens = 0;        // prompt + max_tokens, summed over the sequences
   uint64_t pool_tokens = 0;   // KV positions of the model's engines; 0 = unknown (no KV check)
+  // KV positions the sequences may hold at once, when fewer than `tokens` (a sliding window's cap per
+  // sequence); 0: tokens.
+  uint64_t kv_tokens = 0;
+  uint64_t kv_demand() const { return kv_tokens > 0 ? kv_tokens : tokens; }
 };
 
 struct AdmissionRefusal {

@@ -32,6 +32,29 @@ DeviceInfo resolve_device(const std::string& name) {
   throw PluginError("device '" + name + "' is not present on this machine" + (why.empty() ? "" : " (" + why + ")"));
 }
 
+// The sliding window decl asks of an engine whose kvcache instance is kv (off without one): the
+// kvcache must release middle blocks (seq_drop_blocks, ABI 1.6) and its pool hold a whole window.
+// Throws PluginError saying what does not fit, before any actor of the engine starts.
+SlidingWindow sliding_window_of(const EngineDecl& decl, PluginInstance& kv, uint32_t context_len) {
+  if (decl.sliding_window == 0) return {};
+  const std::string engine = "engine '" + decl.name + "': ";
+  if (kv.fn(&th_kvcache_vtable::seq_drop_blocks) == nullptr)
+    throw PluginError(engine + "sliding_window needs a kvcache plugin with seq_drop_blocks (ABI 1.6) to release the window's oldest "
+                      "blocks; " + kv.id() + " (built against ABI 1." + std::to_string(kv.library().abi_minor()) + ") has none");
+  const th_kv_layout* layout = nullptr;
+  th_error err;
+  if (kv.call(&th_kvcache_vtable::get_layout, "get_layout", kv.handle(), &layout, &err) != TH_OK || layout == nullptr)
+    throw PluginError(engine + kv.id() + " gives no KV layout: " + err.text());
+  th_kv_stats stats{};
+  stats.struct_size = sizeof stats;
+  kv.call(&th_kvcache_vtable::stats, "stats", kv.handle(), &stats);
+  try {
+    return plan_sliding_window(decl.attention_sinks, decl.sliding_window, layout->block_size, stats.total_blocks, context_len);
+  } catch (const std::invalid_argument& e) {
+    throw PluginError(engine + e.what() + " (kvcache " + kv.id() + ")");
+  }
+}
+
 }  // namespace
 
 Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
@@ -63,6 +86,14 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       ServedModel sm;
       sm.name = name;
       sm.context_len = m.spec.info.context_len;
+      for (const auto& [engine, e] : engines_) {  // a window on every engine of the model, or none counts
+        if (e.decl.model != name) continue;
+        if (e.window_cap == 0) {
+          sm.window_cap = 0;
+          break;
+        }
+        sm.window_cap = std::max(sm.window_cap, e.window_cap);
+      }
       sm.vocab_size = m.spec.info.vocab_size;
       sm.tokenizer = tokenizers_.count(name) ? tokenizers_.at(name).get() : nullptr;
       sm.chat_template = m.loaded ? m.loaded->chat_template : "";
@@ -151,6 +182,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   w.metrics = &metrics_;
   w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
   w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
+  const SlidingWindow window = sliding_window_of(decl, *w.kvcache, model.spec.info.context_len);
   if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
   // Draft sessions for the proposers of the engine: draft models on its device, each with a KV pool
   // made by its kvcache and attention plugins (the libraries loaded here; instances made on first use).
@@ -196,6 +228,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
     e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
   e.prefix_cache = caches_prefixes(*w.kvcache);
+  e.window = window;
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
@@ -205,6 +238,7 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   out.worker = e.worker;
   out.stopped = std::make_shared<std::atomic<bool>>(false);
   out.prefix_cache = e.prefix_cache;
+  out.window_cap = window.cap;
   {
     // The pool's size, for admission control (the worker made its kvcache instance as it started).
     caf::scoped_actor self{*system_};
@@ -220,8 +254,11 @@ Server::Engine Server::build_engine(const EngineDecl& decl, uint64_t kvcache_swa
   e.prefix_summary = out.prefix_summary;
   out.actor = spawn_engine(*system_, std::move(e));
   out.actor->attach_functor([stopped = out.stopped] { *stopped = true; });
-  spdlog::info("engine {} ready: model {} on {}, {} KV cache{}", name, decl.model, decl.device,
-               quant::dtype_name(decl.kv_dtype), out.prefix_cache ? ", prefix caching" : "");
+  spdlog::info("engine {} ready: model {} on {}, {} KV cache{}{}", name, decl.model, decl.device,
+               quant::dtype_name(decl.kv_dtype), out.prefix_cache ? ", prefix caching" : "",
+               window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
+                                 std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
+                           : std::string());
   return out;
 }
 

@@ -39,6 +39,9 @@ struct ServedModel {
   uint32_t vocab_size = 0;
   const Tokenizer* tokenizer = nullptr;  // NULL for synthetic models: one token per byte
   std::string chat_template;             // tokenizer.chat_template of a GGUF model, "" when absent
+  // Every engine serving it slides a window (attention sinks): a sequence holds at most this many KV
+  // positions, and context_len bounds no request. 0: no window.
+  uint32_t window_cap = 0;
   int64_t created = 0;                   // Unix seconds the server loaded it
 
   // Text to tokens (BOS first when add_bos and the model has one; special-token text parsed as those
@@ -146,6 +149,7 @@ class Server {
     uint64_t kv_positions = 0;  // its KV pool: blocks x block size, as its worker reported at start
     bool prefix_cache = false;  // its kvcache plugin caches prefixes (EngineInit::prefix_cache)
     std::shared_ptr<PrefixSummary> prefix_summary;  // what that cache holds, for the router; NULL without one
+    uint32_t window_cap = 0;  // a sliding window's positions per sequence at most (EngineInit::window); 0: none
   };
   // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
   // Throws PluginError; nothing of it is left running then.

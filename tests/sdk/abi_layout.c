@@ -193,7 +193,7 @@ TH_PIN_OFFSET(th_kv_stats, cached_blocks, 24);    /* ABI 1.5 */
 TH_PIN_OFFSET(th_kv_stats, held_blocks, 28);      /* ABI 1.5 */
 TH_PIN_OFFSET(th_kv_stats, evicted_blocks, 32);   /* ABI 1.5 */
 TH_PIN_OFFSET(th_kv_stats, published_blocks, 40); /* ABI 1.5 */
-TH_PIN_SIZE(th_kvcache_vtable, 112);
+TH_PIN_SIZE(th_kvcache_vtable, 120);
 TH_PIN_OFFSET(th_kvcache_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_kvcache_vtable, create, 8);
 TH_PIN_OFFSET(th_kvcache_vtable, destroy, 16);
@@ -208,6 +208,7 @@ TH_PIN_OFFSET(th_kvcache_vtable, seq_truncate, 80); /* ABI 1.4 */
 TH_PIN_OFFSET(th_kvcache_vtable, seq_lookup, 88);   /* ABI 1.5 */
 TH_PIN_OFFSET(th_kvcache_vtable, seq_publish, 96);  /* ABI 1.5 */
 TH_PIN_OFFSET(th_kvcache_vtable, cache_flush, 104); /* ABI 1.5 */
+TH_PIN_OFFSET(th_kvcache_vtable, seq_drop_blocks, 112); /* ABI 1.6 */
 TH_PIN_SIZE(th_moe_gate_args, 48);
 TH_PIN_OFFSET(th_moe_gate_args, struct_size, 0);
 TH_PIN_OFFSET(th_moe_gate_args, layer, 4);

@@ -97,6 +97,13 @@ struct KvCache {
     last_error = err.text();
     return s;
   }
+  th_status drop(uint64_t seq, uint32_t first_block, uint32_t n_blocks) {
+    REQUIRE(vt->seq_drop_blocks != nullptr);
+    th_error err;
+    const th_status s = vt->seq_drop_blocks(inst->handle(), seq, first_block, n_blocks, &err);
+    last_error = err.text();
+    return s;
+  }
   th_status blocks(uint64_t seq, std::vector<int32_t>& out) {
     th_error err;
     const int32_t* b = nullptr;

@@ -69,6 +69,10 @@ class CpuBackend final : public Backend {
                                            const StepPlugins& plugins) const override {
     return forward_step(weights, batch, plugins);
   }
+  void shift_keys(const ModelWeights& weights, PluginInstance& kvcache, uint64_t seq_id, uint32_t begin, uint32_t end,
+                  uint32_t shift) const override {
+    shift_cached_keys(weights, kvcache, seq_id, begin, end, shift);
+  }
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "model/quant.hpp"
 #include "runtime/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "backends/cpu/rope.hpp"
 #include "backends/cpu/vector_ops.hpp"
 
 namespace tokenhost {
@@ -33,41 +34,6 @@ void for_rows(size_t n_rows, size_t elements_per_row, const Fn& fn) {
 
 void add_bias(float* y, const WeightView& b, size_t n) {
   if (!b.empty()) vec::add(y, f32(b), n);
-}
-
-// The rotation of each row's RoPE pairs: cos and sin of angle i = position * freq_scale *
-// theta^(-2i / head_dim) for i < head_dim / 2, in double, computed once per step for every layer and
-// for both Q and K.
-void rope_angles(const std::vector<int32_t>& positions, size_t head_dim, const RopeSettings& r,
-                 std::vector<double>& cos_sin) {
-  const size_t half = head_dim / 2, n_rows = positions.size();
-  std::vector<double> freq(half);
-  for (size_t i = 0; i < half; ++i) freq[i] = std::pow(double(r.theta), -2.0 * double(i) / double(head_dim));
-  cos_sin.resize(n_rows * half * 2);
-  for_rows(n_rows, 16 * half, [&](size_t begin, size_t end) {
-    for (size_t row = begin; row < end; ++row)
-      for (size_t i = 0; i < half; ++i) {
-        const double a = double(positions[row]) * double(r.freq_scale) * freq[i];
-        cos_sin[(row * half + i) * 2] = std::cos(a);
-        cos_sin[(row * half + i) * 2 + 1] = std::sin(a);
-      }
-  });
-}
-
-// Rotates n_heads vectors of head_dim by one row's angles (rope_angles). NORM rotates adjacent pairs
-// (2i, 2i+1); NEOX rotates (i, i + head_dim/2).
-void rope(float* v, size_t n_heads, size_t head_dim, const double* cos_sin, bool neox) {
-  const size_t half = head_dim / 2;
-  for (size_t h = 0; h < n_heads; ++h) {
-    float* x = v + h * head_dim;
-    for (size_t i = 0; i < half; ++i) {
-      const double c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-      const size_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-      const float x0 = x[i0], x1 = x[i1];
-      x[i0] = float(x0 * c - x1 * s);
-      x[i1] = float(x0 * s + x1 * c);
-    }
-  }
 }
 
 // The activations of one step, kept by the calling thread from step to step so that a step does not

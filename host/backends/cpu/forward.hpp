@@ -18,4 +18,10 @@ namespace tokenhost {
 std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
                                              const StepPlugins& plugins);
 
+// Backend::shift_keys for the CPU (kv_shift.cpp): the keys of seq_id's positions [begin, end), every
+// layer and kv head, rotated by -shift positions in place, in the cache's dtype (q8_0: dequantized,
+// rotated, quantized again).
+void shift_cached_keys(const ModelWeights& weights, PluginInstance& kvcache, uint64_t seq_id, uint32_t begin, uint32_t end,
+                       uint32_t shift);
+
 }  // namespace tokenhost

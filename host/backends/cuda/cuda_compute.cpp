@@ -40,6 +40,9 @@ class CudaBackend final : public Backend {
   std::vector<std::vector<float>> run_step(const ModelWeights&, const StepBatch&, const StepPlugins&) const override {
     throw std::runtime_error(cannot_run(0));
   }
+  void shift_keys(const ModelWeights&, PluginInstance&, uint64_t, uint32_t, uint32_t, uint32_t) const override {
+    throw std::runtime_error(cannot_run(0));
+  }
 };
 
 }  // namespace

@@ -169,6 +169,9 @@ class Prefix : public sdk::KvBlockPool {
   }
 
   void forget(uint64_t seq) override { caches_.erase(seq); }
+  // A sliding window released blocks of seq: it publishes nothing more (its positions are no longer a
+  // prefix of its tokens); what it published stays cached.
+  void dropped(uint64_t seq) override { caches_.erase(seq); }
 
   void truncated(uint64_t seq, uint32_t n) override {
     const auto it = caches_.find(seq);

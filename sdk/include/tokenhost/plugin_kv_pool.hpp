@@ -9,7 +9,8 @@
 //     [layer][block][kv_head][token][head_dim] in the model's kv dtype; for q8_0 int8 elements, and f32
 //     group scales in two more pools laid out [layer][block][kv_head][token][group]), a free list, a reference count
 //     per block and a block table per sequence: seq_reserve with copy-on-write, seq_free, seq_fork,
-//     seq_truncate, seq_blocks and exact stats(). A subclass keeps blocks no sequence holds (a prefix
+//     seq_truncate, seq_drop_blocks (a sliding window's release of middle blocks), seq_blocks and exact
+//     stats(). A subclass keeps blocks no sequence holds (a prefix
 //     cache) through three hooks: retain() when a block's last reference goes, reclaim() when the free
 //     list is empty, and before_write() before a block is written in place;
 //   - sdk::kv_pool_vtable<Pool>(check): the th_kvcache_vtable of a plugin whose instances are such a
@@ -170,6 +171,41 @@ class KvBlockPool {
     return TH_OK;
   }
 
+  // th_kvcache_vtable.seq_drop_blocks (ABI 1.6): blocks [first, first + n) leave the table and the later
+  // ones move down. The host rewrites those (it re-rotates their keys): a shared one is copied, one the
+  // sequence holds alone goes through before_write(). The copies are counted first, with the released
+  // blocks back: when they are not there nothing changes.
+  th_status drop(uint64_t seq, uint32_t first, uint32_t n) {
+    std::vector<int32_t>& table = table_of(seq, "seq_drop_blocks of unknown sequence ");
+    if (n == 0 || uint64_t(first) + n > table.size())
+      throw Error(TH_ERR_INVALID_ARGUMENT, plugin_ + ": seq_drop_blocks of blocks [" + std::to_string(first) + ", " +
+                                               std::to_string(uint64_t(first) + n) + ") of sequence " + std::to_string(seq) +
+                                               ", which holds " + std::to_string(table.size()) + " blocks");
+    size_t released = 0, copies = 0;
+    for (size_t j = first; j < size_t(first) + n; ++j) released += refs_[size_t(table[j])] == 1 ? 1 : 0;
+    for (size_t j = size_t(first) + n; j < table.size(); ++j) copies += refs_[size_t(table[j])] > 1 ? 1 : 0;
+    if (copies > available() + released)
+      throw Error(TH_ERR_RESOURCE_EXHAUSTED, plugin_ + ": seq_drop_blocks of sequence " + std::to_string(seq) + " copies " +
+                                                 std::to_string(copies) + " shared blocks, " + std::to_string(available() + released) +
+                                                 " are free");
+    for (size_t j = first; j < size_t(first) + n; ++j) unref(table[j]);
+    table.erase(table.begin() + first, table.begin() + first + n);
+    for (size_t j = first; j < table.size(); ++j) {
+      if (refs_[size_t(table[j])] == 1) {
+        before_write(table[j]);
+        continue;
+      }
+      const int32_t old = table[j];
+      const int32_t block = take();
+      copy_block(old, block);
+      unref(old);
+      table[j] = block;
+    }
+    dropped(seq);
+    changed();
+    return TH_OK;
+  }
+
   th_status fork(uint64_t parent, uint64_t child) {
     const std::vector<int32_t> table = table_of(parent, "fork of unknown sequence ");  // a copy: insertion may rehash
     if (seqs_.count(child) != 0) throw Error(TH_ERR_INVALID_ARGUMENT, plugin_ + ": fork target " + std::to_string(child) + " already exists");
@@ -211,12 +247,14 @@ class KvBlockPool {
   // frees it. reclaim(): the free list is empty; a kept block taken back (its reference count 0, no
   // longer kept), or -1. before_write(block): block (held by one sequence) is about to be written in
   // place: content a cache keyed must leave the cache first. forget(seq): seq was freed.
-  // truncated(seq, n): seq now holds positions [0, n) at most. changed(): after every change.
+  // truncated(seq, n): seq now holds positions [0, n) at most. dropped(seq): blocks left the middle of
+  // seq's table (drop()): its positions no longer follow its tokens. changed(): after every change.
   virtual bool retain(int32_t) { return false; }
   virtual int32_t reclaim() { return -1; }
   virtual void before_write(int32_t) {}
   virtual void forget(uint64_t) {}
   virtual void truncated(uint64_t, uint32_t) {}
+  virtual void dropped(uint64_t) {}
   virtual void changed() {}
 
   size_t blocks_for(uint64_t positions) const { return size_t((positions + settings_.block_size - 1) / settings_.block_size); }
@@ -377,6 +415,9 @@ struct KvPoolMembers {
   static th_status seq_truncate(th_instance* i, uint64_t seq, uint32_t n_positions, th_error* err) {
     return guard(err, [&] { return self<Pool>(i).truncate(seq, n_positions); });
   }
+  static th_status seq_drop_blocks(th_instance* i, uint64_t seq, uint32_t first_block, uint32_t n_blocks, th_error* err) {
+    return guard(err, [&] { return self<Pool>(i).drop(seq, first_block, n_blocks); });
+  }
   static th_status seq_lookup(th_instance* i, uint64_t seq, uint64_t salt, const int32_t* tokens, uint32_t n_tokens, uint32_t* n_cached,
                               th_error* err) {
     return guard(err, [&] { return self<Pool>(i).lookup(seq, salt, tokens, n_tokens, n_cached); });
@@ -403,6 +444,7 @@ th_kvcache_vtable kv_pool_vtable(th_status (*check)(const th_check_query*, th_er
   vt.seq_blocks = M::seq_blocks;
   vt.stats = M::stats;
   vt.seq_truncate = M::seq_truncate;
+  vt.seq_drop_blocks = M::seq_drop_blocks;
   if constexpr (prefix) {  // all three or none (th_kvcache.h)
     vt.seq_lookup = M::seq_lookup;
     vt.seq_publish = M::seq_publish;

@@ -19,6 +19,13 @@ extern "C" {
 /* One layer's attention over a batch of n_seqs sequences holding n_tokens query rows in all.
  * Sequence s owns query rows [seq_start[s], seq_start[s+1]); its last row sits at position
  * kv_len[s] - 1 and row i attends to positions [0, positions[i]] of that sequence (causal).
+ * A position is a place in the sequence's cache: block table entry position / block_size, slot
+ * position % block_size. Every position below kv_len[s] is held, contiguously, whatever the engine
+ * released: in an engine with a sliding window (ABI 1.6, attention sinks) the host drops whole blocks
+ * from the middle of a table (th_kvcache_vtable.seq_drop_blocks) and re-rotates the keys that moved
+ * down by the positions dropped, so positions stay below sinks + window and a key's rotation always
+ * matches its position. Such a sequence's position then differs from its token's index in the text;
+ * attention reads it as any other.
  * Query head j uses kv head j / (n_heads / n_kv_heads) (GQA; MQA when n_kv_heads == 1).
  * OWNERSHIP: every pointer is the host's, valid during forward() only.
  *

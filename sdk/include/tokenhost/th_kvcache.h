@@ -167,6 +167,22 @@ typedef struct th_kvcache_vtable {
    * stay theirs and leave the cache (a later lookup does not find them). The host calls it for the
    * admin API's flush. */
   void (*cache_flush)(th_instance *instance);
+
+  /* ABI 1.6, attention sinks with a sliding window. Releases blocks [first_block, first_block +
+   * n_blocks) of seq_id's block table (each loses this sequence's reference: a block shared with
+   * another sequence, or kept by a prefix cache, stays theirs) and moves the blocks after them down by
+   * n_blocks: seq_blocks then gives the shorter table, the blocks before first_block unchanged. The
+   * host rewrites every position of the blocks that moved (it re-rotates their keys, see
+   * th_attention.h), so those are made the sequence's own first: a shared one is copied (copy-on-
+   * write), and a prefix cache stops offering one it cached. A sequence created by seq_lookup leaves
+   * the prefix cache: its positions no longer hold a prefix of its tokens, and seq_publish ignores it
+   * from then on (TH_OK). Returns TH_ERR_RESOURCE_EXHAUSTED, changing nothing, when the copies need
+   * more blocks than the pool has once the released ones are back; TH_ERR_NOT_FOUND for an unknown
+   * sequence; TH_ERR_INVALID_ARGUMENT for n_blocks 0 or a range past the table's end.
+   * OPTIONAL (may be NULL). The host calls it only for an engine with a sliding window (its manifest's
+   * sliding_window), which refuses a kvcache plugin without it when it starts (a kvcache swap too). */
+  th_status (*seq_drop_blocks)(th_instance *instance, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks,
+                               th_error *err);
 } th_kvcache_vtable;
 
 #ifdef __cplusplus

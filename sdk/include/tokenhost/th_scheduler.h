@@ -50,6 +50,12 @@ typedef struct th_sched_seq {
  *    after every entry's own, dropped when the pool lacks room, and those rejected are given back after
  *    the step, so kv_blocks never counts them (a sequence's accepted ones raise prefilled as decoded
  *    tokens do).
+ *  - In an engine with a sliding window (ABI 1.6: attention sinks, th_kvcache_vtable.seq_drop_blocks)
+ *    the numbers count cache positions, not tokens: the positions the window released are left out of
+ *    prompt_len and prefilled, and prompt_len and max_new_tokens are capped so that no sequence ever
+ *    needs more than sinks + window positions (a longer prompt shows the part the cache can take next:
+ *    the host releases the oldest window positions after each step, and the rest appears as it goes).
+ *    The rules above hold as they are.
  * plugin_sched.hpp (C++) implements this accounting. */
 typedef struct th_sched_state {
   uint32_t struct_size;

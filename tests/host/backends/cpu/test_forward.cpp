@@ -366,3 +366,70 @@ TEST_CASE("forward: every row an item marks gets the logits its prefix gets alon
     REQUIRE(out.back() == alone(b));
   }
 }
+
+TEST_CASE("forward: a sliding window's key shift leaves layer 0's cache as a fresh run of the kept tokens writes it",
+          "[forward][window]") {
+  auto rng = fresh_rng("forward window shift");
+  const th_dtype dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16, TH_DTYPE_Q8_0);
+  const bool neox = GENERATE(false, true);
+  INFO("kv dtype " << quant::dtype_name(dtype) << (neox ? ", NEOX" : ", NORM") << " RoPE");
+  ModelSpec spec = model_spec(8, 2, 16, 2);
+  spec.info.kv_dtype = dtype;
+  auto weights = std::make_shared<ModelWeights>(*make_synthetic_weights(spec, rng()));
+  weights->rope.neox = neox;
+  const ModelWeights& w = *weights;
+  std::vector<int32_t> tokens(40);  // 5 blocks of 8
+  for (auto& t : tokens) t = int32_t(rng() % spec.info.vocab_size);
+  Engine slid(spec);
+  slid.run(w, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
+  // Blocks 1 and 2 go: positions 24..39 move down to 8..23 and their keys are rotated back by 16.
+  const auto& vt = slid.kvcache->vtable<th_kvcache_vtable>();
+  th_error err;
+  REQUIRE(vt.seq_drop_blocks(slid.kvcache->handle(), 1, 1, 2, &err) == TH_OK);
+  shift_cached_keys(w, *slid.kvcache, 1, 8, 24, 16);
+  std::vector<int32_t> kept(tokens.begin(), tokens.begin() + 8);
+  kept.insert(kept.end(), tokens.begin() + 24, tokens.end());
+  Engine fresh(spec);
+  fresh.run(w, StepBatch{{StepItem{1, 0, kept, true, nullptr}}});
+  const auto [ls, ts] = layout_and_table(slid);
+  const auto [lf, tf] = layout_and_table(fresh);
+  REQUIRE(ts.size() == 3);
+  // Layer 0's keys and values depend on the token and its position only. Values move untouched and
+  // sink keys stay: bit for bit. A moved key was rounded to the cache's type where it was, then
+  // rotated and rounded again: within two of the type's steps of the fresh key (float's, f16's, or a
+  // q8_0 group's scale).
+  const uint32_t hd = spec.info.head_dim;
+  std::vector<float> a(hd), b(hd);
+  size_t moved = 0;
+  for (uint32_t p = 0; p < kept.size(); ++p)
+    for (uint32_t h = 0; h < spec.info.n_kv_heads; ++h) {
+      INFO("position " << p << ", kv head " << h);
+      for (bool values : {false, true}) {
+        sdk::load_kv_head(*ls, values, 0, ts[p / 8], p % 8, h, a.data());
+        sdk::load_kv_head(*lf, values, 0, tf[p / 8], p % 8, h, b.data());
+        if (values || p < 8) {
+          REQUIRE(a == b);
+          continue;
+        }
+        float top = 0, step = 0;
+        for (float x : b) top = std::max(top, std::abs(x));
+        if (dtype == TH_DTYPE_F32) step = top * 1e-6f;
+        if (dtype == TH_DTYPE_F16) step = top / 1024;
+        if (dtype == TH_DTYPE_Q8_0) step = top / 127;  // the largest group's scale
+        for (uint32_t d = 0; d < hd; ++d) REQUIRE(std::abs(a[d] - b[d]) <= 2 * step);
+        ++moved;
+      }
+    }
+  CHECK(moved == 16 * spec.info.n_kv_heads);
+  // A key shifted by the wrong amount (once more: by -32 in all) is far outside that bound.
+  shift_cached_keys(w, *slid.kvcache, 1, 8, 24, 16);
+  double worst = 0;
+  for (uint32_t p = 8; p < kept.size(); ++p) {
+    sdk::load_kv_head(*ls, false, 0, ts[p / 8], p % 8, 0, a.data());
+    sdk::load_kv_head(*lf, false, 0, tf[p / 8], p % 8, 0, b.data());
+    float top = 0;
+    for (float x : b) top = std::max(top, std::abs(x));
+    for (uint32_t d = 0; d < hd; ++d) worst = std::max(worst, double(std::abs(a[d] - b[d]) / top));
+  }
+  CHECK(worst > 0.05);
+}

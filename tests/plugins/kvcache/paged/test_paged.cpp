@@ -305,3 +305,65 @@ TEST_CASE("kvcache.paged check() refuses pools larger than the device's memory, 
   CHECK(contains(too_big.text(), "the K and V pools need 2099200 bytes (2 MiB), more than the 2097152 bytes of memory of device cpu"));
   CHECK(check(1025, 0, unknown) == TH_OK);  // memory unknown: nothing to check against
 }
+
+TEST_CASE("kvcache.paged seq_drop_blocks releases middle blocks and moves the later ones down with their data", "[kvcache][paged][window]") {
+  auto rng = fresh_rng("kvcache.paged drop blocks");
+  const th_dtype dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(dtype));
+  const uint32_t bs = 4, total = 16, len = 22;  // 6 blocks, the last one half full
+  KvCache c("kvcache.paged", with_kv_dtype(kSpec, dtype), bs, total);
+  REQUIRE(c.reserve(1, len, 0) == TH_OK);
+  const std::vector<int32_t> before = c.table(1);
+  std::vector<std::vector<float>> data(len);
+  for (uint32_t p = 0; p < len; ++p) {
+    data[p] = random_floats(rng, c.floats_per_position());
+    c.write_position(before, p, data[p]);
+  }
+  REQUIRE(c.drop(1, 1, 2) == TH_OK);  // blocks 1 and 2 go: positions 12.. move down by 8
+  const std::vector<int32_t> after = c.table(1);
+  REQUIRE(after.size() == 4);
+  CHECK(after[0] == before[0]);
+  CHECK(std::vector<int32_t>(after.begin() + 1, after.end()) == std::vector<int32_t>(before.begin() + 3, before.end()));
+  th_kv_stats s = c.stats();
+  CHECK(s.used_blocks == 4);
+  CHECK(s.free_blocks == total - 4);
+  CHECK(s.held_blocks == 4);
+  for (uint32_t p = 0; p < len - 8; ++p) {
+    INFO("position " << p);
+    REQUIRE(c.read_position(after, p) == data[p < bs ? p : p + 8]);
+  }
+
+  SECTION("a shared block in the range stays its other holder's; a shared one after it is copied, data included") {
+    REQUIRE(c.fork(1, 3) == TH_OK);  // every block shared
+    const std::vector<int32_t> shared = c.table(1);
+    REQUIRE(c.drop(1, 1, 1) == TH_OK);
+    const std::vector<int32_t> mine = c.table(1);
+    REQUIRE(mine.size() == 3);
+    CHECK(mine[0] == shared[0]);          // before the cut: still shared, not rewritten
+    CHECK(mine[1] != shared[2]);          // moved and shared: copied
+    CHECK(mine[2] != shared[3]);
+    CHECK(c.table(3) == shared);          // the other holder keeps all four
+    s = c.stats();
+    CHECK(s.used_blocks == 6);
+    CHECK(s.shared_blocks == 1);
+    CHECK(s.used_blocks + s.free_blocks == s.total_blocks);
+    for (uint32_t p = bs; p < 3 * bs && p + bs < len - 8; ++p) REQUIRE(c.read_position(mine, p) == c.read_position(shared, p + bs));
+  }
+  SECTION("bad ranges and unknown sequences are refused, changing nothing") {
+    CHECK(c.drop(1, 1, 0) == TH_ERR_INVALID_ARGUMENT);
+    CHECK(c.drop(1, 3, 2) == TH_ERR_INVALID_ARGUMENT);  // past the table of 4
+    CHECK(contains(c.last_error, "holds 4 blocks"));
+    CHECK(c.drop(99, 0, 1) == TH_ERR_NOT_FOUND);
+    CHECK(c.table(1) == after);
+    CHECK(c.stats().used_blocks == 4);
+  }
+  SECTION("copies the pool cannot hold: TH_ERR_RESOURCE_EXHAUSTED, nothing changed") {
+    REQUIRE(c.fork(1, 4) == TH_OK);
+    REQUIRE(c.reserve(5, (total - 4) * bs, 0) == TH_OK);  // the pool is full
+    REQUIRE(c.stats().free_blocks == 0);
+    CHECK(c.drop(1, 1, 1) == TH_ERR_RESOURCE_EXHAUSTED);  // two shared blocks to copy, none free
+    CHECK(c.table(1) == after);
+    CHECK(c.table(4) == after);
+    CHECK(c.stats().free_blocks == 0);
+  }
+}

@@ -298,3 +298,32 @@ TEST_CASE("kvcache.prefix without lookups keeps kvcache.paged's accounting over 
   KvCache c("kvcache.prefix", kSpec, 4, 40);
   run_random_kv_ops(c, rng, 400, /*check_data=*/true);
 }
+
+TEST_CASE("kvcache.prefix: a sequence whose window slid publishes no more and its moved blocks leave the cache", "[kvcache][prefix][window]") {
+  const uint32_t bs = 4;
+  PrefixCache c(bs, 16);
+  const std::vector<int32_t> prompt = tokens_of({{10, 16}});  // 4 blocks
+  REQUIRE(c.serve(1, 7, prompt) == 0);
+  CHECK(c.stats().published_blocks == 4);
+  // A second sequence shares the first three blocks (the last one of a whole prompt is recomputed).
+  const std::vector<int32_t> longer = tokens_of({{10, 16}, {40, 8}});
+  REQUIRE(c.lookup(2, 7, longer) == 16);
+  c.compute(2, 7, longer, 16, 24);
+  REQUIRE(c.drop(2, 1, 1) == TH_OK);  // block 1 goes; blocks 2 and 3 (shared with sequence 1) are copied
+  const std::vector<int32_t> t1 = c.table(1), t2 = c.table(2);
+  REQUIRE(t2.size() == 5);
+  CHECK(t2[0] == t1[0]);
+  CHECK(t2[1] != t1[2]);
+  CHECK(t2[2] != t1[3]);
+  for (uint32_t p = bs; p < 3 * bs; ++p) CHECK(c.key0(2, p) == c.key0(1, p + bs));
+  const uint64_t published = c.stats().published_blocks;
+  // Publishing what it computed adds nothing: its positions are no longer a prefix of its tokens.
+  CHECK(c.publish(2, 16, std::vector<int32_t>(longer.begin() + 16, longer.end())) == TH_OK);
+  CHECK(c.stats().published_blocks == published);
+  c.check_accounting();
+  // Sequence 1's blocks are still cached whole: a new prompt finds them.
+  c.free(1);
+  c.free(2);
+  CHECK(c.lookup(3, 7, longer) == 16);
+  c.check_accounting();
+}
