@@ -170,6 +170,38 @@ TEST_CASE("abi matrix: frozen minors' attention, kvcache, scheduler, router and 
   }
 }
 
+TEST_CASE("abi matrix: from 1.6 a C plugin reads a q8_0 cache and slides a window as the in-tree plugins do", "[abi][server][window]") {
+  // The fixture reads q8_0 through the layout's scales and releases blocks with its own C code, no
+  // SDK helper: a vendor's plugin as the headers alone describe it.
+  size_t ran = 0;
+  for (const auto& abi : frozen_abis()) {
+    if (abi.minor < 6) continue;
+    INFO("ABI " << abi.version);
+    // 8 sink positions and a window of 32 on blocks of 8: 80 tokens slide it.
+    auto server = make_test_server("kv_dtype = \"q8_0\"\nsliding_window = 32\nattention_sinks = 4\n");
+    const auto expected = outputs_alone(*server, 80);
+    REQUIRE(server->status()["engines"][0]["sliding_window"]["slides"].get<uint64_t>() > 0);
+    REQUIRE_THAT(server->set_slot("main", "attention", server->register_plugin(matrix_fixture(abi, "attention")), {}),
+                 Contains("attention.abi_" + abi.tag));
+    REQUIRE(outputs_alone(*server, 80) == expected);
+    toml::table pool;
+    pool.insert("block_size", 8);
+    pool.insert("n_blocks", 256);
+    REQUIRE_THAT(server->set_slot("main", "kvcache", server->register_plugin(matrix_fixture(abi, "kvcache")), pool),
+                 Contains("a new engine"));
+    REQUIRE(wait_until_no_engine_retires(*server));
+    REQUIRE(outputs_alone(*server, 80) == expected);
+    const auto status = server->status()["engines"][0];
+    REQUIRE(status["kvcache"]["id"] == "kvcache.abi_" + abi.tag);
+    REQUIRE(status["kv"]["dtype"] == "q8_0");
+    REQUIRE(status["sliding_window"]["slides"].get<uint64_t>() > 0);
+    REQUIRE(status["kv_accounting"]["disagreements"] == 0);
+    REQUIRE(status["kv"]["free_blocks"].get<uint32_t>() + status["kv"].value("cached_blocks", 0u) == 256);
+    ++ran;
+  }
+  REQUIRE(ran == (TH_ABI_VERSION_MINOR >= 6 && frozen_abis().size() > 6 ? frozen_abis().size() - 6 : 0));
+}
+
 TEST_CASE("abi matrix: frozen minors' moe plugins serve moe.topk's tokens", "[abi][server][moe]") {
   for (const auto& abi : frozen_abis()) {
     INFO("ABI " << abi.version);
