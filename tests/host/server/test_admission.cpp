@@ -120,3 +120,30 @@ TEST_CASE("admission: tickets outlive the admission, and idle clients are forgot
   }
   t.reset();  // its state is still there: no use after free
 }
+
+TEST_CASE("admission: a sliding window's requests count the positions they hold, not their tokens", "[admission][window]") {
+  GatewayLimits limits;
+  limits.kv_admission_factor = 1.0;
+  limits.client_tokens_per_minute = 100000;
+  Admission a(limits, nullptr);
+  // Two long conversations under a window of 256 positions each: 512 of a pool of 1000.
+  AdmissionAsk windowed = ask("addr:1", 1, 6000, 1000);
+  windowed.kv_tokens = 256;
+  auto t1 = ticket(a.admit(windowed));
+  windowed.client = "addr:2";
+  auto t2 = ticket(a.admit(windowed));
+  CHECK(a.status()["kv_demand"]["m"] == 512);
+  // Without a window the same request is refused: its tokens are its positions.
+  CHECK(refusal(a.admit(ask("addr:3", 1, 6000, 1000))).code == "kv_demand");
+  // Rate limits still charge every token.
+  windowed.client = "addr:1";
+  auto t3 = ticket(a.admit(windowed));
+  AdmissionAsk more = ask("addr:1", 1, 90000, 1000);
+  more.kv_tokens = 1;
+  CHECK(refusal(a.admit(more)).code == "client_tokens");
+  // Ending gives back what was counted.
+  t1.reset();
+  t2.reset();
+  t3.reset();
+  CHECK(a.status()["kv_demand"].empty());
+}

@@ -2,7 +2,8 @@
 // stories260K: conversations ten times the trained context run to their end in a KV pool smaller than
 // one of them, each sequence holding at most its window's blocks and the accounting exact; the text
 // equals the windowless engine's until the first slide; a prompt longer than the context goes through
-// window by window; a kvcache plugin built before ABI 1.6, a window past the context, one under two
+// window by window, over HTTP too (the gateway bounds no windowed request by the context); a kvcache
+// plugin built before ABI 1.6, a window past the context, one under two
 // blocks and one the pool cannot hold are refused with what was wrong.
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@
 
 #include "harness.hpp"
 #include "models.hpp"
+#include "openai_client.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -154,6 +156,27 @@ TEST_CASE("sliding window: a prompt three contexts long goes through window by w
   CHECK(r.finish_reason == "length");
   CHECK(r.tokens.size() == 20);
   CHECK(engine_status(window)["kv_accounting"]["disagreements"].get<uint64_t>() == 0);
+}
+
+TEST_CASE("sliding window: the gateway takes a prompt past the context for a windowed model only", "[server][window]") {
+  std::string prompt = "Once upon a time";
+  while (prompt.size() < 4 * kContext) prompt += " there was a girl named Lily who liked to play in the park.";
+  {
+    LiveServer window(stories(240, 32));
+    const Answer a = post(window, "/v1/completions", nlohmann::json{{"prompt", prompt}, {"max_tokens", 700}, {"temperature", 0}}.dump());
+    INFO(a.body.dump());
+    REQUIRE(a.status == 200);
+    CHECK(a.body["usage"]["prompt_tokens"].get<int>() > int(kContext));
+    CHECK(a.body["usage"]["completion_tokens"].get<int>() <= 700);
+    // Without max_tokens: at most a context's worth.
+    const Answer b = post(window, "/v1/completions", nlohmann::json{{"prompt", prompt}, {"temperature", 0}}.dump());
+    REQUIRE(b.status == 200);
+    CHECK(b.body["usage"]["completion_tokens"].get<int>() <= int(kContext));
+  }
+  LiveServer plain(stories(0, 32));
+  const Answer refused = post(plain, "/v1/completions", nlohmann::json{{"prompt", prompt}, {"max_tokens", 10}}.dump());
+  CHECK(refused.status == 400);
+  CHECK(refused.body["error"]["code"] == "context_length_exceeded");
 }
 
 TEST_CASE("sliding window: refused with what was wrong", "[server][window]") {
