@@ -74,7 +74,9 @@ TEST_CASE("sliding window: two conversations of ten contexts each complete in a 
   Server server(read_deployment("window.toml", stories(240, total_blocks, kvcache, kv_dtype)));
   std::atomic<bool> done{false};
   std::atomic<uint32_t> most_used{0};
-  // The blocks sequences hold (cached ones not counted), as the engine's gauge follows them.
+  // The blocks sequences hold (cached ones not counted), as the engine's gauge follows them. The engine
+  // registers its metrics when it first runs: a status answered says it has.
+  REQUIRE(engine_status(server)["kv"]["total_blocks"] == total_blocks);
   const metrics::Family* held = server.metrics().find("tokenhost_kv_blocks_used");
   REQUIRE(held != nullptr);
   std::thread watch([&] {
