@@ -110,6 +110,38 @@ class ScopedSeconds {
 
 }  // namespace
 
+const th_kv_layout& cpu_kv_layout(const ModelWeights& w, PluginInstance& kv) {
+  const auto& info = w.spec.info;
+  th_error err;
+  const th_kv_layout* layout = nullptr;
+  if (th_status s = kv.call(&th_kvcache_vtable::get_layout, "get_layout", kv.handle(), &layout, &err)) throw_plugin_failure(kv, "get_layout", s, err);
+  if (layout == nullptr) {
+    throw std::runtime_error("plugin " + kv.id() + ": get_layout() returned TH_OK without a layout");
+  }
+  // ABI 1.2: where the pools live. A layout from a plugin built against 1.0 or 1.1 has no such member
+  // and lies on the engine's device, the CPU.
+  if (const th_device_kind device = abi_member(*layout, &th_kv_layout::device, th_device_kind(TH_DEVICE_CPU));
+      device != TH_DEVICE_CPU) {
+    throw std::runtime_error("plugin " + kv.id() + ": its KV layout lies on device kind " +
+                             std::to_string(device) + ", but the CPU runtime reads and writes host memory only");
+  }
+  if (layout->n_layers < info.n_layers || layout->n_kv_heads != info.n_kv_heads || layout->head_dim != info.head_dim ||
+      layout->block_size == 0) {
+    throw std::runtime_error("plugin " + kv.id() + ": its KV layout (" + std::to_string(layout->n_layers) +
+                             " layers, " + std::to_string(layout->n_kv_heads) + " kv heads of " +
+                             std::to_string(layout->head_dim) + ", block size " + std::to_string(layout->block_size) +
+                             ") does not fit the model (" + std::to_string(info.n_layers) + " layers, " +
+                             std::to_string(info.n_kv_heads) + " kv heads of " + std::to_string(info.head_dim) + ")");
+  }
+  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16 && layout->dtype != TH_DTYPE_Q8_0) {
+    throw std::runtime_error(std::string("the CPU runtime writes f32, f16 and q8_0 KV caches only, the kvcache's layout is ") +
+                             quant::dtype_name(layout->dtype));
+  }
+  if (const std::string why = sdk::kv_q8_layout_problem(*layout); !why.empty())
+    throw std::runtime_error("plugin " + kv.id() + ": " + why);
+  return *layout;
+}
+
 std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBatch& batch, const StepPlugins& plugins) {
   const auto& info = w.spec.info;
   const size_t dim = info.dim, hd = info.head_dim, nh = info.n_heads, nkv = info.n_kv_heads;
@@ -124,32 +156,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     throw std::runtime_error("the model has " + std::to_string(info.n_experts) +
                              " experts per layer: its forward pass needs a moe plugin (such as moe.topk)");
   }
-  const th_kv_layout* layout = nullptr;
-  if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::get_layout, "get_layout", kv_inst, &layout, &err)) throw_plugin_failure(*plugins.kvcache, "get_layout", s, err);
-  if (layout == nullptr) {
-    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": get_layout() returned TH_OK without a layout");
-  }
-  // ABI 1.2: where the pools live. A layout from a plugin built against 1.0 or 1.1 has no such member
-  // and lies on the engine's device, the CPU.
-  if (const th_device_kind device = abi_member(*layout, &th_kv_layout::device, th_device_kind(TH_DEVICE_CPU));
-      device != TH_DEVICE_CPU) {
-    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": its KV layout lies on device kind " +
-                             std::to_string(device) + ", but the CPU runtime reads and writes host memory only");
-  }
-  if (layout->n_layers < info.n_layers || layout->n_kv_heads != info.n_kv_heads || layout->head_dim != info.head_dim ||
-      layout->block_size == 0) {
-    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": its KV layout (" + std::to_string(layout->n_layers) +
-                             " layers, " + std::to_string(layout->n_kv_heads) + " kv heads of " +
-                             std::to_string(layout->head_dim) + ", block size " + std::to_string(layout->block_size) +
-                             ") does not fit the model (" + std::to_string(info.n_layers) + " layers, " +
-                             std::to_string(info.n_kv_heads) + " kv heads of " + std::to_string(info.head_dim) + ")");
-  }
-  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16 && layout->dtype != TH_DTYPE_Q8_0) {
-    throw std::runtime_error(std::string("the CPU runtime writes f32, f16 and q8_0 KV caches only, the kvcache's layout is ") +
-                             quant::dtype_name(layout->dtype));
-  }
-  if (const std::string why = sdk::kv_q8_layout_problem(*layout); !why.empty())
-    throw std::runtime_error("plugin " + plugins.kvcache->id() + ": " + why);
+  const th_kv_layout* layout = &cpu_kv_layout(w, *plugins.kvcache);
 
   // Rows of the batch: every token of every item, in order, each at its place in the cache
   // (`positions`) and rotated by its place in the text (`rope_positions`: the same, but for the tokens of

@@ -18,6 +18,11 @@ namespace tokenhost {
 std::vector<std::vector<float>> forward_step(const ModelWeights& weights, const StepBatch& batch,
                                              const StepPlugins& plugins);
 
+// The kvcache's layout, checked for the CPU runtime to write through: host memory, the model's layers,
+// kv heads and head size, a dtype it writes (f32, f16, q8_0) and a readable q8_0 layout. Throws
+// std::runtime_error naming the plugin and what does not fit.
+const th_kv_layout& cpu_kv_layout(const ModelWeights& weights, PluginInstance& kvcache);
+
 // Backend::shift_keys for the CPU (kv_shift.cpp): the keys of seq_id's positions [begin, end), every
 // layer and kv head, rotated by -shift positions in place, in the cache's dtype (q8_0: dequantized,
 // rotated, quantized again).

@@ -15,17 +15,9 @@ namespace tokenhost {
 
 void shift_cached_keys(const ModelWeights& w, PluginInstance& kv, uint64_t seq_id, uint32_t begin, uint32_t end, uint32_t shift) {
   if (begin >= end || shift == 0) return;
-  th_error err;
-  const th_kv_layout* layout = nullptr;
-  if (th_status s = kv.call(&th_kvcache_vtable::get_layout, "get_layout", kv.handle(), &layout, &err)) throw_plugin_failure(kv, "get_layout", s, err);
-  if (layout == nullptr) throw std::runtime_error("plugin " + kv.id() + ": get_layout() returned TH_OK without a layout");
+  const th_kv_layout* layout = &cpu_kv_layout(w, kv);
   const auto& info = w.spec.info;
-  if (layout->n_layers < info.n_layers || layout->n_kv_heads != info.n_kv_heads || layout->head_dim != info.head_dim || layout->block_size == 0)
-    throw std::runtime_error("plugin " + kv.id() + ": its KV layout does not fit the model");
-  if (layout->dtype != TH_DTYPE_F32 && layout->dtype != TH_DTYPE_F16 && layout->dtype != TH_DTYPE_Q8_0)
-    throw std::runtime_error(std::string("the CPU runtime shifts f32, f16 and q8_0 KV caches only, the kvcache's layout is ") +
-                             quant::dtype_name(layout->dtype));
-  if (const std::string why = sdk::kv_q8_layout_problem(*layout); !why.empty()) throw std::runtime_error("plugin " + kv.id() + ": " + why);
+  th_error err;
   const int32_t* blocks = nullptr;
   uint32_t n_blocks = 0;
   if (th_status s = kv.call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv.handle(), seq_id, &blocks, &n_blocks, &err))
