@@ -177,10 +177,10 @@ void slide_window(self_ptr self, Sequence& q) {
           for (size_t i = 0; i < s.seqs.size(); ++i) {
             if (s.seqs[i].request.id != id) continue;
             if (r.status == TH_ERR_RESOURCE_EXHAUSTED) {
-              spdlog::warn("engine {}: request {} could not slide its window ({}); it is recomputed", s.init.name, id, r.error);
+              spdlog::warn("engine {}: {} could not slide its window ({}); it is recomputed", s.init.name, s.seqs[i].request.label(), r.error);
               preempt(self, s.seqs[i]);
             } else {
-              spdlog::error("engine {}: request {} could not slide its window: {}", s.init.name, id, r.error);
+              spdlog::error("engine {}: {} could not slide its window: {}", s.init.name, s.seqs[i].request.label(), r.error);
               finish(self, i, "error", r.error);
             }
             break;
@@ -205,7 +205,8 @@ void look_up(self_ptr self, Sequence& q) {
         ++s.prefix_lookups;
         if (s.m.prefix_lookups) s.m.prefix_lookups->add({s.init.name}, 1);
         if (!r.error.empty() && s.prefix_failures++ % 100 == 0)
-          spdlog::warn("engine {}: prefix lookup of request {} failed ({} such): {}", s.init.name, id, s.prefix_failures, r.error);
+          spdlog::warn("engine {}: prefix lookup of {} failed ({} such): {}", s.init.name,
+                       find(s, id) != nullptr ? find(s, id)->request.label() : "sequence " + std::to_string(id), s.prefix_failures, r.error);
         if (r.n_cached > 0) {
           ++s.prefix_hits;
           s.prefix_cached_tokens += r.n_cached;
@@ -265,8 +266,8 @@ void tick(self_ptr self) {
           break;
         }
       }
-      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing request {}", s.init.name,
-                    s.init.scheduler->id(), s.seqs[victim].request.id);
+      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing {}", s.init.name,
+                    s.init.scheduler->id(), s.seqs[victim].request.label());
       finish(self, victim, "error",
              "the request needs " + std::to_string(needs(s.seqs[victim])) +
                  " KV blocks; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks));

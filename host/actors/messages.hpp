@@ -165,6 +165,7 @@ using router_actor = caf::typed_actor<
     caf::replies_to<engine_replace_atom, RoutedEngine>::with<SwapResult>,  // same name: new requests go to the new one, the old retires
     caf::replies_to<engine_remove_atom, std::string>::with<SwapResult>,    // route no more to it; it retires
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
+    caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: passed to the one engine that holds it
     caf::reacts_to<drain_atom>>;
 
 }  // namespace tokenhost

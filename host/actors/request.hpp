@@ -17,7 +17,12 @@ class TokenStream;
 
 // A client's request, once the gateway has parsed and tokenized it.
 struct GenerateRequest {
+  // The sequence's id, unique in this server (a request of n choices has n sequences): what the
+  // engines, the router's cancel and the kvcache plugins know it by.
   uint64_t id = 0;
+  // The client request it belongs to (request/request_id.hpp: X-Request-Id or one the gateway made),
+  // for log lines; "" for in-process callers.
+  std::string request_id;
   std::vector<int32_t> prompt;
   uint32_t max_tokens = 16;
   int32_t priority = 0;
@@ -43,6 +48,11 @@ struct GenerateRequest {
   std::string cache_salt;
   // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
   std::shared_ptr<TokenStream> stream;
+
+  // How log lines name it: "request ID (sequence N)", or "sequence N" without a request id.
+  std::string label() const {
+    return request_id.empty() ? "sequence " + std::to_string(id) : "request " + request_id + " (sequence " + std::to_string(id) + ")";
+  }
 };
 
 struct GenerateResult {

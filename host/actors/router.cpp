@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
+#include <unordered_map>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,12 @@ struct RouterState {
   std::function<std::string(const std::string&, const std::vector<int32_t>&)> detokenize;
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
+  // The engine that holds each request in flight, by sequence id: a cancel goes there alone.
+  std::unordered_map<uint64_t, std::shared_ptr<RoutedEntry>> holders;
+  // Cancels that came before their request (the gateway's cancel and its start travel separately),
+  // oldest first; bounded, since a cancel may also come after the answer.
+  std::deque<uint64_t> early_cancels;
+  static constexpr size_t kMaxEarlyCancels = 1024;
   bool draining = false;
   SwapLatency swaps;  // the router has no steps: its swap is done once the new plugin is in place
   static inline const char* name = "tokenhost.router";
@@ -141,6 +149,14 @@ void record_experiment_outcome(RouterState& s, const std::optional<experiments::
   s.experiments->record(*routing, o);
 }
 
+// A cancel for sequence id came before the sequence: taken (true) once.
+bool take_early_cancel(RouterState& s, uint64_t id) {
+  auto it = std::find(s.early_cancels.begin(), s.early_cancels.end(), id);
+  if (it == s.early_cancels.end()) return false;
+  s.early_cancels.erase(it);
+  return true;
+}
+
 // Picks the engine for req and forwards it; its answer goes to rp. A request the engine hands back
 // unstarted (it retired first) is routed again, to the engine that took its place.
 void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<GenerateResult> rp) {
@@ -172,6 +188,8 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   ++s.routed;
   auto started = std::chrono::steady_clock::now();
   uint64_t id = req.id;
+  s.holders[id] = entry;
+  const bool cancelled_early = take_early_cancel(s, id);
   uint32_t tokens_in = uint32_t(req.prompt.size());
   GenerateRequest again = req;  // to route it again if the engine hands it back
   self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(req))
@@ -180,6 +198,7 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
             auto& s = self->state;
             --entry->in_flight;
             --s.in_flight;
+            s.holders.erase(id);
             if (r.finish_reason == GenerateResult::kRerouted) {
               dispatch(self, std::move(again), rp);
               return;
@@ -197,14 +216,16 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
             rp.deliver(std::move(r));
             quit_when_idle(self);
           },
-          [self, rp, entry, routing](caf::error& e) mutable {
+          [self, rp, entry, routing, id](caf::error& e) mutable {
             --entry->in_flight;
             --self->state.in_flight;
+            self->state.holders.erase(id);
             auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
             record_experiment_outcome(self->state, routing, r);
             rp.deliver(std::move(r));
             quit_when_idle(self);
           });
+  if (cancelled_early) self->send(entry->engine.actor, cancel_atom::value, id);
 }
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
@@ -263,6 +284,15 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                             {"last_swap", s.swaps.last()},
                             {"engines", engines}};
         return {j.dump()};
+      },
+      [=](cancel_atom, uint64_t id) {
+        auto& s = self->state;
+        if (auto it = s.holders.find(id); it != s.holders.end()) {
+          self->send(it->second->engine.actor, cancel_atom::value, id);
+          return;
+        }
+        s.early_cancels.push_back(id);
+        if (s.early_cancels.size() > RouterState::kMaxEarlyCancels) s.early_cancels.pop_front();
       },
       [=](drain_atom) {
         self->state.draining = true;

@@ -97,6 +97,7 @@ struct HttpListener::Impl {
   tcp::acceptor acceptor{io};
   std::vector<Route> routes;
   PreRouting pre_routing;
+  HttpListener::RequestIds request_ids;
   std::shared_ptr<const Logger> logger;
   std::vector<std::thread> threads;
   std::shared_ptr<Liveness> liveness = std::make_shared<Liveness>();
@@ -354,6 +355,7 @@ class Session final : public Connection {
     r.body = std::move(msg.body());
     r.remote_addr = remote_addr_;
     r.remote_port = remote_port_;
+    if (l_.request_ids) r.id = l_.request_ids(r);
     const bool head_only = msg.method() == http::verb::head;
     if (head_only) r.method = "GET";
     dispatch(std::move(r), msg.keep_alive(), head_only);
@@ -568,6 +570,7 @@ void Exchange::reply(HttpResponse response) {
     if (answered_ || gone_) return;
     answered_ = ended_ = true;
   }
+  if (!request_.id.empty()) response.set_header("X-Request-Id", request_.id);
   if (logger_) (*logger_)(request_, response);
   std::string text = head_text(response, false, response.body.size(), keep_alive_);
   if (!head_only_) text += response.body;
@@ -580,6 +583,7 @@ void Exchange::start_stream(HttpResponse head) {
     if (answered_ || gone_) return;
     answered_ = streaming_ = true;
   }
+  if (!request_.id.empty()) head.set_header("X-Request-Id", request_.id);
   on_session([text = head_text(head, true, 0, keep_alive_)](Connection& s) mutable { s.enqueue(std::move(text), false, 0); });
 }
 
@@ -690,6 +694,7 @@ void HttpListener::route_async(const std::string& method, const std::string& pat
   impl_->routes.push_back({method, std::regex(pattern), nullptr, std::move(handler)});
 }
 void HttpListener::set_pre_routing(PreRouting fn) { impl_->pre_routing = std::move(fn); }
+void HttpListener::set_request_ids(RequestIds fn) { impl_->request_ids = std::move(fn); }
 void HttpListener::use_tls(std::shared_ptr<TlsContext> context) { impl_->tls = std::move(context); }
 void HttpListener::set_logger(Logger fn) { impl_->logger = std::make_shared<const Logger>(std::move(fn)); }
 size_t HttpListener::connections() const { return impl_->open.load(); }

@@ -89,6 +89,10 @@ class HttpListener {
   // HTTPS with this certificate (http/http_tls.hpp's load_server_tls), before start().
   void use_tls(std::shared_ptr<boost::asio::ssl::context> context);
   void set_logger(Logger fn);
+  // Gives every request an id (HttpRequest::id, made by fn from the request's headers, before
+  // pre-routing) and sends it back as X-Request-Id with its answer, a refusal's too.
+  using RequestIds = std::function<std::string(const HttpRequest&)>;
+  void set_request_ids(RequestIds fn);
 
   // Binds host:port (port 0: any free port) and returns the port. Throws std::runtime_error naming
   // the address when it cannot.

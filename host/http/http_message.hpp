@@ -19,6 +19,9 @@ struct HttpRequest {
   std::string remote_addr;  // numeric, as the socket reports it
   int remote_port = 0;
   std::vector<std::string> matches;  // the route pattern's whole match, then its groups (decoded)
+  // The request's id on a listener that gives ids (HttpListener::set_request_ids): its answer carries
+  // it as X-Request-Id. "" otherwise.
+  std::string id;
 
   // The first header of that name (case-insensitive), or "".
   std::string header(std::string_view name) const;

@@ -15,11 +15,12 @@
 #include "http/admin_experiment_routes.hpp"
 #include "http/admin_json.hpp"
 #include "http/dashboard_route.hpp"
-#include "http/exchange_pump.hpp"
 #include "http/http_tls.hpp"
 #include "http/json_to_toml.hpp"
-#include "http/openai_routes.hpp"
+#include "http/gateway_routes.hpp"
 #include "http/tokenize_routes.hpp"
+#include "request/request_id.hpp"
+#include "server/gateway.hpp"
 
 namespace tokenhost {
 namespace {
@@ -31,7 +32,6 @@ constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
 // connection may ask for a thousand); the admin API's are fixed: it serves operators, not traffic.
 constexpr int kMaxIoThreads = 64;
 constexpr size_t kAdminIoThreads = 1, kAdminHandlerThreads = 4, kGatewayHandlerThreads = 2;
-constexpr std::chrono::minutes kGenerateLimit{10};
 
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(const std::string& a, const std::string& b) {
@@ -81,31 +81,6 @@ void raise_open_file_limit(size_t wanted) {
                  lim.rlim_cur, wanted);
 }
 
-// Prompt: a string (tokenized with the served model's tokenizer) or an array of token ids.
-std::optional<std::vector<int32_t>> read_prompt(const Server& server, const json& body, HttpResponse& res) {
-  std::vector<int32_t> tokens;
-  auto it = body.find("prompt");
-  if (it == body.end()) {
-    reply_error(res, 400, "missing field 'prompt'", "invalid_request_error");
-    return std::nullopt;
-  }
-  if (it->is_string()) {
-    tokens = server.encode(it->get<std::string>());
-  } else if (it->is_array()) {
-    for (const auto& t : *it) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
-        reply_error(res, 400, "'prompt' array must hold non-negative integer token ids", "invalid_request_error");
-        return std::nullopt;
-      }
-      tokens.push_back(int32_t(t.get<int64_t>()));
-    }
-  } else {
-    reply_error(res, 400, "'prompt' must be a string or an array of token ids", "invalid_request_error");
-    return std::nullopt;
-  }
-  return tokens;
-}
-
 }  // namespace
 
 
@@ -126,8 +101,10 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   const ServerDecl& decl = server_.deployment().server;
   if (decl.tls.enabled()) gateway_->use_tls(load_server_tls(decl.tls.certificate, decl.tls.private_key));
   if (decl.admin_tls.enabled()) admin_->use_tls(load_server_tls(decl.admin_tls.certificate, decl.admin_tls.private_key));
-  add_openai_routes(*gateway_, server_);
-  add_tokenize_routes(*gateway_, server_);
+  // Every gateway request has an id: the client's X-Request-Id when usable, else a new one.
+  gateway_->set_request_ids([](const HttpRequest& req) { return request::request_id_from(req.header("X-Request-Id")); });
+  add_gateway_routes(*gateway_, server_.gateway(), server_.deployment().server);
+  add_tokenize_routes(*gateway_, server_.gateway());
   // With API keys, every gateway request carries one (as vLLM's --api-key); without, the gateway is open.
   if (!server_.deployment().server.api_keys.empty()) {
     gateway_->set_pre_routing([this](const HttpRequest& req, HttpResponse& res) {
@@ -143,8 +120,9 @@ HttpServers::HttpServers(Server& server) : server_(server) {
                                       {"param", nullptr},
                                       {"code", "invalid_api_key"}}}}.dump(),
                       "application/json");
-      server_.count_refusal("api_key");
-      spdlog::info("gateway: refused {} {} from {} ({})", req.method, req.path, req.remote_addr, token.empty() ? "no API key" : "unknown API key");
+      server_.gateway().count_refusal("api_key");
+      spdlog::info("request {}: gateway refused {} {} from {} ({})", req.id, req.method, req.path, req.remote_addr,
+                   token.empty() ? "no API key" : "unknown API key");
       return true;
     });
   }
@@ -165,13 +143,8 @@ HttpServers::HttpServers(Server& server) : server_(server) {
     return true;
   });
 
-  gateway_->route_async("POST", "/v1/generate", [this](std::shared_ptr<HttpExchange> ex) {
-    HttpResponse res;
-    if (!start_generate(ex, res)) ex->reply(std::move(res));
-  });
-
   admin_->route("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
-    if (!server_.accepting()) return reply_error(res, 503, "shutting down", "unavailable");
+    if (!server_.gateway().accepting()) return reply_error(res, 503, "shutting down", "unavailable");
     reply_json(res, {{"status", "ok"}});
   });
   admin_->route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
@@ -272,75 +245,6 @@ HttpServers::HttpServers(Server& server) : server_(server) {
       why = body["error"]["message"].is_string() ? body["error"]["message"].get<std::string>() : body["error"]["message"].dump();
     spdlog::warn("admin {} {} refused ({}): {}", req.method, req.path, res.status, why);
   });
-}
-
-// tokenhost's own route: one prompt, greedy, answered whole. Returns false with res holding a refusal,
-// true once the answer is under way.
-bool HttpServers::start_generate(const std::shared_ptr<HttpExchange>& ex, HttpResponse& res) {
-  const HttpRequest& req = ex->request();
-  auto body = parse_body(req, res);
-  if (!body) return false;
-  auto prompt = read_prompt(server_, *body, res);
-  if (!prompt) return false;
-  GenerateRequest g;
-  g.id = server_.next_request_id();
-  g.prompt = std::move(*prompt);
-  auto max_tokens = body->value("max_tokens", json(16));
-  if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > 1 << 20)
-    return reply_error(res, 400, "'max_tokens' must be an integer in [1, 1048576]", "invalid_request_error"), false;
-  g.max_tokens = uint32_t(max_tokens.get<int64_t>());
-  auto priority = body->value("priority", json(0));
-  if (!priority.is_number_integer()) return reply_error(res, 400, "'priority' must be an integer", "invalid_request_error"), false;
-  g.priority = int32_t(priority.get<int64_t>());
-  g.session_key = req.header("X-Session-Key");
-  g.api_key = bearer_token(req);
-  g.client = gateway_client(req, server_.deployment().server);
-  const ServedModel* model = server_.find_model("");
-  AdmissionAsk ask{g.client, model ? model->name : "", 1, g.prompt.size() + g.max_tokens, 0};
-  auto admitted = server_.admit(ask);
-  if (auto* refusal = std::get_if<AdmissionRefusal>(&admitted)) return reply_refusal(res, *refusal), false;
-  // The sequence's state while it runs; dropped unanswered (the client left), it cancels the sequence.
-  struct Pending {
-    Pending(Server& s, uint64_t i) : server(s), id(i) {}
-    Server& server;
-    uint64_t id;
-    std::shared_ptr<AdmissionTicket> ticket;
-    std::shared_ptr<TokenStream> stream;
-    size_t seen = 0;
-    bool answered = false;
-    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-    ~Pending() {
-      if (answered || !stream) return;
-      stream->cancel();
-      server.cancel(id);
-    }
-  };
-  auto pending = std::make_shared<Pending>(server_, g.id);
-  pending->ticket = std::get<std::shared_ptr<AdmissionTicket>>(std::move(admitted));
-  pending->stream = server_.start(std::move(g));
-  auto signal = std::make_shared<StreamSignal>();
-  pending->stream->listen(signal);
-  ex->on_gone([weak = std::weak_ptr<Pending>(pending)] {
-    if (auto p = weak.lock()) p->stream->cancel();
-  });
-  ExchangePump::start(ex, signal, [this, ex, pending] {
-    auto u = server_.wait(*pending->stream, pending->seen, std::chrono::milliseconds(0));
-    pending->seen += u.tokens.size();
-    HttpResponse out;
-    if (u.result) {
-      const GenerateResult& r = *u.result;
-      if (r.finish_reason == "error") reply_error(out, server_.accepting() ? 422 : 503, r.error, "generation_error");
-      else reply_json(out, {{"tokens", r.tokens}, {"text", server_.decode(r.tokens)}, {"finish_reason", r.finish_reason}, {"engine", r.engine}});
-    } else if (std::chrono::steady_clock::now() - pending->started > kGenerateLimit) {
-      reply_error(out, 504, "the request did not finish within 10 minutes", "generation_error");
-    } else {
-      return false;
-    }
-    pending->answered = u.result.has_value();
-    ex->reply(std::move(out));
-    return true;
-  }, std::chrono::milliseconds(250));
-  return true;
 }
 
 HttpServers::~HttpServers() { stop(); }

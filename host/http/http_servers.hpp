@@ -31,8 +31,6 @@ class HttpServers {
   int admin_port() const { return admin_port_; }
 
  private:
-  bool start_generate(const std::shared_ptr<HttpExchange>& exchange, HttpResponse& res);
-
   Server& server_;
   std::unique_ptr<HttpListener> gateway_, admin_;
   int gateway_port_ = 0, admin_port_ = 0;

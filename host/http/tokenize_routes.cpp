@@ -2,7 +2,7 @@
 
 #include "api/openai_response.hpp"
 #include "http/admin_json.hpp"
-#include "server/server.hpp"
+#include "server/gateway.hpp"
 
 namespace tokenhost {
 namespace {
@@ -10,7 +10,7 @@ namespace {
 using nlohmann::json;
 
 // The model the body names ("" or absent: the default), or NULL after answering 404 / 400.
-const ServedModel* model_of(Server& server, const json& body, HttpResponse& res) {
+const ServedModel* model_of(Gateway& server, const json& body, HttpResponse& res) {
   const auto it = body.find("model");
   if (it != body.end() && !it->is_string()) {
     reply_error(res, 400, "'model' must be a string", "invalid_request_error");
@@ -34,7 +34,7 @@ std::optional<bool> flag(const json& body, const char* key, HttpResponse& res) {
 
 }  // namespace
 
-void add_tokenize_routes(HttpListener& gateway, Server& server) {
+void add_tokenize_routes(HttpListener& gateway, Gateway& server) {
   gateway.route("POST", "/tokenize", [&server](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;

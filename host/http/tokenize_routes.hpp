@@ -7,7 +7,7 @@
 
 namespace tokenhost {
 
-class Server;
-void add_tokenize_routes(HttpListener& gateway, Server& server);
+class Gateway;
+void add_tokenize_routes(HttpListener& gateway, Gateway& server);
 
 }  // namespace tokenhost

@@ -24,10 +24,7 @@ using experiments::Problem;
 
 std::vector<experiments::EngineView> Server::engine_views() const {
   std::map<std::string, std::string> models;
-  {
-    std::lock_guard lock(engines_mutex_);
-    for (const auto& [name, e] : engines_) models[name] = e.decl.model;
-  }
+  for (const auto& e : engines_->live()) models[e->name()] = e->model();
   return experiments_->engine_views(models);
 }
 
@@ -59,7 +56,7 @@ nlohmann::json Server::experiments() const { return experiments_->list(); }
 
 nlohmann::json Server::start_experiment(const nlohmann::json& body) {
   std::lock_guard lock(admin_mutex_);
-  if (!accepting_) throw AdminError(503, "the server is shutting down");
+  if (!accepting()) throw AdminError(503, "the server is shutting down");
   auto parsed = experiments::spec_from_json(body);
   if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) refuse(*problems);
   const auto& spec = std::get<experiments::ExperimentSpec>(parsed);
@@ -96,10 +93,6 @@ nlohmann::json Server::experiment_report(const std::string& name) const {
   auto report = experiments_->report(name);
   if (!report) throw AdminError(404, "no experiment '" + name + "'");
   return *report;
-}
-
-std::string Server::check_arm_choice(const std::string& model, const std::string& arm) const {
-  return experiments_->check_choice(model, arm);
 }
 
 }  // namespace tokenhost

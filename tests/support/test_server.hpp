@@ -89,7 +89,7 @@ inline double metric_sum(Server& server, const std::string& name, const std::str
 
 inline GenerateRequest request_for(Server& server, const std::string& prompt, uint32_t max_tokens) {
   GenerateRequest r;
-  r.id = server.next_request_id();
+  r.id = server.gateway().next_sequence_id();
   for (unsigned char c : prompt) r.prompt.push_back(c);
   r.max_tokens = max_tokens;
   return r;
@@ -113,7 +113,7 @@ inline std::vector<std::string> mixed_prompts() {
 inline std::vector<std::vector<int32_t>> outputs_alone(Server& server, uint32_t max_tokens) {
   std::vector<std::vector<int32_t>> out;
   for (const auto& p : mixed_prompts()) {
-    auto r = server.generate(request_for(server, p, max_tokens));
+    auto r = server.gateway().generate(request_for(server, p, max_tokens));
     if (r.finish_reason != "length" || r.tokens.size() != max_tokens)
       throw std::runtime_error("a request alone did not run to max_tokens: " + r.error);
     out.push_back(r.tokens);
@@ -131,7 +131,7 @@ class SteadyLoad {
       threads_.emplace_back([this, &server, c, max_tokens] {
         auto ps = mixed_prompts();
         for (size_t i = size_t(c) % ps.size(); !stop_; i = (i + 1) % ps.size()) {
-          auto r = server.generate(request_for(server, ps[i], max_tokens));
+          auto r = server.gateway().generate(request_for(server, ps[i], max_tokens));
           if (r.finish_reason != "length" || r.tokens != expected_[i]) {
             ++wrong_;
             std::lock_guard lock(mutex_);

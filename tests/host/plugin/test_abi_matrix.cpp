@@ -49,7 +49,7 @@ std::string matrix_fixture(const FrozenAbi& abi, const std::string& kind) {
 std::vector<std::vector<int32_t>> outputs(Server& server) {
   std::vector<std::vector<int32_t>> out;
   for (const auto& p : mixed_prompts()) {
-    auto r = server.generate(request_for(server, p, kTokens));
+    auto r = server.gateway().generate(request_for(server, p, kTokens));
     INFO("prompt '" << p << "': " << r.finish_reason << " " << r.error);
     REQUIRE(r.finish_reason == "length");
     out.push_back(r.tokens);

@@ -51,7 +51,7 @@ TEST_CASE("crash attribution: a plugin that dereferences NULL is named, with its
   auto [text, status] = run_child([] {
     auto server = make_test_server();
     server->set_slot("main", "scheduler", server->register_plugin(fixture("crash")), {});
-    server->generate(request_for(*server, "crash", 4));
+    server->gateway().generate(request_for(*server, "crash", 4));
   });
   INFO(text);
   REQUIRE(WIFSIGNALED(status));

@@ -138,7 +138,7 @@ TEST_CASE("loader: a plugin built for an older ABI minor loads and runs on this 
 TEST_CASE("loader: each broken plugin is refused with a message naming the problem, and the host keeps serving",
           "[loader]") {
   auto server = make_test_server();
-  auto reference = server->generate(request_for(*server, "before", 4));
+  auto reference = server->gateway().generate(request_for(*server, "before", 4));
   REQUIRE(reference.finish_reason == "length");
   for (const auto& failure : kLoadFailures) {
     INFO("fixture " << failure.mode);
@@ -148,7 +148,7 @@ TEST_CASE("loader: each broken plugin is refused with a message naming the probl
     for (const auto& part : failure.message_parts) CHECK_THAT(error, Contains(part));
     CHECK_THAT(error, Contains(fixture(failure.mode)));  // names the plugin.toml it came from
     CHECK(PluginLibrary::open_count() == open_before);   // nothing of the failed load stays open
-    auto again = server->generate(request_for(*server, "before", 4));
+    auto again = server->gateway().generate(request_for(*server, "before", 4));
     REQUIRE(again.finish_reason == "length");
     REQUIRE(again.tokens == reference.tokens);
   }
@@ -179,7 +179,7 @@ TEST_CASE("loader: a broken plugin registered through the admin path is refused 
     }
     REQUIRE(server->plugins() == plugins_before);
     REQUIRE(server->status()["engines"][0]["scheduler"] == before);
-    REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
+    REQUIRE(server->gateway().generate(request_for(*server, "still serving", 3)).finish_reason == "length");
   }
   // A library that loads but cannot start is refused at the swap.
   std::string id = server->register_plugin(fixture("create_fails"));

@@ -63,5 +63,5 @@ TEST_CASE("slots: the admin operations follow each slot's owner, swap mode and u
   REQUIRE_THAT(server->unload_slot("main", "spec_decode"), Contains("(none)"));
   // kvcache: a new engine beside the old one.
   REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", {}), Contains("a new engine"));
-  REQUIRE(server->generate(request_for(*server, "after the swaps", 4)).finish_reason == "length");
+  REQUIRE(server->gateway().generate(request_for(*server, "after the swaps", 4)).finish_reason == "length");
 }

@@ -98,10 +98,10 @@ scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 32 } }
                                             "Tom had a red ball", "She was sad because", "There was a cat", "Mom said"};
   auto ask = [&](const std::string& p) {
     GenerateRequest r;
-    r.id = server.next_request_id();
-    r.prompt = server.encode(p);
+    r.id = server.gateway().next_sequence_id();
+    r.prompt = server.gateway().encode(p);
     r.max_tokens = 48;
-    return server.generate(r);
+    return server.gateway().generate(r);
   };
   std::vector<std::vector<int32_t>> alone;
   for (const auto& p : prompts) {
@@ -111,7 +111,7 @@ scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 32 } }
   }
   // The served text starts the documented story.
   std::string expected = read_file(require_model_file("stories260K.once-upon-a-time.greedy256.txt"));
-  std::string served = "Once upon a time" + server.decode(alone[0]);
+  std::string served = "Once upon a time" + server.gateway().decode(alone[0]);
   REQUIRE(expected.rfind(served, 0) == 0);
 
   std::vector<std::future<GenerateResult>> together;

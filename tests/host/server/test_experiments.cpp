@@ -100,7 +100,7 @@ TEST_CASE("experiments: the same session key always lands on the same arm, and a
     const std::string key = "client-" + std::to_string(i);
     const std::string expected = spec.arms[experiments::assign(spec, experiments::bucket_of("sched", key), "").arm].engine;
     for (int repeat = 0; repeat < 3; ++repeat) {
-      auto r = server.generate(keyed(server, key));
+      auto r = server.gateway().generate(keyed(server, key));
       INFO(r.error);
       REQUIRE(r.finish_reason == "length");
       REQUIRE(r.engine == expected);
@@ -109,7 +109,7 @@ TEST_CASE("experiments: the same session key always lands on the same arm, and a
   for (int i = 0; i < 10; ++i) {
     auto r = keyed(server, "batch-" + std::to_string(i));
     r.request_class = "batch";
-    REQUIRE(server.generate(std::move(r)).engine == "stat");  // arm b is held back from class batch
+    REQUIRE(server.gateway().generate(std::move(r)).engine == "stat");  // arm b is held back from class batch
   }
   auto report = server.experiment_report("sched");
   const uint64_t compared = report["arms"][0]["requests"].get<uint64_t>() + report["arms"][1]["requests"].get<uint64_t>();
@@ -206,7 +206,7 @@ TEST_CASE("experiments: the admin API refuses requests without the token, and ma
   auto list = [&] { return body_of(c.request("GET", "/admin/experiments")); };
   auto engines_of = [&] {  // where 30 sticky keys go now
     std::vector<std::string> out;
-    for (int i = 0; i < 30; ++i) out.push_back(live.server->generate(keyed(*live.server, "k" + std::to_string(i))).engine);
+    for (int i = 0; i < 30; ++i) out.push_back(live.server->gateway().generate(keyed(*live.server, "k" + std::to_string(i))).engine);
     return out;
   };
   const json before = list();
@@ -282,7 +282,7 @@ TEST_CASE("experiments: two arms of one model hold one copy of its weights", "[s
   const std::string model = "[models.m]\nsource = \"gguf\"\npath = \"" + path + "\"\n";
   auto generate_on = [](Server& server, const std::string& arm) {
     auto r = keyed(server, "", arm);
-    auto result = server.generate(std::move(r));
+    auto result = server.gateway().generate(std::move(r));
     INFO(result.error);
     REQUIRE(result.finish_reason != "error");
     return result.engine;
@@ -328,9 +328,9 @@ arms = [{ name = "static", engine = "stat", percent = 50 }, { name = "continuous
       std::mt19937 rng{uint32_t(c)};
       while (!stop) {
         GenerateRequest r = request_for(server, "Once upon a time, there was a little", 24 + rng() % 24);
-        r.prompt = server.encode("Once upon a time, there was a little " + std::to_string(rng() % 1000));
+        r.prompt = server.gateway().encode("Once upon a time, there was a little " + std::to_string(rng() % 1000));
         r.ignore_eos = true;
-        if (server.generate(std::move(r)).finish_reason == "error") ++failed;
+        if (server.gateway().generate(std::move(r)).finish_reason == "error") ++failed;
       }
     });
   json ttft;

@@ -32,7 +32,7 @@ const std::string kShort = R"({"prompt": "Once upon a time", "max_tokens": 4})";
 
 // Holds admission as a client of the gateway would (its sequences and tokens count until released).
 std::shared_ptr<AdmissionTicket> hold(Server& s, const std::string& client, uint32_t sequences, uint64_t tokens) {
-  auto o = s.admit(AdmissionAsk{client, "stories", sequences, tokens, 0});
+  auto o = s.gateway().admit(AdmissionAsk{client, "stories", sequences, tokens, 0});
   REQUIRE(std::holds_alternative<std::shared_ptr<AdmissionTicket>>(o));
   return std::get<std::shared_ptr<AdmissionTicket>>(o);
 }

@@ -224,7 +224,7 @@ scheduler = { plugin = "scheduler.create_fails" }
   server->register_plugin(fixture("create_fails"));
   refused(failing, "the answer must be 42");
   REQUIRE_THROWS_WITH(server->remove_engine("mian", std::chrono::seconds(1)), Contains("did you mean 'main'?"));
-  REQUIRE(server->generate(request_for(*server, "still serving", 3)).finish_reason == "length");
+  REQUIRE(server->gateway().generate(request_for(*server, "still serving", 3)).finish_reason == "length");
 }
 
 TEST_CASE("hot swap: on an idle engine a swap's latency ends when it is in place, not at the next request",
@@ -237,7 +237,7 @@ TEST_CASE("hot swap: on an idle engine a swap's latency ends when it is in place
   REQUIRE(status["engines"][0]["last_worker_swap"]["slot"] == "attention");
   REQUIRE(status["engines"][0]["last_engine_swap"]["slot"] == "scheduler");
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // idle time that is not the swaps'
-  REQUIRE(server->generate(request_for(*server, "after", 4)).finish_reason == "length");
+  REQUIRE(server->gateway().generate(request_for(*server, "after", 4)).finish_reason == "length");
   status = server->status();
   for (const char* which : {"last_worker_swap", "last_engine_swap"}) {
     INFO(which);

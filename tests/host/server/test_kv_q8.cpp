@@ -51,7 +51,7 @@ std::vector<std::vector<int32_t>> greedy_all(Server& server, uint32_t n) {
   for (const auto& p : kPrompts) {
     GenerateRequest r = request_for(server, p, n);
     r.ignore_eos = true;
-    const GenerateResult g = server.generate(r);
+    const GenerateResult g = server.gateway().generate(r);
     INFO(p << ": " << g.error);
     REQUIRE(g.finish_reason == "length");
     out.push_back(g.tokens);

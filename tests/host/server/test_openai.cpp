@@ -247,7 +247,7 @@ TEST_CASE("openai: the gateway holds 1000 concurrent streaming connections", "[o
   std::atomic<bool> sampling{true};
   std::thread sampler([&] {
     while (sampling) {
-      peak = std::max(peak.load(), s.server->in_flight());
+      peak = std::max(peak.load(), s.server->gateway().in_flight());
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   });

@@ -56,7 +56,7 @@ GenerateResult greedy(Server& server, const std::string& prompt, uint32_t max_to
   GenerateRequest r = request_for(server, prompt, max_tokens);
   r.cache_salt = salt;
   r.api_key = key;
-  return server.generate(r);
+  return server.gateway().generate(r);
 }
 
 std::vector<GenerateResult> all_at_once(Server& server, const std::vector<std::string>& prompts, uint32_t max_tokens) {
@@ -141,7 +141,7 @@ TEST_CASE("prefix cache: requests that arrive together share the prefix the firs
   // Started from one thread, back to back (as the gateway starts a batch prompt's sequences): the
   // engine asks for every lookup before its first step.
   std::vector<std::shared_ptr<TokenStream>> streams;
-  for (const auto& p : prompts) streams.push_back(prefix.start(request_for(prefix, p, 12)));
+  for (const auto& p : prompts) streams.push_back(prefix.gateway().start(request_for(prefix, p, 12)));
   std::vector<GenerateResult> got;
   for (auto& stream : streams) {
     std::optional<GenerateResult> end;
@@ -192,10 +192,10 @@ TEST_CASE("prefix cache: a conversation's next turn reuses the previous turn's p
     GenerateRequest r = request_for(prefix, "", 40);
     r.prompt = conversation;
     GenerateRequest same = r;
-    same.id = plain.next_request_id();
-    const GenerateResult got = prefix.generate(r);
+    same.id = plain.gateway().next_sequence_id();
+    const GenerateResult got = prefix.gateway().generate(r);
     REQUIRE(got.finish_reason == "length");
-    CHECK(got.tokens == plain.generate(same).tokens);
+    CHECK(got.tokens == plain.gateway().generate(same).tokens);
     const uint64_t cached = engine_status(prefix)["prefix_cache"]["cached_tokens"].get<uint64_t>();
     // Every whole block of the last turn's prompt and answer is found: of the answer's 40 tokens the
     // last never went through a step (it was sampled, not fed), and 8 tokens of user text follow it.

@@ -48,7 +48,7 @@ GenerateResult ask(Server& server, const std::vector<int32_t>& prompt, uint32_t 
   GenerateRequest r = request_for(server, "", max_tokens);
   r.prompt = prompt;
   r.api_key = key;
-  return server.generate(r);
+  return server.gateway().generate(r);
 }
 
 std::vector<int32_t> text(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }

@@ -24,7 +24,7 @@ TEST_CASE("server: concurrent requests give exactly the tokens each gives alone"
   std::vector<std::future<GenerateResult>> futures;
   for (int round = 0; round < 3; ++round)
     for (const auto& p : mixed_prompts())
-      futures.push_back(std::async(std::launch::async, [&, p] { return server->generate(request_for(*server, p, 12)); }));
+      futures.push_back(std::async(std::launch::async, [&, p] { return server->gateway().generate(request_for(*server, p, 12)); }));
   for (size_t i = 0; i < futures.size(); ++i) {
     auto r = futures[i].get();
     REQUIRE(r.finish_reason == "length");
@@ -40,7 +40,7 @@ TEST_CASE("server: a small KV cache forces preemption and outputs stay identical
   auto expected = outputs_alone(*server, 20);
   std::vector<std::future<GenerateResult>> futures;
   for (const auto& p : mixed_prompts())
-    futures.push_back(std::async(std::launch::async, [&, p] { return server->generate(request_for(*server, p, 20)); }));
+    futures.push_back(std::async(std::launch::async, [&, p] { return server->gateway().generate(request_for(*server, p, 20)); }));
   for (size_t i = 0; i < futures.size(); ++i) {
     auto r = futures[i].get();
     REQUIRE(r.finish_reason == "length");
@@ -68,7 +68,7 @@ TEST_CASE("server: invalid slot changes are refused with the reason and change n
   REQUIRE_THROWS_WITH(server->unload_slot("main", "attention"), Contains("is required"));
   auto after = server->status();
   REQUIRE(before["engines"] == after["engines"]);
-  REQUIRE(server->generate(request_for(*server, "ok", 2)).finish_reason == "length");
+  REQUIRE(server->gateway().generate(request_for(*server, "ok", 2)).finish_reason == "length");
 }
 
 TEST_CASE("server: spec_decode can be loaded into its empty slot and unloaded", "[server][admin]") {
@@ -83,29 +83,29 @@ TEST_CASE("server: spec_decode can be loaded into its empty slot and unloaded", 
 TEST_CASE("server: bad requests end with an error naming the problem", "[server]") {
   auto server = make_test_server();
   GenerateRequest empty;
-  empty.id = server->next_request_id();
-  auto r = server->generate(empty);
+  empty.id = server->gateway().next_sequence_id();
+  auto r = server->gateway().generate(empty);
   REQUIRE(r.finish_reason == "error");
   REQUIRE_THAT(r.error, Contains("prompt is empty"));
   auto too_long = request_for(*server, std::string(300, 'a'), 4);
-  r = server->generate(too_long);
+  r = server->gateway().generate(too_long);
   REQUIRE(r.finish_reason == "error");
   REQUIRE_THAT(r.error, Contains("holds at most 255"));
   auto bad_token = request_for(*server, "x", 2);
   bad_token.prompt.push_back(100000);
-  r = server->generate(bad_token);
+  r = server->gateway().generate(bad_token);
   REQUIRE(r.finish_reason == "error");
   REQUIRE_THAT(r.error, Contains("outside the vocabulary"));
-  REQUIRE(server->generate(request_for(*server, "fine", 2)).finish_reason == "length");
+  REQUIRE(server->gateway().generate(request_for(*server, "fine", 2)).finish_reason == "length");
 }
 
 TEST_CASE("server: shutdown lets running requests finish and refuses new ones", "[server][shutdown]") {
   auto server = make_test_server();
   std::vector<std::future<GenerateResult>> running;
   for (int i = 0; i < 8; ++i)
-    running.push_back(std::async(std::launch::async, [&, i] { return server->generate(request_for(*server, "run " + std::to_string(i), 200)); }));
-  for (int i = 0; i < 5000 && server->in_flight() < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(server->in_flight() > 0);
+    running.push_back(std::async(std::launch::async, [&, i] { return server->gateway().generate(request_for(*server, "run " + std::to_string(i), 200)); }));
+  for (int i = 0; i < 5000 && server->gateway().in_flight() < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(server->gateway().in_flight() > 0);
   auto started = std::chrono::steady_clock::now();
   server->shutdown(std::chrono::seconds(20));
   REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(20));
@@ -116,7 +116,7 @@ TEST_CASE("server: shutdown lets running requests finish and refuses new ones", 
     if (r.finish_reason == "length") REQUIRE(r.tokens.size() == 200);
     else REQUIRE_THAT(r.error, Contains("shutting down"));
   }
-  auto late = server->generate(request_for(*server, "late", 2));
+  auto late = server->gateway().generate(request_for(*server, "late", 2));
   REQUIRE(late.finish_reason == "error");
   REQUIRE_THAT(late.error, Contains("shutting down"));
 }
@@ -127,7 +127,7 @@ TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "
   auto expected = outputs_alone(server, 10);
   std::vector<std::future<GenerateResult>> futures;
   for (const auto& p : mixed_prompts())
-    futures.push_back(std::async(std::launch::async, [&, p] { return server.generate(request_for(server, p, 10)); }));
+    futures.push_back(std::async(std::launch::async, [&, p] { return server.gateway().generate(request_for(server, p, 10)); }));
   for (size_t i = 0; i < futures.size(); ++i) REQUIRE(futures[i].get().tokens == expected[i]);
   REQUIRE(server.status()["engines"][0]["moe"]["id"] == "moe.topk");
 
@@ -140,7 +140,7 @@ TEST_CASE("server: each step's compute time is exported beside its wall time, an
   auto server = make_test_server();
   double rows = 0;  // alone, a request computes its prompt and each generated token but the last
   for (const auto& p : mixed_prompts()) {
-    REQUIRE(server->generate(request_for(*server, p, 6)).finish_reason == "length");
+    REQUIRE(server->gateway().generate(request_for(*server, p, 6)).finish_reason == "length");
     rows += double(p.size() + 6 - 1);
   }
   const std::string text = server->metrics().prometheus_text();
@@ -181,7 +181,7 @@ TEST_CASE("server: the router plugin's feedback carries the request's TTFT, tota
           "[server][router]") {
   auto server = make_test_server();
   REQUIRE_THAT(server->set_slot("", "router", server->register_plugin(fixture("router_v1")), {}), Contains("router.fixture"));
-  auto r = server->generate(request_for(*server, "feedback", 6));
+  auto r = server->gateway().generate(request_for(*server, "feedback", 6));
   REQUIRE(r.finish_reason == "length");
   REQUIRE(r.ttft_s.has_value());
   // The feedback is given before the answer is delivered: the gauges hold this request's figures.
@@ -197,7 +197,7 @@ TEST_CASE("server: the router plugin's feedback carries the request's TTFT, tota
   CHECK(value("fixture_feedback_calls") == 1);
   CHECK(value("fixture_feedback_tokens_out") == 6);
   // The synthetic model's tokens are one byte each: six tokens of text are six bytes.
-  CHECK(value("fixture_feedback_output_bytes") == Approx(double(server->decode(r.tokens).size())));
+  CHECK(value("fixture_feedback_output_bytes") == Approx(double(server->gateway().decode(r.tokens).size())));
   CHECK(value("fixture_feedback_output_bytes") > 0);
   const double ttft = value("fixture_feedback_ttft_seconds"), total = value("fixture_feedback_total_seconds");
   CHECK(ttft > 0);

@@ -94,7 +94,7 @@ TEST_CASE("sliding window: two conversations of ten contexts each complete in a 
       std::vector<int32_t> history = request_for(server, c == 0 ? "Once upon a time" : "Tom had a big red ball.", 1).prompt;
       const std::vector<int32_t> question = request_for(server, " What happened next?", 1).prompt;
       while (history.size() < 10 * kContext && errors[c].empty()) {
-        const GenerateResult r = server.generate(greedy(server, history, 300));
+        const GenerateResult r = server.gateway().generate(greedy(server, history, 300));
         if (r.finish_reason != "length" || r.tokens.size() != 300) errors[c] = r.finish_reason + ": " + r.error;
         history.insert(history.end(), r.tokens.begin(), r.tokens.end());
         history.insert(history.end(), question.begin() + 1, question.end());  // without its BOS
@@ -121,7 +121,7 @@ TEST_CASE("sliding window: two conversations of ten contexts each complete in a 
   // The conversation's last prompt is refused by the same engine without a window.
   Server plain(read_deployment("plain.toml", stories(0, total_blocks, kvcache, kv_dtype)));
   std::vector<int32_t> long_prompt(2 * kContext, 5);
-  const GenerateResult refused = plain.generate(greedy(plain, long_prompt, 10));
+  const GenerateResult refused = plain.gateway().generate(greedy(plain, long_prompt, 10));
   CHECK(refused.finish_reason == "error");
   CHECK_THAT(refused.error, Contains("holds at most 511 before generating"));
 }
@@ -132,17 +132,17 @@ TEST_CASE("sliding window: the text is the windowless engine's until the first s
   Server window(read_deployment("window.toml", stories(240, 64)));
   // 16 + 240 positions, released 48 at a time once past 208: prompt and output below that never slide.
   for (const std::string& prompt : {std::string("Once upon a time"), std::string("Lily and Tom went to the park."), std::string("The big dog")}) {
-    const GenerateResult a = plain.generate(greedy(plain, request_for(plain, prompt, 1).prompt, 180));
-    const GenerateResult b = window.generate(greedy(window, request_for(window, prompt, 1).prompt, 180));
+    const GenerateResult a = plain.gateway().generate(greedy(plain, request_for(plain, prompt, 1).prompt, 180));
+    const GenerateResult b = window.gateway().generate(greedy(window, request_for(window, prompt, 1).prompt, 180));
     INFO(prompt);
     REQUIRE(a.finish_reason == "length");
     CHECK(b.tokens == a.tokens);
   }
   CHECK(engine_status(window)["sliding_window"]["slides"].get<uint64_t>() == 0);
   // Past the window, and past the context the windowless engine stops at.
-  const GenerateResult stopped = plain.generate(greedy(plain, request_for(plain, "Once upon a time", 1).prompt, 1000));
+  const GenerateResult stopped = plain.gateway().generate(greedy(plain, request_for(plain, "Once upon a time", 1).prompt, 1000));
   CHECK(stopped.tokens.size() < kContext);
-  const GenerateResult on = window.generate(greedy(window, request_for(window, "Once upon a time", 1).prompt, 1000));
+  const GenerateResult on = window.gateway().generate(greedy(window, request_for(window, "Once upon a time", 1).prompt, 1000));
   CHECK(on.finish_reason == "length");
   CHECK(on.tokens.size() == 1000);
   // The slide happens after 208 positions: the text agrees with the windowless one up to there.
@@ -155,7 +155,7 @@ TEST_CASE("sliding window: a prompt three contexts long goes through window by w
   std::vector<int32_t> prompt = request_for(window, "Once upon a time", 1).prompt;
   const std::vector<int32_t> sentence = request_for(window, " there was a girl named Lily who liked to play in the park.", 1).prompt;
   while (prompt.size() < 3 * kContext) prompt.insert(prompt.end(), sentence.begin() + 1, sentence.end());
-  const GenerateResult r = window.generate(greedy(window, prompt, 20));
+  const GenerateResult r = window.gateway().generate(greedy(window, prompt, 20));
   INFO(r.error);
   CHECK(r.finish_reason == "length");
   CHECK(r.tokens.size() == 20);

@@ -73,11 +73,11 @@ std::vector<GenerateResult> run_all(Server& server, uint32_t max_tokens, const S
   }
   std::vector<GenerateResult> out;
   if (!concurrent) {
-    for (auto& r : rs) out.push_back(server.generate(r));
+    for (auto& r : rs) out.push_back(server.gateway().generate(r));
     return out;
   }
   std::vector<std::future<GenerateResult>> f;
-  for (auto& r : rs) f.push_back(std::async(std::launch::async, [&server, r] { return server.generate(r); }));
+  for (auto& r : rs) f.push_back(std::async(std::launch::async, [&server, r] { return server.gateway().generate(r); }));
   for (auto& x : f) out.push_back(x.get());
   return out;
 }
@@ -159,11 +159,11 @@ TEST_CASE("spec decode: log-probabilities stay those of plain decoding", "[serve
       }
       std::vector<GenerateResult> out;
       if (!concurrent) {
-        for (auto& r : rs) out.push_back(server.generate(r));
+        for (auto& r : rs) out.push_back(server.gateway().generate(r));
         return out;
       }
       std::vector<std::future<GenerateResult>> f;
-      for (auto& r : rs) f.push_back(std::async(std::launch::async, [&server, r] { return server.generate(r); }));
+      for (auto& r : rs) f.push_back(std::async(std::launch::async, [&server, r] { return server.gateway().generate(r); }));
       for (auto& x : f) out.push_back(x.get());
       return out;
     };
@@ -317,7 +317,7 @@ TEST_CASE("spec decode: drafts with their distributions follow the target's dist
       sp.seed = uint64_t(k) + 1;
       GenerateRequest r = story_request(*spec, prompt, 2, sp);
       r.ignore_eos = true;
-      f.push_back(std::async(std::launch::async, [&spec, r] { return spec->generate(r); }));
+      f.push_back(std::async(std::launch::async, [&spec, r] { return spec->gateway().generate(r); }));
     }
     for (auto& x : f) {
       const GenerateResult r = x.get();
@@ -401,7 +401,7 @@ TEST_CASE("spec decode: requests cancelled between verified steps free every blo
   for (int k = 0; k < 8; ++k) {
     GenerateRequest r = story_request(*spec, story_prompts()[size_t(k) % 4], 400, {});
     r.ignore_eos = true;
-    streams.push_back(spec->start(r));
+    streams.push_back(spec->gateway().start(r));
   }
   // Each cancelled once it has 60 tokens (by then ngram drafts have been verified), the others still running.
   for (auto& s : streams) {

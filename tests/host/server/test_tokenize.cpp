@@ -12,7 +12,7 @@ using Catch::Matchers::Contains;
 
 TEST_CASE("tokenize: the served model's ids, pieces on request, and back to the same text", "[openai][tokenize]") {
   LiveServer s(stories_manifest());
-  const ServedModel& model = *s.server->find_model("");
+  const ServedModel& model = *s.server->gateway().find_model("");
   for (const std::string text : {"Once upon a time, there was a little girl.", "Lily saw a big dog", "x"}) {
     INFO(text);
     auto a = post(s, "/tokenize", json{{"content", text}}.dump());
@@ -39,7 +39,7 @@ TEST_CASE("tokenize: the served model's ids, pieces on request, and back to the 
 
 TEST_CASE("tokenize: bad input is a 400 naming the field, an unknown model a 404", "[openai][tokenize]") {
   LiveServer s(stories_manifest());
-  const uint32_t vocab = s.server->find_model("")->vocab_size;
+  const uint32_t vocab = s.server->gateway().find_model("")->vocab_size;
   struct Case {
     const char* path;
     json body;
@@ -65,13 +65,13 @@ TEST_CASE("tokenize: bad input is a 400 naming the field, an unknown model a 404
 
 TEST_CASE("openai: logit_bias steers the served model, and a token outside the vocabulary is refused", "[openai]") {
   LiveServer s(stories_manifest());
-  const uint32_t vocab = s.server->find_model("")->vocab_size;
+  const uint32_t vocab = s.server->gateway().find_model("")->vocab_size;
   auto plain = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
                                                 {"ignore_eos", true}, {"logprobs", 1}}.dump());
   REQUIRE(plain.status == 200);
   // +100 on one token: greedy decoding emits nothing else.
   const int32_t forced = 100;
-  const std::string piece = s.server->find_model("")->piece(forced);
+  const std::string piece = s.server->gateway().find_model("")->piece(forced);
   auto biased = post(s, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
                                                  {"ignore_eos", true}, {"logit_bias", {{std::to_string(forced), 100}}}}.dump());
   REQUIRE(biased.status == 200);

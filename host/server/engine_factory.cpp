@@ -1,0 +1,242 @@
+#include "server/engine_factory.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "actors/engine.hpp"
+#include "actors/worker.hpp"
+#include "model/quant.hpp"
+#include "model/tokenizer.hpp"
+#include "runtime/draft_sessions.hpp"
+#include "runtime/synthetic_model.hpp"
+
+namespace tokenhost {
+namespace {
+
+DeviceInfo resolve_device(const std::string& name) {
+  for (const auto& d : devices()) {
+    if (name == "cpu" && d.kind == TH_DEVICE_CPU) return d;
+    if (d.kind == TH_DEVICE_CUDA && name == "cuda:" + std::to_string(d.index)) return d;
+  }
+  std::string why = cuda_unavailable_reason();
+  throw PluginError("device '" + name + "' is not present on this machine" + (why.empty() ? "" : " (" + why + ")"));
+}
+
+// The sliding window decl asks of an engine whose kvcache instance is kv (off without one): the
+// kvcache must release middle blocks (seq_drop_blocks, ABI 1.6) and its pool hold a whole window.
+// Throws PluginError saying what does not fit, before any actor of the engine starts.
+SlidingWindow sliding_window_of(const EngineDecl& decl, PluginInstance& kv, uint32_t context_len) {
+  if (decl.sliding_window == 0) return {};
+  const std::string engine = "engine '" + decl.name + "': ";
+  if (kv.fn(&th_kvcache_vtable::seq_drop_blocks) == nullptr)
+    throw PluginError(engine + "sliding_window needs a kvcache plugin with seq_drop_blocks (ABI 1.6) to release the window's oldest "
+                      "blocks; " + kv.id() + " (built against ABI 1." + std::to_string(kv.library().abi_minor()) + ") has none");
+  const th_kv_layout* layout = nullptr;
+  th_error err;
+  if (kv.call(&th_kvcache_vtable::get_layout, "get_layout", kv.handle(), &layout, &err) != TH_OK || layout == nullptr)
+    throw PluginError(engine + kv.id() + " gives no KV layout: " + err.text());
+  th_kv_stats stats{};
+  stats.struct_size = sizeof stats;
+  kv.call(&th_kvcache_vtable::stats, "stats", kv.handle(), &stats);
+  try {
+    return plan_sliding_window(decl.attention_sinks, decl.sliding_window, layout->block_size, stats.total_blocks, context_len);
+  } catch (const std::invalid_argument& e) {
+    throw PluginError(engine + e.what() + " (kvcache " + kv.id() + ")");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* engine, const std::string& slot,
+                                                      const SlotDecl& decl, std::shared_ptr<PluginLibrary> library) {
+  InstanceSpec spec;
+  spec.engine = engine != nullptr ? engine->name : "router";
+  spec.slot = slot;
+  spec.model = engine != nullptr ? engine_model(deployment_, *engine) : deployment_.models.begin()->second.spec;
+  spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
+  spec.config = decl.config;
+  spec.metrics = &metrics_;
+  if (engine != nullptr && slot == "spec_decode" && draft_sessions_.count(engine->name))
+    spec.drafts = draft_sessions_.at(engine->name);
+  if (!library) {
+    LoadReply loaded = load_library(decl.plugin);
+    if (!loaded.library) throw PluginError(loaded.error);
+    library = std::move(loaded.library);
+  }
+  return PluginInstance::create(std::move(library), spec);
+}
+
+std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint64_t kvcache_swap_requested_ns) {
+  const std::string& name = decl.name;
+  const ModelDecl& model = deployment_.models.at(decl.model);
+  // Every instance exists before any actor starts: a plugin that fails leaves nothing running.
+  WorkerInit w;
+  w.engine = name;
+  int32_t device_index = 0;
+  w.backend = find_backend(decl.device, &device_index);  // the manifest reader refused any it cannot run
+  std::shared_ptr<const ModelWeights> placed;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  {
+    std::lock_guard lock(models_mutex_);
+    auto& weights = weights_[decl.model];
+    if (!weights && model.loaded) {
+      weights = model.loaded->weights;
+      tokenizers_[decl.model] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
+      spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path,
+                   model.spec.architecture, double(weights->bytes) / (1 << 20));
+    } else if (!weights) {
+      weights = make_synthetic_weights(model.spec, model.seed);
+      spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
+                   model.seed, double(weights->bytes) / (1 << 20));
+    }
+    // Placed once per model and device, shared by the engines there (and by an engine rebuilt by a swap).
+    auto& at = placed_weights_[{decl.model, decl.device}];
+    if (!at) at = w.backend->place_weights(weights, device_index, model.placement);
+    placed = at;
+    if (auto t = tokenizers_.find(decl.model); t != tokenizers_.end()) tokenizer = t->second;
+  }
+  w.weights = placed;
+  w.metrics = &metrics_;
+  w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
+  w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
+  const SlidingWindow window = sliding_window_of(decl, *w.kvcache, model.spec.info.context_len);
+  if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
+  // Draft sessions for the proposers of the engine: draft models on its device, each with a KV pool
+  // made by its kvcache and attention plugins (the libraries loaded here; instances made on first use).
+  {
+    DraftSessionsInit d;
+    d.engine = name;
+    d.model = decl.model;
+    d.backend = w.backend;
+    d.kv_dtype = decl.kv_dtype;
+    d.weights = [this, own = placed, own_name = decl.model, device = decl.device](const std::string& m) {
+      return m == own_name ? own : draft_model_weights(m, device);
+    };
+    std::map<std::string, std::pair<std::shared_ptr<PluginLibrary>, SlotDecl>> slots;
+    for (const char* slot : {"attention", "kvcache"}) {
+      LoadReply loaded = load_library(decl.slots.at(slot).plugin);
+      if (!loaded.library) throw PluginError(loaded.error);
+      slots[slot] = {loaded.library, decl.slots.at(slot)};
+    }
+    d.make_instance = [this, slots, engine = name, device = decl.device](const std::string& slot, const ModelSpec& model) {
+      InstanceSpec spec;
+      spec.engine = engine;
+      spec.slot = slot;
+      spec.model = model;
+      spec.device = resolve_device(device);
+      spec.config = slots.at(slot).second.config;
+      spec.metrics = &metrics_;
+      return PluginInstance::create(slots.at(slot).first, spec);
+    };
+    draft_sessions_[name] = std::make_shared<DraftSessions>(std::move(d));
+  }
+  EngineInit e;
+  e.name = name;
+  e.model = decl.model;
+  e.context_len = model.spec.info.context_len;
+  e.vocab_size = model.spec.info.vocab_size;
+  e.eos = tokenizer ? tokenizer->eos() : -1;
+  e.max_step_tokens = decl.max_step_tokens;
+  e.max_step_seqs = decl.max_step_seqs;
+  e.max_draft = decl.max_draft;
+  e.draft_policy = decl.draft_policy;
+  e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
+  if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
+  if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
+    e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
+  e.prefix_cache = caches_prefixes(*w.kvcache);
+  e.window = window;
+  e.metrics = &metrics_;
+  e.drafts = draft_sessions_.at(name);
+  e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
+  e.worker = spawn_worker(system_, std::move(w));
+  const worker_actor worker = e.worker;
+  EngineFacts facts;
+  facts.prefix_cache = e.prefix_cache;
+  facts.window_cap = window.cap;
+  {
+    // The pool's size, for admission control (the worker made its kvcache instance as it started).
+    caf::scoped_actor self{system_};
+    self->request(e.worker, std::chrono::seconds(60), status_atom::value)
+        .receive(
+            [&](const KvState& kv) {
+              facts.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
+              // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
+              if (e.prefix_cache && kv.block_size > 0) facts.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
+            },
+            [&](caf::error&) {});
+  }
+  e.prefix_summary = facts.prefix_summary;
+  const bool prefix_cache = facts.prefix_cache;
+  engine_actor actor = spawn_engine(system_, std::move(e));
+  spdlog::info("engine {} ready: model {} on {}, {} KV cache{}{}", name, decl.model, decl.device,
+               quant::dtype_name(decl.kv_dtype), prefix_cache ? ", prefix caching" : "",
+               window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
+                                 std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
+                           : std::string());
+  return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker);
+}
+
+std::shared_ptr<const ModelWeights> EngineFactory::draft_model_weights(const std::string& name, const std::string& device) {
+  auto decl = deployment_.models.find(name);
+  if (decl == deployment_.models.end()) return nullptr;
+  std::lock_guard lock(draft_weights_mutex_);
+  auto& placed = draft_weights_[{name, device}];
+  if (placed) return placed;
+  const ModelDecl& model = decl->second;
+  std::shared_ptr<const ModelWeights> weights;
+  if (model.loaded) {
+    weights = model.loaded->weights;
+  } else {
+    weights = make_synthetic_weights(model.spec, model.seed);
+  }
+  int32_t index = 0;
+  const Backend* backend = find_backend(device, &index);
+  placed = backend->place_weights(weights, index, model.placement);
+  spdlog::info("model {}: placed on {} as a draft model, {:.1f} MiB", name, device, double(weights->bytes) / (1 << 20));
+  return placed;
+}
+
+LoadReply EngineFactory::load_library(const std::string& id) {
+  caf::scoped_actor self{system_};
+  LoadReply out;
+  self->request(registry_, std::chrono::seconds(60), load_atom::value, id)
+      .receive([&](LoadReply& r) { out = std::move(r); },
+               [&](caf::error& e) { out.error = "plugin registry: " + system_.render(e); });
+  return out;
+}
+
+std::vector<std::string> EngineFactory::loaded_models() const {
+  std::lock_guard lock(models_mutex_);
+  std::vector<std::string> out;
+  for (const auto& [name, w] : weights_) out.push_back(name);
+  return out;
+}
+
+std::shared_ptr<const Tokenizer> EngineFactory::tokenizer(const std::string& model) const {
+  std::lock_guard lock(models_mutex_);
+  auto it = tokenizers_.find(model);
+  return it == tokenizers_.end() ? nullptr : it->second;
+}
+
+nlohmann::json EngineFactory::models_json() const {
+  // The models' memory: the weights as loaded (mapped from the file, or made in memory) and the
+  // packed copies the CPU backend placed beside them (backends/cpu/weight_packing.hpp), which an
+  // operator may turn off per model.
+  std::lock_guard lock(models_mutex_);
+  nlohmann::json models = nlohmann::json::array();
+  for (const auto& [name, w] : weights_) {
+    const ModelDecl& m = deployment_.models.at(name);
+    size_t packed_bytes = 0;
+    for (const auto& [where, placed] : placed_weights_)
+      if (where.first == name) packed_bytes += placed->packed_bytes;
+    models.push_back({{"name", name},
+                      {"source", m.source},
+                      {"path", m.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.path)},
+                      {"weight_dtype", quant::dtype_name(w->spec.info.weight_dtype)},
+                      {"weights_bytes", w->bytes},
+                      {"packed_bytes", packed_bytes}});
+  }
+  return models;
+}
+
+}  // namespace tokenhost

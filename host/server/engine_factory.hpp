@@ -1,0 +1,72 @@
+// Builds engines: loads each model's weights once and places them on each device once (shared by the
+// engines there), makes every plugin instance of an engine through the registry, its draft sessions,
+// and then its worker and scheduler actors. Used at start, by a kvcache swap (a new engine beside the
+// old) and by the admin API's engine additions; one admin change at a time calls it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/messages.hpp"
+#include "manifest/deployment.hpp"
+#include "metrics/metrics.hpp"
+#include "runtime/model_weights.hpp"
+#include "server/engine_handle.hpp"
+
+namespace tokenhost {
+
+class Tokenizer;
+class DraftSessions;
+
+class EngineFactory {
+ public:
+  // deployment: the models and the catalog, read as they are when each engine is built.
+  EngineFactory(caf::actor_system& system, const Deployment& deployment, registry_actor registry, metrics::Registry& metrics)
+      : system_(system), deployment_(deployment), registry_(std::move(registry)), metrics_(metrics) {}
+
+  // Makes the plugin instances, worker and engine actor of decl (its model's weights loaded once).
+  // Throws PluginError; nothing of it is left running then.
+  std::shared_ptr<EngineHandle> build(const EngineDecl& decl, uint64_t kvcache_swap_requested_ns = 0);
+
+  // An instance for slot of engine (NULL: the router); the library is opened through the registry
+  // unless given. Throws PluginError.
+  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl,
+                                                std::shared_ptr<PluginLibrary> library = nullptr);
+  // The registry's answer for plugin id: its manifest re-read and its library opened, or why not.
+  LoadReply load_library(const std::string& id);
+
+  // The models some engine was built on (their weights are loaded), in name order, and their
+  // tokenizers (GGUF models; NULL for synthetic ones).
+  std::vector<std::string> loaded_models() const;
+  std::shared_ptr<const Tokenizer> tokenizer(const std::string& model) const;
+  // The models' memory, for the admin status: the weights as loaded and the packed copies placed beside them.
+  nlohmann::json models_json() const;
+
+ private:
+  // A model of the deployment as a draft model, placed on a device: loaded (or generated) on first use,
+  // from any engine's thread. NULL when the deployment has no such model.
+  std::shared_ptr<const ModelWeights> draft_model_weights(const std::string& model, const std::string& device);
+
+  caf::actor_system& system_;
+  const Deployment& deployment_;
+  registry_actor registry_;
+  metrics::Registry& metrics_;
+  mutable std::mutex models_mutex_;  // weights_, placed_weights_ and tokenizers_: builds vs status reads
+  std::map<std::string, std::shared_ptr<const ModelWeights>> weights_;  // one copy per model, as loaded
+  // As each device's backend computes with them, by (model, device): shared by the engines there.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> placed_weights_;
+  std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
+  // Draft sessions (th_host_api.draft_*) by engine: what the instances of its spec_decode slot draft
+  // with. Made with the engine, replaced when it is rebuilt.
+  std::map<std::string, std::shared_ptr<DraftSessions>> draft_sessions_;
+  std::mutex draft_weights_mutex_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> draft_weights_;
+};
+
+}  // namespace tokenhost

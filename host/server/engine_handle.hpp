@@ -1,0 +1,92 @@
+// An engine as the server's parts see it: what it serves, the facts its build measured, and the
+// operations the admin API and the gateway ask of it. LocalEngine is an engine of this process (its
+// scheduler and worker actors); an engine on another node implements the same interface.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/messages.hpp"
+#include "manifest/deployment.hpp"
+
+namespace tokenhost {
+
+// What an engine's build found, fixed for the engine's life.
+struct EngineFacts {
+  uint64_t kv_positions = 0;  // its KV pool: blocks x block size, as its worker reported at start
+  bool prefix_cache = false;  // its kvcache plugin caches prefixes (EngineInit::prefix_cache)
+  // What that cache holds, for the router (runtime/prefix_summary.hpp); NULL without one.
+  std::shared_ptr<PrefixSummary> prefix_summary;
+  uint32_t window_cap = 0;  // a sliding window's positions per sequence at most (EngineInit::window); 0: none
+};
+
+class EngineHandle {
+ public:
+  EngineHandle(EngineDecl decl, EngineFacts facts) : decl_(std::move(decl)), facts_(std::move(facts)) {}
+  virtual ~EngineHandle() = default;
+  EngineHandle(const EngineHandle&) = delete;
+  EngineHandle& operator=(const EngineHandle&) = delete;
+
+  // Fixed for the engine's life: read from any thread.
+  const std::string& name() const { return decl_.name; }
+  const std::string& model() const { return decl_.model; }
+  const std::string& device() const { return decl_.device; }
+  const EngineFacts& facts() const { return facts_; }
+
+  // Its declaration as the admin API last changed it (a copy: slots change while it serves).
+  EngineDecl decl() const {
+    std::lock_guard lock(mutex_);
+    return decl_;
+  }
+  // The plugin of slot now (after a swap), or of none (nullptr when the slot is empty).
+  void set_slot_decl(const std::string& slot, const SlotDecl* change) {
+    std::lock_guard lock(mutex_);
+    if (change != nullptr) decl_.slots[slot] = *change;
+    else decl_.slots.erase(slot);
+  }
+
+  // Where the router sends its requests and cancels.
+  virtual RoutedEngine routed() const = 0;
+  // Its state as JSON (the engine's status, blocking up to 10 s); {"error": ...} when it does not answer.
+  virtual nlohmann::json status() = 0;
+  // Puts swap.instance into swap.slot between two steps (blocking up to 60 s).
+  virtual SwapResult swap(SlotSwap swap) = 0;
+  // Drops its prefix cache: the pool before and after. Throws std::runtime_error when it does not answer.
+  virtual std::pair<KvState, KvState> flush_prefix_cache() = 0;
+  // Ends it now: its requests end with an error.
+  virtual void stop() = 0;
+  // It has ended (retired and done, drained, or stopped).
+  virtual bool stopped() const = 0;
+
+ private:
+  mutable std::mutex mutex_;  // decl_'s slots
+  EngineDecl decl_;
+  const EngineFacts facts_;
+};
+
+// An engine of this process: a scheduler actor and its worker.
+class LocalEngine final : public EngineHandle {
+ public:
+  LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker);
+  RoutedEngine routed() const override;
+  nlohmann::json status() override;
+  SwapResult swap(SlotSwap swap) override;
+  std::pair<KvState, KvState> flush_prefix_cache() override;
+  void stop() override;
+  bool stopped() const override { return stopped_->load(); }
+
+ private:
+  caf::actor_system& system_;
+  engine_actor actor_;
+  worker_actor worker_;
+  std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+}  // namespace tokenhost
