@@ -106,7 +106,10 @@ int32_t argmax(const std::vector<float>& logits) {
 // decode rows per generated token (greedy), timed from the first decode step.
 double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t generate, std::mt19937& rng) {
   const auto& w = *r.model.weights;
-  const StepPlugins plugins{r.attention.get(), r.batch_kvcache.get(), nullptr};
+  SlotInstances instances;
+  instances.set(slot_of(TH_KIND_ATTENTION), r.attention);
+  instances.set(slot_of(TH_KIND_KVCACHE), r.batch_kvcache);
+  const StepPlugins plugins{&instances};
   StepBatch step;
   for (size_t s = 0; s < batch; ++s) {
     StepItem item;

@@ -80,7 +80,7 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   if (reason == "length" || reason == "stop") r.e2e_s = double(now_ns() - seq.arrival_ns) * 1e-9;
   if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
   if (s.m.e2e && reason != "error") s.m.e2e->observe({s.init.name}, double(now_ns() - seq.arrival_ns) * 1e-9);
-  const auto& spec = s.init.spec_decode;
+  const PluginInstance* spec = s.init.spec_decode();
   if (spec && spec->fn(&th_spec_decode_vtable::seq_end))
     spec->call(&th_spec_decode_vtable::seq_end, "seq_end", spec->handle(), seq.request.id);
   s.draft_control.forget(seq.request.id);
@@ -106,14 +106,6 @@ void preempt(self_ptr self, Sequence& seq) {
     if (--self->state.frees_in_flight == 0) tick(self);
   });
   s.kv.free_blocks = std::min(s.kv.total_blocks, s.kv.free_blocks + held);
-}
-
-// Where the engine holds the instance of one of its slots (the slot table's rows it owns). Slot names
-// the table gives it only: any other is a bug.
-std::shared_ptr<PluginInstance>* held(EngineInit& init, const std::string& slot) {
-  if (slot == "scheduler") return &init.scheduler;
-  if (slot == "spec_decode") return &init.spec_decode;
-  throw std::logic_error("the engine holds no slot '" + slot + "'");
 }
 
 void fail_all(self_ptr self, const std::string& error) {
@@ -267,7 +259,7 @@ void tick(self_ptr self) {
         }
       }
       spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing {}", s.init.name,
-                    s.init.scheduler->id(), s.seqs[victim].request.label());
+                    s.init.scheduler().id(), s.seqs[victim].request.label());
       finish(self, victim, "error",
              "the request needs " + std::to_string(needs(s.seqs[victim])) +
                  " KV blocks; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks));
@@ -381,7 +373,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (drafted == 0 && q->generated > 0) s.draft_control.observe_no_draft(item.seq_id);
       if (drafted > 0) {
         s.draft_control.observe_draft(item.seq_id, drafted, accepted);
-        const auto& spec = s.init.spec_decode;
+        const PluginInstance* spec = s.init.spec_decode();
         ++s.spec_drafts;
         s.spec_drafted += drafted;
         s.spec_accepted += accepted;
@@ -452,7 +444,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   register_metrics(self->state);
   warn_no_speculation(self->state);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.name);
-  self->state.swaps.applied("kvcache", self->state.init.kvcache_swap_requested_ns);
+  self->state.swaps.applied(slot_of(TH_KIND_KVCACHE).name(), self->state.init.kvcache_swap_requested_ns);
   self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
     self->state.kv = kv;
     self->state.kv_known = true;
@@ -497,21 +489,23 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
       },
       [=](swap_atom, SlotSwap swap) -> caf::result<SwapResult> {
         auto& s = self->state;
-        const SlotInfo* info = find_slot(swap.slot);
-        if (info != nullptr && info->owner == SlotOwner::engine) {
-          auto& slot = *held(s.init, swap.slot);
-          if (!swap.instance && !info->unloadable) return SwapResult{false, "the " + swap.slot + " slot cannot be empty"};
-          std::string old = slot ? slot->id() + " " + slot->version() : "(none)";
+        const SlotInfo& info = swap.slot.info();
+        if (info.owner == SlotOwner::engine) {
+          const std::string name = swap.slot.name();
+          if (!swap.instance && !info.unloadable) return SwapResult{false, "the " + name + " slot cannot be empty"};
+          const PluginInstance* current = s.init.plugins.get(swap.slot);
+          std::string old = current ? current->id() + " " + current->version() : "(none)";
           // Takes effect at the next decision; the old instance goes when the last reference does.
-          slot = std::move(swap.instance);
-          s.swaps.applied(swap.slot, swap.requested_ns, s.seqs.empty());
-          std::string now = slot ? slot->id() + " " + slot->version() : "(none)";
-          spdlog::info("engine {}: {} {} -> {}", s.init.name, swap.slot, old, now);
-          if (swap.slot == "spec_decode") {
+          s.init.plugins.set(swap.slot, std::move(swap.instance));
+          s.swaps.applied(name, swap.requested_ns, s.seqs.empty());
+          const PluginInstance* fresh = s.init.plugins.get(swap.slot);
+          std::string now = fresh ? fresh->id() + " " + fresh->version() : "(none)";
+          spdlog::info("engine {}: {} {} -> {}", s.init.name, name, old, now);
+          if (swap.slot == slot_of(TH_KIND_SPEC_DECODE)) {
             warn_no_speculation(s);
             s.draft_control.forget_propose_cost();  // another proposer: its drafts cost what it shows
           }
-          return SwapResult{true, swap.slot + ": " + old + " -> " + now};
+          return SwapResult{true, name + ": " + old + " -> " + now};
         }
         swap.engine_idle = s.seqs.empty() && !s.step_in_flight;
         return self->delegate(s.init.worker, swap_atom::value, std::move(swap));
@@ -559,8 +553,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                               {"kv_blocks_used", d.blocks_used}, {"kv_blocks_total", d.blocks_total},
                               {"tokens_drafted", d.tokens_drafted}, {"tokens_computed", d.tokens_computed}});
         }
-        for (const SlotInfo& slot : slot_table())  // each slot the engine owns, under its name (null: empty)
-          if (slot.owner == SlotOwner::engine) j[slot.name] = plugin_json(*held(s.init, slot.name));
+        for (SlotId slot : slots_owned_by(SlotOwner::engine))  // each slot the engine owns, under its name (null: empty)
+          j[slot.name()] = plugin_json(s.init.plugins.get(slot));
         self->request(s.init.worker, caf::infinite, status_atom::value, std::string())
             .then([rp, j](const StatusJson& w) mutable {
               nlohmann::json worker = nlohmann::json::parse(w.json);

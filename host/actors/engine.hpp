@@ -44,8 +44,9 @@ struct EngineInit {
   int32_t eos = -1;  // end-of-sequence token: generating it finishes the request ("stop"); -1: none
   uint32_t max_step_tokens = 512;
   uint32_t max_step_seqs = 64;
-  std::shared_ptr<PluginInstance> scheduler;
-  std::shared_ptr<PluginInstance> spec_decode;  // may be NULL
+  SlotInstances plugins;  // the slots the engine owns (slot table): scheduler, spec_decode (may be empty)
+  PluginInstance& scheduler() const { return *plugins.get(slot_of(TH_KIND_SCHEDULER)); }
+  PluginInstance* spec_decode() const { return plugins.get(slot_of(TH_KIND_SPEC_DECODE)); }
   uint32_t max_draft = kDefaultMaxDraft;         // the engine's bound on a sequence's draft
   DraftPolicy draft_policy = DraftPolicy::adaptive;
   // Why this engine cannot speculate whatever its spec_decode slot holds (its kvcache plugin cannot

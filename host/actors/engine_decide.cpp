@@ -86,7 +86,7 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
   }
   if (candidates.empty()) return;
   const uint64_t propose_started = now_ns();
-  tokenhost::add_drafts(*s.init.spec_decode, DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens}, candidates, batch,
+  tokenhost::add_drafts(*s.init.spec_decode(), DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens}, candidates, batch,
              s.spec_propose_failures);
   uint32_t proposed = 0;
   for (const auto& item : batch.items) proposed += item.n_draft;
@@ -101,12 +101,12 @@ void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* g
 }
 
 void warn_no_speculation(const EngineState& s) {
-  if (s.init.spec_decode && !s.init.no_speculation.empty())
-    spdlog::warn("engine {}: runs without speculative decoding ({} stays idle): {}", s.init.name, s.init.spec_decode->id(),
+  if (s.init.spec_decode() && !s.init.no_speculation.empty())
+    spdlog::warn("engine {}: runs without speculative decoding ({} stays idle): {}", s.init.name, s.init.spec_decode()->id(),
                  s.init.no_speculation);
 }
 
-bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler->library().abi_minor() >= 4; }
+bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler().library().abi_minor() >= 4; }
 
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
                    std::vector<uint32_t>& grants) {
@@ -139,10 +139,10 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   grants.assign(view.size(), 0);
   th_sched_decision d{sizeof d, run.data(), 0, preempt_ids.data(), 0, grants.data()};
   th_error err;
-  auto& sched = *s.init.scheduler;
+  auto& sched = s.init.scheduler();
   const uint64_t started = now_ns();
   th_status st = sched.call(&th_scheduler_vtable::schedule, "schedule", sched.handle(), &state, &d, &err);
-  if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, "scheduler", sched.id()}, double(now_ns() - started) * 1e-9);
+  if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, slot_of(TH_KIND_SCHEDULER).name(), sched.id()}, double(now_ns() - started) * 1e-9);
   if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
   if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";
   run.resize(d.n_run);

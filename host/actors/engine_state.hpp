@@ -125,7 +125,7 @@ inline Sequence* find(EngineState& s, uint64_t id) {
 
 // Whether the engine speculates: a proposer in its spec_decode slot, and a kvcache that can roll drafts
 // back (EngineInit::no_speculation empty).
-inline bool speculating(const EngineState& s) { return s.init.spec_decode && s.init.no_speculation.empty(); }
+inline bool speculating(const EngineState& s) { return s.init.spec_decode() != nullptr && s.init.no_speculation.empty(); }
 
 // engine_metrics.cpp: the engine's metric families, and its gauges set from its state.
 void register_metrics(EngineState& s);

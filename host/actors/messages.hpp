@@ -94,7 +94,7 @@ struct StepResult {
 
 // Replace the plugin of a slot with a new instance (already checked and created).
 struct SlotSwap {
-  std::string slot;
+  SlotId slot;
   std::shared_ptr<PluginInstance> instance;
   uint64_t requested_ns = 0;  // steady clock when the admin call arrived: for the swap latency
   // The engine held no sequence when the swap reached it: the new plugin is in effect at once (its

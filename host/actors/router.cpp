@@ -230,7 +230,7 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
-  self->state.swaps.bind(init.metrics, "router");
+  self->state.swaps.bind(init.metrics, slot_of(TH_KIND_ROUTER).name());
   self->state.experiments = std::move(init.experiments);
   self->state.detokenize = std::move(init.detokenize);
   for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
@@ -267,10 +267,10 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
       },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state;
-        if (swap.slot != "router") return {false, "the router has no slot '" + swap.slot + "'"};
+        if (swap.slot.info().owner != SlotOwner::router) return {false, "the router has no slot '" + std::string(swap.slot.name()) + "'"};
         std::string old = s.router->id() + " " + s.router->version();
         s.router = std::move(swap.instance);
-        s.swaps.applied("router", swap.requested_ns);
+        s.swaps.applied(swap.slot.name(), swap.requested_ns);
         s.swaps.step_started();
         spdlog::info("router swapped {} -> {} {}", old, s.router->id(), s.router->version());
         return {true, "router: " + old + " -> " + s.router->id() + " " + s.router->version()};
@@ -279,7 +279,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         auto& s = self->state;
         nlohmann::json engines = nlohmann::json::array();
         for (const auto& e : s.engines) engines.push_back({{"name", e->engine.name}, {"in_flight", e->in_flight}});
-        nlohmann::json j = {{"router", plugin_json(s.router)},
+        nlohmann::json j = {{slot_of(TH_KIND_ROUTER).name(), plugin_json(s.router)},
                             {"routed", s.routed},
                             {"last_swap", s.swaps.last()},
                             {"engines", engines}};

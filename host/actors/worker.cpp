@@ -28,12 +28,8 @@ struct WorkerState {
 
 void count_plugin_seconds(WorkerState& s, const PluginSeconds& t) {
   if (s.plugin_seconds == nullptr) return;
-  auto add = [&](const char* slot, const std::shared_ptr<PluginInstance>& p, double seconds) {
-    if (p) s.plugin_seconds->add({s.init.engine, slot, p->id()}, seconds);
-  };
-  add("attention", s.init.attention, t.attention);
-  add("kvcache", s.init.kvcache, t.kvcache);
-  add("moe", s.init.moe, t.moe);
+  for (SlotId slot : slots_owned_by(SlotOwner::worker))
+    if (const PluginInstance* p = s.init.plugins.get(slot)) s.plugin_seconds->add({s.init.engine, slot.name(), p->id()}, t[slot]);
 }
 
 // Draft positions are reserved after every item's own tokens, so that a draft never takes the blocks
@@ -186,14 +182,6 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
   }
 }
 
-// Where the worker holds the instance of one of its slots (the slot table's rows it owns), or NULL.
-std::shared_ptr<PluginInstance>* held(WorkerInit& s, const std::string& slot) {
-  if (slot == "attention") return &s.attention;
-  if (slot == "kvcache") return &s.kvcache;
-  if (slot == "moe") return &s.moe;
-  return nullptr;
-}
-
 // The kvcache's published layout, or null when it has none to give.
 const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
   const th_kv_layout* layout = nullptr;
@@ -289,7 +277,7 @@ void publish_step(const StepBatch& batch, const StepResult& result, const std::v
 // positions move down by n_blocks * block_size and their keys are re-rotated there (the backend's). The
 // table the plugin then reports is checked: the blocks before the cut kept, n_blocks fewer in all.
 void slide_window(WorkerInit& s, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks, uint32_t n_positions) {
-  PluginInstance& kv = *s.kvcache;
+  PluginInstance& kv = s.kvcache();
   const th_kv_layout* layout = kv_layout(kv);
   if (layout == nullptr || layout->block_size == 0) throw std::runtime_error(kv.id() + " has no KV layout to slide a window in");
   auto table = [&]() {
@@ -337,42 +325,42 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         try {
           auto started = std::chrono::steady_clock::now();
           const bool drafted = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; });
-          if (drafted && s.init.attention->library().abi_minor() < 4) {
+          if (drafted && s.init.attention().library().abi_minor() < 4) {
             // Built before tree attention (row_parent): each tree gives its first chain.
             for (auto& item : batch.items)
               if (item.is_tree()) item.cut_draft(item.chain_length()), item.draft_parent.clear();
           }
-          if (caches_prefixes(*s.init.kvcache)) result.reused = relookup_prefixes(batch, *s.init.kvcache, s.init.engine);
-          if (drafted) reserve_drafts(batch, *s.init.kvcache);
+          if (caches_prefixes(s.init.kvcache())) result.reused = relookup_prefixes(batch, s.init.kvcache(), s.init.engine);
+          if (drafted) reserve_drafts(batch, s.init.kvcache());
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
-                                                 {s.init.attention.get(), s.init.kvcache.get(), s.init.moe.get(), &seconds});
+                                                 {&s.init.plugins, &seconds});
           count_plugin_seconds(s, seconds);
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
-          if (drafted) truncate_drafts(batch, result, paths, *s.init.kvcache);
-          if (caches_prefixes(*s.init.kvcache)) publish_step(batch, result, paths, *s.init.kvcache, s.init.engine);
-          result.kv = kv_state(*s.init.kvcache);
+          if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
+          if (caches_prefixes(s.init.kvcache())) publish_step(batch, result, paths, s.init.kvcache(), s.init.engine);
+          result.kv = kv_state(s.init.kvcache());
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
           result.error = e.what();
           result.status = TH_ERR_RESOURCE_EXHAUSTED;
-          result.kv = kv_state(*s.init.kvcache);
+          result.kv = kv_state(s.init.kvcache());
         } catch (const std::exception& e) {
           result.error = e.what();
           result.status = TH_ERR_INTERNAL;
-          result.kv = kv_state(*s.init.kvcache);
+          result.kv = kv_state(s.init.kvcache());
         }
         ++s.steps;
         return result;
       },
       [=](free_atom, uint64_t seq_id) -> KvState {
-        auto& kv = *self->state.init.kvcache;
+        auto& kv = self->state.init.kvcache();
         kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
         return kv_state(kv);
       },
       [=](lookup_atom, uint64_t seq_id, uint64_t salt, const std::vector<int32_t>& prompt) -> LookupResult {
-        auto& kv = *self->state.init.kvcache;
+        auto& kv = self->state.init.kvcache();
         LookupResult r;
         if (!caches_prefixes(kv)) r.error = kv.id() + " caches no prefixes";
         else r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
@@ -380,7 +368,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         return r;
       },
       [=](flush_atom) -> KvState {
-        auto& kv = *self->state.init.kvcache;
+        auto& kv = self->state.init.kvcache();
         if (caches_prefixes(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
         return kv_state(kv);
       },
@@ -396,45 +384,45 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           r.error = e.what();
           r.status = TH_ERR_INTERNAL;
         }
-        r.kv = kv_state(*s.kvcache);
+        r.kv = kv_state(s.kvcache());
         return r;
       },
-      [=](status_atom) -> KvState { return kv_state(*self->state.init.kvcache); },
+      [=](status_atom) -> KvState { return kv_state(self->state.init.kvcache()); },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state.init;
-        std::shared_ptr<PluginInstance>* slot = held(s, swap.slot);
-        const SlotInfo* info = find_slot(swap.slot);
-        if (slot == nullptr || info == nullptr || info->owner != SlotOwner::worker)
-          return {false, "the worker has no slot '" + swap.slot + "'"};
-        if (!*slot) return {false, "engine " + s.engine + " serves a dense model: it has no " + swap.slot + " slot"};
-        if (info->swap == SwapMode::new_engine && kv_seqs(*s.kvcache) > 0) {
-          return {false, "the kvcache of engine " + s.engine + " holds " + std::to_string(kv_seqs(*s.kvcache)) +
+        const std::string name = swap.slot.name();
+        if (swap.slot.info().owner != SlotOwner::worker) return {false, "the worker has no slot '" + name + "'"};
+        const PluginInstance* current = s.plugins.get(swap.slot);
+        if (current == nullptr) return {false, "engine " + s.engine + " serves a dense model: it has no " + name + " slot"};
+        if (!swap.instance) return {false, "the " + name + " slot cannot be empty"};
+        if (swap.slot.info().swap == SwapMode::new_engine && kv_seqs(s.kvcache()) > 0) {
+          return {false, "the kvcache of engine " + s.engine + " holds " + std::to_string(kv_seqs(s.kvcache())) +
                              " sequences: a KV layout change needs the engine drained first"};
         }
-        std::string old = (*slot)->id() + " " + (*slot)->version();
+        const std::string old = current->id() + " " + current->version();
+        const std::string now = swap.instance->id() + " " + swap.instance->version();
         // The old instance is released here, between steps: no step is using it any more.
-        *slot = std::move(swap.instance);
-        self->state.swaps.applied(swap.slot, swap.requested_ns, swap.engine_idle);
-        spdlog::info("engine {}: {} swapped {} -> {} {}", s.engine, swap.slot, old, (*slot)->id(), (*slot)->version());
-        return {true, swap.slot + ": " + old + " -> " + (*slot)->id() + " " + (*slot)->version()};
+        s.plugins.set(swap.slot, std::move(swap.instance));
+        self->state.swaps.applied(name, swap.requested_ns, swap.engine_idle);
+        spdlog::info("engine {}: {} swapped {} -> {}", s.engine, name, old, now);
+        return {true, name + ": " + old + " -> " + now};
       },
       [=](status_atom, const std::string&) -> StatusJson {
         auto& s = self->state;
-        auto kv = kv_state(*s.init.kvcache);
-        const th_kv_layout* layout = kv_layout(*s.init.kvcache);
+        auto kv = kv_state(s.init.kvcache());
+        const th_kv_layout* layout = kv_layout(s.init.kvcache());
         nlohmann::json j = {{"steps", s.steps},
                             {"kv", {{"total_blocks", kv.total_blocks}, {"free_blocks", kv.uncached_free_blocks()},
                                     {"block_size", kv.block_size},
                                     {"dtype", layout != nullptr ? quant::dtype_name(layout->dtype) : "unknown"},
-                                    {"prefix_caching", caches_prefixes(*s.init.kvcache)}}}};
-        if (caches_prefixes(*s.init.kvcache)) {
+                                    {"prefix_caching", caches_prefixes(s.init.kvcache())}}}};
+        if (caches_prefixes(s.init.kvcache())) {
           j["kv"]["cached_blocks"] = kv.cached_blocks;
           j["kv"]["evicted_blocks"] = kv.evicted_blocks;
           j["kv"]["published_blocks"] = kv.published_blocks;
         }
-        for (const SlotInfo& slot : slot_table())  // each filled slot the worker owns, under its name
-          if (auto* p = slot.owner == SlotOwner::worker ? held(s.init, slot.name) : nullptr; p && *p)
-            j[slot.name] = plugin_json(*p);
+        for (SlotId slot : slots_owned_by(SlotOwner::worker))  // each filled slot the worker owns, under its name
+          if (const PluginInstance* p = s.init.plugins.get(slot)) j[slot.name()] = plugin_json(p);
         j["last_worker_swap"] = s.swaps.last();
         return {j.dump()};
       },

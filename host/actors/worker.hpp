@@ -16,8 +16,10 @@ struct WorkerInit {
   std::string engine;
   std::shared_ptr<const ModelWeights> weights;  // as backend computes with them (place_weights)
   const Backend* backend = nullptr;             // the engine device's; runs every step
-  std::shared_ptr<PluginInstance> attention, kvcache, moe;  // moe NULL for dense models
+  SlotInstances plugins;  // the slots the worker owns (slot table): attention, kvcache, moe (MoE models only)
   metrics::Registry* metrics = nullptr;
+  PluginInstance& attention() const { return *plugins.get(slot_of(TH_KIND_ATTENTION)); }
+  PluginInstance& kvcache() const { return *plugins.get(slot_of(TH_KIND_KVCACHE)); }
 };
 
 worker_actor spawn_worker(caf::actor_system& sys, WorkerInit init);

@@ -86,7 +86,8 @@ std::vector<std::string> check_plugins(const Deployment& d) {
   };
   for (const auto& [name, e] : d.engines)
     for (const auto& [slot, s] : e.slots) check_slot(name, engine_model(d, e), slot, s);
-  check_slot("router", d.models.begin()->second.spec, "router", d.router);
+  const std::string router = slot_of(TH_KIND_ROUTER).name();  // the router's instance is labelled by its slot
+  check_slot(router, d.models.begin()->second.spec, router, d.router);
   return problems;
 }
 

@@ -25,8 +25,8 @@ std::shared_ptr<DraftSessions> draft_sessions_for(const ModelSpec& model) {
   d.backend = find_backend("cpu");
   d.kv_dtype = model.info.kv_dtype;
   d.weights = [weights](const std::string&) { return weights; };
-  d.make_instance = [catalog](const std::string& slot, const ModelSpec& spec) {
-    return instantiate(*catalog, slot == "attention" ? "attention.reference" : "kvcache.paged", "conformance", spec);
+  d.make_instance = [catalog](SlotId slot, const ModelSpec& spec) {
+    return instantiate(*catalog, slot == slot_of(TH_KIND_ATTENTION) ? "attention.reference" : "kvcache.paged", "conformance", spec);
   };
   return std::make_shared<DraftSessions>(std::move(d));
 }

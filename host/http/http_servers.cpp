@@ -19,6 +19,7 @@
 #include "http/json_to_toml.hpp"
 #include "http/gateway_routes.hpp"
 #include "http/tokenize_routes.hpp"
+#include "plugin/kind.hpp"
 #include "request/request_id.hpp"
 #include "server/gateway.hpp"
 
@@ -189,7 +190,10 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_->route("POST", R"(/admin/engines/([^/]+)/slots/([^/]+))", [set_slot](const HttpRequest& req, HttpResponse& res) {
     set_slot(req.matches[1], req.matches[2], req, res);
   });
-  admin_->route("POST", "/admin/router", [set_slot](const HttpRequest& req, HttpResponse& res) { set_slot("", "router", req, res); });
+  // The router's slot, served at /admin/router.
+  admin_->route("POST", std::string("/admin/") + slot_of(TH_KIND_ROUTER).name(), [set_slot](const HttpRequest& req, HttpResponse& res) {
+    set_slot("", slot_of(TH_KIND_ROUTER).name(), req, res);
+  });
   admin_->route("DELETE", R"(/admin/engines/([^/]+)/slots/([^/]+))", [this](const HttpRequest& req, HttpResponse& res) {
     try {
       reply_json(res, {{"ok", true}, {"change", server_.unload_slot(req.matches[1], req.matches[2])}});

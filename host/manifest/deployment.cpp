@@ -382,7 +382,8 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
 Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
-  r.check_keys(root, {"server", "models", "engines", "router", "experiments", "limits"}, "the deployment manifest");
+  const std::string router_key = slot_of(TH_KIND_ROUTER).name();  // the router slot's table
+  r.check_keys(root, {"server", "models", "engines", router_key, "experiments", "limits"}, "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
@@ -436,12 +437,12 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.engines.emplace(name, read_engine(r, d, name, node));
   }
   if (d.engines.empty()) r.fail(engines, "[engines] declares no engine");
-  if (const toml::node* router = root.get("router")) {
-    d.router = read_slot(r, *d.catalog, "router", *router, "[router]");
+  if (const toml::node* router = root.get(router_key)) {
+    d.router = read_slot(r, *d.catalog, router_key, *router, "[" + router_key + "]");
   } else {
     toml::table implicit;
-    implicit.insert("plugin", find_slot("router")->default_plugin);
-    d.router = read_slot(r, *d.catalog, "router", implicit, "[router] (default)");
+    implicit.insert("plugin", slot_of(TH_KIND_ROUTER).info().default_plugin);
+    d.router = read_slot(r, *d.catalog, router_key, implicit, "[" + router_key + "] (default)");
   }
   if (const toml::table* experiments = r.optional_table(root, "experiments", "the deployment manifest"))
     d.experiments = read_experiments(r, *experiments, d.engines);

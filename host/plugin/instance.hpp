@@ -14,6 +14,7 @@
 #include "plugin/abi_member.hpp"
 #include "plugin/crash_attribution.hpp"
 #include "plugin/host_api.hpp"
+#include "plugin/kind.hpp"
 #include "plugin/library.hpp"
 
 namespace tokenhost {
@@ -29,7 +30,7 @@ struct ModelSpec {
 // Where and how an instance is made.
 struct InstanceSpec {
   std::string engine;
-  std::string slot;          // the kind name, e.g. "attention"
+  std::string slot;          // the slot's name (SlotId::name()): the instance's metric and crash label
   ModelSpec model;
   DeviceInfo device;
   toml::table config;        // defaults merged with settings (merge_plugin_config)
@@ -84,6 +85,30 @@ class PluginInstance {
   std::unique_ptr<th_host_ctx> ctx_;
   th_config config_;
   th_instance* instance_ = nullptr;
+};
+
+// The plugin instances an actor holds, by slot (plugin/kind.hpp): one per slot, or an ordered list for a
+// slot that stacks (SlotInfo::stacks); an empty slot holds none.
+class SlotInstances {
+ public:
+  SlotInstances() : by_slot_(all_slots().size()) {}
+  // The slot's instance (a stack's first); NULL when the slot is empty.
+  PluginInstance* get(SlotId slot) const {
+    const auto& v = by_slot_.at(slot.index());
+    return v.empty() ? nullptr : v.front().get();
+  }
+  // What the slot holds, in order (at most one for a slot that does not stack).
+  const std::vector<std::shared_ptr<PluginInstance>>& stack(SlotId slot) const { return by_slot_.at(slot.index()); }
+  std::vector<std::shared_ptr<PluginInstance>>& stack(SlotId slot) { return by_slot_.at(slot.index()); }
+  // The slot holds `instance` alone from now on (NULL: nothing). What it held is released here.
+  void set(SlotId slot, std::shared_ptr<PluginInstance> instance) {
+    auto& v = by_slot_.at(slot.index());
+    v.clear();
+    if (instance) v.push_back(std::move(instance));
+  }
+
+ private:
+  std::vector<std::vector<std::shared_ptr<PluginInstance>>> by_slot_;
 };
 
 // Whether a kvcache instance caches prefixes: it has seq_lookup, seq_publish and cache_flush (ABI 1.5,

@@ -1,6 +1,7 @@
 #include "plugin/kind.hpp"
 
 #include <cstddef>
+#include <stdexcept>
 
 namespace tokenhost {
 namespace {
@@ -141,6 +142,36 @@ const std::vector<std::string>& engine_slot_names() {
     return v;
   }();
   return names;
+}
+
+const SlotInfo& SlotId::info() const { return slot_table().at(index_); }
+
+const std::vector<SlotId>& all_slots() {
+  static const std::vector<SlotId> ids = [] {
+    std::vector<SlotId> v;
+    for (size_t i = 0; i < slot_table().size(); ++i) v.push_back(SlotId(uint8_t(i)));
+    return v;
+  }();
+  return ids;
+}
+
+SlotId slot_of(th_kind kind) {
+  for (SlotId id : all_slots())
+    if (id.kind() == kind) return id;
+  throw std::logic_error("no slot for plugin kind " + std::to_string(kind));
+}
+
+std::optional<SlotId> slot_named(const std::string& name) {
+  for (SlotId id : all_slots())
+    if (name == id.name()) return id;
+  return std::nullopt;
+}
+
+std::vector<SlotId> slots_owned_by(SlotOwner owner) {
+  std::vector<SlotId> out;
+  for (SlotId id : all_slots())
+    if (id.info().owner == owner) out.push_back(id);
+  return out;
 }
 
 bool slot_required(const SlotInfo& slot, uint32_t n_experts) {

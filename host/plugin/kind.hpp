@@ -33,7 +33,36 @@ struct SlotInfo {
   SwapMode swap;
   bool unloadable;             // an admin unload may empty it (only optional slots)
   const char* default_plugin;  // the plugin a deployment gets when it names none; "" for none
+  // Several instances serve the slot as an ordered list (the first is called first), rather than one.
+  bool stacks = false;
 };
+
+// A slot as the host's code names it: its row in slot_table(). Code that calls one kind names it by
+// the kind's ABI constant, slot_of(TH_KIND_KVCACHE); a slot's name is for manifests, admin paths,
+// status keys and metric labels (SlotInfo::name), read from the table.
+class SlotId {
+ public:
+  constexpr SlotId() = default;
+  size_t index() const { return index_; }
+  const SlotInfo& info() const;
+  const char* name() const { return info().name; }
+  th_kind kind() const { return info().kind; }
+  friend bool operator==(SlotId a, SlotId b) { return a.index_ == b.index_; }
+  friend bool operator<(SlotId a, SlotId b) { return a.index_ < b.index_; }
+
+ private:
+  friend const std::vector<SlotId>& all_slots();
+  explicit constexpr SlotId(uint8_t index) : index_(index) {}
+  uint8_t index_ = 0;
+};
+
+// The slot of kind (every kind has one). Throws std::logic_error for a number the table lacks.
+SlotId slot_of(th_kind kind);
+// The slot named `name` (a manifest key, an admin path segment), or nullopt.
+std::optional<SlotId> slot_named(const std::string& name);
+// Every slot, in table order; those one actor owns, in table order.
+const std::vector<SlotId>& all_slots();
+std::vector<SlotId> slots_owned_by(SlotOwner owner);
 
 // Every slot, in the order status and listings show them.
 const std::vector<SlotInfo>& slot_table();

@@ -16,7 +16,8 @@ struct DraftSessions::Model {
   std::string name;
   uint32_t n_layers = 0;
   std::shared_ptr<const ModelWeights> weights;  // cut to n_layers
-  std::shared_ptr<PluginInstance> attention, kvcache;
+  SlotInstances plugins;  // its attention and kvcache instances
+  PluginInstance& kvcache() const { return *plugins.get(slot_of(TH_KIND_KVCACHE)); }
   uint32_t sessions = 0;
   uint64_t tokens_drafted = 0, tokens_computed = 0;
 };
@@ -45,10 +46,9 @@ DraftSessions::Model& DraftSessions::model_for(const std::string& name, const st
   }
   ModelSpec spec = m->weights->spec;
   spec.info.kv_dtype = init_.kv_dtype;
-  m->attention = init_.make_instance("attention", spec);
-  m->kvcache = init_.make_instance("kvcache", spec);
+  for (th_kind kind : {TH_KIND_ATTENTION, TH_KIND_KVCACHE}) m->plugins.set(slot_of(kind), init_.make_instance(slot_of(kind), spec));
   spdlog::info("engine {}: draft model {} ({} of {} layers) ready, its own KV pool from {}", init_.engine, name,
-               n_layers, full->layers.size(), m->kvcache->id());
+               n_layers, full->layers.size(), m->kvcache().id());
   return *models_.emplace(key, std::move(m)).first->second;
 }
 
@@ -134,14 +134,14 @@ void DraftSessions::close(uint64_t session) {
 }
 
 void DraftSessions::drop_cache(Session& s) {
-  const PluginInstance& kv = *s.model->kvcache;
+  const PluginInstance& kv = s.model->kvcache();
   kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), s.kv_seq);
   s.cached.clear();
 }
 
 void DraftSessions::cut_cache(Session& s, uint32_t keep) {
   if (keep >= s.cached.size()) return;
-  const PluginInstance& kv = *s.model->kvcache;
+  const PluginInstance& kv = s.model->kvcache();
   th_error err;
   if (keep == 0 || kv.fn(&th_kvcache_vtable::seq_truncate) == nullptr ||
       kv.call(&th_kvcache_vtable::seq_truncate, "seq_truncate", kv.handle(), s.kv_seq, keep, &err) != TH_OK) {
@@ -154,7 +154,7 @@ void DraftSessions::cut_cache(Session& s, uint32_t keep) {
 std::vector<std::pair<size_t, std::vector<float>>> DraftSessions::feed_pass(Model& m, const std::vector<Session*>& sessions,
                                                                            const std::vector<size_t>& members,
                                                                            std::vector<std::vector<int32_t>>& feed, bool sample) {
-  const PluginInstance& kv = *m.kvcache;
+  const PluginInstance& kv = m.kvcache();
   StepBatch batch;
   std::vector<size_t> fed;
   for (size_t k : members) {
@@ -178,7 +178,7 @@ std::vector<std::pair<size_t, std::vector<float>>> DraftSessions::feed_pass(Mode
     fed.push_back(k);
   }
   if (fed.empty()) return {};
-  const StepPlugins plugins{m.attention.get(), m.kvcache.get(), nullptr};
+  const StepPlugins plugins{&m.plugins};
   std::vector<std::vector<float>> logits = init_.backend->run_step(*m.weights, batch, plugins);
   std::vector<std::pair<size_t, std::vector<float>>> out;
   for (size_t i = 0; i < fed.size(); ++i) {
@@ -284,7 +284,7 @@ std::vector<DraftModelStatus> DraftSessions::status() const {
     st.sessions = m->sessions;
     th_kv_stats kv{};
     kv.struct_size = sizeof kv;
-    m->kvcache->call(&th_kvcache_vtable::stats, "stats", m->kvcache->handle(), &kv);
+    m->kvcache().call(&th_kvcache_vtable::stats, "stats", m->kvcache().handle(), &kv);
     st.blocks_used = kv.used_blocks;
     st.blocks_total = kv.total_blocks;
     st.tokens_drafted = m->tokens_drafted;

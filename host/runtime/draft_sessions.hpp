@@ -33,8 +33,8 @@ struct DraftSessionsInit {
   // A model of the deployment as the engine's backend computes with it; NULL when there is no such
   // model. May be slow the first time (synthetic weights are generated). Throws std::runtime_error.
   std::function<std::shared_ptr<const ModelWeights>(const std::string& model)> weights;
-  // An instance of the engine's plugin in `slot` ("attention", "kvcache") for model `spec`. Throws.
-  std::function<std::shared_ptr<PluginInstance>(const std::string& slot, const ModelSpec& spec)> make_instance;
+  // An instance of the engine's plugin in `slot` (its attention or kvcache slot) for model `spec`. Throws.
+  std::function<std::shared_ptr<PluginInstance>(SlotId slot, const ModelSpec& spec)> make_instance;
   uint32_t prefill_chunk = 256;  // appended tokens computed per session and forward pass, at most
 };
 

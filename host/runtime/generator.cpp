@@ -10,11 +10,11 @@ namespace tokenhost {
 Generator::Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
                      std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk,
                      std::shared_ptr<PluginInstance> moe)
-    : weights_(std::move(weights)),
-      attention_(std::move(attention)),
-      kvcache_(std::move(kvcache)),
-      moe_(std::move(moe)),
-      prefill_chunk_(std::max<uint32_t>(prefill_chunk, 1)) {}
+    : weights_(std::move(weights)), prefill_chunk_(std::max<uint32_t>(prefill_chunk, 1)) {
+  plugins_.set(slot_of(TH_KIND_ATTENTION), std::move(attention));
+  plugins_.set(slot_of(TH_KIND_KVCACHE), std::move(kvcache));
+  plugins_.set(slot_of(TH_KIND_MOE), std::move(moe));
+}
 
 Generator::~Generator() = default;
 
@@ -31,12 +31,12 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
     throw std::invalid_argument("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
                                 std::to_string(context));
   const uint64_t seq = next_seq_++;
-  const StepPlugins plugins{attention_.get(), kvcache_.get(), moe_.get()};
+  const StepPlugins plugins{&plugins_};
   struct Release {  // the sequence's blocks go back whatever happens
     const PluginInstance& kv;
     uint64_t seq;
     ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
-  } release{*kvcache_, seq};
+  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
 
   GenerationStats stats;
   stats.prompt_tokens = uint32_t(prompt.size());

@@ -40,7 +40,7 @@ class Generator {
 
  private:
   std::shared_ptr<const ModelWeights> weights_;
-  std::shared_ptr<PluginInstance> attention_, kvcache_, moe_;
+  SlotInstances plugins_;  // attention, kvcache and (a model with experts) moe
   uint32_t prefill_chunk_;
   uint64_t next_seq_ = 1;
 };

@@ -79,17 +79,21 @@ struct StepBatch {
   std::vector<StepItem> items;
 };
 
-// Seconds one step spent inside each plugin's calls (for the per-plugin time metrics).
+// Seconds one step spent inside each slot's plugin calls (for the per-plugin time metrics).
 struct PluginSeconds {
-  double attention = 0, kvcache = 0, moe = 0;
+  std::vector<double> by_slot = std::vector<double>(all_slots().size(), 0.0);
+  double& operator[](SlotId slot) { return by_slot.at(slot.index()); }
+  double operator[](SlotId slot) const { return by_slot.at(slot.index()); }
 };
 
-// The plugins one step runs through; moe is NULL for dense models.
+// The plugins one step runs through (the worker's attention, kvcache and, for MoE models, moe slots).
 struct StepPlugins {
-  PluginInstance* attention = nullptr;
-  PluginInstance* kvcache = nullptr;
-  PluginInstance* moe = nullptr;
+  const SlotInstances* instances = nullptr;
   PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
+  // The instance of slot, NULL when it is empty.
+  PluginInstance* get(SlotId slot) const { return instances != nullptr ? instances->get(slot) : nullptr; }
+  // Where the time in slot's calls adds up; NULL when not counted.
+  double* seconds_of(SlotId slot) const { return seconds != nullptr ? &(*seconds)[slot] : nullptr; }
 };
 
 // A TH_ERR_RESOURCE_EXHAUSTED from the kvcache plugin: the scheduler over-committed the cache.

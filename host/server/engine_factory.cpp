@@ -46,16 +46,16 @@ SlidingWindow sliding_window_of(const EngineDecl& decl, PluginInstance& kv, uint
 
 }  // namespace
 
-std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* engine, const std::string& slot,
-                                                      const SlotDecl& decl, std::shared_ptr<PluginLibrary> library) {
+std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* engine, SlotId slot, const SlotDecl& decl,
+                                                             std::shared_ptr<PluginLibrary> library) {
   InstanceSpec spec;
-  spec.engine = engine != nullptr ? engine->name : "router";
-  spec.slot = slot;
+  spec.engine = engine != nullptr ? engine->name : slot.name();  // the router's instance is labelled by its slot
+  spec.slot = slot.name();
   spec.model = engine != nullptr ? engine_model(deployment_, *engine) : deployment_.models.begin()->second.spec;
   spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
   spec.config = decl.config;
   spec.metrics = &metrics_;
-  if (engine != nullptr && slot == "spec_decode" && draft_sessions_.count(engine->name))
+  if (engine != nullptr && slot == slot_of(TH_KIND_SPEC_DECODE) && draft_sessions_.count(engine->name))
     spec.drafts = draft_sessions_.at(engine->name);
   if (!library) {
     LoadReply loaded = load_library(decl.plugin);
@@ -96,10 +96,14 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   }
   w.weights = placed;
   w.metrics = &metrics_;
-  w.attention = make_instance(&decl, "attention", decl.slots.at("attention"));
-  w.kvcache = make_instance(&decl, "kvcache", decl.slots.at("kvcache"));
-  const SlidingWindow window = sliding_window_of(decl, *w.kvcache, model.spec.info.context_len);
-  if (decl.slots.count("moe")) w.moe = make_instance(&decl, "moe", decl.slots.at("moe"));
+  // Each slot the declaration fills, by the actor that owns it (the manifest reader checked which a
+  // model needs): the worker's first, then (after the draft sessions its proposer may use) the engine's.
+  auto fill = [&](SlotOwner owner, SlotInstances& into) {
+    for (SlotId slot : slots_owned_by(owner))
+      if (auto it = decl.slots.find(slot.name()); it != decl.slots.end()) into.set(slot, make_instance(&decl, slot, it->second));
+  };
+  fill(SlotOwner::worker, w.plugins);
+  const SlidingWindow window = sliding_window_of(decl, w.kvcache(), model.spec.info.context_len);
   // Draft sessions for the proposers of the engine: draft models on its device, each with a KV pool
   // made by its kvcache and attention plugins (the libraries loaded here; instances made on first use).
   {
@@ -111,16 +115,17 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
     d.weights = [this, own = placed, own_name = decl.model, device = decl.device](const std::string& m) {
       return m == own_name ? own : draft_model_weights(m, device);
     };
-    std::map<std::string, std::pair<std::shared_ptr<PluginLibrary>, SlotDecl>> slots;
-    for (const char* slot : {"attention", "kvcache"}) {
-      LoadReply loaded = load_library(decl.slots.at(slot).plugin);
+    std::map<SlotId, std::pair<std::shared_ptr<PluginLibrary>, SlotDecl>> slots;
+    for (th_kind kind : {TH_KIND_ATTENTION, TH_KIND_KVCACHE}) {
+      const SlotDecl& slot = decl.slots.at(slot_of(kind).name());
+      LoadReply loaded = load_library(slot.plugin);
       if (!loaded.library) throw PluginError(loaded.error);
-      slots[slot] = {loaded.library, decl.slots.at(slot)};
+      slots[slot_of(kind)] = {loaded.library, slot};
     }
-    d.make_instance = [this, slots, engine = name, device = decl.device](const std::string& slot, const ModelSpec& model) {
+    d.make_instance = [this, slots, engine = name, device = decl.device](SlotId slot, const ModelSpec& model) {
       InstanceSpec spec;
       spec.engine = engine;
-      spec.slot = slot;
+      spec.slot = slot.name();
       spec.model = model;
       spec.device = resolve_device(device);
       spec.config = slots.at(slot).second.config;
@@ -139,11 +144,10 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   e.max_step_seqs = decl.max_step_seqs;
   e.max_draft = decl.max_draft;
   e.draft_policy = decl.draft_policy;
-  e.scheduler = make_instance(&decl, "scheduler", decl.slots.at("scheduler"));
-  if (decl.slots.count("spec_decode")) e.spec_decode = make_instance(&decl, "spec_decode", decl.slots.at("spec_decode"));
-  if (w.kvcache->fn(&th_kvcache_vtable::seq_truncate) == nullptr)
-    e.no_speculation = "its kvcache plugin " + w.kvcache->id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
-  e.prefix_cache = caches_prefixes(*w.kvcache);
+  fill(SlotOwner::engine, e.plugins);
+  if (w.kvcache().fn(&th_kvcache_vtable::seq_truncate) == nullptr)
+    e.no_speculation = "its kvcache plugin " + w.kvcache().id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
+  e.prefix_cache = caches_prefixes(w.kvcache());
   e.window = window;
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);

@@ -36,7 +36,7 @@ class EngineFactory {
 
   // An instance for slot of engine (NULL: the router); the library is opened through the registry
   // unless given. Throws PluginError.
-  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, const std::string& slot, const SlotDecl& decl,
+  std::shared_ptr<PluginInstance> make_instance(const EngineDecl* engine, SlotId slot, const SlotDecl& decl,
                                                 std::shared_ptr<PluginLibrary> library = nullptr);
   // The registry's answer for plugin id: its manifest re-read and its library opened, or why not.
   LoadReply load_library(const std::string& id);

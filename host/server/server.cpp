@@ -66,7 +66,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);
     label_arms();
     RouterInit r;
-    r.router = factory_->make_instance(nullptr, "router", deployment_.router);
+    r.router = factory_->make_instance(nullptr, slot_of(TH_KIND_ROUTER), deployment_.router);
     r.engines = std::move(routed);
     r.metrics = &metrics_;
     r.experiments = experiments_;
@@ -168,7 +168,7 @@ nlohmann::json Server::status() {
   return {{"engines", engines},
           {"retiring_engines", retiring},
           {"models", factory_->models_json()},
-          {"router", nlohmann::json::parse(router.json)},
+          {slot_of(TH_KIND_ROUTER).name(), nlohmann::json::parse(router.json)},
           {"accepting", gateway_->accepting()},
           {"in_flight", gateway_->in_flight()},
           {"admission", gateway_->admission_status()},
@@ -190,12 +190,13 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   std::lock_guard lock(admin_mutex_);
   if (!accepting()) throw AdminError(503, "the server is shutting down");
   std::shared_ptr<EngineHandle> target;
-  const SlotInfo* info = find_slot(slot);
-  if (info == nullptr) {
+  const std::optional<SlotId> id = slot_named(slot);
+  if (!id) {
     std::vector<std::string> names;
     for (const auto& s : slot_table()) names.emplace_back(s.name);
     throw AdminError(404, "no slot '" + slot + "'" + suggestion(slot, names));
   }
+  const SlotInfo* info = &id->info();
   if (info->owner == SlotOwner::router) {
     if (!engine.empty()) throw AdminError(400, "the " + slot + " slot belongs to the server, not to engine '" + engine + "'");
   } else {
@@ -219,11 +220,11 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   std::shared_ptr<PluginInstance> instance;
   try {
     const EngineDecl decl = target ? target->decl() : EngineDecl{};
-    instance = factory_->make_instance(target ? &decl : nullptr, slot, change, std::move(loaded.library));
+    instance = factory_->make_instance(target ? &decl : nullptr, *id, change, std::move(loaded.library));
   } catch (const std::exception& e) {
     throw AdminError(422, e.what());
   }
-  SlotSwap swap{slot, std::move(instance), requested_ns};
+  SlotSwap swap{*id, std::move(instance), requested_ns};
   SwapResult r = target ? target->swap(std::move(swap)) : ask_router(swap_atom::value, std::move(swap));
   if (!r.ok) throw AdminError(409, r.message);
   if (target) target->set_slot_decl(slot, &change);
@@ -235,7 +236,7 @@ std::string Server::flush_prefix_cache(const std::string& engine) {
   auto target = engines_->find(engine);
   if (!target) throw AdminError(404, "no engine '" + engine + "'");
   if (!target->facts().prefix_cache)
-    throw AdminError(409, "engine '" + engine + "': its kvcache plugin " + target->decl().slots.at("kvcache").plugin +
+    throw AdminError(409, "engine '" + engine + "': its kvcache plugin " + target->decl().slots.at(slot_of(TH_KIND_KVCACHE).name()).plugin +
                               " keeps no prefix cache (seq_lookup, seq_publish and cache_flush, ABI 1.5)");
   std::pair<KvState, KvState> kv;
   try {
@@ -254,13 +255,13 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   std::lock_guard lock(admin_mutex_);
   auto target = engines_->find(engine);
   if (!target) throw AdminError(404, "no engine '" + engine + "'");
-  const SlotInfo* info = find_slot(slot);
-  if (info == nullptr || info->owner == SlotOwner::router) throw AdminError(404, "engines have no slot '" + slot + "'");
-  if (!info->unloadable) {
+  const std::optional<SlotId> id = slot_named(slot);
+  if (!id || id->info().owner == SlotOwner::router) throw AdminError(404, "engines have no slot '" + slot + "'");
+  if (!id->info().unloadable) {
     throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
   }
   if (!target->decl().slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
-  SwapResult r = target->swap(SlotSwap{slot, nullptr});
+  SwapResult r = target->swap(SlotSwap{*id, nullptr});
   if (!r.ok) throw AdminError(409, r.message);
   target->set_slot_decl(slot, nullptr);
   return r.message;
@@ -275,8 +276,9 @@ std::string Server::replace_engine_for(const std::string& engine, const SlotDecl
     throw AdminError(409, "engine '" + engine + "' is still draining the engine its previous kvcache swap replaced; "
                               "swap again once that is done (GET /admin/engines lists it under retiring_engines)");
   EngineDecl decl = engines_->find(engine)->decl();
-  std::string old = decl.slots.at("kvcache").plugin + " " + decl.slots.at("kvcache").manifest.version;
-  decl.slots["kvcache"] = change;
+  SlotDecl& kvcache = decl.slots.at(slot_of(TH_KIND_KVCACHE).name());
+  const std::string old = kvcache.plugin + " " + kvcache.manifest.version;
+  kvcache = change;
   std::shared_ptr<EngineHandle> fresh;
   try {
     fresh = factory_->build(decl, requested_ns);

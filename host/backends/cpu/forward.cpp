@@ -145,18 +145,23 @@ const th_kv_layout& cpu_kv_layout(const ModelWeights& w, PluginInstance& kv) {
 std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBatch& batch, const StepPlugins& plugins) {
   const auto& info = w.spec.info;
   const size_t dim = info.dim, hd = info.head_dim, nh = info.n_heads, nkv = info.n_kv_heads;
-  th_instance* kv_inst = plugins.kvcache->handle();
+  static const SlotId kAttention = slot_of(TH_KIND_ATTENTION), kKvcache = slot_of(TH_KIND_KVCACHE), kMoe = slot_of(TH_KIND_MOE);
+  PluginInstance* const kv_plugin = plugins.get(kKvcache);
+  PluginInstance* const attention_plugin = plugins.get(kAttention);
+  PluginInstance* const moe_plugin = plugins.get(kMoe);
+  if (kv_plugin == nullptr || attention_plugin == nullptr) throw std::logic_error("a step without an attention or kvcache plugin");
+  th_instance* kv_inst = kv_plugin->handle();
   th_error err;
-  double* kv_seconds = plugins.seconds ? &plugins.seconds->kvcache : nullptr;
-  double* attention_seconds = plugins.seconds ? &plugins.seconds->attention : nullptr;
-  double* moe_seconds = plugins.seconds ? &plugins.seconds->moe : nullptr;
+  double* kv_seconds = plugins.seconds_of(kKvcache);
+  double* attention_seconds = plugins.seconds_of(kAttention);
+  double* moe_seconds = plugins.seconds_of(kMoe);
   std::optional<ScopedSeconds> kv_timer(std::in_place, kv_seconds);  // the layout and block tables
 
-  if (info.n_experts > 0 && plugins.moe == nullptr) {
+  if (info.n_experts > 0 && moe_plugin == nullptr) {
     throw std::runtime_error("the model has " + std::to_string(info.n_experts) +
                              " experts per layer: its forward pass needs a moe plugin (such as moe.topk)");
   }
-  const th_kv_layout* layout = &cpu_kv_layout(w, *plugins.kvcache);
+  const th_kv_layout* layout = &cpu_kv_layout(w, *kv_plugin);
 
   // Rows of the batch: every token of every item, in order, each at its place in the cache
   // (`positions`) and rotated by its place in the text (`rope_positions`: the same, but for the tokens of
@@ -166,8 +171,8 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   const bool any_tree = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.is_tree(); });
   for (const auto& item : batch.items) {
     uint32_t end = item.start + uint32_t(item.tokens.size());
-    if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv_inst, item.seq_id, end, item.start, &err))
-      throw_plugin_failure(*plugins.kvcache, "seq_reserve", s, err);
+    if (th_status s = kv_plugin->call(&th_kvcache_vtable::seq_reserve, "seq_reserve", kv_inst, item.seq_id, end, item.start, &err))
+      throw_plugin_failure(*kv_plugin, "seq_reserve", s, err);
     const uint32_t first_row = uint32_t(tokens.size()), n_own = uint32_t(item.tokens.size()) - item.n_draft;
     std::vector<uint32_t> depth;  // of each draft token: 0 for a child of the item's own tokens
     for (uint32_t t = 0; t < item.tokens.size(); ++t) {
@@ -192,8 +197,8 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
   for (const auto& item : batch.items) {
     const int32_t* blocks = nullptr;
     uint32_t n = 0;
-    if (th_status s = plugins.kvcache->call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv_inst, item.seq_id, &blocks, &n, &err))
-      throw_plugin_failure(*plugins.kvcache, "seq_blocks", s, err);
+    if (th_status s = kv_plugin->call(&th_kvcache_vtable::seq_blocks, "seq_blocks", kv_inst, item.seq_id, &blocks, &n, &err))
+      throw_plugin_failure(*kv_plugin, "seq_blocks", s, err);
     table_copies.emplace_back(blocks, blocks + n);
   }
   kv_timer.reset();
@@ -279,7 +284,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     ab.row_parent = any_tree ? row_parent.data() : nullptr;
     {
       ScopedSeconds timer(attention_seconds);
-      if (th_status s = plugins.attention->call(&th_attention_vtable::forward, "forward", plugins.attention->handle(), &ab, &err)) throw_plugin_failure(*plugins.attention, "forward", s, err);
+      if (th_status s = attention_plugin->call(&th_attention_vtable::forward, "forward", attention_plugin->handle(), &ab, &err)) throw_plugin_failure(*attention_plugin, "forward", s, err);
     }
 
     matmul(L.wo, att.data(), n_rows, tmp.data());
@@ -299,12 +304,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       std::fill(ffn_out.begin(), ffn_out.end(), 0.0f);
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
-      if (th_status s = plugins.moe->call(&th_moe_vtable::gate, "gate", plugins.moe->handle(), &ga, &err)) throw_plugin_failure(*plugins.moe, "gate", s, err);
+      if (th_status s = moe_plugin->call(&th_moe_vtable::gate, "gate", moe_plugin->handle(), &ga, &err)) throw_plugin_failure(*moe_plugin, "gate", s, err);
       std::vector<th_moe_expert_weights> experts;
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
       th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
-      if (th_status s = plugins.moe->call(&th_moe_vtable::experts, "experts", plugins.moe->handle(), &ea, &err)) throw_plugin_failure(*plugins.moe, "experts", s, err);
+      if (th_status s = moe_plugin->call(&th_moe_vtable::experts, "experts", moe_plugin->handle(), &ea, &err)) throw_plugin_failure(*moe_plugin, "experts", s, err);
     }
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
   }

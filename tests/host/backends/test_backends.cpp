@@ -56,7 +56,10 @@ TEST_CASE("backends: the CPU backend's step is the forward pass, marked rows inc
   for (int via_backend = 0; via_backend < 2; ++via_backend) {
     auto attention = make_plugin("attention.reference", spec);
     auto kvcache = make_plugin("kvcache.paged", spec, kv);
-    const StepPlugins plugins{attention.get(), kvcache.get(), nullptr};
+    SlotInstances instances;
+    instances.set(slot_of(TH_KIND_ATTENTION), attention);
+    instances.set(slot_of(TH_KIND_KVCACHE), kvcache);
+    const StepPlugins plugins{&instances};
     const Backend& cpu = *find_backend("cpu");
     runs.push_back(via_backend ? cpu.run_step(*cpu.place_weights(weights, 0, WeightPlacement{}), StepBatch{{item}}, plugins)
                                : forward_step(*weights, StepBatch{{item}}, plugins));

@@ -1,5 +1,5 @@
-// The host's layering, read from its sources: the HTTP layer frames bytes and leaves a request's life
-// (admission, routing, its sequences) to host/request/.
+// The host's layering and naming rules, read from its sources: the HTTP layer frames bytes and leaves a
+// request's life (admission, routing, its sequences) to host/request/; slots are named by the table.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -7,11 +7,14 @@
 #include <regex>
 #include <sstream>
 
+#include "plugin/kind.hpp"
+
 namespace fs = std::filesystem;
+using namespace tokenhost;
 
 namespace {
 
-// Every C++ source and header under host/<folder>, with its text.
+// Every C++ source and header under host/<folder> (all of host/ for ""), with its path and text.
 std::vector<std::pair<std::string, std::string>> sources_in(const std::string& folder) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& entry : fs::recursive_directory_iterator(fs::path(TOKENHOST_SOURCE_DIR) / "host" / folder)) {
@@ -44,4 +47,32 @@ TEST_CASE("layers: nothing under host/http admits, routes or starts a request's 
   // The check itself finds such a call where there is one.
   CHECK(std::regex_search(std::string("auto t = gateway.admit(ask);"), forbidden));
   CHECK(std::regex_search(std::string("server_.gateway().start(std::move(g));"), forbidden));
+}
+
+TEST_CASE("slots: host code names no slot by a string literal outside the slot table", "[layers][slots]") {
+  // A slot is named in code by its kind's ABI constant (slot_of(TH_KIND_...)); its name lives in the
+  // table (plugin/kind.cpp). The CLI's help and output (host/cli) and the conformance runner's
+  // messages (host/conformance) may spell names out.
+  std::string names;
+  for (const SlotInfo& slot : slot_table()) names += std::string(names.empty() ? "" : "|") + slot.name;
+  const std::regex literal("\"(" + names + ")\"");
+  const std::regex comment(R"((^|\s)//.*$)");
+  size_t files = 0;
+  for (const auto& [path, text] : sources_in("")) {
+    if (path == "host/plugin/kind.cpp" || path.rfind("host/cli/", 0) == 0 || path.rfind("host/conformance/", 0) == 0) continue;
+    ++files;
+    std::istringstream lines(text);
+    std::string line;
+    for (size_t n = 1; std::getline(lines, line); ++n) {
+      const std::string code = std::regex_replace(line, comment, "");
+      std::smatch m;
+      const bool found = std::regex_search(code, m, literal);
+      INFO(path << ":" << n << ": " << line);
+      CHECK_FALSE(found);
+    }
+  }
+  CHECK(files > 100);
+  // The check finds a literal where there is one, and not in a comment.
+  CHECK(std::regex_search(std::string("if (slot == \"kvcache\") return;"), literal));
+  CHECK_FALSE(std::regex_search(std::regex_replace(std::string("  x = 1;  // the \"kvcache\" slot"), comment, ""), literal));
 }

@@ -30,6 +30,46 @@ TEST_CASE("slots: one row per ABI kind, each naming its header, with rules that 
   REQUIRE_FALSE(slot_required(*find_slot("spec_decode"), 8));
 }
 
+TEST_CASE("slots: a slot id is its row, found by kind and by name, and instances are held by slot", "[slots]") {
+  REQUIRE(all_slots().size() == slot_table().size());
+  for (size_t i = 0; i < slot_table().size(); ++i) {
+    const SlotId id = all_slots()[i];
+    INFO(id.name());
+    REQUIRE(id.index() == i);
+    REQUIRE(&id.info() == &slot_table()[i]);
+    REQUIRE(slot_of(id.kind()) == id);
+    REQUIRE(slot_named(id.name()) == id);
+  }
+  REQUIRE_FALSE(slot_named("attn"));
+  REQUIRE_THROWS_AS(slot_of(th_kind(999)), std::logic_error);
+  size_t owned = 0;
+  for (SlotOwner owner : {SlotOwner::router, SlotOwner::engine, SlotOwner::worker})
+    for (SlotId id : slots_owned_by(owner)) {
+      REQUIRE(id.info().owner == owner);
+      ++owned;
+    }
+  REQUIRE(owned == slot_table().size());
+
+  // One instance per slot, replaced whole; a stacking slot's list keeps its order; slots are apart.
+  auto a = make_plugin("scheduler.fifo", model_spec());
+  auto b = make_plugin("scheduler.static", model_spec());
+  const SlotId sched = slot_of(TH_KIND_SCHEDULER), spec = slot_of(TH_KIND_SPEC_DECODE);
+  SlotInstances held;
+  for (SlotId id : all_slots()) REQUIRE(held.get(id) == nullptr);
+  held.set(sched, a);
+  REQUIRE(held.get(sched) == a.get());
+  REQUIRE(held.get(spec) == nullptr);
+  held.set(sched, b);
+  REQUIRE(held.get(sched) == b.get());
+  REQUIRE(held.stack(sched).size() == 1);
+  REQUIRE(a.use_count() == 1);  // the replaced instance is released
+  held.stack(spec) = {a, b};
+  REQUIRE(held.get(spec) == a.get());
+  REQUIRE(held.stack(spec).back() == b);
+  held.set(spec, nullptr);
+  REQUIRE(held.stack(spec).empty());
+}
+
 TEST_CASE("slots: a manifest lacking a required slot names it, and the router takes its default plugin", "[slots][manifest]") {
   for (const std::string& slot : engine_slot_names()) {
     const SlotInfo& info = *find_slot(slot);

@@ -74,8 +74,8 @@ struct Pool {
       auto it = others.find(m);
       return it == others.end() ? nullptr : it->second;
     };
-    d.make_instance = [n_blocks](const std::string& slot, const ModelSpec& spec) {
-      if (slot == "attention") return make_plugin("attention.reference", spec);
+    d.make_instance = [n_blocks](SlotId slot, const ModelSpec& spec) {
+      if (slot == slot_of(TH_KIND_ATTENTION)) return make_plugin("attention.reference", spec);
       toml::table config{{"n_blocks", int64_t(n_blocks)}, {"block_size", int64_t(4)}};
       return make_plugin("kvcache.paged", spec, config);
     };

@@ -39,7 +39,11 @@ struct Engine {
     }
   }
   std::vector<std::vector<float>> run(const ModelWeights& w, const StepBatch& b) {
-    return forward_step(w, b, {attention.get(), kvcache.get(), moe.get()});
+    SlotInstances instances;
+    instances.set(slot_of(TH_KIND_ATTENTION), attention);
+    instances.set(slot_of(TH_KIND_KVCACHE), kvcache);
+    instances.set(slot_of(TH_KIND_MOE), moe);
+    return forward_step(w, b, {&instances});
   }
 };
 
