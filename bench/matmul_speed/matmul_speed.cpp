@@ -24,7 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/quant.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 
 using namespace tokenhost;

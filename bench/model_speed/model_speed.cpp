@@ -24,12 +24,13 @@
 
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "plugin/step_plugins.hpp"
 
 using namespace tokenhost;
 using clock_type = std::chrono::steady_clock;

@@ -12,12 +12,13 @@
 #include <string>
 
 #include "backends/backend.hpp"
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
 #include "model/builtin_model.hpp"
 #include "plugin/instance.hpp"
 #include "plugin/library.hpp"
 #include "runtime/gguf_model.hpp"
 #include "runtime/make_model.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace fs = std::filesystem;
 
@@ -72,7 +73,7 @@ std::string fuzz_materialize_builtin_model(const BuiltinModel& model, const std:
 }
 
 // The catalog's library loading and instances (plugin/library.cpp, plugin/instance.cpp) and the device
-// probe with the CUDA module's memory (backends/devices.cpp, which opens the module): not linked, never
+// probe with the CUDA module's memory (base/devices.cpp, which opens the module): not linked, never
 // reached by the reader.
 std::shared_ptr<PluginLibrary> PluginLibrary::open(const PluginManifest&) { unreachable("PluginLibrary::open"); }
 std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLibrary>, const InstanceSpec&) {

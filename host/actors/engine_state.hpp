@@ -13,7 +13,7 @@
 
 #include "actors/engine.hpp"
 #include "actors/swap_latency.hpp"
-#include "runtime/step.hpp"
+#include "base/step.hpp"
 
 namespace tokenhost::engine_detail {
 

@@ -20,7 +20,7 @@
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
 #include "runtime/prefix_summary.hpp"
-#include "runtime/step.hpp"
+#include "base/step.hpp"
 
 namespace tokenhost {
 

@@ -1,4 +1,5 @@
 #include "actors/speculation.hpp"
+#include "runtime/sampling.hpp"
 
 #include <algorithm>
 

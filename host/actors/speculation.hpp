@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "plugin/instance.hpp"
-#include "runtime/step.hpp"
+#include "base/step.hpp"
 
 namespace tokenhost {
 

@@ -13,7 +13,8 @@
 #include "model/quant.hpp"
 #include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 namespace {

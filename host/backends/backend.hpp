@@ -4,8 +4,9 @@
 // device_alloc) and compute (run_step). host/backends/<name>/ implements one; an engine's worker runs
 // every step through the backend of its device ("cpu", "cuda:N").
 //
-// This header names the runtime's types without including them: the plugin host (host_api.cpp)
-// allocates through it, and the runtime's headers include the plugin host's.
+// Layers: backends sit above base/ (devices, weights, step types) and plugin/ (the instances a step
+// calls), below the runtime. Device memory's entry (device_alloc) is declared in base/devices.hpp for
+// the plugin host and defined here, with the registry.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
 
 namespace tokenhost {
 
-struct ModelWeights;  // runtime/model_weights.hpp
-struct StepBatch;     // runtime/step.hpp
-struct StepPlugins;   // runtime/step.hpp
+struct ModelWeights;  // base/model_weights.hpp
+struct StepBatch;     // base/step.hpp
+struct StepPlugins;   // plugin/step_plugins.hpp
 class PluginInstance;  // plugin/instance.hpp
 
 // How a deployment asks a model's weights to be placed (its [models.X] table).
@@ -75,10 +76,5 @@ const Backend* find_backend(const std::string& device, int32_t* index = nullptr)
 // The backend whose devices are of `kind`, or NULL.
 const Backend* find_backend(th_device_kind kind);
 
-// Memory on a device through its backend (the host API's mem_alloc, the CPU kernels' packed copies):
-// Backend::alloc, and a kind no backend drives refused with TH_ERR_UNSUPPORTED.
-void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
-                   th_status* status = nullptr);
-void device_free(th_device_kind kind, void* ptr);
 
 }  // namespace tokenhost

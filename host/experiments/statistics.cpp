@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "loadgen/stats.hpp"
+#include "util/stats.hpp"
 
 namespace tokenhost::experiments {
 namespace {

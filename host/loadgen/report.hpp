@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadgen/runner.hpp"
-#include "loadgen/stats.hpp"
+#include "util/stats.hpp"
 
 namespace tokenhost::loadgen {
 

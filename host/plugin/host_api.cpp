@@ -6,8 +6,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/backend.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/devices.hpp"
+#include "base/compute_pool.hpp"
 
 std::string th_error::text() const {
   std::string out;

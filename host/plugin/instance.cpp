@@ -9,13 +9,6 @@
 
 namespace tokenhost {
 
-th_model_info ModelSpec::to_abi() const {
-  th_model_info m = info;
-  m.struct_size = sizeof(th_model_info);
-  m.architecture = architecture.c_str();
-  return m;
-}
-
 namespace {
 th_device device_abi(const DeviceInfo& d) {
   th_device out{};

@@ -10,7 +10,8 @@
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
+#include "base/model_spec.hpp"
 #include "plugin/abi_member.hpp"
 #include "plugin/crash_attribution.hpp"
 #include "plugin/host_api.hpp"
@@ -19,13 +20,6 @@
 
 namespace tokenhost {
 
-// The model an engine serves, as plugins see it (th_model_info plus the strings it points to).
-struct ModelSpec {
-  std::string name;          // model name in the deployment
-  std::string architecture = "llama";
-  th_model_info info{};      // architecture pointer is set by to_abi()
-  th_model_info to_abi() const;
-};
 
 // Where and how an instance is made.
 struct InstanceSpec {

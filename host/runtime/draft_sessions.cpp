@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backends/backend.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 

@@ -17,8 +17,8 @@
 
 #include "plugin/host_api.hpp"
 #include "plugin/instance.hpp"
-#include "runtime/model_weights.hpp"
-#include "runtime/step.hpp"
+#include "base/model_weights.hpp"
+#include "base/step.hpp"
 
 namespace tokenhost {
 

@@ -1,6 +1,7 @@
 #include "runtime/generator.hpp"
 
 #include "backends/backend.hpp"
+#include "plugin/step_plugins.hpp"
 
 #include <algorithm>
 #include <chrono>

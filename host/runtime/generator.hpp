@@ -7,8 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/model_weights.hpp"
-#include "runtime/step.hpp"
+#include "base/model_weights.hpp"
+#include "base/step.hpp"
+#include "plugin/instance.hpp"
 
 namespace tokenhost {
 

@@ -12,7 +12,7 @@
 
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost {
 

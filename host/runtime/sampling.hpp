@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/step.hpp"
+
 namespace tokenhost {
 
 struct SamplingParams {
@@ -40,9 +42,6 @@ struct SampledToken {
 // Throws std::invalid_argument naming the field that is out of range.
 void validate(const SamplingParams& params);
 
-// A proposer's distribution for one draft token: (token, probability) pairs, the tokens not listed at
-// probability 0 (th_spec_propose_args.dist_*).
-using DraftDistribution = std::vector<std::pair<int32_t, float>>;
 
 // Why q is not a distribution a draft token can be verified against (a token outside the vocabulary, a
 // probability not in (0, 1], a sum above 1, the drafted token not listed), or "" when it is. The
@@ -75,5 +74,15 @@ class Sampler {
 
 // The logit biases, then the penalties, applied to logits in place (exposed for tests).
 void apply_penalties(std::vector<float>& logits, const std::vector<int32_t>& history, const SamplingParams& params);
+
+// What an engine keeps of one sequence between steps and lends its worker during a step: the tokens
+// so far (prompt and generated, the penalties' history) and the sampler with its random state. The
+// engine changes it only while no step holding it is in flight.
+struct SequenceContext {
+  explicit SequenceContext(const SamplingParams& params) : sampler(params) {}
+  std::vector<int32_t> tokens;
+  Sampler sampler;
+  bool logprobs = false;
+};
 
 }  // namespace tokenhost

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost {
 

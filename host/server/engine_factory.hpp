@@ -16,7 +16,7 @@
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 #include "server/engine_handle.hpp"
 
 namespace tokenhost {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 
 namespace tokenhost::testing {

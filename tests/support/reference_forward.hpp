@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/quant.hpp"
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost::testing {
 

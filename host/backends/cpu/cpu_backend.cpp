@@ -8,6 +8,7 @@
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "backends/cpu/weight_packing.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 namespace {

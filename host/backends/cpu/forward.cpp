@@ -9,10 +9,11 @@
 #include <optional>
 
 #include "model/quant.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/vector_ops.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 namespace {

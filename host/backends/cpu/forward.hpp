@@ -7,8 +7,9 @@
 
 #include <vector>
 
-#include "runtime/model_weights.hpp"
-#include "runtime/step.hpp"
+#include "base/model_weights.hpp"
+#include "base/step.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 

@@ -9,7 +9,8 @@
 #include "backends/cpu/forward.hpp"
 #include "backends/cpu/rope.hpp"
 #include "model/quant.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
+#include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
 

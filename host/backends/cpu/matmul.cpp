@@ -16,7 +16,7 @@
 
 #include "backends/backend.hpp"
 #include "model/quant.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/cpu/matmul_kernels.hpp"
 
 namespace tokenhost {

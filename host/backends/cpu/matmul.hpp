@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 
 namespace tokenhost {
 

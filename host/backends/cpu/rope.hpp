@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost {
 

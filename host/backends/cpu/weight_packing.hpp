@@ -3,7 +3,7 @@
 // (routed MoE experts run in the moe plugin on the file's layout; the embedding is read row by row).
 #pragma once
 
-#include "runtime/model_weights.hpp"
+#include "base/model_weights.hpp"
 
 namespace tokenhost {
 

@@ -1,6 +1,6 @@
 // The CUDA backend module: device discovery and memory through the CUDA runtime. Built only when a CUDA
 // toolkit is found; the host opens it with dlopen so that it starts without a driver.
-#include "backends/cuda/cuda_backend.h"
+#include "base/cuda_module.h"
 
 #include <cstdio>
 

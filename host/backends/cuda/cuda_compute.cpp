@@ -2,6 +2,7 @@
 // at run time by devices.cpp), which finds devices and allocates memory. It has no forward pass
 // yet, so it runs no engine: cannot_run() says so, and manifests naming "cuda:N" are refused with it.
 #include "backends/backend.hpp"
+#include "plugin/step_plugins.hpp"
 
 #include <stdexcept>
 

@@ -12,7 +12,8 @@
 #include "backends/cpu/matmul.hpp"
 #include "runtime/gguf_model.hpp"
 #include "runtime/make_model.hpp"
-#include "runtime/step.hpp"
+#include "base/step.hpp"
+#include "plugin/step_plugins.hpp"
 #include "runtime/synthetic_model.hpp"
 
 using namespace tokenhost;

@@ -2,7 +2,7 @@
 // free device memory through the host API. Without one it exits 77, which CTest reports as skipped.
 #include <cstdio>
 
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
 #include "plugin/host_api.hpp"
 
 using namespace tokenhost;

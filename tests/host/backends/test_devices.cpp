@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
 #include "plugin/host_api.hpp"
 
 using namespace tokenhost;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -75,4 +76,49 @@ TEST_CASE("slots: host code names no slot by a string literal outside the slot t
   // The check finds a literal where there is one, and not in a comment.
   CHECK(std::regex_search(std::string("if (slot == \"kvcache\") return;"), literal));
   CHECK_FALSE(std::regex_search(std::regex_replace(std::string("  x = 1;  // the \"kvcache\" slot"), comment, ""), literal));
+}
+
+TEST_CASE("layers: every include in host/ points down the order the README's Layout states", "[layers]") {
+  // A folder includes its own files and those of folders below it, never above, in the order the
+  // README's Layout states on its line "Include order, bottom first: a, b, ...": a new folder takes
+  // its place there.
+  std::ifstream readme(std::string(TOKENHOST_SOURCE_DIR) + "/README.md");
+  std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  const std::string marker = "Include order, bottom first: ";
+  const size_t at = text.find(marker);
+  REQUIRE(at != std::string::npos);
+  std::vector<std::string> order;
+  const std::string listed = text.substr(at + marker.size(), text.find('.', at) - at - marker.size());
+  const std::regex word("[a-z_]+");
+  for (auto it = std::sregex_iterator(listed.begin(), listed.end(), word); it != std::sregex_iterator(); ++it)
+    order.push_back(it->str());
+  REQUIRE(order.size() > 10);
+  auto rank = [&](const std::string& folder) {
+    auto it = std::find(order.begin(), order.end(), folder);
+    return it == order.end() ? -1 : int(it - order.begin());
+  };
+  const std::regex include(R"re(^\s*#\s*include\s+"([a-z_]+)/)re");
+  size_t checked = 0;
+  for (const auto& [path, text] : sources_in("")) {
+    const std::string folder = path.substr(5, path.find('/', 5) - 5);  // "host/<folder>/..."
+    INFO(path);
+    REQUIRE(rank(folder) >= 0);  // a folder the order does not place
+    std::istringstream lines(text);
+    std::string line;
+    for (size_t n = 1; std::getline(lines, line); ++n) {
+      std::smatch m;
+      if (!std::regex_search(line, m, include)) continue;
+      const std::string target = m[1];
+      INFO(path << ":" << n << ": " << line);
+      REQUIRE(rank(target) >= 0);
+      CHECK((target == folder || rank(target) < rank(folder)));
+      ++checked;
+    }
+  }
+  CHECK(checked > 300);
+  // The rule catches an include that points up.
+  std::smatch m;
+  const std::string up = "#include \"runtime/sampling.hpp\"";
+  REQUIRE(std::regex_search(up, m, include));
+  CHECK(rank(m[1]) > rank("backends"));
 }

@@ -11,7 +11,7 @@
 
 #include "harness.hpp"
 #include "plugin/host_api.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 
 #include <tokenhost/plugin.hpp>
 

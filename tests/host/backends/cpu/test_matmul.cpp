@@ -10,7 +10,7 @@
 #include "harness.hpp"
 #include "kernel_sets.hpp"
 #include "model/quant.hpp"
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 
 using namespace tokenhost;

@@ -1,4 +1,4 @@
-#include "backends/devices.hpp"
+#include "base/devices.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/cuda/cuda_backend.h"
+#include "base/cuda_module.h"
 #include "util/system_memory.hpp"
 
 namespace tokenhost {

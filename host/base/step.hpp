@@ -1,29 +1,23 @@
 // One step of an engine as every backend computes it: which sequences, which of their tokens at which
 // positions, which rows return logits and how to sample each one's next token (the engine builds it,
-// its worker runs it through its backend), and the plugins the step runs through.
+// its worker runs it through its backend). The plugins it runs through: plugin/step_plugins.hpp.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include "plugin/host_api.hpp"
-#include "plugin/instance.hpp"
-#include "runtime/sampling.hpp"
 
 namespace tokenhost {
 
-// What an engine keeps of one sequence between steps and lends its worker during a step: the tokens
-// so far (prompt and generated, the penalties' history) and the sampler with its random state. The
-// engine changes it only while no step holding it is in flight.
-struct SequenceContext {
-  explicit SequenceContext(const SamplingParams& params) : sampler(params) {}
-  std::vector<int32_t> tokens;
-  Sampler sampler;
-  bool logprobs = false;
-};
+// How a sequence samples (runtime/sampling.hpp): what its worker samples with; backends never read it.
+struct SequenceContext;
+
+// A proposer's distribution for one draft token: (token, probability) pairs, the tokens not listed at
+// probability 0 (th_spec_propose_args.dist_*).
+using DraftDistribution = std::vector<std::pair<int32_t, float>>;
 
 // One sequence's share of a step: feed `tokens` at positions [start, start + tokens.size()); when
 // `sample`, return the next token after the last one.
@@ -78,36 +72,5 @@ struct StepItem {
 struct StepBatch {
   std::vector<StepItem> items;
 };
-
-// Seconds one step spent inside each slot's plugin calls (for the per-plugin time metrics).
-struct PluginSeconds {
-  std::vector<double> by_slot = std::vector<double>(all_slots().size(), 0.0);
-  double& operator[](SlotId slot) { return by_slot.at(slot.index()); }
-  double operator[](SlotId slot) const { return by_slot.at(slot.index()); }
-};
-
-// The plugins one step runs through (the worker's attention, kvcache and, for MoE models, moe slots).
-struct StepPlugins {
-  const SlotInstances* instances = nullptr;
-  PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
-  // The instance of slot, NULL when it is empty.
-  PluginInstance* get(SlotId slot) const { return instances != nullptr ? instances->get(slot) : nullptr; }
-  // Where the time in slot's calls adds up; NULL when not counted.
-  double* seconds_of(SlotId slot) const { return seconds != nullptr ? &(*seconds)[slot] : nullptr; }
-};
-
-// A TH_ERR_RESOURCE_EXHAUSTED from the kvcache plugin: the scheduler over-committed the cache.
-struct KvExhausted : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// A plugin call of a step failed with status s: throws KvExhausted for TH_ERR_RESOURCE_EXHAUSTED (the
-// engine preempts and goes on), else std::runtime_error (the step's requests fail), naming the
-// plugin, the call and the plugin's message.
-[[noreturn]] inline void throw_plugin_failure(const PluginInstance& p, const char* call, th_status s, const th_error& err) {
-  std::string message = p.id() + " " + call + " failed with " + status_name(s) + ": " + err.text();
-  if (s == TH_ERR_RESOURCE_EXHAUSTED) throw KvExhausted(message);
-  throw std::runtime_error(message);
-}
 
 }  // namespace tokenhost

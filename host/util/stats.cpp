@@ -1,4 +1,4 @@
-#include "loadgen/stats.hpp"
+#include "util/stats.hpp"
 
 #include <algorithm>
 #include <cmath>

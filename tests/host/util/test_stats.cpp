@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "loadgen/stats.hpp"
+#include "util/stats.hpp"
 
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;

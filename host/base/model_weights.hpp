@@ -10,7 +10,7 @@
 
 #include <tokenhost/tokenhost.h>
 
-#include "plugin/instance.hpp"
+#include "base/model_spec.hpp"
 
 namespace tokenhost {
 

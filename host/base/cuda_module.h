@@ -1,4 +1,4 @@
-/* The CUDA backend module's C interface, opened by the host at run time (backends/devices.cpp).
+/* The CUDA backend module's C interface, opened by the host at run time (base/devices.cpp).
  * Error text is written into err (err_size bytes, NUL-terminated). */
 #ifndef TOKENHOST_CUDA_BACKEND_H
 #define TOKENHOST_CUDA_BACKEND_H

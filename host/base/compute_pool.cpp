@@ -1,4 +1,4 @@
-#include "runtime/compute_pool.hpp"
+#include "base/compute_pool.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -32,4 +32,11 @@ const std::string& cuda_unavailable_reason();
 void* cuda_module_alloc(int32_t index, size_t bytes, std::string& why, th_status& status);
 void cuda_module_free(void* ptr);
 
+// Memory on a device through its backend (the host API's mem_alloc, the CPU kernels' packed copies):
+// Backend::alloc, and a kind no backend drives refused with TH_ERR_UNSUPPORTED. Declared here, for the
+// layers below the backends (the plugin host); defined with the backend registry (backends/backend.cpp).
+void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
+                   th_status* status = nullptr);
+void device_free(th_device_kind kind, void* ptr);
+
 }  // namespace tokenhost
