@@ -13,9 +13,9 @@
 #include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
 #include "actors/plugin_seconds.hpp"
-#include "actors/speculation.hpp"
+#include "speculation/drafts.hpp"
 #include "plugin/kind.hpp"
-#include "runtime/draft_sessions.hpp"
+#include "speculation/draft_sessions.hpp"
 #include "runtime/prefix_summary.hpp"
 
 namespace tokenhost {
@@ -26,6 +26,17 @@ using namespace engine_detail;
 using self_ptr = engine_actor::stateful_pointer<EngineState>;
 
 void tick(self_ptr self);
+void send_step(self_ptr self, StepBatch batch);
+
+// The engine's drafter (speculation/drafter.hpp), spawned at its first call; it ends with the engine.
+drafter_actor drafter_of(self_ptr self) {
+  auto& d = self->state.drafter;
+  if (!d) {
+    d = spawn_drafter(self->system());
+    self->attach_functor([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
+  }
+  return d;
+}
 
 // Whether q has reached its model's context (its last request-length stop). A sliding window has none:
 // the cache never holds more than its cap.
@@ -80,9 +91,8 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   if (reason == "length" || reason == "stop") r.e2e_s = double(now_ns() - seq.arrival_ns) * 1e-9;
   if (s.m.requests) s.m.requests->add({s.init.name, reason}, 1);
   if (s.m.e2e && reason != "error") s.m.e2e->observe({s.init.name}, double(now_ns() - seq.arrival_ns) * 1e-9);
-  const PluginInstance* spec = s.init.spec_decode();
-  if (spec && spec->fn(&th_spec_decode_vtable::seq_end))
-    spec->call(&th_spec_decode_vtable::seq_end, "seq_end", spec->handle(), seq.request.id);
+  if (const PluginInstance* spec = s.init.spec_decode(); spec && spec->fn(&th_spec_decode_vtable::seq_end))
+    self->send(drafter_of(self), seq_end_atom::value, DraftNotice{s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front(), seq.request.id});
   s.draft_control.forget(seq.request.id);
   seq.promise.deliver(std::move(r));
 }
@@ -287,8 +297,25 @@ void tick(self_ptr self) {
     q.state = TH_SEQ_RUNNING;
     batch.items.push_back(std::move(si));
   }
-  add_drafts(s, batch, sched_grants_drafts(s) ? &grants : nullptr);
   s.step_in_flight = true;
+  // Drafts come from the drafter's thread: a proposer's compute never runs on this actor's.
+  std::optional<DraftJob> job = plan_drafts(s, batch, sched_grants_drafts(s) ? &grants : nullptr);
+  if (!job) return send_step(self, std::move(batch));
+  self->request(drafter_of(self), caf::infinite, propose_atom::value, std::move(*job))
+      .then([self](DraftReply& r) {
+              take_drafts(self->state, r);
+              send_step(self, std::move(r.batch));
+            },
+            [self, batch = std::move(batch)](caf::error& e) mutable {
+              spdlog::warn("engine {}: the drafter failed ({}); the step runs without drafts", self->state.init.name,
+                           self->system().render(e));
+              send_step(self, std::move(batch));
+            });
+}
+
+// Sends the step to the worker (the engine has marked it in flight) and takes its result.
+void send_step(self_ptr self, StepBatch batch) {
+  auto& s = self->state;
   s.swaps.step_started();
   auto started = std::chrono::steady_clock::now();
   self->request(s.init.worker, caf::infinite, step_atom::value, batch)
@@ -381,7 +408,8 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
         if (s.m.accepted_tokens && spec) s.m.accepted_tokens->add({s.init.name, spec->id()}, accepted);
         if (s.m.accepted_length && spec) s.m.accepted_length->observe({s.init.name, spec->id()}, accepted);
         if (spec && spec->fn(&th_spec_decode_vtable::accepted))
-          spec->call(&th_spec_decode_vtable::accepted, "accepted", spec->handle(), item.seq_id, drafted, accepted);
+          self->send(drafter_of(self), accepted_atom::value,
+                     DraftNotice{s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front(), item.seq_id, drafted, accepted});
       }
       // Each token of the run as plain decoding would have given it, one at a time: the run stops where
       // the request does (end of sequence, max_tokens, the context), and what follows is dropped.

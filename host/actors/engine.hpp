@@ -8,8 +8,8 @@
 
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
-#include "runtime/draft_controller.hpp"
-#include "runtime/draft_limits.hpp"
+#include "speculation/draft_controller.hpp"
+#include "speculation/draft_limits.hpp"
 
 namespace tokenhost {
 
@@ -60,7 +60,7 @@ struct EngineInit {
   std::shared_ptr<PrefixSummary> prefix_summary;
   worker_actor worker;
   metrics::Registry* metrics = nullptr;
-  // The engine's draft sessions (runtime/draft_sessions.hpp), for its admin status; may be NULL.
+  // The engine's draft sessions (speculation/draft_sessions.hpp), for its admin status; may be NULL.
   std::shared_ptr<DraftSessions> drafts;
   uint64_t kvcache_swap_requested_ns = 0;  // it replaces an engine for a kvcache swap asked for then
   // Attention sinks with a sliding window; off by default. With it on, requests are not bounded by

@@ -6,7 +6,7 @@
 
 #include "actors/engine_state.hpp"
 #include "actors/plugin_seconds.hpp"
-#include "actors/speculation.hpp"
+#include "speculation/drafts.hpp"
 #include "plugin/host_api.hpp"
 
 namespace tokenhost {
@@ -47,6 +47,20 @@ th_sched_seq sched_view(const EngineState& s, const Sequence& q) {
   return v;
 }
 
+namespace {
+// A step's rows and sampled tokens, before any draft.
+uint32_t step_rows(const StepBatch& batch) {
+  uint32_t n = 0;
+  for (const auto& item : batch.items) n += uint32_t(item.tokens.size());
+  return n;
+}
+uint32_t step_tokens(const StepBatch& batch) {
+  uint32_t n = 0;
+  for (const auto& item : batch.items) n += item.sample ? 1 : 0;
+  return n;
+}
+}  // namespace
+
 uint32_t draft_bound(const EngineState& s, const Sequence& q) {
   const uint32_t limit = kv_limit(s);
   if (!speculating(s) || q.state != TH_SEQ_RUNNING || q.generated == 0 ||
@@ -55,42 +69,49 @@ uint32_t draft_bound(const EngineState& s, const Sequence& q) {
   return std::min({q.request.max_draft, s.init.max_draft, limit - q.kv_positions() - 1});
 }
 
-void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants) {
-  if (!speculating(s)) return;
-  std::vector<DraftCandidate> candidates;
+std::optional<DraftJob> plan_drafts(EngineState& s, const StepBatch& batch, const std::vector<uint32_t>* grants) {
+  if (!speculating(s)) return std::nullopt;
+  DraftJob job;
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const StepItem& item = batch.items[i];
     if (!item.sample || item.tokens.size() != 1) continue;
     const Sequence* q = find(s, item.seq_id);
     if (q == nullptr) continue;
     const uint32_t max_draft = std::min(draft_bound(s, *q), grants ? grants->at(i) : kMaxDraftTokens);
-    if (max_draft > 0) candidates.push_back({i, &q->tokens(), max_draft});
+    if (max_draft == 0) continue;
+    job.candidates.push_back({i, &q->tokens(), max_draft});
+    job.contexts.push_back(q->context);
   }
-  if (candidates.empty()) return;
+  if (job.candidates.empty()) return std::nullopt;
   // The controller keeps what pays of each draft: the step's rows and tokens without drafts against
   // each draft's expected kept tokens. It chooses first on the bounds, so that a proposer whose drafts
   // cost compute (a draft model) is asked only for what could be kept, then again on the drafts.
-  uint32_t base_rows = 0, base_tokens = 0;
+  std::vector<DraftController::Offer> bounds;
+  for (const auto& c : job.candidates) bounds.push_back({batch.items[c.item].seq_id, c.max_draft});
+  const std::vector<uint32_t> ask = s.draft_control.choose(bounds, step_tokens(batch), step_rows(batch));
+  DraftJob asked;
+  for (size_t k = 0; k < job.candidates.size(); ++k)
+    if (ask[k] > 0) {
+      asked.candidates.push_back({job.candidates[k].item, job.candidates[k].tokens, ask[k]});
+      asked.contexts.push_back(job.contexts[k]);
+    }
+  if (asked.candidates.empty()) return std::nullopt;
+  asked.spec = s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front();
+  asked.bounds = DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens};
+  asked.batch = batch;
+  return asked;
+}
+
+void take_drafts(EngineState& s, DraftReply& reply) {
+  StepBatch& batch = reply.batch;
+  s.spec_propose_failures = reply.propose_failures;
+  uint32_t proposed = 0, base_rows = 0, base_tokens = 0;
   for (const auto& item : batch.items) {
-    base_rows += uint32_t(item.tokens.size());
+    proposed += item.n_draft;
+    base_rows += uint32_t(item.tokens.size()) - item.n_draft;
     base_tokens += item.sample ? 1 : 0;
   }
-  {
-    std::vector<DraftController::Offer> bounds;
-    for (const auto& c : candidates) bounds.push_back({batch.items[c.item].seq_id, c.max_draft});
-    const std::vector<uint32_t> ask = s.draft_control.choose(bounds, base_tokens, base_rows);
-    std::vector<DraftCandidate> asked;
-    for (size_t k = 0; k < candidates.size(); ++k)
-      if (ask[k] > 0) asked.push_back({candidates[k].item, candidates[k].tokens, ask[k]});
-    candidates = std::move(asked);
-  }
-  if (candidates.empty()) return;
-  const uint64_t propose_started = now_ns();
-  tokenhost::add_drafts(*s.init.spec_decode(), DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens}, candidates, batch,
-             s.spec_propose_failures);
-  uint32_t proposed = 0;
-  for (const auto& item : batch.items) proposed += item.n_draft;
-  s.draft_control.observe_propose(proposed, double(now_ns() - propose_started) * 1e-9);
+  s.draft_control.observe_propose(proposed, reply.seconds);
   std::vector<DraftController::Offer> offers;
   std::vector<StepItem*> drafted;
   for (auto& item : batch.items)

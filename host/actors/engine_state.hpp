@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "actors/engine.hpp"
 #include "actors/swap_latency.hpp"
 #include "base/step.hpp"
+#include "speculation/drafter.hpp"
 
 namespace tokenhost::engine_detail {
 
@@ -93,6 +95,8 @@ struct EngineState {
   uint64_t spec_drafts = 0, spec_drafted = 0, spec_accepted = 0, spec_propose_failures = 0;
   // How many offered draft tokens each step verifies (init.draft_policy), from what steps showed.
   DraftController draft_control;
+  // Makes every call into the spec_decode plugin on a thread of its own (spawned at the first one).
+  drafter_actor drafter;
   // After each step: the blocks the sequences' positions need by the engine's count, the blocks the
   // kvcache plugin reports in use, and how many steps the two disagreed (rolled-back drafts not given
   // back, a plugin's accounting off): the scheduler plans with the plugin's count.
@@ -147,10 +151,15 @@ th_sched_seq sched_view(const EngineState& s, const Sequence& q);
 // scheduler's th_sched_state.seq_draft): for a sequence that decodes a token after its first, within its
 // request's max_draft, the engine's limit and the context; 0 when the engine cannot speculate.
 uint32_t draft_bound(const EngineState& s, const Sequence& q);
-// The proposer's drafts for the step's items: each within the scheduler's grant (grants, parallel to the
-// items: a 1.4 scheduler's run_draft), or, for a scheduler that grants none itself, within draft_bound()
-// and the budget the step has left; speculation.cpp adds what the step can verify.
-void add_drafts(EngineState& s, StepBatch& batch, const std::vector<uint32_t>* grants);
+// What to ask the proposer for the step's items: each within the scheduler's grant (grants, parallel to
+// the items: a 1.4 scheduler's run_draft), or, for a scheduler that grants none itself, within
+// draft_bound() and the budget the step has left, then as much as the draft controller finds worth it.
+// nullopt when nothing is worth asking (the step runs as it is). The drafter actor proposes
+// (speculation/drafter.hpp); take_drafts() keeps what pays of its answer.
+std::optional<DraftJob> plan_drafts(EngineState& s, const StepBatch& batch, const std::vector<uint32_t>* grants);
+// The proposer's answer to plan_drafts(): the controller observes its cost and cuts each draft to what
+// pays; the batch, drafts included, is what the worker runs.
+void take_drafts(EngineState& s, DraftReply& reply);
 // A spec_decode plugin the engine cannot use says so in the log (at start and when swapped in).
 void warn_no_speculation(const EngineState& s);
 // Whether the engine's scheduler grants draft tokens itself (built against ABI 1.4 or later).

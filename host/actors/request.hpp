@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/draft_limits.hpp"
+#include "speculation/draft_limits.hpp"
 #include "runtime/sampling.hpp"
 
 namespace tokenhost {

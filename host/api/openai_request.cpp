@@ -1,7 +1,7 @@
 #include "api/openai_request.hpp"
 
 #include "api/client_json.hpp"
-#include "runtime/draft_limits.hpp"
+#include "speculation/draft_limits.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include "backends/backend.hpp"
 #include "conformance/conformance.hpp"
 #include "plugin/catalog.hpp"
-#include "runtime/draft_sessions.hpp"
+#include "speculation/draft_sessions.hpp"
 #include "runtime/sampling.hpp"
 #include "runtime/synthetic_model.hpp"
 

@@ -16,8 +16,8 @@
 #include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
 #include "plugin/instance.hpp"
-#include "runtime/draft_controller.hpp"
-#include "runtime/draft_limits.hpp"
+#include "speculation/draft_controller.hpp"
+#include "speculation/draft_limits.hpp"
 #include "runtime/gguf_model.hpp"
 
 namespace tokenhost {

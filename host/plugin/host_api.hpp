@@ -27,7 +27,7 @@ struct th_config {
 namespace tokenhost {
 
 // The host's side of draft sessions (th_host_api.draft_*, ABI 1.5): the runtime implements it
-// (runtime/draft_sessions.hpp), one per engine, and the server gives it to the instances of the engine's
+// (speculation/draft_sessions.hpp), one per engine, and the server gives it to the instances of the engine's
 // spec_decode slot. Sessions are numbers; the host API checks that a session is the calling instance's
 // before it gets here. Each call returns TH_OK or a status with `why` set.
 class DraftSessionHost {

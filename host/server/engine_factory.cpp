@@ -6,7 +6,7 @@
 #include "actors/worker.hpp"
 #include "model/quant.hpp"
 #include "model/tokenizer.hpp"
-#include "runtime/draft_sessions.hpp"
+#include "speculation/draft_sessions.hpp"
 #include "runtime/synthetic_model.hpp"
 
 namespace tokenhost {

@@ -34,7 +34,7 @@ std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512, c
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
-plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled", ")" + fixture_dir() + R"(/spec_tree"]
+plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled", ")" + fixture_dir() + R"(/spec_tree", ")" + fixture_dir() + R"(/spec_slow"]
 
 [models.stories]
 source = "gguf"
@@ -295,6 +295,31 @@ TEST_CASE("spec decode: a proposer of garbage changes nothing", "[server][spec_d
   CHECK(spec->status()["engines"][0]["speculation"]["drafts"].get<uint64_t>() > 0);
   CHECK(spec->status()["engines"][0]["speculation"]["propose_failures"].get<uint64_t>() > 0);
   CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
+}
+
+TEST_CASE("spec decode: the engine answers while its proposer computes (propose runs on the drafter's thread)",
+          "[server][spec_decode]") {
+  // spec_decode.slow spends 200 ms in every propose, as a draft model's forward passes would. The
+  // engine hands propose to its drafter actor and stays free: its status, asked all along, answers in
+  // far less than a propose takes. (With propose on the engine's own thread each answer would wait for
+  // the propose under way.)
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.slow\" }\n")));
+  auto request = request_for(*spec, "Once upon a time", 12);
+  auto running = std::async(std::launch::async, [&] { return spec->gateway().generate(request); });
+  double slowest = 0;
+  size_t asked = 0;
+  while (running.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto status = spec->status();
+    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    REQUIRE(status["engines"][0].contains("sequences"));
+    ++asked;
+  }
+  const GenerateResult r = running.get();
+  REQUIRE(r.finish_reason == "length");
+  CHECK(metric_sum(*spec, "tokenhost_spec_draft_tokens_total", "spec_decode.slow") > 0);  // it proposed, and slowly:
+  CHECK(asked >= 10);
+  CHECK(slowest < 0.1);
 }
 
 TEST_CASE("spec decode: drafts with their distributions follow the target's distribution (speculative sampling)",

@@ -1,4 +1,4 @@
-#include "runtime/draft_controller.hpp"
+#include "speculation/draft_controller.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "harness.hpp"
-#include "runtime/draft_controller.hpp"
+#include "speculation/draft_controller.hpp"
 
 using namespace tokenhost;
 using namespace tokenhost::testing;

@@ -1,11 +1,11 @@
-#include "actors/speculation.hpp"
+#include "speculation/drafts.hpp"
 #include "runtime/sampling.hpp"
 
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
-#include "runtime/draft_limits.hpp"
+#include "speculation/draft_limits.hpp"
 
 namespace tokenhost {
 

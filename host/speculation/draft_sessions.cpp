@@ -1,4 +1,4 @@
-#include "runtime/draft_sessions.hpp"
+#include "speculation/draft_sessions.hpp"
 
 #include <algorithm>
 #include <cmath>

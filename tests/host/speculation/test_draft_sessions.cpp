@@ -12,7 +12,7 @@
 
 #include "backends/backend.hpp"
 #include "harness.hpp"
-#include "runtime/draft_sessions.hpp"
+#include "speculation/draft_sessions.hpp"
 #include "runtime/generator.hpp"
 #include "runtime/synthetic_model.hpp"
 
