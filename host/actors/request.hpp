@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/request_defaults.hpp"
 #include "speculation/draft_limits.hpp"
 #include "runtime/sampling.hpp"
 
@@ -24,7 +25,7 @@ struct GenerateRequest {
   // for log lines; "" for in-process callers.
   std::string request_id;
   std::vector<int32_t> prompt;
-  uint32_t max_tokens = 16;
+  uint32_t max_tokens = kGenerateRouteMaxTokens;
   int32_t priority = 0;
   std::string session_key;
   // What an A/B experiment reads (host/experiments): the `user` field, the gateway request's bearer

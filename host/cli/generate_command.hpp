@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/request_defaults.hpp"
 #include "runtime/sampling.hpp"
 
 namespace tokenhost {
@@ -13,7 +14,7 @@ namespace tokenhost {
 struct GenerateOptions {
   std::string model;
   std::string prompt;
-  uint32_t max_tokens = 128;
+  uint32_t max_tokens = kCliMaxTokens;
   SamplingParams sampling;
   std::string attention = "attention.cpu_flash";
   uint32_t block_size = 16;

@@ -357,7 +357,7 @@ void read_limits(const TomlReader& r, const toml::table& t, GatewayLimits& limit
   const std::string where = "[limits]";
   r.check_keys(t, {"default_max_tokens", "client_max_sequences", "client_tokens_per_minute", "kv_admission_factor"}, where);
   limits.default_max_tokens =
-      uint32_t(r.optional_int(t, "default_max_tokens", where, 1, 1 << 20).value_or(limits.default_max_tokens));
+      uint32_t(r.optional_int(t, "default_max_tokens", where, 1, kMaxTokensLimit).value_or(limits.default_max_tokens));
   limits.client_max_sequences =
       uint32_t(r.optional_int(t, "client_max_sequences", where, 0, 1 << 20).value_or(limits.client_max_sequences));
   limits.client_tokens_per_minute =

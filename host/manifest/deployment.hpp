@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "base/request_defaults.hpp"
 #include "backends/backend.hpp"
 #include "experiments/experiment.hpp"
 #include "plugin/plugin_manifest.hpp"
@@ -65,7 +66,7 @@ struct ServerDecl {
 // 0 is no limit.
 struct GatewayLimits {
   // Tokens a request that names no max_tokens generates at most (fewer when the context leaves fewer).
-  uint32_t default_max_tokens = 512;
+  uint32_t default_max_tokens = kDefaultMaxTokens;
   // Sequences (prompts x n) one client runs at once; past it, 429 with Retry-After.
   uint32_t client_max_sequences = 0;
   // Tokens (prompt + max_tokens when admitted, prompt + generated once done) one client is charged in

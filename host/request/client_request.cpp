@@ -10,6 +10,7 @@
 #include "api/openai_request.hpp"
 #include "api/openai_response.hpp"
 #include "api/stop_strings.hpp"
+#include "base/request_defaults.hpp"
 #include "model/tokenizer.hpp"
 #include "server/gateway.hpp"
 
@@ -21,8 +22,6 @@ using namespace std::chrono_literals;
 
 // A request answered whole that has not finished by then ends with 504.
 constexpr std::chrono::minutes kAnswerLimit{10};
-// /v1/generate's max_tokens when the body gives none, and the most it takes.
-constexpr int64_t kGenerateDefaultMaxTokens = 16, kGenerateMaxTokens = 1 << 20;
 
 const char* route_name(Route r) {
   switch (r) {
@@ -149,9 +148,9 @@ struct ClientRequest::State {
     } else {
       return plain_error(400, "'prompt' must be a string or an array of token ids", "invalid_request_error");
     }
-    auto max_tokens = body->value("max_tokens", json(kGenerateDefaultMaxTokens));
-    if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > kGenerateMaxTokens)
-      return plain_error(400, "'max_tokens' must be an integer in [1, " + std::to_string(kGenerateMaxTokens) + "]", "invalid_request_error");
+    auto max_tokens = body->value("max_tokens", json(kGenerateRouteMaxTokens));
+    if (!max_tokens.is_number_integer() || max_tokens.get<int64_t>() < 1 || max_tokens.get<int64_t>() > int64_t(kMaxTokensLimit))
+      return plain_error(400, "'max_tokens' must be an integer in [1, " + std::to_string(kMaxTokensLimit) + "]", "invalid_request_error");
     auto prio = body->value("priority", json(0));
     if (!prio.is_number_integer()) return plain_error(400, "'priority' must be an integer", "invalid_request_error");
     priority = int32_t(prio.get<int64_t>());
