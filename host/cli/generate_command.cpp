@@ -1,3 +1,4 @@
+#include "base/kv_dtypes.hpp"
 #include "cli/generate_command.hpp"
 
 #include <chrono>
@@ -69,7 +70,7 @@ int run_generate(const GenerateOptions& o) {
   kv.insert("block_size", int64_t(o.block_size));
   kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
   ModelSpec spec = model.weights->spec;  // as plugins see it: with the KV cache's element type
-  spec.info.kv_dtype = o.kv_dtype == "f32" ? TH_DTYPE_F32 : TH_DTYPE_F16;
+  spec.info.kv_dtype = kv_dtype_named(o.kv_dtype).value();  // one of --kv-dtype's members
   std::shared_ptr<PluginInstance> moe;
   if (info.n_experts > 0) {
     toml::table gating;

@@ -12,6 +12,7 @@
 #include "model/builtin_model.hpp"
 #include "model/quant.hpp"
 #include "backends/backend.hpp"
+#include "base/kv_dtypes.hpp"
 #include "plugin/kind.hpp"
 #include "runtime/make_model.hpp"
 #include "runtime/synthetic_model.hpp"
@@ -272,10 +273,8 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   e.max_step_tokens = uint32_t(r.optional_int(t, "max_step_tokens", ctx, 1, 1 << 20).value_or(EngineDecl{}.max_step_tokens));
   e.max_step_seqs = uint32_t(r.optional_int(t, "max_step_seqs", ctx, 1, 1 << 16).value_or(EngineDecl{}.max_step_seqs));
   if (auto kv = r.optional_string(t, "kv_dtype", ctx)) {
-    if (*kv == "f32") e.kv_dtype = TH_DTYPE_F32;
-    else if (*kv == "f16") e.kv_dtype = TH_DTYPE_F16;
-    else if (*kv == "q8_0") e.kv_dtype = TH_DTYPE_Q8_0;
-    else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of f32, f16, q8_0" + suggestion(*kv, {"f32", "f16", "q8_0"}));
+    if (auto type = kv_dtype_named(*kv)) e.kv_dtype = *type;
+    else r.fail(*t.get("kv_dtype"), "kv_dtype '" + *kv + "' in " + ctx + " is not one of " + join(kv_dtype_names(), ", ") + suggestion(*kv, kv_dtype_names()));
   }
   e.max_draft = uint32_t(r.optional_int(t, "max_draft", ctx, 1, kMaxDraftTokens).value_or(EngineDecl{}.max_draft));
   if (auto policy = r.optional_string(t, "draft_policy", ctx); policy && !parse_draft_policy(*policy, e.draft_policy))

@@ -298,11 +298,11 @@ TEST_CASE("spec decode: a proposer of garbage changes nothing", "[server][spec_d
 }
 
 TEST_CASE("spec decode: the engine answers while its proposer computes (propose runs on the drafter's thread)",
-          "[server][spec_decode]") {
+          "[server][spec_decode][measured]") {
   // spec_decode.slow spends 200 ms in every propose, as a draft model's forward passes would. The
   // engine hands propose to its drafter actor and stays free: its status, asked all along, answers in
-  // far less than a propose takes. (With propose on the engine's own thread each answer would wait for
-  // the propose under way.)
+  // well within a propose's time. (With propose on the engine's own thread an answer would wait for
+  // the propose under way.) A wall-clock bound: [measured], left out of the ThreadSanitizer run.
   auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.slow\" }\n")));
   auto request = request_for(*spec, "Once upon a time", 12);
   auto running = std::async(std::launch::async, [&] { return spec->gateway().generate(request); });
@@ -319,7 +319,7 @@ TEST_CASE("spec decode: the engine answers while its proposer computes (propose 
   REQUIRE(r.finish_reason == "length");
   CHECK(metric_sum(*spec, "tokenhost_spec_draft_tokens_total", "spec_decode.slow") > 0);  // it proposed, and slowly:
   CHECK(asked >= 10);
-  CHECK(slowest < 0.1);
+  CHECK(slowest < 0.15);
 }
 
 TEST_CASE("spec decode: drafts with their distributions follow the target's distribution (speculative sampling)",
