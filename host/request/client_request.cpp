@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <random>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -481,11 +482,11 @@ struct ClientRequest::State {
   void log_end(const std::string& how) {
     finished = true;
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-    std::string engines, finishes;
-    for (const auto& c : choices) {
-      const std::string e = c.result ? c.result->engine : "";
-      if (!e.empty() && engines.find(e) == std::string::npos) engines += (engines.empty() ? "" : ",") + e;
-    }
+    std::set<std::string> engine_set;  // each engine once (a name may contain another's)
+    for (const auto& c : choices)
+      if (c.result && !c.result->engine.empty()) engine_set.insert(c.result->engine);
+    std::string engines;
+    for (const auto& e : engine_set) engines += (engines.empty() ? "" : ",") + e;
     const auto err = error();
     const std::string end = !how.empty() ? how : err ? "failed: " + *err : "done";
     const auto level = (!how.empty() || err) ? spdlog::level::info : spdlog::level::debug;
