@@ -25,6 +25,8 @@
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "base/compute_pool.hpp"
+#include "base/kv_dtypes.hpp"
+#include "util/text.hpp"
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "runtime/generator.hpp"
@@ -150,8 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefill", prefill_tokens, "Prompt tokens per prefill run");
   app.add_option("--attention", attention, "Attention plugin");
   std::string kv_dtype = "f16";
-  app.add_option("--kv-dtype", kv_dtype, "KV cache element type (f16 or f32), as an engine's kv_dtype")
-      ->check(CLI::IsMember({"f16", "f32"}));
+  app.add_option("--kv-dtype", kv_dtype, "KV cache element type (" + join(kv_dtype_names(), ", ") + "), as an engine's kv_dtype")
+      ->check(CLI::IsMember(kv_dtype_names()));
   app.add_option("--kernels", kernel_sets, "Matmul kernel sets to compare, comma-separated")->delimiter(',');
   std::vector<size_t> batches;
   uint32_t batch_prompt = 128, batch_generate = 128;
@@ -182,7 +184,7 @@ int main(int argc, char** argv) {
     kv.insert("block_size", 16);
     kv.insert("n_blocks", int64_t((prefill_tokens + decode_tokens + 16) / 16 + 2));
     ModelSpec spec = w.spec;  // as the plugins see it: with the KV cache's element type
-    spec.info.kv_dtype = kv_dtype == "f32" ? TH_DTYPE_F32 : TH_DTYPE_F16;
+    spec.info.kv_dtype = kv_dtype_named(kv_dtype).value();  // one of --kv-dtype's members
     r.attention = instantiate(catalog, attention, "bench", spec);
     r.generator = std::make_unique<Generator>(r.model.weights, r.attention,
                                               instantiate(catalog, "kvcache.paged", "bench", spec, kv), prefill_tokens);

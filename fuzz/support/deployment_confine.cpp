@@ -83,13 +83,12 @@ const std::vector<DeviceInfo>& devices() { unreachable("devices()"); }
 void* cuda_module_alloc(int32_t, size_t, std::string&, th_status&) { unreachable("cuda_module_alloc"); }
 void cuda_module_free(void*) { unreachable("cuda_module_free"); }
 
-// The CPU backend as the reader sees it: its name and which devices it runs on (cannot_run, as
+// The CPU backend as the reader sees it: its kind and which devices it runs on (cannot_run, as
 // backends/cpu/cpu_backend.cpp says it), without the forward pass and kernels it would link. The CUDA
-// backend is the real one (backends/cuda/cuda_compute.cpp).
+// backend is the real one (backends/cuda/cuda_backend.cpp).
 namespace {
 class CpuBackend final : public Backend {
  public:
-  const char* name() const override { return "cpu"; }
   th_device_kind kind() const override { return TH_DEVICE_CPU; }
   std::vector<DeviceInfo> devices() const override { unreachable("CpuBackend::devices"); }
   std::string cannot_run(int32_t index) const override {

@@ -1,6 +1,5 @@
 #include "backends/backend.hpp"
 
-#include <cstdlib>
 
 namespace tokenhost {
 
@@ -13,19 +12,13 @@ const std::vector<const Backend*>& backends() {
   return all;
 }
 
-const Backend* find_backend(const std::string& device, int32_t* index) {
-  const size_t colon = device.find(':');
-  const std::string name = device.substr(0, colon);
-  int32_t i = 0;
-  if (colon != std::string::npos) {
-    const std::string digits = device.substr(colon + 1);
-    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) return nullptr;
-    i = int32_t(std::atoi(digits.c_str()));
-  }
-  if (index != nullptr) *index = i;
-  for (const Backend* b : backends())
-    if (name == b->name()) return b;
-  return nullptr;
+const Backend* find_backend(const std::string& device, int32_t* index, std::string* why) {
+  const auto ref = parse_device(device, why);
+  if (!ref) return nullptr;
+  if (index != nullptr) *index = ref->index;
+  const Backend* b = find_backend(ref->kind);
+  if (b == nullptr && why != nullptr) *why = std::string("this host has no ") + device_kind_name(ref->kind) + " backend";
+  return b;
 }
 
 const Backend* find_backend(th_device_kind kind) {

@@ -34,10 +34,10 @@ struct WeightPlacement {
 class Backend {
  public:
   virtual ~Backend() = default;
-  // "cpu", "cuda": what a manifest's device says before ':'.
-  virtual const char* name() const = 0;
-  // The kind of its devices.
+  // The kind of its devices; its name ("cpu", "cuda": what a manifest's device says before ':') is
+  // the kind's, from base/devices.hpp's table.
   virtual th_device_kind kind() const = 0;
+  const char* name() const { return device_kind_name(kind()); }
   // Its devices found on this machine (none: no such hardware, or its module is absent).
   virtual std::vector<DeviceInfo> devices() const = 0;
   // Why it cannot run an engine on its device `index` now, or "" when it can.
@@ -70,9 +70,10 @@ class Backend {
 
 // Every backend of this host, the CPU first.
 const std::vector<const Backend*>& backends();
-// The backend of a device string ("cpu", "cuda:0"), or NULL when none has its name; index is set to
-// the number after ':' (0 without one).
-const Backend* find_backend(const std::string& device, int32_t* index = nullptr);
+// The backend of a device string ("cpu", "cuda:0"), or NULL with why set when the string names no
+// device kind (parse_device) or this host has no backend for its kind; index is set to the number
+// after ':' (0 without one).
+const Backend* find_backend(const std::string& device, int32_t* index = nullptr, std::string* why = nullptr);
 // The backend whose devices are of `kind`, or NULL.
 const Backend* find_backend(th_device_kind kind);
 

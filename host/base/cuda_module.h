@@ -1,7 +1,7 @@
-/* The CUDA backend module's C interface, opened by the host at run time (base/devices.cpp).
+/* The CUDA module's C interface (backends/cuda/cuda_module.cpp), opened by the host at run time (base/devices.cpp).
  * Error text is written into err (err_size bytes, NUL-terminated). */
-#ifndef TOKENHOST_CUDA_BACKEND_H
-#define TOKENHOST_CUDA_BACKEND_H
+#ifndef TOKENHOST_CUDA_MODULE_H
+#define TOKENHOST_CUDA_MODULE_H
 
 #include <stddef.h>
 #include <stdint.h>

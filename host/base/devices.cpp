@@ -36,8 +36,8 @@ bool bind(void* handle, const char* name, F& out) {
 }
 
 void probe_cuda(Inventory& inv) {
-#ifdef TOKENHOST_CUDA_BACKEND_PATHS
-  const char* paths[] = {TOKENHOST_CUDA_BACKEND_PATHS};
+#ifdef TOKENHOST_CUDA_MODULE_PATHS
+  const char* paths[] = {TOKENHOST_CUDA_MODULE_PATHS};
   std::string errors;
   for (const char* path : paths) {
     inv.cuda.handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -45,14 +45,14 @@ void probe_cuda(Inventory& inv) {
     errors += std::string(dlerror()) + "; ";
   }
   if (inv.cuda.handle == nullptr) {
-    inv.cuda_reason = "the CUDA backend module could not be opened: " + errors;
+    inv.cuda_reason = "the CUDA module could not be opened: " + errors;
     return;
   }
   CudaModule& m = inv.cuda;
   if (!bind(m.handle, "tokenhost_cuda_device_count", m.device_count) ||
       !bind(m.handle, "tokenhost_cuda_device_info", m.device_info) ||
       !bind(m.handle, "tokenhost_cuda_alloc", m.alloc) || !bind(m.handle, "tokenhost_cuda_free", m.free)) {
-    inv.cuda_reason = "the CUDA backend module lacks its symbols";
+    inv.cuda_reason = "the CUDA module lacks its symbols";
     return;
   }
   char message[256] = {0};
@@ -67,7 +67,7 @@ void probe_cuda(Inventory& inv) {
     d.index = i;
     char name[256] = {0};
     m.device_info(i, name, sizeof name, &d.memory_bytes);
-    d.name = "cuda:" + std::to_string(i) + " " + name;
+    d.name = DeviceRef{TH_DEVICE_CUDA, i}.str() + " " + name;
     inv.devices.push_back(d);
   }
 #else
@@ -79,7 +79,7 @@ Inventory& inventory() {
   static Inventory inv = [] {
     Inventory i;
     DeviceInfo cpu;
-    cpu.name = "cpu";
+    cpu.name = device_kind_name(TH_DEVICE_CPU);
     cpu.threads = std::max(1u, std::thread::hardware_concurrency());
     cpu.memory_bytes = physical_memory_bytes();  // what plugins check pools against
     i.devices.push_back(cpu);
@@ -93,6 +93,12 @@ Inventory& inventory() {
 }  // namespace
 
 const std::vector<DeviceInfo>& devices() { return inventory().devices; }
+
+const DeviceInfo* find_device(const DeviceRef& ref) {
+  for (const auto& d : devices())
+    if (d.kind == ref.kind && d.index == ref.index) return &d;
+  return nullptr;
+}
 const std::string& cuda_unavailable_reason() { return inventory().cuda_reason; }
 
 void* cuda_module_alloc(int32_t index, size_t bytes, std::string& why, th_status& status) {

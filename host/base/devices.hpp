@@ -1,4 +1,4 @@
-// The devices this host can run on: the CPU always, CUDA GPUs when the CUDA backend module is built and a
+// The devices this host can run on: the CPU always, CUDA GPUs when the CUDA module is built and a
 // driver with a device is present. Memory on them is each backend's (backends/backend.hpp: alloc). The
 // host never links the CUDA runtime itself: backends/cuda is a module opened at run time, so the binary
 // starts on machines without a GPU.
@@ -10,6 +10,8 @@
 #include <vector>
 
 #include <tokenhost/tokenhost.h>
+
+#include "base/device_kinds.hpp"
 
 namespace tokenhost {
 
@@ -23,10 +25,12 @@ struct DeviceInfo {
 
 // Every device found (probed once, on first use). The CPU is always first.
 const std::vector<DeviceInfo>& devices();
+// The device found of this kind and index, or NULL.
+const DeviceInfo* find_device(const DeviceRef& ref);
 // Why no CUDA device is listed ("" when one is): module missing, no driver, no device.
 const std::string& cuda_unavailable_reason();
 
-// The CUDA module's memory calls, for the CUDA backend (backends/cuda/cuda_compute.cpp): NULL with why
+// The CUDA module's memory calls, for the CUDA backend (backends/cuda/cuda_backend.cpp): NULL with why
 // set and *status TH_ERR_UNSUPPORTED when the module or device `index` is absent, TH_ERR_OUT_OF_MEMORY
 // when the device has no room.
 void* cuda_module_alloc(int32_t index, size_t bytes, std::string& why, th_status& status);

@@ -18,6 +18,13 @@ struct ModelSpec {
     m.architecture = architecture.c_str();
     return m;
   }
+  // The model as an engine (or its draft sessions) holding its KV cache in `kv_dtype` serves it: the
+  // plugins it creates see the engine's KV element type in th_model_info.kv_dtype.
+  ModelSpec with_kv_dtype(th_dtype kv_dtype) const {
+    ModelSpec out = *this;
+    out.info.kv_dtype = kv_dtype;
+    return out;
+  }
 };
 
 }  // namespace tokenhost

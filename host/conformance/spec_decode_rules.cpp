@@ -22,7 +22,7 @@ std::shared_ptr<DraftSessions> draft_sessions_for(const ModelSpec& model) {
   DraftSessionsInit d;
   d.engine = "conformance";
   d.model = model.name;
-  d.backend = find_backend("cpu");
+  d.backend = find_backend(TH_DEVICE_CPU);
   d.kv_dtype = model.info.kv_dtype;
   d.weights = [weights](const std::string&) { return weights; };
   d.make_instance = [catalog](SlotId slot, const ModelSpec& spec) {

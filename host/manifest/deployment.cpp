@@ -261,11 +261,12 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   }
   e.device = r.optional_string(t, "device", ctx).value_or(EngineDecl{}.device);
   int32_t device_index = 0;
-  const Backend* backend = find_backend(e.device, &device_index);
+  std::string why;
+  const Backend* backend = find_backend(e.device, &device_index, &why);
   if (backend == nullptr) {
     std::vector<std::string> names;
     for (const Backend* b : backends()) names.push_back(std::string(b->name()) + (b == backends().front() ? "" : ":<index>"));
-    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"" + join(names, "\" or \"") + "\"");
+    r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + " must be \"" + join(names, "\" or \"") + "\" (" + why + ")");
   }
   if (const std::string why = backend->cannot_run(device_index); !why.empty()) {
     r.fail(*t.get("device"), "device '" + e.device + "' in " + ctx + ": " + why + "; use device = \"cpu\"");
@@ -373,9 +374,7 @@ void read_limits(const TomlReader& r, const toml::table& t, GatewayLimits& limit
 }  // namespace
 
 ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
-  ModelSpec spec = d.models.at(engine.model).spec;
-  spec.info.kv_dtype = engine.kv_dtype;
-  return spec;
+  return d.models.at(engine.model).spec.with_kv_dtype(engine.kv_dtype);
 }
 
 Deployment read_deployment(const std::string& file, std::string_view text) {

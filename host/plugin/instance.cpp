@@ -20,8 +20,6 @@ th_device device_abi(const DeviceInfo& d) {
   out.threads = d.threads;
   return out;
 }
-
-std::string device_kind_name(th_device_kind kind) { return kind == TH_DEVICE_CUDA ? "cuda" : "cpu"; }
 }  // namespace
 
 std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSpec& spec) {
@@ -72,6 +70,7 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   self->ctx_->metrics = spec.metrics;
   self->ctx_->drafts = spec.drafts;
   self->config_.table = spec.config;
+  self->device_ = spec.device;
   th_model_info model = spec.model.to_abi();
   th_device device = device_abi(spec.device);
   th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device};

@@ -68,6 +68,8 @@ class PluginInstance {
   const std::string& id() const { return lib_->id(); }
   const std::string& version() const { return lib_->version(); }
   const toml::table& config() const { return config_.table; }
+  // The device it was created for (InstanceSpec::device).
+  const DeviceInfo& device() const { return device_; }
 
  private:
   PluginInstance() = default;
@@ -78,6 +80,7 @@ class PluginInstance {
   std::shared_ptr<PluginLibrary> lib_;  // declared first: destroyed last
   std::unique_ptr<th_host_ctx> ctx_;
   th_config config_;
+  DeviceInfo device_;
   th_instance* instance_ = nullptr;
 };
 

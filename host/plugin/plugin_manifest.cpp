@@ -5,6 +5,7 @@
 #include <regex>
 #include <sstream>
 
+#include "base/device_kinds.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
 
@@ -142,9 +143,10 @@ PluginManifest read_plugin_manifest(const std::string& path) {
   std::string library = reader.require_string(p, "library", "[plugin]");
   m.library = (fs::absolute(path).parent_path() / library).lexically_normal().string();
   m.devices = reader.optional_string_array(p, "devices", "[plugin]");
-  if (m.devices.empty()) m.devices = {"cpu"};
+  if (m.devices.empty()) m.devices = {device_kind_name(TH_DEVICE_CPU)};
   for (const auto& d : m.devices) {
-    if (d != "cpu" && d != "cuda") reader.fail(*p.get("devices"), "unknown device '" + d + "' in [plugin] devices" + suggestion(d, {"cpu", "cuda"}));
+    if (!device_kind_named(d))
+      reader.fail(*p.get("devices"), "unknown device '" + d + "' in [plugin] devices" + suggestion(d, device_kind_names()));
   }
   m.description = reader.optional_string(p, "description", "[plugin]").value_or("");
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 namespace tokenhost {
 
@@ -12,6 +13,10 @@ Generator::Generator(std::shared_ptr<const ModelWeights> weights, std::shared_pt
                      std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk,
                      std::shared_ptr<PluginInstance> moe)
     : weights_(std::move(weights)), prefill_chunk_(std::max<uint32_t>(prefill_chunk, 1)) {
+  if (!kvcache) throw std::invalid_argument("the generator needs a kvcache instance");
+  backend_ = find_backend(kvcache->device().kind);
+  if (backend_ == nullptr)
+    throw std::invalid_argument(std::string("no backend drives ") + device_kind_name(kvcache->device().kind) + " devices");
   plugins_.set(slot_of(TH_KIND_ATTENTION), std::move(attention));
   plugins_.set(slot_of(TH_KIND_KVCACHE), std::move(kvcache));
   plugins_.set(slot_of(TH_KIND_MOE), std::move(moe));
@@ -50,7 +55,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
     uint32_t end = std::min<uint32_t>(uint32_t(prompt.size()), at + prefill_chunk_);
     item.tokens.assign(prompt.begin() + at, prompt.begin() + end);
     item.sample = end == prompt.size();
-    auto out = find_backend("cpu")->run_step(*weights_, StepBatch{{item}}, plugins);
+    auto out = backend_->run_step(*weights_, StepBatch{{item}}, plugins);
     if (item.sample) logits = std::move(out.at(0));
   }
   stats.prefill_seconds = std::chrono::duration<double>(clock::now() - started).count();
@@ -71,7 +76,7 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
       break;
     }
     StepItem item{seq, position++, {token}, true, nullptr};
-    logits = std::move(find_backend("cpu")->run_step(*weights_, StepBatch{{item}}, plugins).at(0));
+    logits = std::move(backend_->run_step(*weights_, StepBatch{{item}}, plugins).at(0));
   }
   stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();
   return stats;

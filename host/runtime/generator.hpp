@@ -1,5 +1,6 @@
 // Single-sequence generation in process (tokenhost generate, tests): chunked prefill, then one token
-// per step, through the same forward pass and plugins the server uses.
+// per step, through the same forward pass and plugins the server uses, on the backend of the device the
+// kvcache instance was created for.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@
 
 namespace tokenhost {
 
+class Backend;  // backends/backend.hpp
+
 struct GenerationStats {
   uint32_t prompt_tokens = 0, generated = 0;
   double prefill_seconds = 0, decode_seconds = 0;
@@ -21,7 +24,8 @@ struct GenerationStats {
 
 class Generator {
  public:
-  // moe: the gating and experts plugin, needed by (and only by) a model with experts.
+  // moe: the gating and experts plugin, needed by (and only by) a model with experts. Throws
+  // std::invalid_argument when no backend drives the kvcache's device.
   Generator(std::shared_ptr<const ModelWeights> weights, std::shared_ptr<PluginInstance> attention,
             std::shared_ptr<PluginInstance> kvcache, uint32_t prefill_chunk = 512,
             std::shared_ptr<PluginInstance> moe = nullptr);
@@ -41,6 +45,7 @@ class Generator {
 
  private:
   std::shared_ptr<const ModelWeights> weights_;
+  const Backend* backend_ = nullptr;
   SlotInstances plugins_;  // attention, kvcache and (a model with experts) moe
   uint32_t prefill_chunk_;
   uint64_t next_seq_ = 1;

@@ -12,12 +12,13 @@
 namespace tokenhost {
 namespace {
 
+// The device a manifest names, as found on this machine. Throws PluginError saying why not.
 DeviceInfo resolve_device(const std::string& name) {
-  for (const auto& d : devices()) {
-    if (name == "cpu" && d.kind == TH_DEVICE_CPU) return d;
-    if (d.kind == TH_DEVICE_CUDA && name == "cuda:" + std::to_string(d.index)) return d;
-  }
-  std::string why = cuda_unavailable_reason();
+  std::string why;
+  const auto ref = parse_device(name, &why);
+  if (!ref) throw PluginError("device '" + name + "': " + why);
+  if (const DeviceInfo* found = find_device(*ref)) return *found;
+  why = ref->kind == TH_DEVICE_CUDA ? cuda_unavailable_reason() : "";
   throw PluginError("device '" + name + "' is not present on this machine" + (why.empty() ? "" : " (" + why + ")"));
 }
 
@@ -52,7 +53,7 @@ std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* e
   spec.engine = engine != nullptr ? engine->name : slot.name();  // the router's instance is labelled by its slot
   spec.slot = slot.name();
   spec.model = engine != nullptr ? engine_model(deployment_, *engine) : deployment_.models.begin()->second.spec;
-  spec.device = resolve_device(engine != nullptr ? engine->device : "cpu");
+  spec.device = engine != nullptr ? resolve_device(engine->device) : devices().front();
   spec.config = decl.config;
   spec.metrics = &metrics_;
   if (engine != nullptr && slot == slot_of(TH_KIND_SPEC_DECODE) && draft_sessions_.count(engine->name))

@@ -45,8 +45,7 @@ DraftSessions::Model& DraftSessions::model_for(const std::string& name, const st
   } else {
     m->weights = full;
   }
-  ModelSpec spec = m->weights->spec;
-  spec.info.kv_dtype = init_.kv_dtype;
+  const ModelSpec spec = m->weights->spec.with_kv_dtype(init_.kv_dtype);
   for (th_kind kind : {TH_KIND_ATTENTION, TH_KIND_KVCACHE}) m->plugins.set(slot_of(kind), init_.make_instance(slot_of(kind), spec));
   spdlog::info("engine {}: draft model {} ({} of {} layers) ready, its own KV pool from {}", init_.engine, name,
                n_layers, full->layers.size(), m->kvcache().id());

@@ -3,8 +3,32 @@
 #
 # Builds a tokenhost plugin: a MODULE library named <target>.so with hidden visibility, linked with
 # -z defs (an unresolved symbol fails the link, not the load), -fno-gnu-unique and a version script
-# exporting only the entry symbol (so that the library really unloads). With MANIFEST, plugin.toml is copied beside the library, where the host looks
-# for it. Needs the target tokenhost::sdk (find_package(tokenhost) or the tokenhost source tree).
+# exporting only the entry symbol (so that the library really unloads). With MANIFEST, plugin.toml is
+# copied beside the library, where the host looks for it, and its [plugin] id and version become the
+# compile definitions TH_PLUGIN_ID and TH_PLUGIN_VERSION (string literals) for the descriptor:
+#   static const th_plugin_descriptor d = {sizeof d, TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
+#                                          TH_KIND_SCHEDULER, TH_PLUGIN_ID, TH_PLUGIN_VERSION, &vtable};
+# so that they are written once, in plugin.toml (the host refuses a library whose descriptor disagrees
+# with its plugin.toml). Editing plugin.toml re-runs the configure step. Needs the target tokenhost::sdk
+# (find_package(tokenhost) or the tokenhost source tree).
+
+# Reads key (id or version) of the [plugin] table of `manifest` into out: a basic ("...") or literal
+# ('...') string on a line of its own, as plugin.toml writes them. Fails the configure step naming the
+# file when the key is missing.
+function(_tokenhost_plugin_manifest_value manifest key out)
+  file(STRINGS "${manifest}" lines)
+  set(table "")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^[ \t]*\\[([^]]*)\\]")
+      string(STRIP "${CMAKE_MATCH_1}" table)
+    elseif(table STREQUAL "plugin" AND line MATCHES "^[ \t]*${key}[ \t]*=[ \t]*(\"([^\"]*)\"|'([^']*)')")
+      set(${out} "${CMAKE_MATCH_2}${CMAKE_MATCH_3}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  message(FATAL_ERROR "${manifest}: no ${key} = \"...\" line in its [plugin] table (tokenhost_add_plugin reads the plugin's ${key} from it)")
+endfunction()
+
 function(tokenhost_add_plugin target)
   cmake_parse_arguments(P "" "MANIFEST;OUTPUT_DIRECTORY" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT P_SOURCES)
@@ -33,6 +57,10 @@ function(tokenhost_add_plugin target)
   endif()
   if(P_MANIFEST)
     get_filename_component(manifest "${P_MANIFEST}" ABSOLUTE)
+    _tokenhost_plugin_manifest_value("${manifest}" id plugin_id)
+    _tokenhost_plugin_manifest_value("${manifest}" version plugin_version)
+    target_compile_definitions(${target} PRIVATE TH_PLUGIN_ID="${plugin_id}" TH_PLUGIN_VERSION="${plugin_version}")
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${manifest}")
     add_custom_command(TARGET ${target} POST_BUILD
       COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest} $<TARGET_FILE_DIR:${target}>/plugin.toml
       VERBATIM)

@@ -22,7 +22,6 @@ constexpr size_t kHugeFrom = size_t(8) << 20;
 
 class CpuBackend final : public Backend {
  public:
-  const char* name() const override { return "cpu"; }
   th_device_kind kind() const override { return TH_DEVICE_CPU; }
   std::vector<DeviceInfo> devices() const override { return {tokenhost::devices().front()}; }
   std::string cannot_run(int32_t index) const override {

@@ -1,50 +1,55 @@
-// The CUDA backend module: device discovery and memory through the CUDA runtime. Built only when a CUDA
-// toolkit is found; the host opens it with dlopen so that it starts without a driver.
-#include "base/cuda_module.h"
+// The CUDA backend as the host sees it: its devices come from the CUDA module (cuda_module.cpp, opened
+// at run time by base/devices.cpp), which finds devices and allocates memory. It has no forward pass
+// yet, so it runs no engine: cannot_run() says so, and manifests naming "cuda:N" are refused with it.
+#include "backends/backend.hpp"
+#include "plugin/step_plugins.hpp"
 
-#include <cstdio>
+#include <stdexcept>
 
-#include <cuda_runtime_api.h>
-
+namespace tokenhost {
 namespace {
-void write_error(char* err, size_t size, const char* what, cudaError_t e) {
-  if (err != nullptr && size > 0) std::snprintf(err, size, "%s: %s (%d)", what, cudaGetErrorString(e), int(e));
-}
+
+constexpr size_t kCudaMallocAlignment = 256;  // cudaMalloc's guarantee
+
+class CudaBackend final : public Backend {
+ public:
+  std::vector<DeviceInfo> devices() const override {
+    std::vector<DeviceInfo> out;
+    for (const auto& d : tokenhost::devices())
+      if (d.kind == TH_DEVICE_CUDA) out.push_back(d);
+    return out;
+  }
+  th_device_kind kind() const override { return TH_DEVICE_CUDA; }
+  void* alloc(int32_t index, size_t bytes, size_t alignment, std::string& why, th_status& status) const override {
+    if (alignment > kCudaMallocAlignment) {
+      why = "alignment " + std::to_string(alignment) + " is more than CUDA allocations give (" +
+            std::to_string(kCudaMallocAlignment) + ")";
+      status = TH_ERR_INVALID_ARGUMENT;
+      return nullptr;
+    }
+    return cuda_module_alloc(index, bytes, why, status);
+  }
+  void free(void* ptr) const override { cuda_module_free(ptr); }
+  std::string cannot_run(int32_t) const override {
+    return "the CUDA backend does not compute yet (this host runs engines on the CPU only)";
+  }
+  std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights>, int32_t index,
+                                                    const WeightPlacement&) const override {
+    throw std::runtime_error("cuda:" + std::to_string(index) + ": " + cannot_run(index));
+  }
+  std::vector<std::vector<float>> run_step(const ModelWeights&, const StepBatch&, const StepPlugins&) const override {
+    throw std::runtime_error(cannot_run(0));
+  }
+  void shift_keys(const ModelWeights&, PluginInstance&, uint64_t, uint32_t, uint32_t, uint32_t) const override {
+    throw std::runtime_error(cannot_run(0));
+  }
+};
+
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int tokenhost_cuda_device_count(char* err, size_t err_size) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);  // leaves count unset without a driver: check e first
-  if (e != cudaSuccess) {
-    write_error(err, err_size, "cudaGetDeviceCount", e);
-    return -1;
-  }
-  return count;
+const Backend& cuda_backend() {
+  static const CudaBackend backend;
+  return backend;
 }
 
-extern "C" __attribute__((visibility("default"))) int tokenhost_cuda_device_info(int index, char* name, size_t name_size,
-                                                                                uint64_t* memory_bytes) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) return -1;
-  if (name != nullptr && name_size > 0) std::snprintf(name, name_size, "%s", prop.name);
-  if (memory_bytes != nullptr) *memory_bytes = prop.totalGlobalMem;
-  return 0;
-}
-
-extern "C" __attribute__((visibility("default"))) void* tokenhost_cuda_alloc(int index, size_t bytes, char* err,
-                                                                            size_t err_size) {
-  cudaError_t e = cudaSetDevice(index);
-  if (e != cudaSuccess) {
-    write_error(err, err_size, "cudaSetDevice", e);
-    return nullptr;
-  }
-  void* p = nullptr;
-  e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    write_error(err, err_size, "cudaMalloc", e);
-    return nullptr;
-  }
-  return p;
-}
-
-extern "C" __attribute__((visibility("default"))) void tokenhost_cuda_free(void* ptr) { cudaFree(ptr); }
+}  // namespace tokenhost

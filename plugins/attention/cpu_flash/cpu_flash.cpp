@@ -36,7 +36,7 @@ namespace sdk = tokenhost::sdk;
 using cpu_flash::Kernels;
 using sdk::Error;
 
-constexpr const char* kId = "attention.cpu_flash";
+constexpr const char* kId = TH_PLUGIN_ID;  // plugin.toml's id (tokenhost_add_plugin)
 
 // The KV caches it reads (kernels.hpp has a pair of cache kernels for f32 and f16; q8_0 blocks are
 // dequantized into f32 tiles).
@@ -308,7 +308,7 @@ th_status check(const th_check_query* query, th_error* err) {
 const th_attention_vtable kVtable = {sizeof(th_attention_vtable), sdk::create_instance<CpuFlash>,
                                      sdk::destroy_instance<CpuFlash>, check, forward};
 const th_plugin_descriptor kDescriptor = {sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
-                                          TH_KIND_ATTENTION, kId, "1.0.0", &kVtable};
+                                          TH_KIND_ATTENTION, kId, TH_PLUGIN_VERSION, &kVtable};
 
 }  // namespace
 

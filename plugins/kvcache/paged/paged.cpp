@@ -14,7 +14,7 @@ namespace {
 
 namespace sdk = tokenhost::sdk;
 
-constexpr const char* kId = "kvcache.paged";
+constexpr const char* kId = TH_PLUGIN_ID;  // plugin.toml's id (tokenhost_add_plugin)
 
 th_status check(const th_check_query* query, th_error* err) { return sdk::kv_pool_check(kId, query, err); }
 
@@ -49,7 +49,7 @@ class Paged : public sdk::KvBlockPool {
 const th_kvcache_vtable kVtable = sdk::kv_pool_vtable<Paged>(check);
 
 const th_plugin_descriptor kDescriptor = {
-    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, "1.0.0", &kVtable,
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

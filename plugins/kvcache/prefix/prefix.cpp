@@ -22,7 +22,7 @@ namespace {
 
 namespace sdk = tokenhost::sdk;
 
-constexpr const char* kId = "kvcache.prefix";
+constexpr const char* kId = TH_PLUGIN_ID;  // plugin.toml's id (tokenhost_add_plugin)
 
 uint64_t mix(uint64_t x) {  // splitmix64's finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -200,7 +200,7 @@ class Prefix : public sdk::KvBlockPool {
 const th_kvcache_vtable kVtable = sdk::kv_pool_vtable<Prefix, /*prefix=*/true>(check);
 
 const th_plugin_descriptor kDescriptor = {
-    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, "1.0.0", &kVtable,
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KVCACHE, kId, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

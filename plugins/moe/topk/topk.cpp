@@ -218,8 +218,7 @@ const th_moe_vtable kVtable = {
 };
 
 const th_plugin_descriptor kDescriptor = {
-    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_MOE, "moe.topk", "1.0.0",
-    &kVtable,
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_MOE, TH_PLUGIN_ID, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

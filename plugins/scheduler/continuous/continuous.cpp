@@ -272,7 +272,7 @@ const th_scheduler_vtable kVtable = {
 
 const th_plugin_descriptor kDescriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SCHEDULER,
-    "scheduler.continuous",       "1.0.0",              &kVtable,
+    TH_PLUGIN_ID, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

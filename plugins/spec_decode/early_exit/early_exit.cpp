@@ -11,7 +11,7 @@ namespace {
 namespace sdk = tokenhost::sdk;
 using sdk::Error;
 
-constexpr const char* kId = "spec_decode.early_exit";
+constexpr const char* kId = TH_PLUGIN_ID;  // plugin.toml's id (tokenhost_add_plugin)
 
 struct Settings {
   uint32_t layers;  // 0: half the model's
@@ -57,7 +57,7 @@ const th_spec_decode_vtable kVtable = {
 };
 
 const th_plugin_descriptor kDescriptor = {
-    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SPEC_DECODE, kId, "1.0.0", &kVtable,
+    sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SPEC_DECODE, kId, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

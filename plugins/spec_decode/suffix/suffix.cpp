@@ -241,7 +241,7 @@ const th_spec_decode_vtable kVtable = {
 
 const th_plugin_descriptor kDescriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SPEC_DECODE,
-    "spec_decode.suffix",         "1.0.0",              &kVtable,
+    TH_PLUGIN_ID, TH_PLUGIN_VERSION, &kVtable,
 };
 
 }  // namespace

@@ -106,7 +106,7 @@ static const th_scheduler_vtable vtable = {sizeof(th_scheduler_vtable), create, 
 
 static const th_plugin_descriptor descriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_SCHEDULER,
-    "scheduler.example_c",        "1.0.0",              &vtable,
+    TH_PLUGIN_ID, TH_PLUGIN_VERSION, &vtable,
 };
 
 TH_PLUGIN_EXPORT const th_plugin_descriptor *tokenhost_plugin_entry(const th_host_api *h) {

@@ -31,7 +31,7 @@ th_status route(th_instance*, const th_route_request* request, th_route_decision
 const th_router_vtable vtable = {sizeof(th_router_vtable), sdk::create_instance<LeastLoaded>,
                                  sdk::destroy_instance<LeastLoaded>, check, route, nullptr};
 const th_plugin_descriptor descriptor = {sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
-                                         TH_KIND_ROUTER, "router.example_cpp", "1.0.0", &vtable};
+                                         TH_KIND_ROUTER, TH_PLUGIN_ID, TH_PLUGIN_VERSION, &vtable};
 }  // namespace
 
 TOKENHOST_PLUGIN_ENTRY(descriptor)

@@ -42,6 +42,39 @@ TEST_CASE("backends: the CPU first, then CUDA, and device strings find them", "[
   for (const auto& d : cuda->devices()) REQUIRE(d.kind == TH_DEVICE_CUDA);
 }
 
+TEST_CASE("backends: device names come from the kind table, read back the same everywhere", "[backends]") {
+  // Every backend's name is its kind's row, and every row parses back to that kind.
+  for (const Backend* b : backends()) {
+    INFO(b->name());
+    REQUIRE(device_kind_named(b->name()) == b->kind());
+    REQUIRE(std::string(b->name()) == device_kind_name(b->kind()));
+  }
+  REQUIRE(device_kind_names() == std::vector<std::string>{"cpu", "cuda"});
+  REQUIRE_FALSE(device_kind_named("gpu").has_value());
+  // Device strings: a kind, then an index of up to 6 digits; the string a ref prints parses back to it.
+  std::string why;
+  for (const char* good : {"cpu", "cpu:0", "cuda:0", "cuda:12", "cuda:999999"}) {
+    INFO(good);
+    const auto ref = parse_device(good, &why);
+    REQUIRE(ref.has_value());
+    const auto again = parse_device(ref->str());
+    REQUIRE(again.has_value());
+    REQUIRE(again->kind == ref->kind);
+    REQUIRE(again->index == ref->index);
+  }
+  REQUIRE(parse_device("cuda:12")->str() == "cuda:12");
+  REQUIRE(parse_device("cpu")->str() == "cpu");
+  REQUIRE_FALSE(parse_device("tpu:0", &why));
+  REQUIRE(why == "unknown device kind 'tpu'");
+  REQUIRE_FALSE(parse_device("cuda:1234567", &why));
+  REQUIRE_THAT(why, Contains("at most 6 digits, found '1234567'"));
+  REQUIRE_FALSE(find_backend("cuda:x", nullptr, &why));
+  REQUIRE_THAT(why, Contains("found 'x'"));
+  // The devices found are looked up by the same refs.
+  REQUIRE(find_device(DeviceRef{TH_DEVICE_CPU, 0}) == &devices().front());
+  REQUIRE(find_device(DeviceRef{TH_DEVICE_CPU, 1}) == nullptr);
+}
+
 TEST_CASE("backends: the CPU backend's step is the forward pass, marked rows included", "[backends]") {
   auto rng = fresh_rng("cpu backend step");
   const ModelSpec spec = model_spec(4, 2, 16, 2);
