@@ -89,17 +89,20 @@ std::optional<DraftJob> plan_drafts(EngineState& s, const StepBatch& batch, cons
   std::vector<DraftController::Offer> bounds;
   for (const auto& c : job.candidates) bounds.push_back({batch.items[c.item].seq_id, c.max_draft});
   const std::vector<uint32_t> ask = s.draft_control.choose(bounds, step_tokens(batch), step_rows(batch));
-  DraftJob asked;
+  size_t kept = 0;  // the candidates asked for a draft, in place, in order
   for (size_t k = 0; k < job.candidates.size(); ++k)
     if (ask[k] > 0) {
-      asked.candidates.push_back({job.candidates[k].item, job.candidates[k].tokens, ask[k]});
-      asked.contexts.push_back(job.contexts[k]);
+      job.candidates[kept] = {job.candidates[k].item, job.candidates[k].tokens, ask[k]};
+      job.contexts[kept] = std::move(job.contexts[k]);
+      ++kept;
     }
-  if (asked.candidates.empty()) return std::nullopt;
-  asked.spec = s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front();
-  asked.bounds = DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens};
-  asked.batch = batch;
-  return asked;
+  if (kept == 0) return std::nullopt;
+  job.candidates.resize(kept);
+  job.contexts.resize(kept);
+  job.spec = s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front();
+  job.bounds = DraftBounds{s.init.name, s.init.vocab_size, kv_limit(s), s.init.max_step_tokens};
+  job.batch = batch;
+  return job;
 }
 
 void take_drafts(EngineState& s, DraftReply& reply) {

@@ -1,6 +1,5 @@
 #include "request/client_request.hpp"
 
-#include <mutex>
 #include <random>
 #include <set>
 
@@ -13,6 +12,7 @@
 #include "api/stop_strings.hpp"
 #include "base/request_defaults.hpp"
 #include "model/tokenizer.hpp"
+#include "request/request_id.hpp"
 #include "server/gateway.hpp"
 
 namespace tokenhost::request {
@@ -67,14 +67,6 @@ Reply refusal(const AdmissionRefusal& refusal) {
   Reply r = api_error(e);
   r.headers.emplace_back("Retry-After", std::to_string(refusal.retry_after_s));
   return r;
-}
-
-// Seeds for requests that bring none, and response ids.
-uint64_t draw_seed() {
-  static std::mutex m;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard lock(m);
-  return rng();
 }
 
 // One choice: one sequence in an engine, and what of its output the client has been sent.
@@ -192,7 +184,7 @@ struct ClientRequest::State {
         return api_error(api::invalid_request("tokenhost.arm", why, "arm_not_available"));
     }
     req = std::move(parsed.value());
-    std::mt19937_64 rng(draw_seed());
+    std::mt19937_64 rng(draw_random());
     meta = api::make_response_meta(req.endpoint, model->name, rng);
     meta.include_usage = req.include_usage;
     if (auto e = tokenize()) return api_error(*e);
@@ -276,7 +268,7 @@ struct ClientRequest::State {
   // --- Running ---
 
   void start() {
-    const uint64_t seed = draw_seed();
+    const uint64_t seed = draw_random();
     const int64_t n = openai() ? req.n : 1;
     for (size_t p = 0; p < prompts.size(); ++p) {
       for (int64_t k = 0; k < n; ++k) {

@@ -5,16 +5,16 @@
 
 namespace tokenhost::request {
 
-std::string new_request_id() {
+uint64_t draw_random() {
   static std::mutex m;
   static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(m);
+  return rng();
+}
+
+std::string new_request_id() {
   static const char hex[] = "0123456789abcdef";
-  uint64_t a, b;
-  {
-    std::lock_guard lock(m);
-    a = rng();
-    b = rng();
-  }
+  const uint64_t a = draw_random(), b = draw_random();
   std::string id = "req-";
   for (int i = 0; i < 16; ++i) id += hex[(a >> (4 * i)) & 15];
   for (int i = 0; i < 8; ++i) id += hex[(b >> (4 * i)) & 15];

@@ -2,6 +2,7 @@
 // made here. It is returned with the answer and carried in every log line about the request.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -15,5 +16,8 @@ inline constexpr size_t kMaxRequestIdBytes = 128;
 std::string request_id_from(std::string_view sent);
 // A new id ("req-" and 24 hexadecimal digits, random).
 std::string new_request_id();
+// The request module's random numbers (ids, seeds for requests that bring none, response ids): one
+// generator seeded from std::random_device, shared by every thread.
+uint64_t draw_random();
 
 }  // namespace tokenhost::request
