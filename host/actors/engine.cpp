@@ -1,4 +1,5 @@
 #include "actors/engine.hpp"
+
 #include "actors/engine_state.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "actors/swap_latency.hpp"
 #include "actors/token_stream.hpp"
 #include "actors/plugin_seconds.hpp"
+#include "api/api_error.hpp"
 #include "speculation/drafts.hpp"
 #include "plugin/kind.hpp"
 #include "speculation/draft_sessions.hpp"
@@ -587,7 +589,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
             .then([rp, j](const StatusJson& w) mutable {
               nlohmann::json worker = nlohmann::json::parse(w.json);
               for (auto& [k, v] : worker.items()) j[k] = v;
-              rp.deliver(StatusJson{j.dump()});
+              rp.deliver(StatusJson{api::dump_json(j)});
             });
         return rp;
       },

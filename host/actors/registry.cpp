@@ -61,7 +61,7 @@ registry_actor::behavior_type registry(registry_actor::stateful_pointer<Registry
         for (const auto& m : c.all()) list.push_back(manifest_json(m));
         return {nlohmann::json{{"plugins", list}, {"search_paths", c.search_paths()}, {"errors", c.scan_errors()},
                                {"open_libraries", PluginLibrary::open_count()}}
-                    .dump()};
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};  // plugin-given text may not be UTF-8
       },
   };
 }

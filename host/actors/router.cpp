@@ -2,6 +2,7 @@
 
 #include "actors/plugin_json.hpp"
 #include "actors/swap_latency.hpp"
+#include "api/api_error.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -283,7 +284,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                             {"routed", s.routed},
                             {"last_swap", s.swaps.last()},
                             {"engines", engines}};
-        return {j.dump()};
+        return {api::dump_json(j)};
       },
       [=](cancel_atom, uint64_t id) {
         auto& s = self->state;

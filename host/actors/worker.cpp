@@ -10,6 +10,7 @@
 #include <tokenhost/plugin_kv.hpp>
 
 #include "actors/plugin_json.hpp"
+#include "api/api_error.hpp"
 #include "model/quant.hpp"
 #include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
@@ -425,7 +426,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         for (SlotId slot : slots_owned_by(SlotOwner::worker))  // each filled slot the worker owns, under its name
           if (const PluginInstance* p = s.init.plugins.get(slot)) j[slot.name()] = plugin_json(p);
         j["last_worker_swap"] = s.swaps.last();
-        return {j.dump()};
+        return {api::dump_json(j)};
       },
   };
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "api/client_json.hpp"
+#include "api/api_error.hpp"
 #include "http/http_message.hpp"
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,8 @@ namespace tokenhost {
 
 inline void reply_error(HttpResponse& res, int status, const std::string& message, const std::string& type) {
   res.status = status;
-  res.set_content(nlohmann::json{{"error", {{"message", message}, {"type", type}}}}.dump(), "application/json");
+  // The message may quote the client's bytes (a JSON error's "last read"): invalid UTF-8 is replaced.
+  res.set_content(api::dump_json(nlohmann::json{{"error", {{"message", message}, {"type", type}}}}), "application/json");
 }
 
 inline void reply_json(HttpResponse& res, const nlohmann::json& body) {

@@ -133,9 +133,10 @@ void add_gateway_routes(HttpListener& listener, Gateway& gateway, const ServerDe
                                                            {"/v1/chat/completions", request::Route::chat_completions},
                                                            {"/v1/generate", request::Route::generate}};
   for (const auto& [path, route] : routes)
-    listener.route_async("POST", path, [&gateway, &server, route = route](std::shared_ptr<HttpExchange> ex) {
-      serve(gateway, server, route, ex);
-    });
+    // Parsing, admission and tokenizing start on a handler thread: a large body never holds an I/O thread.
+    listener.route_async(
+        "POST", path, [&gateway, &server, route = route](std::shared_ptr<HttpExchange> ex) { serve(gateway, server, route, ex); },
+        HttpListener::StartOn::handler_thread);
   listener.route("GET", "/v1/models", [&gateway](const HttpRequest&, HttpResponse& res) {
     std::vector<api::ModelCard> cards;
     for (const auto& m : gateway.models()) cards.push_back({m.name, m.created, "tokenhost"});

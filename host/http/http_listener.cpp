@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/api_error.hpp"
 #include "http/http_tls.hpp"
 
 namespace tokenhost {
@@ -39,6 +40,7 @@ struct Route {
   std::regex pattern;
   HttpListener::BlockingHandler blocking;
   HttpListener::AsyncHandler async;
+  HttpListener::StartOn start_on = HttpListener::StartOn::io_thread;  // async's
 };
 
 // What outlives the listener's I/O: exchanges held by handlers check `alive` (under the mutex) before
@@ -49,7 +51,7 @@ struct Liveness {
 };
 
 std::string error_json(const std::string& message, const std::string& type) {
-  return nlohmann::json{{"error", {{"message", message}, {"type", type}}}}.dump();
+  return api::dump_json(nlohmann::json{{"error", {{"message", message}, {"type", type}}}});
 }
 
 std::string reason_phrase(int status) {
@@ -87,7 +89,11 @@ struct HttpListener::Impl {
   size_t io_threads;
   // Before the I/O context: handlers it still holds when it is destroyed (a timer posted by a
   // handler, say) release sessions, whose destructors reach these.
+  // The cap is full: closes the connection that has waited longest for a request (a silent or idle
+  // one), if any; true when one was found. Any thread.
+  bool evict_longest_waiting();
   std::atomic<size_t> open{0};
+  std::atomic<size_t> over_cap{0};    // sessions accepted past max_connections for a reserved path
   std::atomic<size_t> unanswered{0};  // sessions whose current request's answer is not yet written
   std::mutex sessions_mutex;
   std::set<Connection*> sessions;
@@ -116,6 +122,10 @@ struct HttpListener::Impl {
 // One request's answer, shared between the connection and the handler.
 // Request bodies from this size on give their memory back once answered (~Exchange).
 constexpr size_t kReturnMemoryAfterBytes = 1 << 20;
+// Connections past max_connections for a reserved path (HttpLimits::reserved_paths): how long one may
+// take to send its request, and how many may wait at once (beyond them, 503 at once).
+constexpr std::chrono::milliseconds kOverCapWait{500};
+constexpr size_t kOverCapSessions = 32;
 
 class Exchange final : public HttpExchange {
  public:
@@ -184,7 +194,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void enqueue(std::string data, bool last, size_t counted) = 0;
   // Closes the socket; what is queued is dropped.
   virtual void close() = 0;
+  // Closes it if it still waits for a request (no request of it is being read past its headers or
+  // answered): the listener makes room this way when its connection cap is full. On its strand.
+  virtual void evict_if_waiting() = 0;
+  // Since when (steady clock, ns) it has waited for a request; 0 while one is read or answered.
+  std::atomic<int64_t> waiting_since{0};
 };
+
+int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // One connection: reads requests one after another, hands each to its route, writes the answers in
 // order. Every member runs on the connection's strand. Stream is beast::tcp_stream (HTTP) or an
@@ -195,20 +214,26 @@ class Session final : public Connection {
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
+  // over_cap: accepted past max_connections, for one request to a reserved path (HttpLimits).
   template <class... Args>
-  Session(HttpListener::Impl& listener, Args&&... stream_args) : l_(listener), stream_(std::forward<Args>(stream_args)...) {
+  Session(HttpListener::Impl& listener, bool over_cap, Args&&... stream_args)
+      : l_(listener), stream_(std::forward<Args>(stream_args)...), buffer_(l_.limits.max_header_bytes + kReadAhead),
+        over_cap_(over_cap) {
+    if (over_cap_) ++l_.over_cap;
     ++l_.open;
     std::lock_guard lock(l_.sessions_mutex);
     l_.sessions.insert(this);
   }
   ~Session() override {
     answered();
+    if (over_cap_) --l_.over_cap;
     --l_.open;
     std::lock_guard lock(l_.sessions_mutex);
     l_.sessions.erase(this);
   }
 
   void start() {
+    waiting_since = steady_now_ns();
     beast::error_code ec;
     tcp_layer().socket().set_option(tcp::no_delay(true), ec);  // streamed tokens are small writes, each wanted at once
     const auto peer = tcp_layer().socket().remote_endpoint(ec);
@@ -237,6 +262,13 @@ class Session final : public Connection {
   // The client is gone (closed, reset, or a write failed): the exchange learns it, the socket closes.
   void client_gone() {
     if (exchange_) exchange_->mark_gone();
+    close();
+  }
+
+  void evict_if_waiting() override {
+    if (closed_ || waiting_since.load() == 0) return;
+    spdlog::debug("{}: {}:{} waited for a request while the connection cap was full: closed to make room", l_.name, remote_addr_,
+                  remote_port_);
     close();
   }
 
@@ -272,6 +304,7 @@ class Session final : public Connection {
   void read_next() {
     exchange_.reset();
     keep_.reset();
+    waiting_since = steady_now_ns();
     if (buffer_.size() > 0) return read_header();
     tcp_layer().expires_after(l_.limits.idle_timeout);
     stream_.async_read_some(buffer_.prepare(4096), [self = self()](beast::error_code ec, size_t n) {
@@ -282,10 +315,12 @@ class Session final : public Connection {
   }
 
   void read_header() {
+    if (waiting_since.load() == 0) waiting_since = steady_now_ns();
     parser_.emplace();
     parser_->header_limit(uint32_t(l_.limits.max_header_bytes));
     parser_->body_limit(l_.limits.max_body_bytes);
-    tcp_layer().expires_after(l_.limits.header_timeout);
+    parser_->on_chunk_header(bound_trailer_);
+    tcp_layer().expires_after(over_cap_ ? std::min(l_.limits.header_timeout, kOverCapWait) : l_.limits.header_timeout);
     http::async_read_header(stream_, buffer_, *parser_, [self = self()](beast::error_code ec, size_t) {
       self->on_header(ec);
     });
@@ -302,10 +337,18 @@ class Session final : public Connection {
       return close();
     if (ec == http::error::body_limit)  // a declared Content-Length past the limit
       return refuse(413, "the request body is larger than the limit of " + std::to_string(l_.limits.max_body_bytes) + " bytes");
-    if (ec == http::error::header_limit)
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
       return refuse(431, "the request headers are larger than the limit of " + std::to_string(l_.limits.max_header_bytes) + " bytes");
     if (ec) return refuse(400, "malformed HTTP request: " + ec.message());
+    waiting_since = 0;  // a request is being read: not evicted for room
     const auto& req = parser_->get();
+    if (over_cap_) {
+      const std::string_view target = req.target();
+      const std::string path(target.substr(0, target.find('?')));
+      const auto& reserved = l_.limits.reserved_paths;
+      if (std::find(reserved.begin(), reserved.end(), path) == reserved.end())
+        return refuse(503, "too many open connections (" + std::to_string(l_.limits.max_connections) + "); retry later");
+    }
     if (req.find(http::field::content_length) != req.end() && req.find(http::field::transfer_encoding) != req.end())
       return refuse(400, "the request has both Content-Length and Transfer-Encoding; send one");
     if (auto length = parser_->content_length(); length && *length > l_.limits.max_body_bytes)
@@ -332,6 +375,10 @@ class Session final : public Connection {
   void on_body(beast::error_code ec) {
     if (ec == http::error::body_limit)
       return refuse(413, "the request body is larger than the limit of " + std::to_string(l_.limits.max_body_bytes) + " bytes");
+    // A chunked body's trailer fields (bound_trailer_), or a last-chunk line that never ends.
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
+      return refuse(431, "the request's chunked body has a chunk line or trailer larger than the header limit of " +
+                             std::to_string(l_.limits.max_header_bytes) + " bytes");
     if (ec == beast::error::timeout) {
       spdlog::debug("{}: {}:{} did not send its request body within {} ms: closed", l_.name, remote_addr_, remote_port_,
                     l_.limits.body_timeout.count());
@@ -387,7 +434,8 @@ class Session final : public Connection {
     const auto left = linger_until_ - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) return close();
     tcp_layer().expires_after(std::chrono::duration_cast<std::chrono::milliseconds>(left));
-    tcp_layer().async_read_some(buffer_.prepare(64 << 10), [self = self()](beast::error_code ec, size_t) {
+    buffer_.clear();  // what the client still sends is discarded, never committed
+    tcp_layer().async_read_some(buffer_.prepare(buffer_.max_size()), [self = self()](beast::error_code ec, size_t) {
       if (ec) return self->close();
       self->drain();
     });
@@ -423,11 +471,16 @@ class Session final : public Connection {
       Piece done = std::move(self->out_.front());
       self->out_.pop_front();
       if (done.counted > 0 && self->exchange_) self->exchange_->sent(done.counted);
+      if (done.data.size() >= kReturnMemoryAfterBytes) {  // a large answer: its pages go back, as a large body's do
+        std::string().swap(done.data);
+        ::malloc_trim(0);
+      }
       if (!done.last) return self->write_next();
       self->writing_ = false;
       self->answered();
-      const bool keep_alive = !self->refusing_ && self->exchange_ && self->exchange_->keep_alive();
-      if (!keep_alive) return self->refusing_ ? self->linger_close() : self->close();
+      const bool keep_alive = !self->refusing_ && !self->over_cap_ && self->exchange_ && self->exchange_->keep_alive();
+      // A refused request's client may still be sending: linger, except past the cap (a slot of few).
+      if (!keep_alive) return self->refusing_ && !self->over_cap_ ? self->linger_close() : self->close();
       self->read_next();
     });
   }
@@ -477,9 +530,31 @@ class Session final : public Connection {
     });
   }
 
+  // The last chunk of a chunked body (size 0) comes with the trailer's fields, which Beast's parser
+  // neither counts against its header limit nor bounds (a field value past 64 KiB throws from inside
+  // the parser). Beast calls this once the whole trailer is in buffer_, before it parses the fields,
+  // with the last-chunk line's extensions: a view into buffer_ that ends where that line's CRLF begins.
+  // The trailer runs from there to its first empty line; past max_header_bytes: header_limit, a 431.
+  std::function<void(uint64_t, beast::string_view, beast::error_code&)> bound_trailer_ =
+      [this](uint64_t size, beast::string_view extensions, beast::error_code& ec) {
+        if (size != 0) return;
+        const auto data = buffer_.cdata();
+        const auto begin = reinterpret_cast<uintptr_t>(data.data()), end = begin + data.size();
+        const auto line_end = reinterpret_cast<uintptr_t>(extensions.data()) + extensions.size();
+        if (line_end < begin || line_end > end) return;  // not a view into the buffer: Beast parses as before
+        const std::string_view rest(static_cast<const char*>(data.data()) + (line_end - begin), end - line_end);
+        const size_t trailer = rest.find("\r\n\r\n");
+        if (trailer == std::string_view::npos || trailer > l_.limits.max_header_bytes) ec = http::error::header_limit;
+      };
+
   HttpListener::Impl& l_;
   Stream stream_;
+  // Holds a request's headers, a chunked body's trailer and what was read ahead of them (pipelined
+  // requests, body bytes the parser takes next): bounded, so that no part Beast keeps whole until it
+  // ends (a header, a trailer, a chunk's extensions) grows past the limits (buffer_overflow: a 431).
+  static constexpr size_t kReadAhead = 64 << 10;
   beast::flat_buffer buffer_;
+  const bool over_cap_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<Exchange> exchange_;
   std::shared_ptr<Connection> keep_;  // while a handler holds the exchange, the connection lives
@@ -547,13 +622,17 @@ void Session<Stream>::dispatch(HttpRequest request, bool keep_alive, bool head_o
     });
     return;
   }
-  try {
-    route->async(ex);
-  } catch (const std::exception& e) {
-    failed(e.what());
-  } catch (...) {
-    failed("internal error");
-  }
+  auto start = [ex, handler = route->async, failed] {
+    try {
+      handler(ex);
+    } catch (const std::exception& e) {
+      failed(e.what());
+    } catch (...) {
+      failed("internal error");
+    }
+  };
+  if (route->start_on == HttpListener::StartOn::handler_thread) return net::post(l_.handlers, std::move(start));
+  start();
 }
 
 void Exchange::on_session(std::function<void(Connection&)> fn) {
@@ -657,7 +736,15 @@ void HttpListener::Impl::accept() {
       timer->async_wait([this, timer](beast::error_code) { accept(); });
       return;
     }
-    if (open.load() >= limits.max_connections) {
+    bool full = open.load() >= limits.max_connections;
+    if (full && evict_longest_waiting()) full = false;  // its room is this one's (the count drops once it closes)
+    if (full && !limits.reserved_paths.empty() && over_cap.load() < kOverCapSessions) {
+      // Past the cap, a health probe still gets through: read its request briefly (kOverCapWait).
+      if (tls)
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, true, std::move(socket), *tls)->start();
+      else
+        std::make_shared<Session<beast::tcp_stream>>(*this, true, std::move(socket))->start();
+    } else if (full) {
       if (log_refusal_now())
         spdlog::warn("{}: {} connections open, the limit: a new one is refused with 503", name, limits.max_connections);
       HttpResponse r;
@@ -674,12 +761,33 @@ void HttpListener::Impl::accept() {
       });
     } else {
       if (tls)
-        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, std::move(socket), *tls)->start();
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, false, std::move(socket), *tls)->start();
       else
-        std::make_shared<Session<beast::tcp_stream>>(*this, std::move(socket))->start();
+        std::make_shared<Session<beast::tcp_stream>>(*this, false, std::move(socket))->start();
     }
     accept();
   });
+}
+
+bool HttpListener::Impl::evict_longest_waiting() {
+  std::shared_ptr<Connection> oldest;
+  {
+    std::lock_guard lock(sessions_mutex);
+    int64_t since = 0;
+    for (Connection* c : sessions) {
+      const int64_t w = c->waiting_since.load();
+      if (w == 0 || (since != 0 && w >= since)) continue;
+      // Under the mutex the session has not left the set: either alive, or its destructor waits here
+      // (lock() then answers null).
+      if (auto held = c->weak_from_this().lock()) {
+        oldest = std::move(held);
+        since = w;
+      }
+    }
+  }
+  if (!oldest) return false;
+  net::post(oldest->executor(), [oldest] { oldest->evict_if_waiting(); });
+  return true;
 }
 
 HttpListener::HttpListener(std::string name, HttpLimits limits, size_t io_threads, size_t handler_threads)
@@ -690,8 +798,8 @@ HttpListener::~HttpListener() { stop(); }
 void HttpListener::route(const std::string& method, const std::string& pattern, BlockingHandler handler) {
   impl_->routes.push_back({method, std::regex(pattern), std::move(handler), nullptr});
 }
-void HttpListener::route_async(const std::string& method, const std::string& pattern, AsyncHandler handler) {
-  impl_->routes.push_back({method, std::regex(pattern), nullptr, std::move(handler)});
+void HttpListener::route_async(const std::string& method, const std::string& pattern, AsyncHandler handler, StartOn start_on) {
+  impl_->routes.push_back({method, std::regex(pattern), nullptr, std::move(handler), start_on});
 }
 void HttpListener::set_pre_routing(PreRouting fn) { impl_->pre_routing = std::move(fn); }
 void HttpListener::set_request_ids(RequestIds fn) { impl_->request_ids = std::move(fn); }
@@ -720,7 +828,22 @@ void HttpListener::start() {
   if (l.started) return;
   l.started = true;
   l.accept();
-  for (size_t i = 0; i < l.io_threads; ++i) l.threads.emplace_back([&l] { l.io.run(); });
+  for (size_t i = 0; i < l.io_threads; ++i)
+    l.threads.emplace_back([&l] {
+      // An exception out of a handler (Beast's parser throws on some inputs, an allocation may fail)
+      // unwinds the operation that ran it: the connection it served loses its last pending operation
+      // and closes. The thread logs it and serves on; nothing else is lost.
+      for (;;) {
+        try {
+          l.io.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("{}: an I/O handler threw ({}); its connection is closed, the listener serves on", l.name, e.what());
+        } catch (...) {
+          spdlog::error("{}: an I/O handler threw a non-standard exception; its connection is closed, the listener serves on", l.name);
+        }
+      }
+    });
 }
 
 size_t HttpListener::drain(std::chrono::milliseconds timeout) {

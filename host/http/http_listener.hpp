@@ -62,6 +62,9 @@ struct HttpLimits {
   std::chrono::milliseconds idle_timeout{60000};
   size_t max_connections = 16384;
   size_t stream_buffer_bytes = 1 << 20;  // unsent bytes of one streamed answer
+  // Paths still served past max_connections (health probes): a connection over the cap gets
+  // kOverCapWait to send its request; one for these paths is answered and closed, any other 503.
+  std::vector<std::string> reserved_paths;
 };
 
 class HttpListener {
@@ -84,7 +87,12 @@ class HttpListener {
   // Routes: the path as sent (percent-escaped) must match pattern whole (std::regex); its groups land
   // in HttpRequest::matches, decoded.
   void route(const std::string& method, const std::string& pattern, BlockingHandler handler);
-  void route_async(const std::string& method, const std::string& pattern, AsyncHandler handler);
+  // Where an async handler starts: on the I/O thread that read the request (it must return at once), or
+  // on a handler thread (it may parse and compute for a while before it returns; it must not wait
+  // for its answer there either), so that no request's parsing holds an I/O thread.
+  enum class StartOn { io_thread, handler_thread };
+  void route_async(const std::string& method, const std::string& pattern, AsyncHandler handler,
+                   StartOn start_on = StartOn::io_thread);
   void set_pre_routing(PreRouting fn);
   // HTTPS with this certificate (http/http_tls.hpp's load_server_tls), before start().
   void use_tls(std::shared_ptr<boost::asio::ssl::context> context);

@@ -32,7 +32,9 @@ constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
 // The gateway's I/O threads are http_threads, up to this many (a manifest written for one thread per
 // connection may ask for a thousand); the admin API's are fixed: it serves operators, not traffic.
 constexpr int kMaxIoThreads = 64;
-constexpr size_t kAdminIoThreads = 1, kAdminHandlerThreads = 4, kGatewayHandlerThreads = 2;
+// The gateway's handler threads parse, admit and tokenize requests (and answer /tokenize, /v1/models):
+// more than two, so that two large bodies leave a thread for the small ones.
+constexpr size_t kAdminIoThreads = 1, kAdminHandlerThreads = 4, kGatewayHandlerThreads = 4;
 
 // Equal strings, in a time that does not depend on where they differ.
 bool same_secret(const std::string& a, const std::string& b) {
@@ -82,8 +84,31 @@ void raise_open_file_limit(size_t wanted) {
                  lim.rlim_cur, wanted);
 }
 
-}  // namespace
+// Health probes, on both ports and without credentials (load balancers and orchestrators send none),
+// still answered past the connection cap (HttpLimits::reserved_paths). /health: the process is live
+// (503 once it shuts down); /ready: it takes traffic (every served model has an engine).
+const std::vector<std::string> kHealthPaths = {"/health", "/ready"};
 
+bool is_health_path(const HttpRequest& req) {
+  return req.method == "GET" && std::find(kHealthPaths.begin(), kHealthPaths.end(), req.path) != kHealthPaths.end();
+}
+
+void add_health_routes(HttpListener& listener, const Gateway& gateway) {
+  listener.route("GET", "/health", [&gateway](const HttpRequest&, HttpResponse& res) {
+    if (!gateway.accepting()) return reply_error(res, 503, "shutting down", "unavailable");
+    reply_json(res, {{"status", "ok"}});
+  });
+  listener.route("GET", "/ready", [&gateway](const HttpRequest&, HttpResponse& res) {
+    const Gateway::Readiness r = gateway.readiness();
+    if (r.ready) return reply_json(res, {{"status", "ready"}});
+    res.status = 503;
+    reply_json(res, {{"status", "not_ready"},
+                     {"reason", gateway.accepting() ? "a served model has no engine taking requests" : "shutting down"},
+                     {"models_without_engine", r.models_without_engine}});
+  });
+}
+
+}  // namespace
 
 HttpServers::HttpServers(Server& server) : server_(server) {
   const int asked = server_.deployment().server.http_threads;
@@ -96,6 +121,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   HttpLimits admin_limits;
   admin_limits.max_body_bytes = kAdminMaxBody;
   admin_limits.max_connections = 256;
+  gateway_limits.reserved_paths = admin_limits.reserved_paths = kHealthPaths;
   raise_open_file_limit(gateway_limits.max_connections + admin_limits.max_connections);
   gateway_ = std::make_unique<HttpListener>("gateway", gateway_limits, size_t(io_threads), kGatewayHandlerThreads);
   admin_ = std::make_unique<HttpListener>("admin API", admin_limits, kAdminIoThreads, kAdminHandlerThreads);
@@ -106,9 +132,11 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   gateway_->set_request_ids([](const HttpRequest& req) { return request::request_id_from(req.header("X-Request-Id")); });
   add_gateway_routes(*gateway_, server_.gateway(), server_.deployment().server);
   add_tokenize_routes(*gateway_, server_.gateway());
+  add_health_routes(*gateway_, server_.gateway());
   // With API keys, every gateway request carries one (as vLLM's --api-key); without, the gateway is open.
   if (!server_.deployment().server.api_keys.empty()) {
     gateway_->set_pre_routing([this](const HttpRequest& req, HttpResponse& res) {
+      if (is_health_path(req)) return false;
       const std::string token = bearer_token(req);
       bool known = false;
       for (const auto& key : server_.deployment().server.api_keys) known |= same_secret(token, key);
@@ -144,10 +172,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
     return true;
   });
 
-  admin_->route("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
-    if (!server_.gateway().accepting()) return reply_error(res, 503, "shutting down", "unavailable");
-    reply_json(res, {{"status", "ok"}});
-  });
+  add_health_routes(*admin_, server_.gateway());
   admin_->route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
   });

@@ -9,6 +9,9 @@ namespace {
 
 using nlohmann::json;
 
+// The largest /tokenize answer: four times the gateway's largest body. Past it, 413.
+constexpr size_t kMaxTokenizeAnswerBytes = 32 << 20;
+
 // The model the body names ("" or absent: the default), or NULL after answering 404 / 400.
 const ServedModel* model_of(Gateway& server, const json& body, HttpResponse& res) {
   const auto it = body.find("model");
@@ -47,9 +50,23 @@ void add_tokenize_routes(HttpListener& gateway, Gateway& server) {
     const auto with_pieces = flag(*body, "with_pieces", res);
     if (!add_special || !with_pieces) return;
     const std::vector<int32_t> tokens = m->encode(content->get<std::string>(), *add_special, true);
-    json out = json::array();
-    for (int32_t t : tokens) out.push_back(*with_pieces ? json{{"id", t}, {"piece", m->piece(t)}} : json(t));
-    res.set_content(api::dump_json(json{{"tokens", out}}), "application/json");
+    // Written as text, not built as a JSON document (a document of objects costs ~100 bytes a token),
+    // and bounded: an answer can outgrow its request many times over (with_pieces: 15x).
+    std::string out = "{\"tokens\":[";
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i > 0) out += ',';
+      if (*with_pieces)
+        out += "{\"id\":" + std::to_string(tokens[i]) + ",\"piece\":" + api::dump_json(m->piece(tokens[i])) + "}";
+      else
+        out += std::to_string(tokens[i]);
+      if (out.size() > kMaxTokenizeAnswerBytes)
+        return reply_error(res, 413, "the answer (" + std::to_string(tokens.size()) + " tokens" + (*with_pieces ? " with pieces" : "") +
+                                         ") would be larger than the limit of " + std::to_string(kMaxTokenizeAnswerBytes) +
+                                         " bytes; tokenize less text per request" + (*with_pieces ? " or leave out with_pieces" : ""),
+                           "invalid_request_error");
+    }
+    out += "]}";
+    res.set_content(std::move(out), "application/json");
   });
   gateway.route("POST", "/detokenize", [&server](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "api/api_error.hpp"
 #include "api/client_json.hpp"
 #include "api/openai_request.hpp"
 #include "api/openai_response.hpp"
@@ -52,7 +53,7 @@ api::ApiError server_error(int status, const std::string& message) {
 Reply plain_error(int status, const std::string& message, const std::string& type) {
   Reply r;
   r.status = status;
-  r.body = json{{"error", {{"message", message}, {"type", type}}}}.dump();
+  r.body = api::dump_json(json{{"error", {{"message", message}, {"type", type}}}});
   return r;
 }
 

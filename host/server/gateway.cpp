@@ -1,5 +1,7 @@
 #include "server/gateway.hpp"
 
+#include <set>
+
 #include <algorithm>
 #include <thread>
 
@@ -43,6 +45,17 @@ const ServedModel* Gateway::find_model(const std::string& name) const {
   for (const auto& m : models_)
     if (m.name == name) return &m;
   return nullptr;
+}
+
+Gateway::Readiness Gateway::readiness() const {
+  Readiness r;
+  if (!accepting()) return r;
+  std::set<std::string> served;
+  for (const auto& e : engines_->live()) served.insert(e->model());
+  for (const auto& m : models_)
+    if (!served.count(m.name)) r.models_without_engine.push_back(m.name);
+  r.ready = r.models_without_engine.empty() && !served.empty();
+  return r;
 }
 
 const ServedModel& Gateway::default_model() const {

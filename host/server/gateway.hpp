@@ -92,6 +92,13 @@ class Gateway {
 
   // --- Lifecycle (the server's) ---
   bool accepting() const { return accepting_.load(); }
+  // Ready for traffic: accepting, and every served model has an engine taking requests. Otherwise the
+  // models that have none (empty while shutting down: not accepting says it).
+  struct Readiness {
+    bool ready = false;
+    std::vector<std::string> models_without_engine;
+  };
+  Readiness readiness() const;
   size_t in_flight() const { return in_flight_.load(); }
   // Takes no new request, lets the router fail waiting ones, and waits up to grace for the running
   // ones; those left then end with an error. Returns how many were left.

@@ -11,6 +11,7 @@
 #include "actors/registry.hpp"
 #include "actors/router.hpp"
 #include "actors/swap_latency.hpp"
+#include "api/api_error.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
 
@@ -163,7 +164,7 @@ nlohmann::json Server::status() {
     caf::scoped_actor self{*system_};
     self->request(router_, std::chrono::seconds(10), status_atom::value, std::string())
         .receive([&](StatusJson& s) { router = std::move(s); },
-                 [&](caf::error& e) { router.json = nlohmann::json({{"error", system_->render(e)}}).dump(); });
+                 [&](caf::error& e) { router.json = api::dump_json(nlohmann::json({{"error", system_->render(e)}})); });
   }
   return {{"engines", engines},
           {"retiring_engines", retiring},
@@ -180,7 +181,7 @@ nlohmann::json Server::plugins() {
   StatusJson out{"null"};
   self->request(registry_, std::chrono::seconds(10), list_atom::value)
       .receive([&](StatusJson& s) { out = std::move(s); },
-               [&](caf::error& e) { out.json = nlohmann::json({{"error", system_->render(e)}}).dump(); });
+               [&](caf::error& e) { out.json = api::dump_json(nlohmann::json({{"error", system_->render(e)}})); });
   return nlohmann::json::parse(out.json);
 }
 

@@ -9,6 +9,9 @@
 //              /dev/zero as a plugin manifest: each a 400;
 //   fairness   a client with 256 sequences (16 x n = 16) and a 1-sequence client: the small client's
 //              first token within 3 engine steps of its arrival, TTFT p95 under 1 s over 20 requests;
+//   holes      a 70,000-byte chunked trailer (431, no credential needed), two bodies of 80,000 objects
+//              beside a small request, /tokenize with_pieces on 3.9 MB, 300 silent connections on the
+//              admin port while /health and /ready are probed, invalid UTF-8 on JSON routes (400);
 //   many       10,000 idle keep-alive connections (at most 16 KiB each) and 1000 streams held together.
 // It runs alone (RUN_SERIAL), raises its open-file limit, and exits 77 (SKIPPED) naming the limit when
 // the machine cannot hold the connections.
@@ -31,6 +34,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -278,6 +282,61 @@ void json_probes(const ServerProcess& s) {
         "/dev/zero as a plugin manifest: " + std::to_string(status_of(a)) + " at once (outside the plugin folders)");
 }
 
+// What once ended or stalled the server: a chunked trailer past 64 KiB (before any credential), a small
+// body of many objects (parsed in quadratic time), /tokenize's pieces (an answer 15x its request),
+// the admin port's connection cap (its /health answered 503), invalid UTF-8 (a 500).
+void last_holes(const ServerProcess& s, const Watch& watch) {
+  const std::string trailer = "Transfer-Encoding: chunked\r\n\r\n0\r\nX-T: " + std::string(70000, 'a') + "\r\n\r\n";
+  for (int port : {s.gateway, s.admin}) {
+    const std::string where = port == s.gateway ? "the gateway" : "the admin port";
+    const int status = status_of(round_trip(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + trailer, 10s));
+    check(status == 431, "a 70,000-byte chunked trailer to " + where + " without credentials: " + std::to_string(status));
+  }
+  // Two bodies of 80,000 empty objects at once (120 KB each) and a small request beside them.
+  std::string objects = "{\"prompt\": \"x\", \"a\": [";
+  for (int i = 0; i < 80000; ++i) objects += i ? ",{}" : "{}";
+  objects += "]}";
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<std::thread> big;
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 2; ++i)
+    big.emplace_back([&] { answered += status_of(round_trip(s.gateway, post_request("/v1/completions", objects, auth(kLight)), 60s)) > 0; });
+  std::this_thread::sleep_for(50ms);
+  const auto small_sent = std::chrono::steady_clock::now();
+  const int small = status_of(round_trip(s.gateway, post_request("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", auth(kMany)), 30s));
+  const double small_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - small_sent).count();
+  for (auto& t : big) t.join();
+  const double big_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  check(answered == 2 && big_s < 10, "two bodies of 80,000 objects at once: both answered in " + std::to_string(big_s) + " s");
+  check(small == 200 && small_s < 2, "a small request beside them: " + std::to_string(small) + " in " + std::to_string(small_s) + " s");
+  // /tokenize with_pieces on 3.9 MB: bounded, and the memory handed back after.
+  const std::string text(3900000, 'a');
+  const std::string tok = round_trip(s.gateway, post_request("/tokenize", json{{"content", text}, {"with_pieces", true}}.dump(), auth(kLight)), 60s);
+  check(status_of(tok) == 413 || status_of(tok) == 200, "/tokenize with_pieces on 3.9 MB: " + std::to_string(status_of(tok)) +
+                                                            " (" + std::to_string(body_of(tok).size() >> 20) + " MiB)");
+  std::this_thread::sleep_for(500ms);
+  check(s.rss() < watch.idle_rss() + (256ull << 20), "after it the server holds " + std::to_string(s.rss() >> 20) + " MiB (idle " +
+                                                         std::to_string(watch.idle_rss() >> 20) + " MiB + 256 allowed)");
+  // The admin port's cap (256) filled with silent connections: /health and /ready still answer.
+  std::vector<Conn> silent;
+  for (int i = 0; i < 300; ++i) silent.emplace_back(s.admin);
+  int healthy = 0;
+  for (int i = 0; i < 20; ++i) {
+    const std::string path = i % 2 ? "/ready" : "/health";
+    healthy += status_of(round_trip(s.admin, "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n", 5s)) == 200;
+  }
+  check(healthy == 20, "300 silent connections on the admin port: " + std::to_string(healthy) + " of 20 health probes answered 200");
+  silent.clear();
+  // Invalid UTF-8 in a JSON string: 400 on every route that reads JSON.
+  const std::string bad = "{\"content\": \"\xff\xfe\", \"tokens\": [1], \"plugin\": \"\xff\"}";
+  for (const auto& [port, path, headers] : std::vector<std::tuple<int, std::string, std::string>>{
+           {s.gateway, "/tokenize", auth(kLight)}, {s.gateway, "/detokenize", auth(kLight)},
+           {s.gateway, "/v1/completions", auth(kLight)}, {s.admin, "/admin/router", auth(kAdminToken)}}) {
+    const int status = status_of(round_trip(port, post_request(path, bad, headers), 10s));
+    check(status == 400, "invalid UTF-8 to " + path + ": " + std::to_string(status));
+  }
+}
+
 std::string stream_request(const std::string& key, const json& body) {
   json b = body;
   b["stream"] = true;
@@ -416,6 +475,8 @@ int main(int argc, char** argv) {
         watch.report("bodies");
         json_probes(server);
         watch.report("malformed JSON");
+        last_holes(server, watch);
+        watch.report("trailers, many objects, answers, the admin cap, UTF-8");
         std::this_thread::sleep_for(std::chrono::seconds(std::max<int64_t>(0, 11 - std::chrono::duration_cast<std::chrono::seconds>(
                                                                                     std::chrono::steady_clock::now() - started).count())));
         dripping = false;

@@ -50,9 +50,32 @@ TEST_CASE("fair shares: with API keys, a request without one or with an unknown 
     CHECK(a.headers["www-authenticate"] == "Bearer");
   }
   CHECK(post(s, "/tokenize", R"({"content": "hi"})").status == 401);
+  // Health probes need no key, on both ports: /health (live) and /ready (every model has an engine).
+  for (int port : {s.http->gateway_port(), s.http->admin_port()})
+    for (const auto& [path, status] : std::vector<std::pair<std::string, std::string>>{{"/health", "ok"}, {"/ready", "ready"}}) {
+      INFO(port << path);
+      HttpClientRequest req;
+      req.method = "GET";
+      req.target = path;
+      auto r = HttpClient("127.0.0.1", port, HttpClientOptions{}).request(req);
+      REQUIRE(r.ok());
+      CHECK(r.status == 200);
+      CHECK(nlohmann::json::parse(r.body)["status"] == status);
+    }
   CHECK(post(s, "/v1/completions", kShort, key(kAlpha)).status == 200);
   CHECK(post(s, "/v1/completions", kShort, key(kBeta)).status == 200);
   CHECK_THAT(s.server->metrics().prometheus_text(), Catch::Contains("tokenhost_gateway_refusals_total{reason=\"api_key\"} 4"));
+  // Draining: neither live for a balancer nor ready, saying why.
+  s.server->drain(std::chrono::seconds(5));
+  HttpClientRequest req;
+  req.method = "GET";
+  for (const char* path : {"/health", "/ready"}) {
+    req.target = path;
+    auto r = HttpClient("127.0.0.1", s.http->admin_port(), HttpClientOptions{}).request(req);
+    REQUIRE(r.ok());
+    CHECK(r.status == 503);
+    CHECK_THAT(r.body, Catch::Contains("shutting down"));
+  }
 }
 
 TEST_CASE("fair shares: a request without max_tokens gets the deployment's default", "[fair]") {
