@@ -26,12 +26,31 @@ constexpr double kMinRowShare = 0.01;
 constexpr double kMinPredictedGain = 0.05;
 // Steps of up to this many rows keep their mean cost per row count.
 constexpr uint32_t kMaxMeasuredRows = 1024;
+// A row count's mean cost counts once it has (about) two steps in it.
+constexpr double kMeasured = 1.9;
 
 double estimate(double kept, double tried, double prior, double prior_tried) {
   return std::clamp((kept + prior * prior_tried) / (tried + prior_tried), 0.0, 1.0);
 }
 
 }  // namespace
+
+void DraftController::Mean::add(double x, uint64_t now) {
+  if (!fresh(now)) weight = sum = 0;  // forgotten: what it held was measured under another load
+  weight = weight * 0.98 + 1;
+  sum = sum * 0.98 + x;
+  last = now;
+}
+
+bool DraftController::Mean::fresh(uint64_t now) const { return weight > 0 && now - std::min(now, last) < kForgetAfterSteps; }
+
+bool DraftController::Mean::measured(uint64_t now) const { return fresh(now) && weight >= kMeasured; }
+
+double DraftController::propose_cost_per_token() const {
+  // One propose() counts at once (a draft model's cost shows in its first call); it too is forgotten
+  // when no call was measured for kForgetAfterSteps steps.
+  return propose_per_token_.fresh(steps_) ? propose_per_token_.mean() : 0;
+}
 
 const char* draft_policy_name(DraftPolicy p) { return p == DraftPolicy::fixed ? "fixed" : "adaptive"; }
 
@@ -81,6 +100,12 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
   std::vector<uint32_t> caps;
   for (const auto& o : offers) caps.push_back(o.tokens);
   if (policy_ == DraftPolicy::fixed) return caps;
+  // What a step without drafts costs here is unknown (never measured, or not for kForgetAfterSteps
+  // steps) and no line was fitted to guess it: this step goes without, and measures it. An engine
+  // whose proposer offers a draft every step would otherwise never learn what drafting costs it.
+  if (const auto it = by_rows_.find(base_rows);
+      base_rows <= kMaxMeasuredRows && !cost_fitted() && steps_ > 0 && (it == by_rows_.end() || !it->second.measured(steps_)))
+    return std::vector<uint32_t>(offers.size(), 0);
   std::vector<double> alpha;
   for (const auto& o : offers) alpha.push_back(acceptance(o.seq_id));
   // Costs from base_rows up, never falling as rows are added (a step measured cheaper than a smaller
@@ -105,8 +130,9 @@ std::vector<uint32_t> DraftController::choose(const std::vector<Offer>& offers, 
 
 void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) {
   if (!(seconds >= 0) || rows == 0) return;
-  (drafted ? drafted_steps_ : plain_steps_).add(seconds);
-  if (rows <= kMaxMeasuredRows) by_rows_[rows].add(seconds);
+  ++steps_;
+  (drafted ? drafted_steps_ : plain_steps_).add(seconds, steps_);
+  if (rows <= kMaxMeasuredRows) by_rows_[rows].add(seconds, steps_);
   if (!drafted) pooled_.tried *= kPooledDecay, pooled_.kept *= kPooledDecay;
   const double x = rows;
   w_ = w_ * kCostDecay + 1;
@@ -118,7 +144,7 @@ void DraftController::observe_step(uint32_t rows, double seconds, bool drafted) 
 
 void DraftController::observe_propose(uint32_t tokens, double seconds) {
   if (tokens == 0 || !(seconds >= 0)) return;
-  propose_per_token_.add(seconds / tokens);
+  propose_per_token_.add(seconds / tokens, steps_);
 }
 
 void DraftController::observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted) {
@@ -172,7 +198,7 @@ double DraftController::cost_fixed() const {
 double DraftController::step_cost(uint32_t rows) const {
   // The measured row counts (two steps or more each) nearest below and above, found from rows outward:
   // this runs for every row count a step may reach.
-  auto measured = [](const std::pair<const uint32_t, Mean>& e) { return e.second.weight >= 1.9; };
+  auto measured = [this](const std::pair<const uint32_t, Mean>& e) { return e.second.measured(steps_); };
   const std::pair<const uint32_t, Mean>*below = nullptr, *below2 = nullptr, *above = nullptr;
   const auto from = by_rows_.lower_bound(rows);
   for (auto it = from; it != by_rows_.end() && above == nullptr; ++it)
@@ -193,15 +219,19 @@ double DraftController::step_cost(uint32_t rows) const {
       slope = std::max(slope, (below->second.mean() - below2->second.mean()) / double(below->first - below2->first));
     return below->second.mean() + slope * double(rows - below->first);
   }
-  if (above != nullptr) return above->second.mean();  // fewer rows than any measured: at most that
-  return cost_fixed() + cost_per_row() * rows;
+  // Fewer rows than any measured: the line, at most that count's cost. (Not that count's cost itself:
+  // an engine that drafted in every step never measured a step without drafts, and pricing one at a
+  // drafted step's cost would make every draft look free.)
+  const double line = cost_fixed() + cost_per_row() * rows;
+  if (above != nullptr) return std::min(line, above->second.mean());
+  return line;
 }
 
 std::vector<std::pair<uint32_t, double>> DraftController::measured_costs(size_t limit) const {
   std::vector<std::pair<uint32_t, double>> out;
   for (const auto& [rows, m] : by_rows_) {
     if (out.size() >= limit) break;
-    if (m.weight >= 1.9) out.emplace_back(rows, m.mean());
+    if (m.measured(steps_)) out.emplace_back(rows, m.mean());
   }
   return out;
 }

@@ -5,7 +5,9 @@
 // as a function of its rows: the mean measured at that row count where there is one, else from the
 // measured counts around it (the matmul kernels take rows in groups, so a step of five rows may cost
 // far more than one of four: one line would miss that), or a line a + b * rows fitted to every decode
-// step. Drafts are verified only where the predicted gain is at least 5%. A draft token is worth its
+// step. Drafts are verified only where the predicted gain is at least 5%. Measurements age: a row
+// count not measured for kForgetAfterSteps decode steps is forgotten and measured again (drafting, or
+// a step without drafts), so that the controller follows a machine whose costs change. A draft token is worth its
 // probability of being kept; it costs what its row adds to the step: as batches grow, a row's share of
 // the step grows and the controller drafts less, down to nothing, so that speculation does not make
 // the engine slower than plain decoding. Acceptance alone would not do (it stays flat while the best
@@ -62,12 +64,16 @@ class DraftController {
   // any draft (a step without one lets the pooled evidence fade toward the prior, so that an engine
   // that stopped drafting tries again after a while).
   void observe_step(uint32_t rows, double seconds, bool drafted);
+  // Measurements age with these steps: a row count's mean cost or the propose cost not observed for
+  // about kForgetAfterSteps decode steps is forgotten (README: Speculative decoding).
+  static constexpr uint64_t kForgetAfterSteps = 330;
   // A verified draft of seq_id: drafted tokens, accepted of them.
   void observe_draft(uint64_t seq_id, uint32_t drafted, uint32_t accepted);
   // A propose() call that returned `tokens` draft tokens in all and took `seconds` (the proposer's own
   // compute: a draft model's passes): the seconds a draft token costs before its verification.
   void observe_propose(uint32_t tokens, double seconds);
-  double propose_cost_per_token() const { return propose_per_token_.mean(); }
+  // 0 once no propose() was measured for a while (Mean's ageing): drafting is then tried again.
+  double propose_cost_per_token() const;
   void forget_propose_cost() { propose_per_token_ = {}; }
   // A step in which seq_id decoded a token without a draft: its evidence fades toward the pooled rate.
   void observe_no_draft(uint64_t seq_id);
@@ -96,12 +102,20 @@ class DraftController {
   struct Evidence {
     double tried = 0, kept = 0;
   };
+  // A fading mean that is forgotten when it is not observed for kForgetAfterSteps decode steps (and
+  // starts again at its next observation), so that a cost measured under one load and never again (a
+  // row count the controller stopped drafting into) does not rule forever: one expensive measurement
+  // once switched drafting off for good.
   struct Mean {
     double weight = 0, sum = 0;
-    void add(double x) { weight = weight * 0.98 + 1, sum = sum * 0.98 + x; }
+    uint64_t last = 0;  // the decode step of the last observation
+    void add(double x, uint64_t now);
     double mean() const { return weight > 0 ? sum / weight : 0; }
+    bool fresh(uint64_t now) const;     // observed within kForgetAfterSteps steps
+    bool measured(uint64_t now) const;  // fresh, with two steps or so in it
   };
   DraftPolicy policy_;
+  uint64_t steps_ = 0;  // decode steps observed: the clock measurements age by
   std::map<uint64_t, Evidence> seqs_;
   Evidence pooled_;
   Mean drafted_steps_, plain_steps_;

@@ -185,6 +185,39 @@ TEST_CASE("the adaptive controller stops drafting a wrong proposer and tries aga
   CHECK(c.acceptance(1) == Approx(c.pooled_acceptance()));
 }
 
+TEST_CASE("the adaptive controller follows a step cost that changes over time, both ways", "[draft_controller]") {
+  // One stream whose proposer keeps four of five draft tokens. Draft rows are cheap (0.5 ms beside a
+  // 10 ms step), then expensive (30 ms each: the machine got busy), then cheap again. The controller
+  // must stop drafting in the second phase and start again in the third: measurements it stopped taking
+  // age out (kForgetAfterSteps), so one expensive phase cannot switch speculation off for good.
+  using CostFn = std::function<double(uint32_t)>;
+  const CostFn cheap = [](uint32_t rows) { return 0.010 + 0.0005 * (rows - 1); };
+  const CostFn dear = [](uint32_t rows) { return 0.010 + 0.030 * (rows - 1); };
+  auto rng = fresh_rng("controller phases");
+  DraftController c(DraftPolicy::adaptive);
+  // The share of steps that verified a draft over the second half of a phase of `steps` steps.
+  auto phase = [&](const CostFn& cost, int steps) {
+    int drafted = 0;
+    for (int i = 0; i < steps; ++i) {
+      const uint32_t k = c.choose({{7, 5}}, 1, 1)[0];
+      const uint32_t rows = 1 + k;
+      const double noise = 1 + 0.05 * (double(rng() % 1000) / 1000.0 - 0.5);  // +-2.5%
+      c.observe_step(rows, cost(rows) * noise, k > 0);
+      if (k > 0) c.observe_draft(7, k, (4 * k) / 5);
+      else c.observe_no_draft(7);
+      if (i >= steps / 2) drafted += k > 0;
+    }
+    return double(drafted) / double(steps - steps / 2);
+  };
+  const double first = phase(cheap, 1000);
+  CHECK(first > 0.9);
+  const double busy = phase(dear, 3 * int(DraftController::kForgetAfterSteps) * 3);
+  CHECK(busy < 0.05);  // it stops, and re-measures at a bounded rate
+  CHECK(busy > 0);     // ... but does re-measure
+  const double again = phase(cheap, 3 * int(DraftController::kForgetAfterSteps));
+  CHECK(again > 0.9);  // it drafts again once the steps are cheap again
+}
+
 TEST_CASE("draft policies parse by name", "[draft_controller]") {
   DraftPolicy p = DraftPolicy::fixed;
   REQUIRE(parse_draft_policy("adaptive", p));
