@@ -72,7 +72,12 @@ struct Cache {
     const uint32_t cached = TH_HAS_MEMBER(&s, th_kv_stats, cached_blocks) ? s.cached_blocks : 0;
     expect(s.used_blocks + s.free_blocks + cached == s.total_blocks,
            after + ": used " + text(s.used_blocks) + " + free " + text(s.free_blocks) + " + cached " + text(cached) + " != total " +
-               text(s.total_blocks));
+               text(s.total_blocks) +
+               (s.used_blocks + s.free_blocks + cached < s.total_blocks
+                    ? std::string(" (blocks no sequence holds but the pool keeps, as retain() does for a prefix cache, count as "
+                                  "th_kv_stats.cached_blocks") +
+                          (TH_HAS_MEMBER(&s, th_kv_stats, cached_blocks) ? ")" : ", which this plugin's ABI minor predates: it may keep none)")
+                    : std::string()));
     if (TH_HAS_MEMBER(&s, th_kv_stats, held_blocks)) {
       uint32_t held = 0;
       for (const auto& [b, n] : refs) held += n;

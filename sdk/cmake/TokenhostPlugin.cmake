@@ -4,7 +4,8 @@
 # Builds a tokenhost plugin: a MODULE library named <target>.so with hidden visibility, linked with
 # -z defs (an unresolved symbol fails the link, not the load), -fno-gnu-unique and a version script
 # exporting only the entry symbol (so that the library really unloads). With MANIFEST, plugin.toml is
-# copied beside the library, where the host looks for it, and its [plugin] id and version become the
+# copied beside the library (a build output that follows plugin.toml's edits), where the host looks
+# for it, and its [plugin] id and version become the
 # compile definitions TH_PLUGIN_ID and TH_PLUGIN_VERSION (string literals) for the descriptor:
 #   static const th_plugin_descriptor d = {sizeof d, TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR,
 #                                          TH_KIND_SCHEDULER, TH_PLUGIN_ID, TH_PLUGIN_VERSION, &vtable};
@@ -61,8 +62,19 @@ function(tokenhost_add_plugin target)
     _tokenhost_plugin_manifest_value("${manifest}" version plugin_version)
     target_compile_definitions(${target} PRIVATE TH_PLUGIN_ID="${plugin_id}" TH_PLUGIN_VERSION="${plugin_version}")
     set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${manifest}")
-    add_custom_command(TARGET ${target} POST_BUILD
-      COMMAND ${CMAKE_COMMAND} -E copy_if_different ${manifest} $<TARGET_FILE_DIR:${target}>/plugin.toml
+    # The copy beside the library is a build output of its own, made from plugin.toml: editing
+    # plugin.toml alone and building again updates it. (Single-configuration generators: the library's
+    # folder is known here.)
+    get_target_property(out_dir ${target} LIBRARY_OUTPUT_DIRECTORY)
+    if(NOT out_dir)
+      set(out_dir ${CMAKE_CURRENT_BINARY_DIR})
+    endif()
+    add_custom_command(OUTPUT ${out_dir}/plugin.toml
+      COMMAND ${CMAKE_COMMAND} -E copy ${manifest} ${out_dir}/plugin.toml
+      DEPENDS ${manifest}
+      COMMENT "plugin.toml of ${target}"
       VERBATIM)
+    add_custom_target(${target}_plugin_toml DEPENDS ${out_dir}/plugin.toml)
+    add_dependencies(${target} ${target}_plugin_toml)
   endif()
 endfunction()

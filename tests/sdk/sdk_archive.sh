@@ -60,6 +60,19 @@ for example in c_scheduler cpp_router; do
   grep -E "^conformance: [1-9][0-9]* passed, 0 failed" "$work/$example.conformance"
 done
 echo "ok: both examples build against the archive alone and pass tokenhost-conformance"
+# plugin.toml is a build input: edited alone, the next build updates the copy beside the library (a
+# changed id or version re-runs the configure step, and the descriptor follows: TH_PLUGIN_ID).
+sed -i 's/^description = .*/description = "Edited after the first build."/' "$work/c_scheduler/plugin.toml"
+cmake --build "$work/c_scheduler/build" >>"$work/c_scheduler.log" 2>&1 || { cat "$work/c_scheduler.log"; echo "FAIL: rebuilding c_scheduler"; exit 1; }
+grep -q '^description = "Edited after the first build."' "$work/c_scheduler/build/plugin.toml" ||
+  { echo "FAIL: editing plugin.toml and building again left the old copy beside the library"; exit 1; }
+sed -i 's/^version = "1.0.0"/version = "1.0.1"/' "$work/c_scheduler/plugin.toml"
+cmake --build "$work/c_scheduler/build" >>"$work/c_scheduler.log" 2>&1 || { cat "$work/c_scheduler.log"; echo "FAIL: rebuilding c_scheduler"; exit 1; }
+"$sdk/bin/tokenhost-conformance" "$work/c_scheduler/build/plugin.toml" >"$work/c_scheduler.conformance" 2>&1 ||
+  { cat "$work/c_scheduler.conformance"; echo "FAIL: after a version edit the library and its plugin.toml disagree"; exit 1; }
+sed -i 's/^version = "1.0.1"/version = "1.0.0"/' "$work/c_scheduler/plugin.toml"  # as the server test below expects
+cmake --build "$work/c_scheduler/build" >>"$work/c_scheduler.log" 2>&1 || { cat "$work/c_scheduler.log"; echo "FAIL: rebuilding c_scheduler"; exit 1; }
+echo "ok: plugin.toml edited alone: the next build copies it, and a new version reaches the descriptor"
 
 # Loaded into a running server and swapped in live while requests stream.
 # As a vendor's plugin is installed: its folder is one of the deployment's plugin folders.

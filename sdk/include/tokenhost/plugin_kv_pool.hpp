@@ -249,6 +249,10 @@ class KvBlockPool {
   // place: content a cache keyed must leave the cache first. forget(seq): seq was freed.
   // truncated(seq, n): seq now holds positions [0, n) at most. dropped(seq): blocks left the middle of
   // seq's table (drop()): its positions no longer follow its tokens. changed(): after every change.
+  // retain() returning true is for a prefix cache (th_kvcache_vtable.seq_lookup and seq_publish, ABI
+  // 1.5): a kept block is held by no sequence, so stats() must count it in th_kv_stats.cached_blocks
+  // (1.5) and reclaim() must give it back when the free list runs dry; a pool without a prefix cache
+  // keeps nothing (the default), or its used + free + cached no longer add up to the pool.
   virtual bool retain(int32_t) { return false; }
   virtual int32_t reclaim() { return -1; }
   virtual void before_write(int32_t) {}
