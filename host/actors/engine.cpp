@@ -29,6 +29,7 @@ using self_ptr = engine_actor::stateful_pointer<EngineState>;
 
 void tick(self_ptr self);
 void send_step(self_ptr self, StepBatch batch);
+void drop_faulted_proposer(self_ptr self, DraftReply& r);
 
 // The engine's drafter (speculation/drafter.hpp), spawned at its first call; it ends with the engine.
 drafter_actor drafter_of(self_ptr self) {
@@ -305,7 +306,13 @@ void tick(self_ptr self) {
   if (!job) return send_step(self, std::move(batch));
   self->request(drafter_of(self), caf::infinite, propose_atom::value, std::move(*job))
       .then([self](DraftReply& r) {
+              if (!r.fault.empty()) drop_faulted_proposer(self, r);
               take_drafts(self->state, r);
+              if (r.batch.items.empty()) {  // every sequence of the step ended with the fault
+                self->state.step_in_flight = false;
+                self->send(self, tick_atom::value);
+                return;
+              }
               send_step(self, std::move(r.batch));
             },
             [self, batch = std::move(batch)](caf::error& e) mutable {
@@ -313,6 +320,28 @@ void tick(self_ptr self) {
                            self->system().render(e));
               send_step(self, std::move(batch));
             });
+}
+
+// The proposer threw from propose(): the requests it was drafting for end with its fault (they leave
+// the step), and the spec_decode slot is emptied, so that the engine goes on decoding without drafts
+// until an operator swaps a proposer in (the faulting one may be swapped in again).
+void drop_faulted_proposer(self_ptr self, DraftReply& r) {
+  auto& s = self->state;
+  const PluginInstance* spec = s.init.spec_decode();
+  spdlog::error("engine {}: its proposer {} faulted; {} request(s) it was drafting for end with the error, and the spec_decode "
+                "slot is emptied (the engine decodes without drafts until a proposer is swapped in)",
+                s.init.name, spec ? spec->id() + " " + spec->version() : std::string("(swapped out)"), r.fault_seqs.size());
+  s.init.plugins.set(slot_of(TH_KIND_SPEC_DECODE), nullptr);
+  s.draft_control.forget_propose_cost();
+  for (uint64_t id : r.fault_seqs) {
+    auto& items = r.batch.items;
+    items.erase(std::remove_if(items.begin(), items.end(), [id](const StepItem& item) { return item.seq_id == id; }), items.end());
+    for (size_t i = 0; i < s.seqs.size(); ++i)
+      if (s.seqs[i].request.id == id) {
+        finish(self, i, "error", r.fault);
+        break;
+      }
+  }
 }
 
 // Sends the step to the worker (the engine has marked it in flight) and takes its result.

@@ -107,7 +107,12 @@ std::variant<std::shared_ptr<RoutedEntry>, std::string> pick(RouterState& s, con
   d.cascade = cascade.data();
   th_error err;
   auto& r = *s.router;
-  th_status st = r.call(&th_router_vtable::route, "route", r.handle(), &rr, &d, &err);
+  th_status st;
+  try {
+    st = r.call(&th_router_vtable::route, "route", r.handle(), &rr, &d, &err);
+  } catch (const PluginFault& e) {
+    return std::string(e.what());  // this request's error; the router serves the next one
+  }
   if (st != TH_OK) return r.id() + " route() failed with " + status_name(st) + ": " + err.text();
   size_t target = d.target;
   if (d.action == TH_ROUTE_CASCADE) {
@@ -212,7 +217,11 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
               th_route_feedback f{sizeof f, id, entry->engine.name.c_str(), r.finish_reason != "error",
                                   r.ttft_s.value_or(0.0), total, tokens_in, uint32_t(r.tokens.size()),
                                   s.detokenize ? text.c_str() : nullptr, text.size()};
-              plugin.call(&th_router_vtable::feedback, "feedback", plugin.handle(), &f);
+              try {
+                plugin.call(&th_router_vtable::feedback, "feedback", plugin.handle(), &f);
+              } catch (const PluginFault&) {
+                // Logged; the request itself finished: its answer goes out as it is.
+              }
             }
             rp.deliver(std::move(r));
             quit_when_idle(self);

@@ -358,20 +358,32 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       },
       [=](free_atom, uint64_t seq_id) -> KvState {
         auto& kv = self->state.init.kvcache();
-        kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+        try {
+          kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+        } catch (const PluginFault&) {
+          // Logged; the sequence is gone either way (its blocks may be lost to the pool).
+        }
         return kv_state(kv);
       },
       [=](lookup_atom, uint64_t seq_id, uint64_t salt, const std::vector<int32_t>& prompt) -> LookupResult {
         auto& kv = self->state.init.kvcache();
         LookupResult r;
         if (!caches_prefixes(kv)) r.error = kv.id() + " caches no prefixes";
-        else r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
+        else try {
+            r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
+          } catch (const PluginFault& e) {
+            r.error = e.what();
+          }
         r.kv = kv_state(kv);
         return r;
       },
       [=](flush_atom) -> KvState {
         auto& kv = self->state.init.kvcache();
-        if (caches_prefixes(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
+        try {
+          if (caches_prefixes(kv)) kv.call(&th_kvcache_vtable::cache_flush, "cache_flush", kv.handle());
+        } catch (const PluginFault&) {
+          // Logged; the admin's flush answers with the pool as it is.
+        }
         return kv_state(kv);
       },
       [=](slide_atom, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks, uint32_t n_positions) -> SlideResult {

@@ -105,18 +105,45 @@ std::vector<std::string> check_tls(const Deployment& d) {
   return problems;
 }
 
+// This executable's path: the program that vets plugin libraries in a process of their own.
+std::string self_executable() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : p.string();
+}
+
+// Builds the deployment's engines as serve would (weights placed, every plugin instance created with
+// its config, draft sessions, the router), then stops them: a create() that fails is found here, with
+// serve's message, not first by serve. No port is opened.
+std::vector<std::string> check_create(Deployment d) {
+  try {
+    Server server(std::move(d));
+    server.stop();
+    return {};
+  } catch (const std::exception& e) {
+    return {std::string("creating the engines as serve would: ") + e.what()};
+  }
+}
+
 int run_check(const std::string& path, bool load) {
   try {
     Deployment d = load_deployment(path);
+    const std::string file = d.file;
+    const size_t n_models = d.models.size(), n_engines = d.engines.size();
     std::vector<std::string> problems = check_tls(d);
-    if (load)
+    if (load) {
       for (auto& p : check_plugins(d)) problems.push_back(std::move(p));
+      // Opened as serve opens them: vetted in a child process first (README: Security model).
+      PluginLibrary::set_vetting_program(self_executable());
+      if (problems.empty())
+        for (auto& p : check_create(std::move(d))) problems.push_back(std::move(p));
+    }
     if (!problems.empty()) {
-      for (const auto& p : problems) std::cerr << (path.empty() ? d.file : path) << ": " << p << "\n";
+      for (const auto& p : problems) std::cerr << (path.empty() ? file : path) << ": " << p << "\n";
       return 1;
     }
-    std::cout << d.file << ": OK (" << d.models.size() << " model(s), " << d.engines.size() << " engine(s)"
-              << (load ? ", every plugin loaded and accepts its engine" : "") << ")\n";
+    std::cout << file << ": OK (" << n_models << " model(s), " << n_engines << " engine(s)"
+              << (load ? ", every plugin loaded, accepts its engine and was created with its config" : "") << ")\n";
     return 0;
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";
@@ -133,13 +160,6 @@ struct ServeOverrides {
   int port = -1;              // the gateway's port (-1: the manifest's)
   int admin_port = -1;        // the admin API's port; its address stays the manifest's (loopback by default)
 };
-
-// This executable's path: the program that vets plugin libraries in a process of their own.
-std::string self_executable() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : p.string();
-}
 
 int run_serve(const std::string& path, const std::string& model_file, const ServeOverrides& o) {
   // Every library the server opens is opened first by `tokenhost vet-plugin` in a child process: one the
@@ -247,7 +267,9 @@ int main(int argc, char** argv) {
   std::string check_manifest;
   bool no_load = false;
   check->add_option("manifest", check_manifest, "Deployment manifest (TOML); none = the embedded default");
-  check->add_flag("--no-load", no_load, "Do not load the plugin libraries nor ask them whether they accept their engine");
+  check->add_flag("--no-load", no_load,
+                  "Do not load the plugin libraries: skip asking them whether they accept their engine (check()) and creating "
+                  "each instance as serve would (create(), on throwaway engines)");
 
   auto* plugins = app.add_subcommand("plugins", "List or inspect the plugins found in the plugin search paths");
   plugins->require_subcommand(1);

@@ -44,9 +44,10 @@ std::vector<std::string> check_plugin(const PluginLibrary& lib, const InstanceSp
   th_error err;
   const PluginCallSite site{lib.id().c_str(), lib.version().c_str(), spec.slot.c_str(), spec.engine.c_str(), "check"};
   th_status s;
-  {
-    PluginCallScope scope(site);
-    s = lib.head().check(&query, &err);
+  try {
+    s = guarded_plugin_call(site, [&] { return lib.head().check(&query, &err); });
+  } catch (const PluginFault& e) {
+    return {e.what()};
   }
   if (s != TH_OK) {
     if (err.messages.empty()) reasons.push_back("check() returned " + status_name(s) + " without a reason");
@@ -76,10 +77,11 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device};
   th_error err;
   th_status s;
-  {
-    const PluginCallSite site = self->call_site("create");
-    PluginCallScope scope(site);
-    s = self->lib_->head().create(&args, &self->instance_, &err);
+  try {
+    s = guarded_plugin_call(self->call_site("create"), [&] { return self->lib_->head().create(&args, &self->instance_, &err); });
+  } catch (const PluginFault& e) {
+    self->instance_ = nullptr;  // what create() made before it threw is lost: the plugin's leak
+    throw PluginError(e.what());
   }
   if (s != TH_OK || self->instance_ == nullptr) {
     self->instance_ = nullptr;
@@ -92,10 +94,10 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
 
 PluginInstance::~PluginInstance() {
   if (instance_ != nullptr) {
-    {
-      const PluginCallSite site = call_site("destroy");
-      PluginCallScope scope(site);
-      lib_->head().destroy(instance_);
+    try {
+      guarded_plugin_call(call_site("destroy"), [&] { lib_->head().destroy(instance_); });
+    } catch (const PluginFault&) {
+      // Logged; a destructor throws nothing, and the library closes as it would have.
     }
     spdlog::debug("destroyed {} {} of engine {}", lib_->id(), lib_->version(), ctx_ ? ctx_->engine : "");
   }

@@ -14,6 +14,7 @@
 #include "base/model_spec.hpp"
 #include "plugin/abi_member.hpp"
 #include "plugin/crash_attribution.hpp"
+#include "plugin/plugin_fault.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/kind.hpp"
 #include "plugin/library.hpp"
@@ -50,13 +51,13 @@ class PluginInstance {
   template <class VT, class M>
   M fn(M VT::*member) const { return abi_member(vtable<VT>(), member); }
   // Calls vtable member `member` with args, the thread marked as inside this plugin's call `name` (a
-  // crash in it is attributed: crash_attribution.hpp). The member must be present: a required one,
-  // or an optional one fn() returned non-NULL for.
+  // crash in it is attributed: crash_attribution.hpp). Whatever the call throws comes out as
+  // PluginFault, logged (plugin_fault.hpp). The member must be present: a required one, or an
+  // optional one fn() returned non-NULL for.
   template <class VT, class M, class... A>
   auto call(M VT::*member, const char* name, A&&... args) const {
     const PluginCallSite site = call_site(name);
-    PluginCallScope scope(site);
-    return fn(member)(std::forward<A>(args)...);
+    return guarded_plugin_call(site, [&] { return fn(member)(std::forward<A>(args)...); });
   }
   // The vtable as the plugin filled it: its members past struct_size are not the plugin's. Host code
   // calls members through fn(); tests of the current ABI's plugins may read it directly.

@@ -15,19 +15,30 @@ drafter_actor::behavior_type drafter(drafter_actor::stateful_pointer<DrafterStat
       [=](propose_atom, DraftJob& job) -> DraftReply {
         DraftReply r;
         const auto started = std::chrono::steady_clock::now();
-        add_drafts(*job.spec, job.bounds, job.candidates, job.batch, self->state.propose_failures);
+        try {
+          add_drafts(*job.spec, job.bounds, job.candidates, job.batch, self->state.propose_failures);
+        } catch (const PluginFault& e) {  // logged where it was caught; the batch is as it came
+          r.fault = e.what();
+          for (const auto& c : job.candidates) r.fault_seqs.push_back(job.batch.items[c.item].seq_id);
+        }
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         r.batch = std::move(job.batch);
         r.propose_failures = self->state.propose_failures;
         return r;
       },
+      // Notices concern sequences whose tokens are already decided: a fault in them is logged (where it
+      // was caught) and changes nothing else.
       [=](accepted_atom, const DraftNotice& n) {
-        if (n.spec && n.spec->fn(&th_spec_decode_vtable::accepted))
-          n.spec->call(&th_spec_decode_vtable::accepted, "accepted", n.spec->handle(), n.seq_id, n.drafted, n.accepted);
+        if (n.spec && n.spec->fn(&th_spec_decode_vtable::accepted)) try {
+            n.spec->call(&th_spec_decode_vtable::accepted, "accepted", n.spec->handle(), n.seq_id, n.drafted, n.accepted);
+          } catch (const PluginFault&) {
+          }
       },
       [=](seq_end_atom, const DraftNotice& n) {
-        if (n.spec && n.spec->fn(&th_spec_decode_vtable::seq_end))
-          n.spec->call(&th_spec_decode_vtable::seq_end, "seq_end", n.spec->handle(), n.seq_id);
+        if (n.spec && n.spec->fn(&th_spec_decode_vtable::seq_end)) try {
+            n.spec->call(&th_spec_decode_vtable::seq_end, "seq_end", n.spec->handle(), n.seq_id);
+          } catch (const PluginFault&) {
+          }
       },
   };
 }

@@ -32,6 +32,10 @@ struct DraftReply {
   StepBatch batch;
   uint64_t propose_failures = 0;
   double seconds = 0;
+  // The proposer threw from propose() (PluginFault's message; "" when it did not): the sequences it
+  // was asked to draft for, whose requests end with that error.
+  std::string fault;
+  std::vector<uint64_t> fault_seqs;
 };
 // A call that tells the proposer how a sequence went: accepted (drafted, accepted) or seq_end.
 struct DraftNotice {

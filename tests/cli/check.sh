@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `tokenhost check`: a good manifest exits 0; a broken one exits 1 and prints file:line:column.
 set -euo pipefail
-tokenhost=$1 here=$2
+tokenhost=$1 here=$2 fixtures=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -42,4 +42,12 @@ expect_error "$work/syntax.toml" "^$work/syntax.toml:1:[0-9]+: TOML syntax error
 
 expect_error "$work/missing.toml" "^$work/missing.toml:1:1: cannot open the file$"
 expect_error /dev/zero "^/dev/zero:1:1: is not a regular file$"
+# A plugin whose create() fails with the manifest's config: check fails as serve would, naming it.
+{
+  echo '[server]'
+  echo "plugin_paths = [\"$fixtures/create_fails\"]"
+  sed -n '/^\[models/,$p' "$here/../../manifests/default.toml" | sed 's/plugin = "scheduler\.[a-z_]*"/plugin = "scheduler.create_fails"/'
+} > "$work/create.toml"
+grep -q 'scheduler.create_fails' "$work/create.toml" || { echo "FAIL: the default manifest has no scheduler line to replace"; exit 1; }
+expect_error "$work/create.toml" "creating the engines as serve would: .*scheduler.create_fails.*fixture refuses to start: the answer must be 42"
 echo "check reports file:line:column"

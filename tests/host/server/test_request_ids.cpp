@@ -63,7 +63,7 @@ TEST_CASE("request ids: the client's X-Request-Id comes back, else the gateway m
   CHECK(a.headers["x-request-id"] != b.headers["x-request-id"]);
 
   // An id that would not go into a header or a log line unescaped, or an overlong one, is replaced.
-  for (const std::string bad : {std::string("has space"), std::string("semi;colon"), std::string(129, 'x'), std::string()}) {
+  for (const std::string& bad : {std::string("has space"), std::string("semi;colon"), std::string(129, 'x'), std::string()}) {
     auto r = post(s, "/v1/completions", body.dump(), {{"X-Request-Id", bad}});
     INFO(bad);
     REQUIRE(r.status == 200);

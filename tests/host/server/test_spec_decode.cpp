@@ -34,7 +34,7 @@ std::string stories_manifest(const std::string& spec, uint32_t n_blocks = 512, c
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
-plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled", ")" + fixture_dir() + R"(/spec_tree", ")" + fixture_dir() + R"(/spec_slow"]
+plugin_paths = [")" + fixture_dir() + R"(/spec_garbage", ")" + fixture_dir() + R"(/spec_sampled", ")" + fixture_dir() + R"(/spec_tree", ")" + fixture_dir() + R"(/spec_slow", ")" + fixture_dir() + R"(/spec_throws"]
 
 [models.stories]
 source = "gguf"
@@ -320,6 +320,38 @@ TEST_CASE("spec decode: the engine answers while its proposer computes (propose 
   CHECK(metric_sum(*spec, "tokenhost_spec_draft_tokens_total", "spec_decode.slow") > 0);  // it proposed, and slowly:
   CHECK(asked >= 10);
   CHECK(slowest < 0.15);
+}
+
+TEST_CASE("spec decode: a proposer that throws across the ABI fails its requests, by name, and the engine serves on",
+          "[server][spec_decode]") {
+  // spec_decode.throws lets a C++ exception escape its fourth propose (a vendor's bug: the contract
+  // forbids it). The call is a fault boundary: the request it was drafting for ends with an error that
+  // names the plugin, its version, slot, engine and call; the slot is emptied, and the engine goes on
+  // serving without drafts. Its create() throwing is refused as a failed create, by name.
+  auto spec = std::make_unique<Server>(read_deployment("spec.toml", stories_manifest("spec_decode = { plugin = \"spec_decode.throws\" }\n")));
+  const GenerateResult faulted = spec->gateway().generate(request_for(*spec, "Once upon a time", 24));
+  CHECK(faulted.finish_reason == "error");
+  CHECK_THAT(faulted.error, Contains("plugin spec_decode.throws 1.0.0 (slot spec_decode, engine main) threw from propose: "
+                                     "vendor bug: index out of range in propose()"));
+  const auto engine = spec->status()["engines"][0];
+  CHECK(engine["spec_decode"].is_null());  // emptied
+  for (const std::string& prompt : story_prompts()) {
+    const GenerateResult r = spec->gateway().generate(request_for(*spec, prompt, 8));
+    CHECK(r.finish_reason == "length");
+  }
+  CHECK(eventually([&] { return spec->status()["engines"][0]["kv"]["free_blocks"] == 512; }));
+  // A fresh instance proposes again (three good calls, then the fault again: the same boundary).
+  REQUIRE_THAT(spec->set_slot("main", "spec_decode", "spec_decode.throws", {}), Contains("spec_decode.throws"));
+  toml::table throwing;
+  throwing.insert("throw_in_create", true);
+  try {
+    spec->set_slot("main", "spec_decode", "spec_decode.throws", throwing);
+    FAIL("a create() that throws was accepted");
+  } catch (const AdminError& e) {
+    CHECK_THAT(e.what(), Contains("plugin spec_decode.throws 1.0.0 (slot spec_decode, engine main) threw from create: vendor bug: "
+                                  "create() threw"));
+  }
+  spec->stop();
 }
 
 TEST_CASE("spec decode: drafts with their distributions follow the target's distribution (speculative sampling)",
