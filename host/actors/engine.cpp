@@ -372,7 +372,7 @@ void send_step(self_ptr self, StepBatch batch) {
           },
           [self, batch](caf::error& e) {
             StepResult r;
-            r.error = "worker failed: " + self->system().render(e);
+            r.error = "the worker of engine " + self->state.init.name + " stopped (" + self->system().render(e) + ")";
             r.status = TH_ERR_INTERNAL;
             on_step_done(self, batch, r);
           });
@@ -499,6 +499,19 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
 
 engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   self->state.init = std::move(init);
+  // The worker stopping for any reason but the engine's own exit (an exception past every boundary, a
+  // kill) leaves the engine nothing to compute with: its requests end naming the engine and why, and it
+  // stops with that reason, which the router (watching the engine) sees.
+  self->monitor(self->state.init.worker);
+  self->set_down_handler([self](caf::down_msg& down) {
+    auto& s = self->state;
+    if (down.source != s.init.worker.address()) return;
+    const std::string why = "the worker of engine " + s.init.name + " stopped (" + self->system().render(down.reason) + ")";
+    if (!s.seqs.empty()) spdlog::error("engine {}: {}; failing {} request(s)", s.init.name, why, s.seqs.size());
+    s.step_in_flight = false;
+    fail_all(self, why);
+    self->quit(down.reason ? down.reason : caf::make_error(caf::exit_reason::unknown));
+  });
   self->state.draft_control = DraftController(self->state.init.draft_policy);
   register_metrics(self->state);
   warn_no_speculation(self->state);

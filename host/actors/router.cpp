@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <variant>
 
@@ -31,8 +32,14 @@ struct RouterState {
   std::function<std::string(const std::string&, const std::vector<int32_t>&)> detokenize;
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // over every entry, removed ones included
-  // The engine that holds each request in flight, by sequence id: a cancel goes there alone.
-  std::unordered_map<uint64_t, std::shared_ptr<RoutedEntry>> holders;
+  // Each request in flight, by sequence id: the engine that holds it (a cancel goes there alone), and
+  // its promise, answered here if that engine stops before answering.
+  struct Held {
+    std::shared_ptr<RoutedEntry> entry;
+    caf::typed_response_promise<GenerateResult> rp;
+    std::optional<experiments::Routing> routing;
+  };
+  std::unordered_map<uint64_t, Held> holders;
   // Cancels that came before their request (the gateway's cancel and its start travel separately),
   // oldest first; bounded, since a cancel may also come after the answer.
   std::deque<uint64_t> early_cancels;
@@ -194,7 +201,7 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   ++s.routed;
   auto started = std::chrono::steady_clock::now();
   uint64_t id = req.id;
-  s.holders[id] = entry;
+  s.holders[id] = RouterState::Held{entry, rp, routing};
   const bool cancelled_early = take_early_cancel(s, id);
   uint32_t tokens_in = uint32_t(req.prompt.size());
   GenerateRequest again = req;  // to route it again if the engine hands it back
@@ -202,9 +209,9 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
       .then(
           [self, rp, entry, started, id, tokens_in, routing, again = std::move(again)](GenerateResult& r) mutable {
             auto& s = self->state;
+            if (!s.holders.erase(id)) return;  // already answered: its engine stopped (engine_down)
             --entry->in_flight;
             --s.in_flight;
-            s.holders.erase(id);
             if (r.finish_reason == GenerateResult::kRerouted) {
               dispatch(self, std::move(again), rp);
               return;
@@ -227,9 +234,9 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
             quit_when_idle(self);
           },
           [self, rp, entry, routing, id](caf::error& e) mutable {
+            if (!self->state.holders.erase(id)) return;  // already answered: its engine stopped
             --entry->in_flight;
             --self->state.in_flight;
-            self->state.holders.erase(id);
             auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
             record_experiment_outcome(self->state, routing, r);
             rp.deliver(std::move(r));
@@ -238,12 +245,47 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   if (cancelled_early) self->send(entry->engine.actor, cancel_atom::value, id);
 }
 
+// An engine actor stopped. Whatever the reason (a fault past every boundary, a kill, its worker gone,
+// or retired and done), the router routes nothing more to it and answers the requests it still held:
+// their engine cannot. A retired engine holds none by then.
+void engine_down(self_ptr self, const caf::down_msg& down) {
+  auto& s = self->state;
+  const std::string reason = self->system().render(down.reason);
+  auto gone = [&](const std::shared_ptr<RoutedEntry>& e) { return e->engine.actor.address() == down.source; };
+  for (auto it = s.engines.begin(); it != s.engines.end();)
+    if (gone(*it)) {
+      spdlog::error("router: engine {} stopped ({}): it takes no more requests", (*it)->engine.name, reason);
+      it = s.engines.erase(it);
+    } else {
+      ++it;
+    }
+  std::vector<uint64_t> ids;
+  for (const auto& [id, held] : s.holders)
+    if (gone(held.entry)) ids.push_back(id);
+  for (uint64_t id : ids) {
+    RouterState::Held held = std::move(s.holders.at(id));
+    s.holders.erase(id);
+    --held.entry->in_flight;
+    --s.in_flight;
+    auto r = GenerateResult::failed(held.entry->engine.name,
+                                    "engine " + held.entry->engine.name + " stopped (" + reason + ") with the request in flight");
+    record_experiment_outcome(s, held.routing, r);
+    held.rp.deliver(std::move(r));
+  }
+  if (!ids.empty()) spdlog::error("router: {} request(s) in flight on the stopped engine end with an error", ids.size());
+  quit_when_idle(self);
+}
+
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.router = std::move(init.router);
   self->state.swaps.bind(init.metrics, slot_of(TH_KIND_ROUTER).name());
   self->state.experiments = std::move(init.experiments);
   self->state.detokenize = std::move(init.detokenize);
-  for (auto& e : init.engines) self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
+  for (auto& e : init.engines) {
+    self->monitor(e.actor);
+    self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
+  }
+  self->set_down_handler([self](caf::down_msg& down) { engine_down(self, down); });
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto rp = self->make_response_promise<GenerateResult>();
@@ -254,6 +296,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         auto& s = self->state;
         if (find_engine(s, engine.name)) return {false, "the router already has an engine '" + engine.name + "'"};
         std::string name = engine.name;
+        self->monitor(engine.actor);
         auto at = std::find_if(s.engines.begin(), s.engines.end(), [&](const auto& e) { return e->engine.name > name; });
         s.engines.insert(at, std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0}));
         return {true, "engine " + name + " takes requests"};
@@ -262,6 +305,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         auto* slot = find_engine(self->state, engine.name);
         if (!slot) return {false, "the router has no engine '" + engine.name + "'"};
         std::shared_ptr<RoutedEntry> old = *slot;
+        self->monitor(engine.actor);
         *slot = std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0});
         retire(self, *old);
         return {true, "new requests go to the new engine; the old one finishes its " + std::to_string(old->in_flight) + " request(s)"};
@@ -298,7 +342,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
       [=](cancel_atom, uint64_t id) {
         auto& s = self->state;
         if (auto it = s.holders.find(id); it != s.holders.end()) {
-          self->send(it->second->engine.actor, cancel_atom::value, id);
+          self->send(it->second.entry->engine.actor, cancel_atom::value, id);
           return;
         }
         s.early_cancels.push_back(id);

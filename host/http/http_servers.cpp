@@ -93,18 +93,30 @@ bool is_health_path(const HttpRequest& req) {
   return req.method == "GET" && std::find(kHealthPaths.begin(), kHealthPaths.end(), req.path) != kHealthPaths.end();
 }
 
+nlohmann::json health_json(const Gateway::Health& h, bool accepting) {
+  nlohmann::json down = nlohmann::json::array();
+  for (const auto& [name, why] : h.down_engines) down.push_back({{"engine", name}, {"reason", why}});
+  nlohmann::json j = {{"status", h.name()}, {"engines_down", down}, {"models_without_engine", h.models_without_engine}};
+  if (!accepting) j["reason"] = "shutting down";
+  return j;
+}
+
 void add_health_routes(HttpListener& listener, const Gateway& gateway) {
+  // Liveness with what is wrong: 200 ok or degraded (some engines down, every model served), 503
+  // failing (a model without an engine, or shutting down).
   listener.route("GET", "/health", [&gateway](const HttpRequest&, HttpResponse& res) {
-    if (!gateway.accepting()) return reply_error(res, 503, "shutting down", "unavailable");
-    reply_json(res, {{"status", "ok"}});
+    const Gateway::Health h = gateway.health();
+    if (h.state == Gateway::Health::State::failing) res.status = 503;
+    reply_json(res, health_json(h, gateway.accepting()));
   });
+  // Readiness: whether to send traffic (every served model has an engine taking requests).
   listener.route("GET", "/ready", [&gateway](const HttpRequest&, HttpResponse& res) {
-    const Gateway::Readiness r = gateway.readiness();
-    if (r.ready) return reply_json(res, {{"status", "ready"}});
+    const Gateway::Health h = gateway.health();
+    if (h.state != Gateway::Health::State::failing) return reply_json(res, {{"status", "ready"}});
     res.status = 503;
-    reply_json(res, {{"status", "not_ready"},
-                     {"reason", gateway.accepting() ? "a served model has no engine taking requests" : "shutting down"},
-                     {"models_without_engine", r.models_without_engine}});
+    nlohmann::json j = health_json(h, gateway.accepting());
+    j["status"] = "not_ready";
+    reply_json(res, j);
   });
 }
 
@@ -174,7 +186,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
 
   add_health_routes(*admin_, server_.gateway());
   admin_->route("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
-    res.set_content(server_.metrics().prometheus_text(), "text/plain; version=0.0.4");
+    res.set_content(server_.prometheus_text(), "text/plain; version=0.0.4");
   });
   add_dashboard_route(*admin_);
   admin_->route("GET", "/admin/engines", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.status()); });

@@ -64,6 +64,9 @@ class EngineHandle {
   virtual void stop() = 0;
   // It has ended (retired and done, drained, or stopped).
   virtual bool stopped() const = 0;
+  // Why it ended when that was not asked of it (a fault, a kill, its worker gone): "" while it runs
+  // and after an ordinary end. Such an engine is down: the router no longer routes to it.
+  virtual std::string down_reason() const = 0;
 
  private:
   mutable std::mutex mutex_;  // decl_'s slots
@@ -80,13 +83,23 @@ class LocalEngine final : public EngineHandle {
   SwapResult swap(SlotSwap swap) override;
   std::pair<KvState, KvState> flush_prefix_cache() override;
   void stop() override;
-  bool stopped() const override { return stopped_->load(); }
+  bool stopped() const override { return end_->stopped.load(); }
+  std::string down_reason() const override;
+  // Its actors (for the supervision to come and for tests that stop one as a fault would).
+  engine_actor actor() const { return actor_; }
+  worker_actor worker() const { return worker_; }
 
  private:
+  // Written by the engine actor's exit (any thread), read by the server's parts.
+  struct End {
+    std::atomic<bool> stopped{false};
+    std::mutex mutex;
+    std::string down_reason;
+  };
   caf::actor_system& system_;
   engine_actor actor_;
   worker_actor worker_;
-  std::shared_ptr<std::atomic<bool>> stopped_ = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<End> end_ = std::make_shared<End>();
 };
 
 }  // namespace tokenhost

@@ -47,15 +47,18 @@ const ServedModel* Gateway::find_model(const std::string& name) const {
   return nullptr;
 }
 
-Gateway::Readiness Gateway::readiness() const {
-  Readiness r;
-  if (!accepting()) return r;
+Gateway::Health Gateway::health() const {
+  Health h;
   std::set<std::string> served;
-  for (const auto& e : engines_->live()) served.insert(e->model());
+  for (const auto& e : engines_->live()) {
+    if (!e->stopped()) served.insert(e->model());
+    else h.down_engines.emplace_back(e->name(), e->down_reason().empty() ? std::string("stopped") : e->down_reason());
+  }
   for (const auto& m : models_)
-    if (!served.count(m.name)) r.models_without_engine.push_back(m.name);
-  r.ready = r.models_without_engine.empty() && !served.empty();
-  return r;
+    if (!served.count(m.name)) h.models_without_engine.push_back(m.name);
+  if (!accepting() || !h.models_without_engine.empty() || served.empty()) h.state = Health::State::failing;
+  else h.state = h.down_engines.empty() ? Health::State::ok : Health::State::degraded;
+  return h;
 }
 
 const ServedModel& Gateway::default_model() const {

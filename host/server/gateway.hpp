@@ -92,13 +92,16 @@ class Gateway {
 
   // --- Lifecycle (the server's) ---
   bool accepting() const { return accepting_.load(); }
-  // Ready for traffic: accepting, and every served model has an engine taking requests. Otherwise the
-  // models that have none (empty while shutting down: not accepting says it).
-  struct Readiness {
-    bool ready = false;
+  // What /health and /ready say. ok: accepting, every engine serving; degraded: accepting, some
+  // engines down (which, and why) while every served model keeps one; failing: a served model has no
+  // engine taking requests (which), or the server shuts down (not accepting).
+  struct Health {
+    enum class State { ok, degraded, failing } state = State::failing;
+    std::vector<std::pair<std::string, std::string>> down_engines;  // name, why it stopped
     std::vector<std::string> models_without_engine;
+    const char* name() const { return state == State::ok ? "ok" : state == State::degraded ? "degraded" : "failing"; }
   };
-  Readiness readiness() const;
+  Health health() const;
   size_t in_flight() const { return in_flight_.load(); }
   // Takes no new request, lets the router fail waiting ones, and waits up to grace for the running
   // ones; those left then end with an error. Returns how many were left.

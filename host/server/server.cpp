@@ -149,12 +149,23 @@ std::string Server::check_arm_choice(const std::string& model, const std::string
   return gateway_->check_arm_choice(model, arm);
 }
 
+std::string Server::prometheus_text() {
+  auto& up = metrics_.family(metrics::Type::gauge, "tokenhost_engine_up",
+                             "1 while the engine serves, 0 once it stopped unasked (a fault; GET /health says why)", {"engine"});
+  for (const auto& e : engines_->live()) up.set({e->name()}, e->stopped() ? 0 : 1);
+  return metrics_.prometheus_text();
+}
+
 nlohmann::json Server::status() {
   nlohmann::json engines = nlohmann::json::array();
   nlohmann::json retiring = nlohmann::json::array();
   auto describe = [](EngineHandle& e) {
+    if (e.stopped())  // down: nothing to ask
+      return nlohmann::json{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
+                            {"down_reason", e.down_reason().empty() ? std::string("stopped") : e.down_reason()}};
     nlohmann::json j = e.status();
     j["device"] = e.device();
+    j["state"] = "serving";
     return j;
   };
   for (const auto& e : engines_->live()) engines.push_back(describe(*e));

@@ -43,8 +43,12 @@ class Server {
 
   const Deployment& deployment() const { return deployment_; }
   metrics::Registry& metrics() { return metrics_; }
+  // /metrics: the registry's text, with tokenhost_engine_up{engine} (1 serving, 0 down) read now.
+  std::string prometheus_text();
   caf::actor_system& system() { return *system_; }
 
+  // The engines, by name (server/engine_table.hpp).
+  const EngineTable& engines() const { return *engines_; }
   // The entry for requests (server/gateway.hpp).
   Gateway& gateway() { return *gateway_; }
   const Gateway& gateway() const { return *gateway_; }

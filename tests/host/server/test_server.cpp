@@ -11,6 +11,8 @@
 #include <future>
 #include <thread>
 
+#include "eventually.hpp"
+#include "server/engine_handle.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -243,4 +245,55 @@ TEST_CASE("server: plugin manifests register only from the plugin folders unless
     }
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("server: an engine whose actor or worker stops unasked ends its requests, leaves routing and shows as down",
+          "[server][supervision]") {
+  // Two engines of one model. One of them stops as a fault would stop it (its engine actor killed, or
+  // its worker): the request it held ends with an error naming it within 5 s, later requests go to the
+  // other, and health, status and /metrics say which engine is down and why.
+  for (const bool worker : {false, true}) {
+    DYNAMIC_SECTION((worker ? "the worker stops" : "the engine actor stops")) {
+      auto server = make_test_server(R"(
+[engines.second]
+model = "tiny"
+max_step_tokens = 64
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 8, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.fifo" }
+)");
+      std::vector<std::future<GenerateResult>> running;
+      for (int i = 0; i < 2; ++i)  // round robin: one on each engine
+        running.push_back(std::async(std::launch::async, [&] { return server->gateway().generate(request_for(*server, "a long one", 200)); }));
+      auto main = std::dynamic_pointer_cast<LocalEngine>(server->engines().find("main"));
+      REQUIRE(main != nullptr);
+      REQUIRE(eventually([&] { return server->status()["engines"][0]["sequences"] == 1; }));
+      const auto killed_at = std::chrono::steady_clock::now();
+      if (worker) caf::anon_send_exit(main->worker(), caf::exit_reason::kill);
+      else caf::anon_send_exit(main->actor(), caf::exit_reason::kill);
+      std::vector<GenerateResult> results;
+      for (auto& f : running) results.push_back(f.get());
+      const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+      const auto failed = std::count_if(results.begin(), results.end(), [](const GenerateResult& r) { return r.finish_reason == "error"; });
+      CHECK(failed == 1);
+      for (const auto& r : results)
+        if (r.finish_reason == "error") CHECK_THAT(r.error, Contains(worker ? "the worker of engine main stopped" : "engine main stopped"));
+      CHECK(ended_s < 5);
+      for (int i = 0; i < 4; ++i) {  // every later request goes to the engine that serves
+        const GenerateResult r = server->gateway().generate(request_for(*server, "after", 6));
+        CHECK(r.finish_reason == "length");
+        CHECK(r.engine == "second");
+      }
+      const Gateway::Health h = server->gateway().health();
+      CHECK(h.state == Gateway::Health::State::degraded);
+      REQUIRE(h.down_engines.size() == 1);
+      CHECK(h.down_engines[0].first == "main");
+      CHECK_THAT(h.down_engines[0].second, Contains("kill"));
+      const auto status = server->status();
+      CHECK(status["engines"][0]["state"] == "down");
+      CHECK(status["engines"][1]["state"] == "serving");
+      CHECK_THAT(server->prometheus_text(), Contains("tokenhost_engine_up{engine=\"main\",experiment=\"\",arm=\"\"} 0"));
+      CHECK_THAT(server->prometheus_text(), Contains("tokenhost_engine_up{engine=\"second\",experiment=\"\",arm=\"\"} 1"));
+    }
+  }
 }
