@@ -13,12 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include "metrics/metrics.hpp"
+#include "util/steady_clock.hpp"
 
 namespace tokenhost {
-
-inline uint64_t steady_now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 
 class SwapLatency {
  public:

@@ -24,6 +24,7 @@
 
 #include "api/api_error.hpp"
 #include "http/http_tls.hpp"
+#include "util/steady_clock.hpp"
 
 namespace tokenhost {
 namespace {
@@ -87,11 +88,11 @@ struct HttpListener::Impl {
   std::string name;
   HttpLimits limits;
   size_t io_threads;
-  // Before the I/O context: handlers it still holds when it is destroyed (a timer posted by a
-  // handler, say) release sessions, whose destructors reach these.
   // The cap is full: closes the connection that has waited longest for a request (a silent or idle
   // one), if any; true when one was found. Any thread.
   bool evict_longest_waiting();
+  // Before the I/O context: handlers it still holds when it is destroyed (a timer posted by a
+  // handler, say) release sessions, whose destructors reach these.
   std::atomic<size_t> open{0};
   std::atomic<size_t> over_cap{0};    // sessions accepted past max_connections for a reserved path
   std::atomic<size_t> unanswered{0};  // sessions whose current request's answer is not yet written
@@ -198,12 +199,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // answered): the listener makes room this way when its connection cap is full. On its strand.
   virtual void evict_if_waiting() = 0;
   // Since when (steady clock, ns) it has waited for a request; 0 while one is read or answered.
-  std::atomic<int64_t> waiting_since{0};
+  std::atomic<uint64_t> waiting_since{0};
 };
-
-int64_t steady_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One connection: reads requests one after another, hands each to its route, writes the answers in
 // order. Every member runs on the connection's strand. Stream is beast::tcp_stream (HTTP) or an
@@ -738,13 +735,9 @@ void HttpListener::Impl::accept() {
     }
     bool full = open.load() >= limits.max_connections;
     if (full && evict_longest_waiting()) full = false;  // its room is this one's (the count drops once it closes)
-    if (full && !limits.reserved_paths.empty() && over_cap.load() < kOverCapSessions) {
-      // Past the cap, a health probe still gets through: read its request briefly (kOverCapWait).
-      if (tls)
-        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, true, std::move(socket), *tls)->start();
-      else
-        std::make_shared<Session<beast::tcp_stream>>(*this, true, std::move(socket))->start();
-    } else if (full) {
+    // Past the cap, a health probe still gets through: its request is read briefly (kOverCapWait).
+    const bool over_cap_session = full && !limits.reserved_paths.empty() && over_cap.load() < kOverCapSessions;
+    if (full && !over_cap_session) {
       if (log_refusal_now())
         spdlog::warn("{}: {} connections open, the limit: a new one is refused with 503", name, limits.max_connections);
       HttpResponse r;
@@ -759,11 +752,10 @@ void HttpListener::Impl::accept() {
         beast::error_code ignored;
         s->shutdown(tcp::socket::shutdown_both, ignored);
       });
+    } else if (tls) {
+      std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, over_cap_session, std::move(socket), *tls)->start();
     } else {
-      if (tls)
-        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(*this, false, std::move(socket), *tls)->start();
-      else
-        std::make_shared<Session<beast::tcp_stream>>(*this, false, std::move(socket))->start();
+      std::make_shared<Session<beast::tcp_stream>>(*this, over_cap_session, std::move(socket))->start();
     }
     accept();
   });
@@ -773,9 +765,9 @@ bool HttpListener::Impl::evict_longest_waiting() {
   std::shared_ptr<Connection> oldest;
   {
     std::lock_guard lock(sessions_mutex);
-    int64_t since = 0;
+    uint64_t since = 0;
     for (Connection* c : sessions) {
-      const int64_t w = c->waiting_since.load();
+      const uint64_t w = c->waiting_since.load();
       if (w == 0 || (since != 0 && w >= since)) continue;
       // Under the mutex the session has not left the set: either alive, or its destructor waits here
       // (lock() then answers null).

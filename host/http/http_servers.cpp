@@ -29,6 +29,8 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kGatewayMaxBody = 8 << 20, kAdminMaxBody = 1 << 20;
+// The largest /tokenize answer, in gateway bodies (32 MiB): with pieces an answer is ~15x its text.
+constexpr size_t kTokenizeAnswerBodies = 4;
 // The gateway's I/O threads are http_threads, up to this many (a manifest written for one thread per
 // connection may ask for a thousand); the admin API's are fixed: it serves operators, not traffic.
 constexpr int kMaxIoThreads = 64;
@@ -85,8 +87,8 @@ void raise_open_file_limit(size_t wanted) {
 }
 
 // Health probes, on both ports and without credentials (load balancers and orchestrators send none),
-// still answered past the connection cap (HttpLimits::reserved_paths). /health: the process is live
-// (503 once it shuts down); /ready: it takes traffic (every served model has an engine).
+// still answered past the connection cap (HttpLimits::reserved_paths). /health: ok, degraded or
+// failing (Gateway::Health); /ready: it takes traffic (not failing).
 const std::vector<std::string> kHealthPaths = {"/health", "/ready"};
 
 bool is_health_path(const HttpRequest& req) {
@@ -143,7 +145,7 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   // Every gateway request has an id: the client's X-Request-Id when usable, else a new one.
   gateway_->set_request_ids([](const HttpRequest& req) { return request::request_id_from(req.header("X-Request-Id")); });
   add_gateway_routes(*gateway_, server_.gateway(), server_.deployment().server);
-  add_tokenize_routes(*gateway_, server_.gateway());
+  add_tokenize_routes(*gateway_, server_.gateway(), kTokenizeAnswerBodies * kGatewayMaxBody);
   add_health_routes(*gateway_, server_.gateway());
   // With API keys, every gateway request carries one (as vLLM's --api-key); without, the gateway is open.
   if (!server_.deployment().server.api_keys.empty()) {

@@ -9,9 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-// The largest /tokenize answer: four times the gateway's largest body. Past it, 413.
-constexpr size_t kMaxTokenizeAnswerBytes = 32 << 20;
-
 // The model the body names ("" or absent: the default), or NULL after answering 404 / 400.
 const ServedModel* model_of(Gateway& server, const json& body, HttpResponse& res) {
   const auto it = body.find("model");
@@ -37,8 +34,8 @@ std::optional<bool> flag(const json& body, const char* key, HttpResponse& res) {
 
 }  // namespace
 
-void add_tokenize_routes(HttpListener& gateway, Gateway& server) {
-  gateway.route("POST", "/tokenize", [&server](const HttpRequest& req, HttpResponse& res) {
+void add_tokenize_routes(HttpListener& gateway, Gateway& server, size_t max_answer_bytes) {
+  gateway.route("POST", "/tokenize", [&server, max_answer_bytes](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;
     const ServedModel* m = model_of(server, *body, res);
@@ -59,9 +56,9 @@ void add_tokenize_routes(HttpListener& gateway, Gateway& server) {
         out += "{\"id\":" + std::to_string(tokens[i]) + ",\"piece\":" + api::dump_json(m->piece(tokens[i])) + "}";
       else
         out += std::to_string(tokens[i]);
-      if (out.size() > kMaxTokenizeAnswerBytes)
+      if (out.size() > max_answer_bytes)
         return reply_error(res, 413, "the answer (" + std::to_string(tokens.size()) + " tokens" + (*with_pieces ? " with pieces" : "") +
-                                         ") would be larger than the limit of " + std::to_string(kMaxTokenizeAnswerBytes) +
+                                         ") would be larger than the limit of " + std::to_string(max_answer_bytes) +
                                          " bytes; tokenize less text per request" + (*with_pieces ? " or leave out with_pieces" : ""),
                            "invalid_request_error");
     }

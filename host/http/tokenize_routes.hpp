@@ -8,6 +8,7 @@
 namespace tokenhost {
 
 class Gateway;
-void add_tokenize_routes(HttpListener& gateway, Gateway& server);
+// max_answer_bytes: the largest /tokenize answer (past it, 413): an answer can outgrow its request.
+void add_tokenize_routes(HttpListener& gateway, Gateway& server, size_t max_answer_bytes);
 
 }  // namespace tokenhost

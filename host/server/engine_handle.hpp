@@ -67,6 +67,11 @@ class EngineHandle {
   // Why it ended when that was not asked of it (a fault, a kill, its worker gone): "" while it runs
   // and after an ordinary end. Such an engine is down: the router no longer routes to it.
   virtual std::string down_reason() const = 0;
+  // Why a stopped engine is not serving, for status and health: down_reason(), or "stopped".
+  std::string stop_reason() const {
+    std::string why = down_reason();
+    return why.empty() ? "stopped" : why;
+  }
 
  private:
   mutable std::mutex mutex_;  // decl_'s slots

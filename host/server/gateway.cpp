@@ -52,7 +52,7 @@ Gateway::Health Gateway::health() const {
   std::set<std::string> served;
   for (const auto& e : engines_->live()) {
     if (!e->stopped()) served.insert(e->model());
-    else h.down_engines.emplace_back(e->name(), e->down_reason().empty() ? std::string("stopped") : e->down_reason());
+    else h.down_engines.emplace_back(e->name(), e->stop_reason());
   }
   for (const auto& m : models_)
     if (!served.count(m.name)) h.models_without_engine.push_back(m.name);

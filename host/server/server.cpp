@@ -150,9 +150,7 @@ std::string Server::check_arm_choice(const std::string& model, const std::string
 }
 
 std::string Server::prometheus_text() {
-  auto& up = metrics_.family(metrics::Type::gauge, "tokenhost_engine_up",
-                             "1 while the engine serves, 0 once it stopped unasked (a fault; GET /health says why)", {"engine"});
-  for (const auto& e : engines_->live()) up.set({e->name()}, e->stopped() ? 0 : 1);
+  for (const auto& e : engines_->live()) engine_up_.set({e->name()}, e->stopped() ? 0 : 1);
   return metrics_.prometheus_text();
 }
 
@@ -162,7 +160,7 @@ nlohmann::json Server::status() {
   auto describe = [](EngineHandle& e) {
     if (e.stopped())  // down: nothing to ask
       return nlohmann::json{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
-                            {"down_reason", e.down_reason().empty() ? std::string("stopped") : e.down_reason()}};
+                            {"down_reason", e.stop_reason()}};
     nlohmann::json j = e.status();
     j["device"] = e.device();
     j["state"] = "serving";

@@ -121,6 +121,10 @@ class Server {
 
   Deployment deployment_;
   metrics::Registry metrics_;
+  // tokenhost_engine_up{engine}, registered with the server, set when /metrics is read (prometheus_text).
+  metrics::Family& engine_up_ = metrics_.family(metrics::Type::gauge, "tokenhost_engine_up",
+                                                "1 while the engine serves, 0 once it stopped unasked (a fault; GET /health says why)",
+                                                {"engine"});
   std::unique_ptr<caf::actor_system_config> config_;
   std::unique_ptr<caf::actor_system> system_;
   registry_actor registry_;
