@@ -125,6 +125,20 @@ void fail_all(self_ptr self, const std::string& error) {
   while (!self->state.seqs.empty()) finish(self, 0, "error", error);
 }
 
+// A plugin broke a rule the engine cannot go on past: it threw across the ABI, or a required call
+// failed or returned what the host's checks refuse. Its state (and the KV pool's) is unknown, so the
+// engine fails its requests with the fault, stops its worker and stops, the fault noted for the server,
+// which rebuilds the engine with fresh instances (server/engine_supervisor.hpp).
+void stop_for_fault(self_ptr self, const PluginFault& f) {
+  auto& s = self->state;
+  spdlog::error("engine {}: {}; failing {} request(s) and stopping (the server rebuilds it)", s.init.name, f.what(), s.seqs.size());
+  if (s.init.end) s.init.end->note_fault(f);
+  s.step_in_flight = false;
+  fail_all(self, f.what());
+  self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
+  self->quit(caf::exit_reason::unhandled_exception);
+}
+
 void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result);
 
 // Finishes the sequences whose client has gone (or asked to stop). Not while a step is in flight:
@@ -177,6 +191,7 @@ void slide_window(self_ptr self, Sequence& q) {
   self->request(s.init.worker, caf::infinite, slide_atom::value, id, s.init.window.sinks / bs, n, held)
       .then([self, id](const SlideResult& r) {
         auto& s = self->state;
+        if (r.fault) return stop_for_fault(self, *r.fault);
         s.kv = r.kv;
         if (!r.error.empty()) {
           for (size_t i = 0; i < s.seqs.size(); ++i) {
@@ -245,11 +260,16 @@ void tick(self_ptr self) {
   std::vector<th_sched_item> run;
   std::vector<uint64_t> preempt_ids;
   std::vector<uint32_t> grants;
-  std::string problem = decide(s, run, preempt_ids, grants);
+  std::string problem;
+  try {
+    problem = decide(s, run, preempt_ids, grants);
+  } catch (const PluginFault& f) {
+    return stop_for_fault(self, f);
+  }
   if (!problem.empty()) {
-    spdlog::error("engine {}: {}; failing {} requests", s.init.name, problem, s.seqs.size());
-    fail_all(self, "scheduler error: " + problem);
-    return;
+    // An error status, which schedule() may not return, or a decision the checks refuse: the
+    // scheduler's state is as untrustworthy as after a throw.
+    return stop_for_fault(self, PluginFault("scheduler error: " + problem, s.init.scheduler().call_site("schedule")));
   }
   for (auto id : preempt_ids) preempt(self, *find(s, id));
   if (run.empty()) {
@@ -388,6 +408,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     summary->evict_oldest(result.kv.evicted_blocks - s.summary_evictions);
     s.summary_evictions = result.kv.evicted_blocks;
   }
+  if (result.fault) return stop_for_fault(self, *result.fault);
   if (!result.error.empty()) {
     if (result.status == TH_ERR_RESOURCE_EXHAUSTED) {
       // The scheduler over-committed the cache: recompute the newest running sequence and go on.

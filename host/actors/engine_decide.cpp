@@ -165,12 +165,8 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   th_error err;
   auto& sched = s.init.scheduler();
   const uint64_t started = now_ns();
-  th_status st;
-  try {
-    st = sched.call(&th_scheduler_vtable::schedule, "schedule", sched.handle(), &state, &d, &err);
-  } catch (const PluginFault& e) {
-    return e.what();  // every sequence was in its hands: the engine fails them all
-  }
+  // A throw comes out as PluginFault, for the engine to stop on (engine.cpp).
+  const th_status st = sched.call(&th_scheduler_vtable::schedule, "schedule", sched.handle(), &state, &d, &err);
   if (s.m.scheduler_seconds) s.m.scheduler_seconds->add({s.init.name, slot_of(TH_KIND_SCHEDULER).name(), sched.id()}, double(now_ns() - started) * 1e-9);
   if (st != TH_OK) return sched.id() + " schedule() failed with " + status_name(st) + ": " + err.text();
   if (d.n_run > view.size() || d.n_preempt > view.size()) return sched.id() + " returned more entries than sequences";

@@ -164,7 +164,8 @@ void take_drafts(EngineState& s, DraftReply& reply);
 void warn_no_speculation(const EngineState& s);
 // Whether the engine's scheduler grants draft tokens itself (built against ABI 1.4 or later).
 bool sched_grants_drafts(const EngineState& s);
-// Asks the scheduler plugin for a decision and checks it. Returns an error message, or "". grants: the
+// Asks the scheduler plugin for a decision and checks it. Returns what the checks refused (or the
+// error status schedule() returned), or ""; a throw from the plugin comes out as PluginFault. grants: the
 // draft tokens the scheduler granted each run entry (ABI 1.4 run_draft), cleared when the scheduler was
 // built against an older minor and grants none itself.
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,

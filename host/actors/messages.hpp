@@ -16,6 +16,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/engine_end.hpp"
 #include "plugin/instance.hpp"
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
@@ -72,6 +73,7 @@ struct SlideResult {
   std::string error;
   th_status status = TH_OK;
   KvState kv;
+  std::optional<PluginFault> fault;  // a plugin threw: the engine cannot go on (engine_end.hpp)
 };
 struct StepResult {
   // The tokens of each item with sample set, in item order: accepted[i] verified draft tokens and then
@@ -82,6 +84,9 @@ struct StepResult {
   // not hold its draft and the worker dropped it).
   std::vector<uint32_t> drafted;
   std::string error;                  // the step failed as a whole: why
+  // A plugin threw during the step (plugin/plugin_fault.hpp): its state is unknown, so the engine
+  // fails its requests and stops, to be rebuilt (actors/engine_end.hpp). error says the same.
+  std::optional<PluginFault> fault;
   // The failure's status: TH_ERR_RESOURCE_EXHAUSTED when the kvcache plugin had no blocks for the
   // step (the engine preempts and retries), TH_ERR_INTERNAL for any other failure; TH_OK on success.
   th_status status = TH_OK;
@@ -156,6 +161,8 @@ struct RoutedEngine {
   std::string model;
   engine_actor actor;
   std::shared_ptr<const PrefixSummary> prefix_summary;
+  // How it ended (engine_end.hpp), for the router's words when it stops unasked; may be NULL.
+  std::shared_ptr<const EngineEnd> end;
 };
 
 using router_actor = caf::typed_actor<

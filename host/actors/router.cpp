@@ -250,11 +250,14 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
 // their engine cannot. A retired engine holds none by then.
 void engine_down(self_ptr self, const caf::down_msg& down) {
   auto& s = self->state;
-  const std::string reason = self->system().render(down.reason);
+  std::string reason = self->system().render(down.reason);
   auto gone = [&](const std::shared_ptr<RoutedEntry>& e) { return e->engine.actor.address() == down.source; };
   for (auto it = s.engines.begin(); it != s.engines.end();)
     if (gone(*it)) {
+      // A plugin fault that stopped it, in the plugin's words (noted before it stopped).
+      if (const auto& end = (*it)->engine.end; end && end->fault()) reason = end->fault()->what();
       spdlog::error("router: engine {} stopped ({}): it takes no more requests", (*it)->engine.name, reason);
+      if (s.experiments) s.experiments->engine_down((*it)->engine.name, reason);
       it = s.engines.erase(it);
     } else {
       ++it;
@@ -299,6 +302,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         self->monitor(engine.actor);
         auto at = std::find_if(s.engines.begin(), s.engines.end(), [&](const auto& e) { return e->engine.name > name; });
         s.engines.insert(at, std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0}));
+        if (s.experiments) s.experiments->engine_up(name);  // a rebuilt engine closes its arms' gaps
         return {true, "engine " + name + " takes requests"};
       },
       [=](engine_replace_atom, RoutedEngine engine) -> SwapResult {

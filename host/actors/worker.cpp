@@ -307,6 +307,16 @@ void slide_window(WorkerInit& s, uint64_t seq_id, uint32_t first_block, uint32_t
   s.backend->shift_keys(*s.weights, kv, seq_id, first_block * layout->block_size, n_positions - shift, shift);
 }
 
+// The pool after a failed call: when the kvcache's stats call itself faults (the plugin that failed
+// may be the kvcache), an empty state, which the engine stopping for the fault never plans with.
+KvState kv_state_after_failure(const PluginInstance& kvcache) {
+  try {
+    return kv_state(kvcache);
+  } catch (const PluginFault&) {
+    return KvState{};
+  }
+}
+
 uint32_t kv_seqs(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
@@ -347,11 +357,16 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         } catch (const KvExhausted& e) {
           result.error = e.what();
           result.status = TH_ERR_RESOURCE_EXHAUSTED;
-          result.kv = kv_state(s.init.kvcache());
+          result.kv = kv_state_after_failure(s.init.kvcache());
+        } catch (const PluginFault& e) {
+          result.error = e.what();
+          result.status = TH_ERR_INTERNAL;
+          result.fault = e;
+          result.kv = kv_state_after_failure(s.init.kvcache());
         } catch (const std::exception& e) {
           result.error = e.what();
           result.status = TH_ERR_INTERNAL;
-          result.kv = kv_state(s.init.kvcache());
+          result.kv = kv_state_after_failure(s.init.kvcache());
         }
         ++s.steps;
         return result;
@@ -394,11 +409,15 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         } catch (const KvExhausted& e) {
           r.error = e.what();
           r.status = TH_ERR_RESOURCE_EXHAUSTED;
+        } catch (const PluginFault& e) {
+          r.error = e.what();
+          r.status = TH_ERR_INTERNAL;
+          r.fault = e;
         } catch (const std::exception& e) {
           r.error = e.what();
           r.status = TH_ERR_INTERNAL;
         }
-        r.kv = kv_state(s.kvcache());
+        r.kv = kv_state_after_failure(s.kvcache());
         return r;
       },
       [=](status_atom) -> KvState { return kv_state(self->state.init.kvcache()); },

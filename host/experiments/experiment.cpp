@@ -272,7 +272,7 @@ uint32_t bucket_of(const std::string& experiment, const std::string& key) {
   return uint32_t(assignment_hash(experiment, key) % 100);  // bias of 2^64 mod 100 buckets: < 1e-17
 }
 
-Assignment assign(const ExperimentSpec& spec, uint32_t bucket, const std::string& request_class) {
+Assignment assign(const ExperimentSpec& spec, uint32_t bucket, const std::string& request_class, const std::vector<bool>& down) {
   std::vector<size_t> serving;
   for (size_t i = 0; i < spec.arms.size(); ++i) {
     const auto& h = spec.arms[i].holdback_classes;
@@ -280,6 +280,12 @@ Assignment assign(const ExperimentSpec& spec, uint32_t bucket, const std::string
   }
   Assignment out;
   out.held_back = serving.size() < spec.arms.size();
+  if (!down.empty()) {
+    std::vector<size_t> up;
+    for (size_t i : serving)
+      if (!down.at(i)) up.push_back(i);
+    if (!up.empty()) serving = std::move(up);
+  }
   int total = 0;
   for (size_t i : serving) total += spec.arms[i].percent;
   if (total <= 0) return out;  // unreachable for a valid spec

@@ -95,7 +95,10 @@ struct Assignment {
 
 // The arm for a request in `bucket` of class `request_class` ("" none). Arms take consecutive ranges
 // of buckets in their order. When the class is held back from some arms, the bucket is rescaled over
-// the arms that serve it, in their proportions. spec must be valid.
-Assignment assign(const ExperimentSpec& spec, uint32_t bucket, const std::string& request_class);
+// the arms that serve it, in their proportions. spec must be valid. `down` (one flag per arm, or
+// empty) marks arms whose engine is down: the bucket is rescaled over the others the same way (when
+// every arm that would serve it is down, the assignment ignores `down`).
+Assignment assign(const ExperimentSpec& spec, uint32_t bucket, const std::string& request_class,
+                  const std::vector<bool>& down = {});
 
 }  // namespace tokenhost::experiments

@@ -13,10 +13,20 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A time the arm's engine was down: its requests went to the other arms.
+struct ArmGap {
+  int64_t from_unix = 0, to_unix = 0;  // to_unix 0: still down
+  std::string reason;
+  uint64_t displaced = 0;  // requests assigned to the arm that another arm served
+};
+
 struct ArmStats {
   uint64_t requests = 0, failed = 0, tokens_out = 0;  // compared requests
   uint64_t held_back = 0, chosen = 0;                 // served, not compared
+  uint64_t served_for_down_arms = 0;                  // served in place of an arm whose engine was down
   Sample ttft, itl, e2e;
+  std::vector<ArmGap> gaps;
+  bool down() const { return !gaps.empty() && gaps.back().to_unix == 0; }
 };
 
 // The metrics compared between arms; lower is better for each.
@@ -25,6 +35,16 @@ struct MetricDef {
   Sample ArmStats::*sample;
 };
 constexpr MetricDef kMetrics[] = {{"ttft_s", &ArmStats::ttft}, {"itl_s", &ArmStats::itl}, {"e2e_s", &ArmStats::e2e}};
+
+json gaps_json(const std::vector<ArmGap>& gaps) {
+  json out = json::array();
+  for (const auto& g : gaps)
+    out.push_back({{"from_unix", g.from_unix},
+                   {"to_unix", g.to_unix != 0 ? json(g.to_unix) : json(nullptr)},
+                   {"reason", g.reason},
+                   {"displaced_requests", g.displaced}});
+  return out;
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -260,9 +280,35 @@ std::variant<std::monostate, Routing, std::string> ExperimentTable::route(const 
   }
   Assignment a = assign(x->spec, bucket, keys.request_class);
   r.arm = a.arm;
-  r.engine = x->spec.arms[a.arm].engine;
   r.kind = a.held_back ? Routing::Kind::held_back : Routing::Kind::compared;
+  if (x->arms[a.arm].down()) {  // its share goes to the arms that are up, in their proportions
+    std::vector<bool> down;
+    for (const auto& arm : x->arms) down.push_back(arm.down());
+    const size_t instead = assign(x->spec, bucket, keys.request_class, down).arm;
+    if (instead != a.arm) {
+      ++x->arms[a.arm].gaps.back().displaced;
+      r.arm = instead;
+      r.kind = Routing::Kind::displaced;
+    }
+  }
+  r.engine = x->spec.arms[r.arm].engine;
   return r;
+}
+
+void ExperimentTable::engine_down(const std::string& engine, const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  for (const auto& x : experiments_) {
+    if (!x->running) continue;
+    for (size_t i = 0; i < x->spec.arms.size(); ++i)
+      if (x->spec.arms[i].engine == engine && !x->arms[i].down()) x->arms[i].gaps.push_back(ArmGap{unix_now(), 0, reason, 0});
+  }
+}
+
+void ExperimentTable::engine_up(const std::string& engine) {
+  std::lock_guard lock(mutex_);
+  for (const auto& x : experiments_)
+    for (size_t i = 0; i < x->spec.arms.size(); ++i)
+      if (x->spec.arms[i].engine == engine && x->arms[i].down()) x->arms[i].gaps.back().to_unix = unix_now();
 }
 
 void ExperimentTable::record(const Routing& routing, const Outcome& o) {
@@ -275,6 +321,10 @@ void ExperimentTable::record(const Routing& routing, const Outcome& o) {
   }
   if (routing.kind == Routing::Kind::chosen) {
     ++s.chosen;
+    return;
+  }
+  if (routing.kind == Routing::Kind::displaced) {
+    ++s.served_for_down_arms;
     return;
   }
   ++s.requests;
@@ -349,6 +399,9 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"failed", s.failed},
               {"held_back", s.held_back},
               {"chosen", s.chosen},
+              {"served_for_down_arms", s.served_for_down_arms},
+              {"down", s.down()},
+              {"gaps", gaps_json(s.gaps)},
               {"tokens_out", s.tokens_out},
               {"throughput_tok_s", elapsed > 0 ? double(s.tokens_out) / elapsed : 0.0},
               {"load", load_json(step)},

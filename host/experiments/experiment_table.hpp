@@ -34,8 +34,10 @@ struct RequestKeys {
 struct Experiment;
 
 // Where a request went. `kind` says whether it counts in the comparison.
+// displaced: its assigned arm's engine was down, and another arm served it (counted in the down
+// arm's gap, not compared).
 struct Routing {
-  enum class Kind { compared, held_back, chosen };
+  enum class Kind { compared, held_back, chosen, displaced };
   std::shared_ptr<Experiment> experiment;
   size_t arm = 0;
   std::string engine;
@@ -84,6 +86,11 @@ class ExperimentTable {
   // Why a request asking for arm `arm` of model `model` would be refused, or "" when it would not.
   std::string check_choice(const std::string& model, const std::string& arm) const;
   void record(const Routing& routing, const Outcome& outcome);
+  // Engine `engine` stopped unasked (the router saw it) / serves again (rebuilt): while it is down,
+  // the requests its arms would get go to the experiment's other arms, and each arm's report lists its
+  // gaps (from, to, why, the requests displaced).
+  void engine_down(const std::string& engine, const std::string& reason);
+  void engine_up(const std::string& engine);
 
   // GET /admin/experiments, and one experiment's report (nullopt: no such experiment).
   nlohmann::json list() const;

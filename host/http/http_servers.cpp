@@ -97,7 +97,7 @@ bool is_health_path(const HttpRequest& req) {
 
 nlohmann::json health_json(const Gateway::Health& h, bool accepting) {
   nlohmann::json down = nlohmann::json::array();
-  for (const auto& [name, why] : h.down_engines) down.push_back({{"engine", name}, {"reason", why}});
+  for (const auto& d : h.down_engines) down.push_back({{"engine", d.engine}, {"reason", d.reason}, {"state", d.state}});
   nlohmann::json j = {{"status", h.name()}, {"engines_down", down}, {"models_without_engine", h.models_without_engine}};
   if (!accepting) j["reason"] = "shutting down";
   return j;

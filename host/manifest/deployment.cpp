@@ -388,7 +388,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
                       "api_keys_file", "plugins_from_anywhere", "tls_certificate", "tls_private_key",
-                      "admin_tls_certificate", "admin_tls_private_key"},
+                      "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms"},
                  "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
@@ -407,6 +407,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     }
     read_api_keys(r, *s, base, d.server.api_keys);
     d.server.plugins_from_anywhere = r.optional_bool(*s, "plugins_from_anywhere", "[server]").value_or(false);
+    d.server.restart_delay_ms =
+        uint32_t(r.optional_int(*s, "restart_delay_ms", "[server]", 1, 60000).value_or(ServerDecl{}.restart_delay_ms));
     d.server.tls = read_tls(r, *s, "");
     d.server.admin_tls = read_tls(r, *s, "admin_");
   }

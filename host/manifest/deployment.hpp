@@ -58,6 +58,9 @@ struct ServerDecl {
   // $TOKENHOST_PLUGIN_PATH, the built-in folder). Off: an admin token alone cannot load a library from
   // anywhere on the machine, only from folders the deployment names.
   bool plugins_from_anywhere = false;
+  // An engine that stops unasked is rebuilt this long after it stopped, the delay doubling with each
+  // stop of the same engine within a minute, up to 4 s (server/engine_supervisor.hpp).
+  uint32_t restart_delay_ms = 200;
   TlsFiles tls;        // the gateway's: [server] tls_certificate and tls_private_key
   TlsFiles admin_tls;  // the admin API's: [server] admin_tls_certificate and admin_tls_private_key
 };

@@ -69,15 +69,16 @@ class PluginInstance {
   const std::string& id() const { return lib_->id(); }
   const std::string& version() const { return lib_->version(); }
   const toml::table& config() const { return config_.table; }
+  // This instance inside its call `name`, for a crash report or a PluginFault (the strings are the
+  // instance's: valid while it lives).
+  PluginCallSite call_site(const char* name) const {
+    return {id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), name};
+  }
   // The device it was created for (InstanceSpec::device).
   const DeviceInfo& device() const { return device_; }
 
  private:
   PluginInstance() = default;
-  // This instance in a crash report, inside its call `name`.
-  PluginCallSite call_site(const char* name) const {
-    return {id().c_str(), version().c_str(), ctx_->slot.c_str(), ctx_->engine.c_str(), name};
-  }
   std::shared_ptr<PluginLibrary> lib_;  // declared first: destroyed last
   std::unique_ptr<th_host_ctx> ctx_;
   th_config config_;

@@ -15,7 +15,7 @@ void throw_plugin_fault(const PluginCallSite& site, std::exception_ptr escaped) 
   const std::string message = std::string("plugin ") + site.plugin_id + " " + site.version + " (slot " + site.slot + ", engine " +
                               site.engine + ") threw from " + site.call + ": " + what;
   spdlog::error("{} (plugins must not throw across the ABI: the call's requests end with this error)", message);
-  throw PluginFault(message, site.plugin_id, site.call);
+  throw PluginFault(message, site);
 }
 
 }  // namespace tokenhost

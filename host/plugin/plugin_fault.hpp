@@ -15,10 +15,12 @@ namespace tokenhost {
 
 class PluginFault : public std::runtime_error {
  public:
-  PluginFault(const std::string& message, std::string plugin, std::string call)
-      : std::runtime_error(message), plugin(std::move(plugin)), call(std::move(call)) {}
-  std::string plugin;  // its id
-  std::string call;    // the vtable member, e.g. "propose"
+  PluginFault(const std::string& message, const PluginCallSite& site)
+      : std::runtime_error(message), plugin(site.plugin_id), version(site.version), slot(site.slot), call(site.call) {}
+  std::string plugin;   // its id
+  std::string version;  // its version
+  std::string slot;     // the slot it was in
+  std::string call;     // the vtable member, e.g. "propose"
 };
 
 // Logs what escaped the call at `site` (error) and throws PluginFault: "plugin ID VERSION (slot S,

@@ -9,25 +9,22 @@ namespace tokenhost {
 
 // --- LocalEngine ---
 
-LocalEngine::LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker)
-    : EngineHandle(std::move(decl), std::move(facts)), system_(system), actor_(std::move(actor)), worker_(std::move(worker)) {
+LocalEngine::LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker,
+                         std::shared_ptr<EngineEnd> end)
+    : EngineHandle(std::move(decl), std::move(facts)), system_(system), actor_(std::move(actor)), worker_(std::move(worker)),
+      end_(std::move(end)) {
   actor_->attach_functor([end = end_, &system](const caf::error& reason) {
     // An ordinary end: retired and done, drained, or stopped by the server. Anything else is a fault.
     const bool ordinary = !reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown;
-    if (!ordinary) {
-      std::lock_guard lock(end->mutex);
-      end->down_reason = system.render(reason);
-    }
-    end->stopped = true;
+    end->ended(ordinary ? std::string() : system.render(reason));
   });
 }
 
-std::string LocalEngine::down_reason() const {
-  std::lock_guard lock(end_->mutex);
-  return end_->down_reason;
-}
+std::string LocalEngine::down_reason() const { return end_->down_reason(); }
 
-RoutedEngine LocalEngine::routed() const { return RoutedEngine{name(), model(), actor_, facts().prefix_summary}; }
+std::optional<PluginFault> LocalEngine::fault() const { return end_->fault(); }
+
+RoutedEngine LocalEngine::routed() const { return RoutedEngine{name(), model(), actor_, facts().prefix_summary, end_}; }
 
 nlohmann::json LocalEngine::status() {
   caf::scoped_actor self{system_};

@@ -6,13 +6,16 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/engine_end.hpp"
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 
@@ -45,11 +48,31 @@ class EngineHandle {
     std::lock_guard lock(mutex_);
     return decl_;
   }
-  // The plugin of slot now (after a swap), or of none (nullptr when the slot is empty).
+  // The plugin of slot now (after a swap), or of none (nullptr when the slot is empty). What the slot
+  // held before is kept as its last good plugin (previous_slot).
   void set_slot_decl(const std::string& slot, const SlotDecl* change) {
     std::lock_guard lock(mutex_);
+    if (auto it = decl_.slots.find(slot); it != decl_.slots.end()) previous_[slot] = it->second;
+    else previous_.erase(slot);
     if (change != nullptr) decl_.slots[slot] = *change;
     else decl_.slots.erase(slot);
+  }
+  // What slot held before the admin API last changed it: the plugin a rebuild falls back to when the
+  // slot's plugin is quarantined (server/engine_supervisor.hpp). nullopt: it held nothing, or no change.
+  std::optional<SlotDecl> previous_slot(const std::string& slot) const {
+    std::lock_guard lock(mutex_);
+    auto it = previous_.find(slot);
+    return it == previous_.end() ? std::nullopt : std::optional<SlotDecl>(it->second);
+  }
+  // A rebuilt engine keeps its predecessor's last good plugins (for the slots it did not change).
+  void inherit_previous_slots(const EngineHandle& predecessor) {
+    std::map<std::string, SlotDecl> earlier;
+    {
+      std::lock_guard lock(predecessor.mutex_);
+      earlier = predecessor.previous_;
+    }
+    std::lock_guard lock(mutex_);
+    for (auto& [slot, d] : earlier) previous_.emplace(slot, std::move(d));
   }
 
   // Where the router sends its requests and cancels.
@@ -67,6 +90,18 @@ class EngineHandle {
   // Why it ended when that was not asked of it (a fault, a kill, its worker gone): "" while it runs
   // and after an ordinary end. Such an engine is down: the router no longer routes to it.
   virtual std::string down_reason() const = 0;
+  // The plugin fault that ended it (plugin, version, slot, call, message), when that is how it ended.
+  virtual std::optional<PluginFault> fault() const = 0;
+  // What the server does about it while it is down (server/engine_supervisor.hpp): "restarting",
+  // "quarantined", or "" (nothing yet, or it is not down).
+  std::string recovery_state() const {
+    std::lock_guard lock(mutex_);
+    return recovery_state_;
+  }
+  void set_recovery_state(std::string state) {
+    std::lock_guard lock(mutex_);
+    recovery_state_ = std::move(state);
+  }
   // Why a stopped engine is not serving, for status and health: down_reason(), or "stopped".
   std::string stop_reason() const {
     std::string why = down_reason();
@@ -74,37 +109,36 @@ class EngineHandle {
   }
 
  private:
-  mutable std::mutex mutex_;  // decl_'s slots
+  mutable std::mutex mutex_;  // decl_'s slots, previous_, recovery_state_
   EngineDecl decl_;
+  std::map<std::string, SlotDecl> previous_;  // by slot name
+  std::string recovery_state_;
   const EngineFacts facts_;
 };
 
 // An engine of this process: a scheduler actor and its worker.
 class LocalEngine final : public EngineHandle {
  public:
-  LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker);
+  // end: where the engine actor notes a plugin fault (EngineInit::end); its exit is noted there too.
+  LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker,
+              std::shared_ptr<EngineEnd> end);
   RoutedEngine routed() const override;
   nlohmann::json status() override;
   SwapResult swap(SlotSwap swap) override;
   std::pair<KvState, KvState> flush_prefix_cache() override;
   void stop() override;
-  bool stopped() const override { return end_->stopped.load(); }
+  bool stopped() const override { return end_->stopped(); }
   std::string down_reason() const override;
+  std::optional<PluginFault> fault() const override;
   // Its actors (for the supervision to come and for tests that stop one as a fault would).
   engine_actor actor() const { return actor_; }
   worker_actor worker() const { return worker_; }
 
  private:
-  // Written by the engine actor's exit (any thread), read by the server's parts.
-  struct End {
-    std::atomic<bool> stopped{false};
-    std::mutex mutex;
-    std::string down_reason;
-  };
   caf::actor_system& system_;
   engine_actor actor_;
   worker_actor worker_;
-  std::shared_ptr<End> end_ = std::make_shared<End>();
+  std::shared_ptr<EngineEnd> end_;
 };
 
 }  // namespace tokenhost

@@ -52,7 +52,10 @@ Gateway::Health Gateway::health() const {
   std::set<std::string> served;
   for (const auto& e : engines_->live()) {
     if (!e->stopped()) served.insert(e->model());
-    else h.down_engines.emplace_back(e->name(), e->stop_reason());
+    else {
+      const std::string state = e->recovery_state();
+      h.down_engines.push_back({e->name(), e->stop_reason(), state.empty() ? "down" : state});
+    }
   }
   for (const auto& m : models_)
     if (!served.count(m.name)) h.models_without_engine.push_back(m.name);

@@ -97,7 +97,11 @@ class Gateway {
   // engine taking requests (which), or the server shuts down (not accepting).
   struct Health {
     enum class State { ok, degraded, failing } state = State::failing;
-    std::vector<std::pair<std::string, std::string>> down_engines;  // name, why it stopped
+    struct Down {
+      std::string engine, reason;
+      std::string state;  // "restarting", "quarantined" (server/engine_supervisor.hpp), or "down"
+    };
+    std::vector<Down> down_engines;
     std::vector<std::string> models_without_engine;
     const char* name() const { return state == State::ok ? "ok" : state == State::degraded ? "degraded" : "failing"; }
   };

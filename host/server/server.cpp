@@ -88,6 +88,9 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     g.limits = deployment_.limits;
     g.metrics = &metrics_;
     gateway_ = std::make_unique<Gateway>(std::move(g));
+    supervisor_ = std::make_unique<EngineSupervisor>(
+        engines_, faults_, SupervisionPolicy{std::chrono::milliseconds(deployment_.server.restart_delay_ms)},
+        [this](const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl) { return rebuild_down_engine(down, decl); }, metrics_);
   } catch (...) {
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
@@ -157,10 +160,16 @@ std::string Server::prometheus_text() {
 nlohmann::json Server::status() {
   nlohmann::json engines = nlohmann::json::array();
   nlohmann::json retiring = nlohmann::json::array();
-  auto describe = [](EngineHandle& e) {
-    if (e.stopped())  // down: nothing to ask
-      return nlohmann::json{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
-                            {"down_reason", e.stop_reason()}};
+  auto describe = [this](EngineHandle& e) {
+    if (e.stopped()) {  // down: nothing to ask; the supervisor says what it does about it
+      nlohmann::json j{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
+                       {"down_reason", e.stop_reason()}};
+      if (auto r = supervisor_ ? supervisor_->recovery(e.name()) : std::nullopt) {
+        j["state"] = (*r)["state"];
+        j["recovery"] = std::move(*r);
+      }
+      return j;
+    }
     nlohmann::json j = e.status();
     j["device"] = e.device();
     j["state"] = "serving";
@@ -191,7 +200,9 @@ nlohmann::json Server::plugins() {
   self->request(registry_, std::chrono::seconds(10), list_atom::value)
       .receive([&](StatusJson& s) { out = std::move(s); },
                [&](caf::error& e) { out.json = api::dump_json(nlohmann::json({{"error", system_->render(e)}})); });
-  return nlohmann::json::parse(out.json);
+  nlohmann::json j = nlohmann::json::parse(out.json);
+  if (j.is_object()) j["faults"] = faults_.json();  // the plugins whose faults stopped engines, and the quarantined
+  return j;
 }
 
 std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
@@ -226,6 +237,13 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     throw AdminError(400, e.message());
   }
   if (!loaded.library) throw AdminError(422, loaded.error);
+  // The operator chose this plugin: a quarantine of it ends here (its rebuilt engines may take it again).
+  if (faults_.release(change.plugin)) spdlog::warn("admin: plugin {} released from quarantine by a swap into {}", change.plugin, slot);
+  if (target && target->stopped()) {  // a down engine: rebuilt with the new plugin in place
+    EngineDecl decl = target->decl();
+    decl.slots[slot] = change;
+    return repair_engine(target, decl, slot + " -> " + change.plugin + " " + change.manifest.version);
+  }
   if (info->swap == SwapMode::new_engine) return replace_engine_for(engine, change, requested_ns);
   std::shared_ptr<PluginInstance> instance;
   try {
@@ -271,6 +289,11 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
     throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
   }
   if (!target->decl().slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
+  if (target->stopped()) {  // a down engine: rebuilt with the slot empty
+    EngineDecl decl = target->decl();
+    decl.slots.erase(slot);
+    return repair_engine(target, decl, slot + " emptied");
+  }
   SwapResult r = target->swap(SlotSwap{*id, nullptr});
   if (!r.ok) throw AdminError(409, r.message);
   target->set_slot_decl(slot, nullptr);
@@ -310,6 +333,44 @@ SwapResult Server::retire_engine(const std::string& name, const std::shared_ptr<
   SwapResult r = successor ? ask_router(engine_replace_atom::value, successor->routed()) : ask_router(engine_remove_atom::value, name);
   if (r.ok) engines_->retire(name, successor);
   return r;
+}
+
+void Server::install_rebuilt(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl) {
+  std::shared_ptr<EngineHandle> fresh = factory_->build(decl);  // throws PluginError, leaving nothing running
+  fresh->inherit_previous_slots(*down);
+  SwapResult r = ask_router(engine_add_atom::value, fresh->routed());
+  if (!r.ok) {
+    fresh->stop();
+    throw std::runtime_error(r.message);
+  }
+  down->stop();  // its worker too, when only the engine actor stopped
+  engines_->retire(down->name(), fresh);
+  engines_->retiring();  // forgets the down one
+  label_arms();
+}
+
+std::string Server::rebuild_down_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl) {
+  std::lock_guard lock(admin_mutex_);
+  if (!accepting()) return "the server is shutting down";
+  if (engines_->find(down->name()) != down) return "";  // repaired or removed by the admin API meanwhile
+  try {
+    install_rebuilt(down, decl);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string Server::repair_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl, const std::string& what) {
+  try {
+    install_rebuilt(down, decl);
+  } catch (const std::exception& e) {
+    throw AdminError(422, "engine '" + down->name() + "' is down (" + down->stop_reason() + ") and could not be rebuilt with " + what +
+                              ": " + e.what());
+  }
+  std::string message = "engine " + down->name() + " was down (" + down->stop_reason() + "); rebuilt with " + what;
+  spdlog::info("admin: {}", message);
+  return message;
 }
 
 std::string Server::add_engines(const std::string& toml_text, const std::string& source) {
@@ -367,6 +428,13 @@ std::string Server::remove_engine(const std::string& name, std::chrono::millisec
   if (engines_->engines_serving(model) == 1)
     throw AdminError(409, "engine '" + name + "' is the last engine serving model '" + model +
                               "'; add another engine for it first");
+  if (old->stopped()) {  // down: the router has dropped it already, and it holds no request
+    engines_->retire(name, nullptr);
+    deployment_.engines.erase(name);
+    engines_->retiring();  // forgets it
+    spdlog::info("admin: removed engine {}, which was down ({})", name, old->stop_reason());
+    return "removed engine " + name + " (it was down: " + old->stop_reason() + ")";
+  }
   SwapResult r = retire_engine(name, nullptr);
   if (!r.ok) throw AdminError(409, r.message);
   deployment_.engines.erase(name);
@@ -388,6 +456,7 @@ std::string Server::remove_engine(const std::string& name, std::chrono::millisec
 void Server::drain(std::chrono::milliseconds grace) {
   std::call_once(drain_once_, [&] {
     if (!system_ || !gateway_) return;
+    if (supervisor_) supervisor_->stop();  // no engine is rebuilt from here on
     gateway_->drain(grace);
   });
 }
@@ -396,6 +465,7 @@ void Server::stop() {
   drain(std::chrono::milliseconds(0));
   std::call_once(stop_once_, [&] {
     if (!system_) return;
+    if (supervisor_) supervisor_->stop();
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);

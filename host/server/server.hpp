@@ -21,7 +21,9 @@
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
 #include "server/engine_factory.hpp"
+#include "server/engine_supervisor.hpp"
 #include "server/engine_table.hpp"
+#include "server/fault_ledger.hpp"
 #include "server/gateway.hpp"
 
 namespace tokenhost {
@@ -114,6 +116,14 @@ class Server {
   void start_experiment_checked(const experiments::ExperimentSpec& spec);
   std::vector<experiments::EngineView> engine_views() const;
   void label_arms();  // /metrics: every engine series carries its experiment and arm
+  // Builds an engine from decl in place of down engine `down` (its predecessor's last good plugins
+  // kept), routes to it and puts it in the table. Throws std::runtime_error (nothing changed then).
+  // Needs admin_mutex_.
+  void install_rebuilt(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl);
+  // The supervisor's rebuild (server/engine_supervisor.hpp): "" or why not.
+  std::string rebuild_down_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl);
+  // An admin change of a down engine's slots: it is rebuilt with `decl`. Throws AdminError.
+  std::string repair_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl, const std::string& what);
   // Asks the router (blocking up to 60 s); a failure to answer is a refused SwapResult.
   template <class... Ts>
   SwapResult ask_router(Ts... message);
@@ -133,7 +143,11 @@ class Server {
   std::shared_ptr<EngineTable> engines_ = std::make_shared<EngineTable>();
   std::shared_ptr<experiments::ExperimentTable> experiments_;
   std::unique_ptr<Gateway> gateway_;
-  std::mutex admin_mutex_;  // one admin change at a time
+  // The plugin faults that stopped engines, and the quarantine (server/fault_ledger.hpp).
+  static constexpr uint32_t kQuarantineAfter = 3;  // faults of one plugin within 10 minutes
+  FaultLedger faults_{kQuarantineAfter, std::chrono::minutes(10), &metrics_};
+  std::unique_ptr<EngineSupervisor> supervisor_;  // rebuilds engines that stop unasked
+  std::mutex admin_mutex_;  // one admin change at a time (the supervisor's rebuilds too)
   std::once_flag drain_once_, stop_once_;
 };
 
