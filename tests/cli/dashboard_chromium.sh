@@ -22,6 +22,7 @@ listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "info"
 plugins_from_anywhere = true  # the test registers fixtures from the build folder
+restart_delay_ms = 60000  # an engine stopped by a plugin fault stays down until the test repairs it
 
 [models.stories260K]
 source = "gguf"

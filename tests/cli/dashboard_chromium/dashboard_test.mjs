@@ -41,7 +41,7 @@ function readPage() {
     slot: s.dataset.pluginSlot, id: s.dataset.pluginId, version: s.dataset.pluginVersion, text: txt(s) }));
   const fields = root => Object.fromEntries([...root.querySelectorAll("[data-field]")].map(f => [f.dataset.field, txt(f)]));
   const engines = table => [...document.querySelectorAll(table + " tbody tr[data-engine]")].map(tr => ({
-    name: tr.dataset.engine, fields: fields(tr), slots: slots(tr) }));
+    name: tr.dataset.engine, fields: fields(tr), slots: slots(tr), stateTitle: tr.querySelector('[data-field="state"] .tag')?.title || null }));
   const r = document.querySelector("#router");
   return {
     conn: document.querySelector("#conn").dataset.state,
@@ -132,7 +132,7 @@ function engineMismatches(rows, engines, where, counters) {
   engines.forEach((e, i) => {
     const row = rows[i];
     if (!row) return;
-    const expect = { model: e.model, device: e.device, state: e.retiring ? "retiring" : e.draining ? "draining" : "serving" };
+    const expect = { model: e.model, device: e.device, state: e.retiring ? "retiring" : e.state && e.state !== "serving" ? e.state : e.draining ? "draining" : "serving" };
     if (counters) Object.assign(expect, { sequences: String(e.sequences), tokens_out: String(e.tokens_out), speculation: speculationText(e), kv_blocks: kvText(e) });
     for (const [k, v] of Object.entries(expect))
       if (row.fields[k] !== v) out.push(`${where} ${e.name}: ${k} shown as '${row.fields[k]}', the API says '${v}'`);
@@ -355,6 +355,33 @@ async function main() {
       return [!p.retiringShown && p.retiring.length === 0, p.retiring];
     });
     ok("the retiring engine leaves the page once its requests are done");
+
+    // A plugin fault stops an engine: the page shows it restarting, with the fault as its reason, as
+    // the API does; an admin swap into the slot repairs it.
+    await apiOk("POST", "/admin/plugins", { manifest: `${fixtures}/sched_faulty/plugin.toml` });
+    await apiOk("POST", "/admin/engines/fast/slots/scheduler", { plugin: "scheduler.faulty", config: { fault: "garbage", fault_on_call: 1 } });
+    await eventually("engine fast stops on its scheduler's fault", 15000, async () => {
+      await fetch(GATEWAY + "/v1/completions", { method: "POST", body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 4 }) })
+        .then(r => r.text());
+      const s = await apiOk("GET", "/admin/engines");
+      const fast = s.engines.find(e => e.name === "fast");
+      return [fast.state === "restarting", fast.state];
+    });
+    const downShown = await eventually("the page shows engine fast restarting, with its fault", 6000, async () => {
+      const p = await page();
+      const fast = p.engines.find(e => e.name === "fast");
+      return [fast?.fields.state === "restarting" && /scheduler\.faulty/.test(fast?.stateTitle || ""), fast && [fast.fields.state, fast.stateTitle]];
+    });
+    ok(`a down engine is shown: ${downShown.join(": ")}`);
+    const health = await fetch(ADMIN + "/health").then(r => r.json());
+    if (health.status !== "degraded" || health.engines_down[0]?.engine !== "fast")
+      throw new Error(`/health while fast is down: ${JSON.stringify(health)}`);
+    const repaired = await apiOk("POST", "/admin/engines/fast/slots/scheduler", { plugin: "scheduler.continuous" });
+    await eventually("the page shows engine fast serving again", 6000, async () => {
+      const p = await page();
+      return [p.engines.find(e => e.name === "fast")?.fields.state === "serving", p.engines.map(e => e.fields.state)];
+    });
+    ok(`an admin swap repairs it (${JSON.stringify(repaired)}), and the page shows it serving`);
 
     // The server goes away: the page says it cannot reach it.
     process.kill(Number(env("SERVER_PID")), "SIGTERM");
