@@ -132,7 +132,7 @@ void fail_all(self_ptr self, const std::string& error) {
 void stop_for_fault(self_ptr self, const PluginFault& f) {
   auto& s = self->state;
   spdlog::error("engine {}: {}; failing {} request(s) and stopping (the server rebuilds it)", s.init.name, f.what(), s.seqs.size());
-  if (s.init.end) s.init.end->note_fault(f);
+  if (s.init.vitals) s.init.vitals->note_fault(f);
   s.step_in_flight = false;
   fail_all(self, f.what());
   self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
@@ -260,6 +260,7 @@ void tick(self_ptr self) {
   std::vector<th_sched_item> run;
   std::vector<uint64_t> preempt_ids;
   std::vector<uint32_t> grants;
+  if (s.init.vitals) s.init.vitals->step_started(now_ns());  // the deadline counts from the decision
   std::string problem;
   try {
     problem = decide(s, run, preempt_ids, grants);
@@ -273,6 +274,7 @@ void tick(self_ptr self) {
   }
   for (auto id : preempt_ids) preempt(self, *find(s, id));
   if (run.empty()) {
+    if (s.init.vitals) s.init.vitals->step_ended();
     // Blocks on their way back: decide again once the worker has freed them. A prompt being looked up
     // was not shown to the scheduler: decide again when the answer comes.
     if (s.frees_in_flight > 0) return;
@@ -401,6 +403,7 @@ void send_step(self_ptr self, StepBatch batch) {
 void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& result) {
   auto& s = self->state;
   s.step_in_flight = false;
+  if (s.init.vitals) s.init.vitals->step_ended();
   ++s.steps;
   // The kvcache evicted blocks in this step (a failed one too) before it published any: the prefix
   // summary drops as many, the least recently used first, as the plugin did.

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/engine_end.hpp"
+#include "actors/engine_vitals.hpp"
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
 #include "speculation/draft_controller.hpp"
@@ -67,8 +67,8 @@ struct EngineInit {
   // Attention sinks with a sliding window; off by default. With it on, requests are not bounded by
   // context_len, and the kvcache plugin has seq_drop_blocks (the server checks).
   SlidingWindow window;
-  // Where the engine notes the plugin fault that ends it (engine_end.hpp); may be NULL.
-  std::shared_ptr<EngineEnd> end;
+  // Where the engine notes its steps and the plugin fault that ends it (engine_vitals.hpp); may be NULL.
+  std::shared_ptr<EngineVitals> vitals;
 };
 
 engine_actor spawn_engine(caf::actor_system& sys, EngineInit init);

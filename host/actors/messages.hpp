@@ -16,7 +16,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/engine_end.hpp"
+#include "actors/engine_vitals.hpp"
 #include "plugin/instance.hpp"
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
@@ -40,6 +40,7 @@ using retire_atom = caf::atom_constant<caf::atom("retire")>;
 using engine_add_atom = caf::atom_constant<caf::atom("engadd")>;
 using engine_remove_atom = caf::atom_constant<caf::atom("engremove")>;
 using engine_replace_atom = caf::atom_constant<caf::atom("engreplace")>;
+using engine_hung_atom = caf::atom_constant<caf::atom("enghung")>;
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using slide_atom = caf::atom_constant<caf::atom("slide")>;
@@ -73,7 +74,7 @@ struct SlideResult {
   std::string error;
   th_status status = TH_OK;
   KvState kv;
-  std::optional<PluginFault> fault;  // a plugin threw: the engine cannot go on (engine_end.hpp)
+  std::optional<PluginFault> fault;  // a plugin threw: the engine cannot go on (engine_vitals.hpp)
 };
 struct StepResult {
   // The tokens of each item with sample set, in item order: accepted[i] verified draft tokens and then
@@ -85,7 +86,7 @@ struct StepResult {
   std::vector<uint32_t> drafted;
   std::string error;                  // the step failed as a whole: why
   // A plugin threw during the step (plugin/plugin_fault.hpp): its state is unknown, so the engine
-  // fails its requests and stops, to be rebuilt (actors/engine_end.hpp). error says the same.
+  // fails its requests and stops, to be rebuilt (actors/engine_vitals.hpp). error says the same.
   std::optional<PluginFault> fault;
   // The failure's status: TH_ERR_RESOURCE_EXHAUSTED when the kvcache plugin had no blocks for the
   // step (the engine preempts and retries), TH_ERR_INTERNAL for any other failure; TH_OK on success.
@@ -161,8 +162,8 @@ struct RoutedEngine {
   std::string model;
   engine_actor actor;
   std::shared_ptr<const PrefixSummary> prefix_summary;
-  // How it ended (engine_end.hpp), for the router's words when it stops unasked; may be NULL.
-  std::shared_ptr<const EngineEnd> end;
+  // How it ended (engine_vitals.hpp), for the router's words when it stops unasked; may be NULL.
+  std::shared_ptr<const EngineVitals> vitals;
 };
 
 using router_actor = caf::typed_actor<
@@ -171,6 +172,8 @@ using router_actor = caf::typed_actor<
     caf::replies_to<engine_add_atom, RoutedEngine>::with<SwapResult>,      // route to a new engine too
     caf::replies_to<engine_replace_atom, RoutedEngine>::with<SwapResult>,  // same name: new requests go to the new one, the old retires
     caf::replies_to<engine_remove_atom, std::string>::with<SwapResult>,    // route no more to it; it retires
+    // Engine (name) hung (why): route no more to it, and its requests end now with the reason.
+    caf::replies_to<engine_hung_atom, std::string, std::string>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
     caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: passed to the one engine that holds it
     caf::reacts_to<drain_atom>>;

@@ -5,6 +5,7 @@
 #include "api/api_error.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -245,17 +246,15 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   if (cancelled_early) self->send(entry->engine.actor, cancel_atom::value, id);
 }
 
-// An engine actor stopped. Whatever the reason (a fault past every boundary, a kill, its worker gone,
-// or retired and done), the router routes nothing more to it and answers the requests it still held:
-// their engine cannot. A retired engine holds none by then.
-void engine_down(self_ptr self, const caf::down_msg& down) {
+// An engine that can serve no more: the router routes nothing more to it and answers the requests it
+// still held, in `reason`'s words: their engine cannot. Returns how many it held.
+size_t drop_engine(self_ptr self, const std::function<bool(const RoutedEntry&)>& gone, std::string reason, bool from_vitals) {
   auto& s = self->state;
-  std::string reason = self->system().render(down.reason);
-  auto gone = [&](const std::shared_ptr<RoutedEntry>& e) { return e->engine.actor.address() == down.source; };
   for (auto it = s.engines.begin(); it != s.engines.end();)
-    if (gone(*it)) {
+    if (gone(**it)) {
       // A plugin fault that stopped it, in the plugin's words (noted before it stopped).
-      if (const auto& end = (*it)->engine.end; end && end->fault()) reason = end->fault()->what();
+      if (const auto& v = (*it)->engine.vitals; from_vitals && v && v->fault()) reason = v->fault()->what();
+      else if (from_vitals && v && !v->hung().empty()) reason = v->hung();
       spdlog::error("router: engine {} stopped ({}): it takes no more requests", (*it)->engine.name, reason);
       if (s.experiments) s.experiments->engine_down((*it)->engine.name, reason);
       it = s.engines.erase(it);
@@ -264,7 +263,7 @@ void engine_down(self_ptr self, const caf::down_msg& down) {
     }
   std::vector<uint64_t> ids;
   for (const auto& [id, held] : s.holders)
-    if (gone(held.entry)) ids.push_back(id);
+    if (gone(*held.entry)) ids.push_back(id);
   for (uint64_t id : ids) {
     RouterState::Held held = std::move(s.holders.at(id));
     s.holders.erase(id);
@@ -277,6 +276,15 @@ void engine_down(self_ptr self, const caf::down_msg& down) {
   }
   if (!ids.empty()) spdlog::error("router: {} request(s) in flight on the stopped engine end with an error", ids.size());
   quit_when_idle(self);
+  return ids.size();
+}
+
+// An engine actor stopped. Whatever the reason (a fault past every boundary, a kill, its worker gone,
+// or retired and done), the router routes nothing more to it and answers the requests it still held.
+// A retired engine holds none by then.
+void engine_down(self_ptr self, const caf::down_msg& down) {
+  drop_engine(self, [&](const RoutedEntry& e) { return e.engine.actor.address() == down.source; },
+              self->system().render(down.reason), true);
 }
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
@@ -313,6 +321,13 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         *slot = std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0});
         retire(self, *old);
         return {true, "new requests go to the new engine; the old one finishes its " + std::to_string(old->in_flight) + " request(s)"};
+      },
+      [=](engine_hung_atom, const std::string& name, const std::string& why) -> SwapResult {
+        auto* entry = find_engine(self->state, name);
+        if (entry == nullptr) return {false, "the router has no engine '" + name + "'"};
+        const caf::actor_addr hung = (*entry)->engine.actor.address();  // not a retiring engine of its name
+        const size_t held = drop_engine(self, [&](const RoutedEntry& e) { return e.engine.actor.address() == hung; }, why, false);
+        return {true, "engine " + name + " takes no more requests; " + std::to_string(held) + " in flight ended"};
       },
       [=](engine_remove_atom, const std::string& name) -> SwapResult {
         auto& s = self->state;

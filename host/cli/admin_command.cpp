@@ -7,6 +7,7 @@
 
 #include "admin/admin_client.hpp"
 #include "plugin/kind.hpp"
+#include "util/atomic_file.hpp"
 
 namespace tokenhost {
 
@@ -109,6 +110,25 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
       auto path = std::filesystem::absolute(a.manifest).string();
       auto r = c.post("/admin/plugins", {{"manifest", path}});
       print_answer(opt, r, "registered " + r.value("id", "?") + " from " + path);
+      return 0;
+    };
+  });
+
+  auto* exported = admin->add_subcommand(
+      "export", "Write the running deployment (plugins and configs as swapped, engines added or removed, running "
+                "experiments with their split) as a manifest: `tokenhost serve FILE` starts the same deployment");
+  exported->add_option("-o,--output", a.output, "The file to write, whole or not at all (default: standard output)");
+  exported->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      auto r = c.get("/admin/export");
+      const std::string manifest = r.value("manifest", "");
+      if (opt.args.output.empty()) {
+        std::cout << manifest;
+      } else {
+        write_file_atomically(opt.args.output, manifest, 0600);  // it may hold [server]'s keys and token
+        std::cerr << "wrote the running deployment to " << opt.args.output << "; restart with: tokenhost serve "
+                  << opt.args.output << "\n";
+      }
       return 0;
     };
   });

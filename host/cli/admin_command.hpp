@@ -17,6 +17,7 @@ class AdminClient;
 // The arguments leaf commands take, as CLI11 fills them in.
 struct AdminArgs {
   std::string engine, slot, plugin, config_json, manifest, file;
+  std::string output;  // export: the file to write ("": standard output)
   std::vector<std::string> settings;  // --set key=value
   double grace_s = 30;
   // ab: the experiment, its arms (ARM=ENGINE:PERCENT to start, ARM=PERCENT to change), hold-backs.

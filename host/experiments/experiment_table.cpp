@@ -458,6 +458,14 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"comparisons", comparisons}};
 }
 
+std::vector<ExperimentSpec> ExperimentTable::running_specs() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ExperimentSpec> out;
+  for (const auto& x : experiments_)
+    if (x->running) out.push_back(x->spec);
+  return out;
+}
+
 std::map<std::string, std::vector<std::string>> ExperimentTable::arm_labels() const {
   std::lock_guard lock(mutex_);
   std::map<std::string, std::vector<std::string>> out;

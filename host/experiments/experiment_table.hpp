@@ -95,6 +95,8 @@ class ExperimentTable {
   // GET /admin/experiments, and one experiment's report (nullopt: no such experiment).
   nlohmann::json list() const;
   std::optional<nlohmann::json> report(const std::string& name) const;
+  // The running experiments' definitions, their split as it is now (for admin export).
+  std::vector<ExperimentSpec> running_specs() const;
   // engine -> {experiment, arm} for the engines that are arms of running experiments.
   std::map<std::string, std::vector<std::string>> arm_labels() const;
 

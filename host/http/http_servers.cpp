@@ -193,6 +193,9 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   add_dashboard_route(*admin_);
   admin_->route("GET", "/admin/engines", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.status()); });
   admin_->route("GET", "/admin/plugins", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.plugins()); });
+  admin_->route("GET", "/admin/export", [this](const HttpRequest&, HttpResponse& res) {
+    reply_json(res, {{"manifest", server_.export_manifest()}});
+  });
   admin_->route("POST", "/admin/plugins", [this](const HttpRequest& req, HttpResponse& res) {
     auto body = parse_body(req, res);
     if (!body) return;

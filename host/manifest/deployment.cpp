@@ -377,6 +377,28 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
   return d.models.at(engine.model).spec.with_kv_dtype(engine.kv_dtype);
 }
 
+// [server], [limits] and [models] of r's (valid) manifest, each path in them absolute, so that the
+// tables mean the same written anywhere else.
+static toml::table declared_tables(const TomlReader& r) {
+  toml::table out;
+  for (const char* key : {"server", "limits", "models"})
+    if (const toml::table* t = r.root()[key].as_table()) out.insert(key, *t);
+  auto absolute = [&](toml::table& t, const char* key) {
+    if (auto* v = t[key].as_string()) *v = manifest_path(r, v->get());
+  };
+  if (toml::table* server = out["server"].as_table()) {
+    for (const char* key : {"api_keys_file", "tls_certificate", "tls_private_key", "admin_tls_certificate", "admin_tls_private_key"})
+      absolute(*server, key);
+    if (toml::array* paths = (*server)["plugin_paths"].as_array())
+      for (auto& p : *paths)
+        if (auto* v = p.as_string()) *v = manifest_path(r, v->get());
+  }
+  if (toml::table* models = out["models"].as_table())
+    for (auto& [name, m] : *models)
+      if (toml::table* t = m.as_table()) absolute(*t, "path");
+  return out;
+}
+
 Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
@@ -388,7 +410,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
                       "api_keys_file", "plugins_from_anywhere", "tls_certificate", "tls_private_key",
-                      "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms"},
+                      "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms", "step_deadline_ms"},
                  "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
@@ -409,6 +431,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.server.plugins_from_anywhere = r.optional_bool(*s, "plugins_from_anywhere", "[server]").value_or(false);
     d.server.restart_delay_ms =
         uint32_t(r.optional_int(*s, "restart_delay_ms", "[server]", 1, 60000).value_or(ServerDecl{}.restart_delay_ms));
+    d.server.step_deadline_ms =
+        uint32_t(r.optional_int(*s, "step_deadline_ms", "[server]", 10, 3600000).value_or(ServerDecl{}.step_deadline_ms));
     d.server.tls = read_tls(r, *s, "");
     d.server.admin_tls = read_tls(r, *s, "admin_");
   }
@@ -446,6 +470,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   }
   if (const toml::table* experiments = r.optional_table(root, "experiments", "the deployment manifest"))
     d.experiments = read_experiments(r, *experiments, d.engines);
+  d.declared = declared_tables(r);
   return d;
 }
 

@@ -61,6 +61,9 @@ struct ServerDecl {
   // An engine that stops unasked is rebuilt this long after it stopped, the delay doubling with each
   // stop of the same engine within a minute, up to 4 s (server/engine_supervisor.hpp).
   uint32_t restart_delay_ms = 200;
+  // A step (the scheduler's decision, the drafts, the computation) that runs longer marks its engine
+  // hung: its requests end, it takes no more, and it is rebuilt once the step returns.
+  uint32_t step_deadline_ms = 60000;
   TlsFiles tls;        // the gateway's: [server] tls_certificate and tls_private_key
   TlsFiles admin_tls;  // the admin API's: [server] admin_tls_certificate and admin_tls_private_key
 };
@@ -146,6 +149,9 @@ struct Deployment {
   SlotDecl router;
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
+  // [server], [limits] and [models] as the manifest declared them, their paths made absolute: what
+  // `tokenhost admin export` writes back (manifest/manifest_export.hpp).
+  toml::table declared;
 };
 
 // The model an engine serves as its plugins see it: its model's spec with the engine's kv_dtype.

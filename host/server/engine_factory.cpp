@@ -153,8 +153,8 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);
   e.kvcache_swap_requested_ns = kvcache_swap_requested_ns;
-  e.end = std::make_shared<EngineEnd>();
-  auto end = e.end;
+  e.vitals = std::make_shared<EngineVitals>();
+  auto vitals = e.vitals;
   e.worker = spawn_worker(system_, std::move(w));
   const worker_actor worker = e.worker;
   EngineFacts facts;
@@ -180,7 +180,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
                window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
                                  std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
                            : std::string());
-  return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker, std::move(end));
+  return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker, std::move(vitals));
 }
 
 std::shared_ptr<const ModelWeights> EngineFactory::draft_model_weights(const std::string& name, const std::string& device) {

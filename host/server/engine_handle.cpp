@@ -10,21 +10,28 @@ namespace tokenhost {
 // --- LocalEngine ---
 
 LocalEngine::LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker,
-                         std::shared_ptr<EngineEnd> end)
+                         std::shared_ptr<EngineVitals> vitals)
     : EngineHandle(std::move(decl), std::move(facts)), system_(system), actor_(std::move(actor)), worker_(std::move(worker)),
-      end_(std::move(end)) {
-  actor_->attach_functor([end = end_, &system](const caf::error& reason) {
+      vitals_(std::move(vitals)) {
+  actor_->attach_functor([vitals = vitals_, &system](const caf::error& reason) {
     // An ordinary end: retired and done, drained, or stopped by the server. Anything else is a fault.
     const bool ordinary = !reason || reason == caf::exit_reason::normal || reason == caf::exit_reason::user_shutdown;
-    end->ended(ordinary ? std::string() : system.render(reason));
+    vitals->ended(ordinary ? std::string() : system.render(reason));
   });
 }
 
-std::string LocalEngine::down_reason() const { return end_->down_reason(); }
+std::string LocalEngine::down_reason() const { return vitals_->down_reason(); }
 
-std::optional<PluginFault> LocalEngine::fault() const { return end_->fault(); }
+std::optional<PluginFault> LocalEngine::fault() const { return vitals_->fault(); }
 
-RoutedEngine LocalEngine::routed() const { return RoutedEngine{name(), model(), actor_, facts().prefix_summary, end_}; }
+void LocalEngine::abandon(const std::string& why) {
+  vitals_->note_hung(why);
+  // The worker ends when it next reads its mailbox: at once when the engine actor is the one in the
+  // long call, else when its step returns. The engine follows it (its down handler), then.
+  caf::anon_send_exit(worker_, caf::exit_reason::kill);
+}
+
+RoutedEngine LocalEngine::routed() const { return RoutedEngine{name(), model(), actor_, facts().prefix_summary, vitals_}; }
 
 nlohmann::json LocalEngine::status() {
   caf::scoped_actor self{system_};

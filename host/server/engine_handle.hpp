@@ -15,7 +15,7 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
-#include "actors/engine_end.hpp"
+#include "actors/engine_vitals.hpp"
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 
@@ -90,6 +90,14 @@ class EngineHandle {
   // Why it ended when that was not asked of it (a fault, a kill, its worker gone): "" while it runs
   // and after an ordinary end. Such an engine is down: the router no longer routes to it.
   virtual std::string down_reason() const = 0;
+  // When the step under way began (steady nanoseconds); 0 between steps. For the step deadline.
+  virtual uint64_t step_since_ns() const = 0;
+  // Why its step outlived the deadline ("" when none has): it takes no requests then, and stops once
+  // the step returns.
+  virtual std::string hung() const = 0;
+  // Marks it hung (the supervisor does, with why): it is told to stop, which it does once the call it
+  // is in returns (a call that never returns keeps its thread: the README's reliability section).
+  virtual void abandon(const std::string& why) = 0;
   // The plugin fault that ended it (plugin, version, slot, call, message), when that is how it ended.
   virtual std::optional<PluginFault> fault() const = 0;
   // What the server does about it while it is down (server/engine_supervisor.hpp): "restarting",
@@ -119,17 +127,20 @@ class EngineHandle {
 // An engine of this process: a scheduler actor and its worker.
 class LocalEngine final : public EngineHandle {
  public:
-  // end: where the engine actor notes a plugin fault (EngineInit::end); its exit is noted there too.
+  // vitals: where the engine actor notes its steps and a plugin fault (EngineInit::vitals); its exit is noted there too.
   LocalEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, engine_actor actor, worker_actor worker,
-              std::shared_ptr<EngineEnd> end);
+              std::shared_ptr<EngineVitals> vitals);
   RoutedEngine routed() const override;
   nlohmann::json status() override;
   SwapResult swap(SlotSwap swap) override;
   std::pair<KvState, KvState> flush_prefix_cache() override;
   void stop() override;
-  bool stopped() const override { return end_->stopped(); }
+  bool stopped() const override { return vitals_->stopped(); }
   std::string down_reason() const override;
   std::optional<PluginFault> fault() const override;
+  uint64_t step_since_ns() const override { return vitals_->step_since_ns(); }
+  std::string hung() const override { return vitals_->hung(); }
+  void abandon(const std::string& why) override;
   // Its actors (for the supervision to come and for tests that stop one as a fault would).
   engine_actor actor() const { return actor_; }
   worker_actor worker() const { return worker_; }
@@ -138,7 +149,7 @@ class LocalEngine final : public EngineHandle {
   caf::actor_system& system_;
   engine_actor actor_;
   worker_actor worker_;
-  std::shared_ptr<EngineEnd> end_;
+  std::shared_ptr<EngineVitals> vitals_;
 };
 
 }  // namespace tokenhost

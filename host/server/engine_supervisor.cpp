@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "plugin/kind.hpp"
+#include "util/steady_clock.hpp"
 
 namespace tokenhost {
 
@@ -37,11 +38,15 @@ RebuildPlan plan_rebuild(const EngineHandle& down, const FaultLedger& ledger) {
 }
 
 EngineSupervisor::EngineSupervisor(std::shared_ptr<EngineTable> engines, FaultLedger& ledger, SupervisionPolicy policy,
-                                   Rebuild rebuild, metrics::Registry& metrics)
+                                   Rebuild rebuild, Unroute unroute, metrics::Registry& metrics)
     : engines_(std::move(engines)),
       ledger_(ledger),
       policy_(policy),
       rebuild_(std::move(rebuild)),
+      unroute_(std::move(unroute)),
+      hangs_(metrics.family(metrics::Type::counter, "tokenhost_engine_hangs_total",
+                            "Steps that ran past [server] step_deadline_ms: the engine was taken out of routing, its requests ended",
+                            {"engine"})),
       restarts_(metrics.family(metrics::Type::counter, "tokenhost_engine_restarts_total",
                                "Rebuilds of engines that stopped unasked: outcome rebuilt, failed (tried again after a backoff)",
                                {"engine", "outcome"})),
@@ -90,11 +95,16 @@ std::chrono::milliseconds EngineSupervisor::backoff(const std::string& name, std
 }
 
 void EngineSupervisor::look(std::chrono::steady_clock::time_point now) {
-  std::vector<std::shared_ptr<EngineHandle>> due;
+  std::vector<std::shared_ptr<EngineHandle>> due, hung;
   {
     std::lock_guard lock(mutex_);
     std::map<std::string, Recovery> still;
+    const uint64_t now_ns = steady_now_ns();
+    const uint64_t deadline_ns = uint64_t(std::chrono::nanoseconds(policy_.step_deadline).count());
     for (const auto& e : engines_->live()) {
+      if (const uint64_t since = e->step_since_ns();
+          !e->stopped() && e->hung().empty() && since != 0 && now_ns > since && now_ns - since > deadline_ns)
+        hung.push_back(e);
       if (!e->stopped() || e->down_reason().empty()) continue;
       auto it = recoveries_.find(e->name());
       if (it == recoveries_.end() || it->second.engine != e.get()) {  // newly down
@@ -114,6 +124,14 @@ void EngineSupervisor::look(std::chrono::steady_clock::time_point now) {
       if (!r.quarantined && now >= r.next_try) due.push_back(e);
     }
     recoveries_ = std::move(still);  // engines repaired or removed meanwhile are forgotten
+  }
+  for (const auto& e : hung) {
+    const std::string why = "a step ran past the step deadline of " + std::to_string(policy_.step_deadline.count()) +
+                            " ms ([server] step_deadline_ms): the engine hung in a plugin call or its computation";
+    spdlog::error("engine {}: {}; its requests end, it takes no more, and it is rebuilt once the step returns", e->name(), why);
+    e->abandon(why);
+    unroute_(e, why);
+    hangs_.add({e->name()}, 1);
   }
   for (const auto& e : due) {
     RebuildPlan plan = plan_rebuild(*e, ledger_);

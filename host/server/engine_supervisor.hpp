@@ -1,5 +1,5 @@
 // Rebuilds the engines that stop unasked. An engine stops on a fault (a plugin that threw or broke the
-// host's checks: actors/engine_end.hpp), a kill, or its worker gone; the router has stopped routing to
+// host's checks: actors/engine_vitals.hpp), a kill, or its worker gone; the router has stopped routing to
 // it and its requests have ended with the error by then. The supervisor, a thread of the server,
 // notices within 100 ms and rebuilds it from its live declaration (what the admin API last made of
 // it), after a backoff that doubles with each stop of the same engine within a minute. The plugin whose
@@ -32,6 +32,9 @@ struct SupervisionPolicy {
   std::chrono::milliseconds first_retry{200};  // from the stop to the first rebuild ([server] restart_delay_ms)
   std::chrono::milliseconds max_retry{4000};   // the backoff's ceiling (a rebuild within 10 s of a stop)
   std::chrono::seconds recent{60};             // stops within this count for the backoff
+  // A step (decision, drafts and computation) that runs longer marks its engine hung ([server]
+  // step_deadline_ms).
+  std::chrono::milliseconds step_deadline{60000};
 };
 
 // The declaration a down engine is rebuilt with: its live one, less the quarantined plugins.
@@ -47,9 +50,11 @@ class EngineSupervisor {
   // Builds an engine from decl, routes to it and puts it in the table in place of `down` (which the
   // caller checks is still there); returns "" or why not. Called from the supervisor's thread.
   using Rebuild = std::function<std::string(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl)>;
+  // Takes a hung engine out of routing, its requests ended with why (the engine is abandoned already).
+  using Unroute = std::function<void(const std::shared_ptr<EngineHandle>& hung, const std::string& why)>;
 
   EngineSupervisor(std::shared_ptr<EngineTable> engines, FaultLedger& ledger, SupervisionPolicy policy, Rebuild rebuild,
-                   metrics::Registry& metrics);
+                   Unroute unroute, metrics::Registry& metrics);
   ~EngineSupervisor();
   EngineSupervisor(const EngineSupervisor&) = delete;
   EngineSupervisor& operator=(const EngineSupervisor&) = delete;
@@ -76,7 +81,9 @@ class EngineSupervisor {
   FaultLedger& ledger_;
   const SupervisionPolicy policy_;
   Rebuild rebuild_;
+  Unroute unroute_;
   metrics::Family& restarts_;     // tokenhost_engine_restarts_total{engine, outcome}
+  metrics::Family& hangs_;        // tokenhost_engine_hangs_total{engine}     // tokenhost_engine_restarts_total{engine, outcome}
   mutable std::mutex mutex_;      // recoveries_, stops_, stopping_
   std::condition_variable wake_;
   bool stopping_ = false;

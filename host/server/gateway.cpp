@@ -51,8 +51,11 @@ Gateway::Health Gateway::health() const {
   Health h;
   std::set<std::string> served;
   for (const auto& e : engines_->live()) {
-    if (!e->stopped()) served.insert(e->model());
-    else {
+    if (!e->stopped() && e->hung().empty()) {
+      served.insert(e->model());
+    } else if (!e->stopped()) {
+      h.down_engines.push_back({e->name(), e->hung(), "hung"});
+    } else {
       const std::string state = e->recovery_state();
       h.down_engines.push_back({e->name(), e->stop_reason(), state.empty() ? "down" : state});
     }

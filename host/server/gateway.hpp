@@ -99,7 +99,7 @@ class Gateway {
     enum class State { ok, degraded, failing } state = State::failing;
     struct Down {
       std::string engine, reason;
-      std::string state;  // "restarting", "quarantined" (server/engine_supervisor.hpp), or "down"
+      std::string state;  // "restarting", "quarantined", "hung" (server/engine_supervisor.hpp), or "down"
     };
     std::vector<Down> down_engines;
     std::vector<std::string> models_without_engine;

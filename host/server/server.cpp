@@ -12,6 +12,7 @@
 #include "actors/router.hpp"
 #include "actors/swap_latency.hpp"
 #include "api/api_error.hpp"
+#include "manifest/manifest_export.hpp"
 #include "plugin/kind.hpp"
 #include "util/text.hpp"
 
@@ -89,8 +90,13 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     g.metrics = &metrics_;
     gateway_ = std::make_unique<Gateway>(std::move(g));
     supervisor_ = std::make_unique<EngineSupervisor>(
-        engines_, faults_, SupervisionPolicy{std::chrono::milliseconds(deployment_.server.restart_delay_ms)},
-        [this](const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl) { return rebuild_down_engine(down, decl); }, metrics_);
+        engines_, faults_, supervision_policy(deployment_.server),
+        [this](const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl) { return rebuild_down_engine(down, decl); },
+        [this](const std::shared_ptr<EngineHandle>& hung, const std::string& why) {
+          SwapResult r = ask_router(engine_hung_atom::value, hung->name(), why);
+          if (!r.ok) spdlog::warn("router: engine {} hung: {}", hung->name(), r.message);
+        },
+        metrics_);
   } catch (...) {
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
@@ -104,6 +110,13 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
 }
 
 Server::~Server() { shutdown(std::chrono::seconds(5)); }
+
+SupervisionPolicy Server::supervision_policy(const ServerDecl& server) {
+  SupervisionPolicy p;
+  p.first_retry = std::chrono::milliseconds(server.restart_delay_ms);
+  p.step_deadline = std::chrono::milliseconds(server.step_deadline_ms);
+  return p;
+}
 
 std::string Server::register_plugin(const std::string& manifest_path) {
   if (!deployment_.server.plugins_from_anywhere) {
@@ -153,7 +166,7 @@ std::string Server::check_arm_choice(const std::string& model, const std::string
 }
 
 std::string Server::prometheus_text() {
-  for (const auto& e : engines_->live()) engine_up_.set({e->name()}, e->stopped() ? 0 : 1);
+  for (const auto& e : engines_->live()) engine_up_.set({e->name()}, e->stopped() || !e->hung().empty() ? 0 : 1);
   return metrics_.prometheus_text();
 }
 
@@ -161,6 +174,8 @@ nlohmann::json Server::status() {
   nlohmann::json engines = nlohmann::json::array();
   nlohmann::json retiring = nlohmann::json::array();
   auto describe = [this](EngineHandle& e) {
+    if (!e.stopped() && !e.hung().empty())  // hung: asking would wait on the call that hangs
+      return nlohmann::json{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "hung"}, {"down_reason", e.hung()}};
     if (e.stopped()) {  // down: nothing to ask; the supervisor says what it does about it
       nlohmann::json j{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
                        {"down_reason", e.stop_reason()}};
@@ -203,6 +218,16 @@ nlohmann::json Server::plugins() {
   nlohmann::json j = nlohmann::json::parse(out.json);
   if (j.is_object()) j["faults"] = faults_.json();  // the plugins whose faults stopped engines, and the quarantined
   return j;
+}
+
+std::string Server::export_manifest() {
+  std::lock_guard lock(admin_mutex_);  // a consistent picture: no change half made
+  RunningDeployment running;
+  running.declared = &deployment_;
+  for (const auto& e : engines_->live()) running.engines.push_back(e->decl());
+  running.router = deployment_.router;
+  running.experiments = experiments_->running_specs();
+  return write_manifest(running);
 }
 
 std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,

@@ -63,6 +63,10 @@ class Server {
   // the search paths, or a new version); returns its id. Throws AdminError when it does not read.
   std::string register_plugin(const std::string& manifest_path);
 
+  // The running deployment as a manifest serve accepts (manifest/manifest_export.hpp): what the admin
+  // API changed since the start included. GET /admin/export, `tokenhost admin export`.
+  std::string export_manifest();
+
   // Puts plugin (with config) into slot of engine: swaps the current plugin, or loads one into an
   // empty optional slot. The new plugin is validated, loaded, checked and created before anything
   // changes; any failure throws AdminError and leaves the server as it was. engine "" with slot
@@ -116,6 +120,7 @@ class Server {
   void start_experiment_checked(const experiments::ExperimentSpec& spec);
   std::vector<experiments::EngineView> engine_views() const;
   void label_arms();  // /metrics: every engine series carries its experiment and arm
+  static SupervisionPolicy supervision_policy(const ServerDecl& server);  // from [server]
   // Builds an engine from decl in place of down engine `down` (its predecessor's last good plugins
   // kept), routes to it and puts it in the table. Throws std::runtime_error (nothing changed then).
   // Needs admin_mutex_.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tokenhost admin` against a running server: status, plugins, a router and a scheduler swap, a kvcache
-# swap (a new engine), engines added and removed; refusals exit 1 with the server's reason; no token
+# swap (a new engine), engines added and removed, the running deployment exported; refusals exit 1 with the server's reason; no token
 # and no server are said plainly.
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
@@ -46,6 +46,15 @@ scheduler = { plugin = "scheduler.static" }
 TOML
 admin_ok 'added engine second' engines add "$work/second.toml"
 admin_ok 'engine second +model stories' status
+# The deployment as it runs now, exported whole: `check` builds it as serve would (the router fixture's
+# folder joins plugin_paths; the swapped scheduler keeps its setting; the added engine is there).
+"$tokenhost" admin --url "$admin" export -o "$work/exported.toml" 2> "$work/err" ||
+  { echo "FAIL: admin export:"; cat "$work/err"; exit 1; }
+grep -q "restart with: tokenhost serve $work/exported.toml" "$work/err" || { echo "FAIL: admin export said:"; cat "$work/err"; exit 1; }
+grep -q '^\[engines.second' "$work/exported.toml" && grep -qE '^ *max_prefill_chunk = 8$' "$work/exported.toml" &&
+  grep -q "$fixtures/router_v2" "$work/exported.toml" || { echo "FAIL: the export:"; cat "$work/exported.toml"; exit 1; }
+"$tokenhost" check "$work/exported.toml" > "$work/out" 2>&1 || { echo "FAIL: check of the export:"; cat "$work/out"; exit 1; }
+echo "ok: admin export writes the running deployment, and check builds it as serve would"
 refused "engine 'second' exists already" engines add "$work/second.toml"
 # Both engines serve: round robin sends requests to each.
 for _ in 1 2 3 4; do

@@ -3,7 +3,8 @@
 // shows as down and is rebuilt from its live declaration; a plugin whose faults repeat is quarantined
 // (a rebuilt engine falls back to the slot's previous plugin, or stays down until an admin swap repairs
 // it); an A/B arm whose engine is down gives its share to the other arms and its report shows the gap;
-// shutdown does not wait on requests whose engine is gone.
+// shutdown does not wait on requests whose engine is gone; a step past the deadline marks its engine
+// hung: its requests end, traffic moves away, and it is rebuilt once the step returns.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -283,6 +284,51 @@ TEST_CASE("supervision: a scheduler that returns garbage from the start is quara
   CHECK(server->gateway().health().state == Gateway::Health::State::ok);
   CHECK(server->status()["engines"][0]["state"] == "serving");
   CHECK(greedy(*server) == before);
+}
+
+TEST_CASE("supervision: a scheduler that hangs past the step deadline: its requests end, traffic moves away, "
+          "and the engine is rebuilt when the step returns",
+          "[server][supervision]") {
+  auto server = supervised_server("restart_delay_ms = 50\nstep_deadline_ms = 500", kSecondEngine);
+  const std::vector<int32_t> before = greedy(*server);
+  toml::table config;
+  config.insert("fault", "hang");
+  config.insert("fault_on_call", 10);
+  config.insert("hang_ms", 4000);
+  REQUIRE_THAT(server->set_slot("main", "scheduler", "scheduler.faulty", config), Contains("scheduler.faulty"));
+  HealthWatch health(*server);
+  const auto started = std::chrono::steady_clock::now();
+  int hung = 0;
+  for (const auto& r : run_streams(*server, 16, 24, std::chrono::seconds(20))) {
+    if (r.finish_reason == "length") continue;
+    ++hung;
+    INFO(r.error);
+    CHECK(r.finish_reason == "error");
+    CHECK_THAT(r.error, Contains("engine main stopped (a step ran past the step deadline of 500 ms"));
+  }
+  // Every request ended well before the 4 s hang did: they did not wait for it.
+  const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  CHECK(hung > 0);
+  CHECK(ended_s < 3.5);
+  const Gateway::Health h = server->gateway().health();
+  CHECK(h.state == Gateway::Health::State::degraded);
+  REQUIRE(h.down_engines.size() == 1);
+  CHECK(h.down_engines[0].state == "hung");
+  CHECK(server->status()["engines"][0]["state"] == "hung");
+  CHECK(metric_sum(*server, "tokenhost_engine_hangs_total", "main", "engine") == 1);
+  for (int i = 0; i < 4; ++i) {  // traffic goes to the other engine meanwhile
+    const GenerateResult r = server->gateway().generate(request_for(*server, "meanwhile", 6));
+    CHECK(r.finish_reason == "length");
+    CHECK(r.engine == "second");
+  }
+  // The step returns after 4 s: the engine stops and is rebuilt (with its live declaration, the
+  // hanging scheduler; the operator swaps the previous one back).
+  REQUIRE(eventually([&] { return server->gateway().health().state == Gateway::Health::State::ok; }, std::chrono::seconds(10)));
+  CHECK(std::chrono::steady_clock::now() - started > std::chrono::milliseconds(3500));
+  CHECK(metric_sum(*server, "tokenhost_engine_restarts_total", "main", "engine") == 1);
+  REQUIRE_THAT(server->set_slot("main", "scheduler", "scheduler.fifo", toml::table{{"max_prefill_chunk", 16}}), Contains("scheduler.fifo"));
+  for (int i = 0; i < 2; ++i) CHECK(greedy(*server) == before);
+  CHECK(health.saw(Gateway::Health::State::degraded));
 }
 
 TEST_CASE("supervision: an A/B arm whose engine is down gives its share to the other arm, and the report shows the gap",
