@@ -60,6 +60,29 @@ for example in c_scheduler cpp_router; do
   grep -E "^conformance: [1-9][0-9]* passed, 0 failed" "$work/$example.conformance"
 done
 echo "ok: both examples build against the archive alone and pass tokenhost-conformance"
+# "Build against the oldest minor you need" from the archive alone: -DTOKENHOST_ABI=1.N takes the frozen
+# headers of minor N (include/tokenhost-abi/), the package's version becomes N, and the plugin's
+# descriptor declares N; a minor the SDK does not have is refused, naming those it has.
+old_minor=2
+test -f "$sdk/include/tokenhost-abi/$major.$old_minor/tokenhost/th_common.h" ||
+  { echo "FAIL: the archive lacks the frozen headers of $major.$old_minor"; exit 1; }
+cp -r "$sdk/share/tokenhost/sdk/examples/c_scheduler" "$work/c_scheduler_old"
+sed -i "s/^abi = \".*\"/abi = \"$major.$old_minor\"/" "$work/c_scheduler_old/plugin.toml"
+sed -i "s/find_package(tokenhost [0-9.]* REQUIRED)/find_package(tokenhost $major.$old_minor REQUIRED)/" "$work/c_scheduler_old/CMakeLists.txt"
+cmake -S "$work/c_scheduler_old" -B "$work/c_scheduler_old/build" -DCMAKE_PREFIX_PATH="$sdk" -DTOKENHOST_ABI="$major.$old_minor" \
+  >"$work/c_scheduler_old.log" 2>&1 && cmake --build "$work/c_scheduler_old/build" >>"$work/c_scheduler_old.log" 2>&1 ||
+  { cat "$work/c_scheduler_old.log"; echo "FAIL: building c_scheduler against the frozen $major.$old_minor headers"; exit 1; }
+"$sdk/bin/tokenhost-conformance" "$work/c_scheduler_old/build/plugin.toml" >"$work/c_scheduler_old.conformance" 2>&1 ||
+  { cat "$work/c_scheduler_old.conformance"; echo "FAIL: the $major.$old_minor build does not pass tokenhost-conformance"; exit 1; }
+# The loader refuses a library whose descriptor's ABI differs from its plugin.toml's: it loaded, so
+# the descriptor declares the frozen minor.
+grep -q "^abi = \"$major.$old_minor\"" "$work/c_scheduler_old/build/plugin.toml" ||
+  { echo "FAIL: the build's plugin.toml does not declare $major.$old_minor"; exit 1; }
+if cmake -S "$work/c_scheduler_old" -B "$work/c_scheduler_bad" -DCMAKE_PREFIX_PATH="$sdk" -DTOKENHOST_ABI="$major.99" >"$work/bad.log" 2>&1 ||
+   ! tr -s ' \n' ' ' < "$work/bad.log" | grep -q "TOKENHOST_ABI=$major.99: this SDK (ABI $major.$minor) has no frozen headers of that minor; it has $major.0, $major.1, "; then
+  cat "$work/bad.log"; echo "FAIL: TOKENHOST_ABI=$major.99 was not refused with the minors the SDK has"; exit 1
+fi
+echo "ok: -DTOKENHOST_ABI=$major.$old_minor builds against the archive's frozen $major.$old_minor headers (conformance passes); an unknown minor is refused"
 # plugin.toml is a build input: edited alone, the next build updates the copy beside the library (a
 # changed id or version re-runs the configure step, and the descriptor follows: TH_PLUGIN_ID).
 sed -i 's/^description = .*/description = "Edited after the first build."/' "$work/c_scheduler/plugin.toml"

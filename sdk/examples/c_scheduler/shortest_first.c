@@ -90,7 +90,9 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
     ++decision->n_run;
   }
   /* Draft tokens (ABI 1.4): a decoding sequence may take up to its seq_draft more, from what the budget
-   * has left. Only where both structs have the members: an older host fills neither, and grants itself. */
+   * has left. Only where both structs have the members: an older host fills neither, and grants itself.
+   * Built against older headers (-DTOKENHOST_ABI=1.2) the members do not exist: compiled out. */
+#if TH_ABI_VERSION_MINOR >= 4
   if (TH_HAS_MEMBER(state, th_sched_state, seq_draft) && state->seq_draft != NULL &&
       TH_HAS_MEMBER(decision, th_sched_decision, run_draft) && decision->run_draft != NULL) {
     for (j = 0; j < decision->n_run; ++j) {
@@ -99,6 +101,7 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
       budget -= decision->run_draft[j];
     }
   }
+#endif
   return TH_OK;
 }
 

@@ -64,10 +64,11 @@ extern "C" {
  *        th_kv_stats.cached_blocks, held_blocks, evicted_blocks and published_blocks,
  *        th_sched_state.seq_cached (prompt positions found cached) and th_route_request.cached_tokens
  *        (each candidate engine's cached overlap with the prompt, for cache-aware routing).
- *   1.6  8-bit KV: an engine's kv_dtype may be TH_DTYPE_Q8_0; the host then writes keys and values
- *        quantized through th_kv_layout.quant_group and its scale members, and attention plugins read
- *        them (no member appended: an engine with a q8_0 cache takes kvcache and attention plugins
- *        built against 1.6 or later). */
+ *   1.6  8-bit KV and sliding windows: an engine's kv_dtype may be TH_DTYPE_Q8_0; the host then
+ *        writes keys and values quantized through th_kv_layout.quant_group and its scale members, and
+ *        attention plugins read them (an engine with a q8_0 cache takes kvcache and attention plugins
+ *        built against 1.6 or later); appended th_kvcache_vtable.seq_drop_blocks (OPTIONAL: a sliding
+ *        window's release of a sequence's oldest blocks). */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 6
 

@@ -1,5 +1,5 @@
 // The ABI matrix: a plugin of every kind built against the frozen headers of each released minor
-// (tests/abi/<major.minor>/, tests/fixtures/CMakeLists.txt) loads into this host, declares that minor,
+// (sdk/abi/<major.minor>/, tests/fixtures/CMakeLists.txt) loads into this host, declares that minor,
 // and serves exactly what the in-tree plugins serve. With it, the growth rule's host side: nothing past
 // a struct_size is called or read, and a vtable shorter than its declared minor is refused.
 #include <catch2/catch.hpp>
@@ -76,7 +76,7 @@ TEST_CASE("abi matrix: once the host's own minor is frozen the SDK's headers are
   if (abis.size() <= TH_ABI_VERSION_MINOR) return;  // not released yet: the next minor is being written
   namespace fs = std::filesystem;
   const fs::path sdk = fs::path(TOKENHOST_SOURCE_DIR) / "sdk/include/tokenhost";
-  const fs::path frozen = fs::path(TOKENHOST_SOURCE_DIR) / "tests/abi" / abis.back().version / "tokenhost";
+  const fs::path frozen = fs::path(TOKENHOST_SOURCE_DIR) / "sdk/abi" / abis.back().version / "tokenhost";
   auto read = [](const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});

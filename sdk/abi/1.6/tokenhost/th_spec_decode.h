@@ -87,7 +87,7 @@ typedef struct th_spec_decode_vtable {
   th_status (*propose)(th_instance *instance, const th_spec_propose_args *args, th_error *err);
   /* Told that n_accepted of the n_proposed draft tokens of seq_id were kept (along the accepted path).
    * OPTIONAL (may be NULL). Called after each verified draft (n_proposed counts what the host kept of
-   * the draft, after the cuts above and the pool's room), on the engine's thread. */
+   * the draft, after the cuts above and the pool's room), on the thread propose() runs on. */
   void (*accepted)(th_instance *instance, uint64_t seq_id, uint32_t n_proposed, uint32_t n_accepted);
   /* The sequence ended: drop any state kept for it. OPTIONAL (may be NULL). Called by host 1.6 when a
    * request of the engine ends, whatever its reason. */
