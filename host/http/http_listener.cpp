@@ -348,6 +348,11 @@ class Session final : public Connection {
     }
     if (req.find(http::field::content_length) != req.end() && req.find(http::field::transfer_encoding) != req.end())
       return refuse(400, "the request has both Content-Length and Transfer-Encoding; send one");
+    // A request's Transfer-Encoding must end in chunked, else its body's length is unknowable (RFC 9112
+    // 6.3): Beast reads such a request as bodiless, and the bytes after it as the next request.
+    if (req.find(http::field::transfer_encoding) != req.end() && !parser_->chunked())
+      return refuse(400, "malformed HTTP request: bad Transfer-Encoding '" + std::string(req[http::field::transfer_encoding]) +
+                             "' (a request's must end with chunked)");
     if (auto length = parser_->content_length(); length && *length > l_.limits.max_body_bytes)
       return refuse(413, "the request body (" + std::to_string(*length) + " bytes) is larger than the limit of " +
                              std::to_string(l_.limits.max_body_bytes) + " bytes");

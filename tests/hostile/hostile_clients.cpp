@@ -247,6 +247,11 @@ void bodies(ServerProcess& s, const Watch& watch) {
   const std::string both = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth(kLight) +
                            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
   check(status_of(round_trip(s.gateway, both)) == 400, "Content-Length with Transfer-Encoding: 400");
+  // A Transfer-Encoding that does not end in chunked leaves the body's length unknown: read as bodiless,
+  // its bytes would be taken for the next request.
+  const std::string not_chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth(kLight) +
+                                  "Transfer-Encoding: chunked, gzip\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  check(status_of(round_trip(s.gateway, not_chunked)) == 400, "Transfer-Encoding not ending in chunked: 400");
   // 16 bodies of 8 MB of short strings at once: refused while parsing, at a bounded cost each.
   std::string many = "{\"prompt\": [";
   while (many.size() < (8u << 20) - 16) many += "\"a\",";

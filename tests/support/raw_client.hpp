@@ -60,6 +60,8 @@ class RawClient {
     ::close(fd_);
     fd_ = -1;
   }
+  // Ends what this side sends (the peer reads end of stream), keeping the connection open to read.
+  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
 
  private:
   int fd_ = -1;
