@@ -31,7 +31,7 @@ namespace {
 std::string with_server_settings(std::string manifest, const std::string& settings) {
   const std::string anchor = "plugins_from_anywhere = true\n";
   manifest.insert(manifest.find(anchor) + anchor.size(),
-                  settings + "\nplugin_paths = [\"" + fixture_dir() + "/sched_faulty\"]\n");
+                  settings + "\nplugin_paths = [\"" + fixture_dir() + "/sched_faulty\", \"" + fixture_dir() + "/kv_faulty\"]\n");
   return manifest;
 }
 
@@ -284,6 +284,40 @@ TEST_CASE("supervision: a scheduler that returns garbage from the start is quara
   CHECK(server->gateway().health().state == Gateway::Health::State::ok);
   CHECK(server->status()["engines"][0]["state"] == "serving");
   CHECK(greedy(*server) == before);
+}
+
+TEST_CASE("supervision: a kvcache that throws inside the worker's step: the engine stops, comes back, and once "
+          "quarantined stays down until an admin swap of its kvcache repairs it",
+          "[server][supervision]") {
+  const std::vector<int32_t> before = greedy(*make_test_server());
+  auto server = std::make_unique<Server>(read_deployment("test.toml", [] {
+    std::string m = with_server_settings(test_manifest(), "restart_delay_ms = 50");
+    const std::string paged = R"(kvcache = { plugin = "kvcache.paged", config = { block_size = 8, n_blocks = 256 } })";
+    m.replace(m.find(paged), paged.size(), R"(kvcache = { plugin = "kvcache.faulty", config = { block_size = 8, n_blocks = 256, fault_on_call = 60 } })");
+    return m;
+  }()));
+  int faulted = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& r : run_streams(*server, 16, 24)) {
+      if (r.finish_reason == "length") continue;
+      ++faulted;
+      INFO(r.error);
+      CHECK(r.finish_reason == "error");
+      CHECK_THAT(r.error, Contains("plugin kvcache.faulty 1.0.0 (slot kvcache, engine main) threw from seq_reserve: vendor bug") ||
+                              Contains("no engine") || Contains("not taking requests"));
+    }
+    if (round < 2) REQUIRE(eventually([&] { return server->gateway().health().state == Gateway::Health::State::ok; }, std::chrono::seconds(10)));
+  }
+  CHECK(faulted > 0);
+  REQUIRE(eventually([&] { return server->status()["engines"][0]["state"] == "quarantined"; }, std::chrono::seconds(10)));
+  CHECK(quarantine_entry(*server, "kvcache.faulty")["last_call"] == "seq_reserve");
+  CHECK(metric_sum(*server, "tokenhost_engine_restarts_total", "main", "engine") == 2);
+  // A kvcache swap on a down engine is a rebuild with the new plugin, as any slot's.
+  CHECK_THAT(server->set_slot("main", "kvcache", "kvcache.paged", toml::table{{"block_size", 8}, {"n_blocks", 256}}),
+             Contains("rebuilt with kvcache -> kvcache.paged"));
+  CHECK(server->gateway().health().state == Gateway::Health::State::ok);
+  CHECK(greedy(*server) == before);
+  for (const auto& r : run_streams(*server, 16, 24)) CHECK(r.finish_reason == "length");
 }
 
 TEST_CASE("supervision: a scheduler that hangs past the step deadline: its requests end, traffic moves away, "
