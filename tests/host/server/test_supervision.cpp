@@ -31,7 +31,8 @@ namespace {
 std::string with_server_settings(std::string manifest, const std::string& settings) {
   const std::string anchor = "plugins_from_anywhere = true\n";
   manifest.insert(manifest.find(anchor) + anchor.size(),
-                  settings + "\nplugin_paths = [\"" + fixture_dir() + "/sched_faulty\", \"" + fixture_dir() + "/kv_faulty\"]\n");
+                  settings + "\nplugin_paths = [\"" + fixture_dir() + "/sched_faulty\", \"" + fixture_dir() + "/kv_faulty\", \"" + fixture_dir() +
+                      "/router_faulty\"]\n");
   return manifest;
 }
 
@@ -318,6 +319,24 @@ TEST_CASE("supervision: a kvcache that throws inside the worker's step: the engi
   CHECK(server->gateway().health().state == Gateway::Health::State::ok);
   CHECK(greedy(*server) == before);
   for (const auto& r : run_streams(*server, 16, 24)) CHECK(r.finish_reason == "length");
+}
+
+TEST_CASE("supervision: a router that throws ends the request it was routing, naming it, and routes the next ones",
+          "[server][supervision]") {
+  auto server = supervised_server("restart_delay_ms = 50", kSecondEngine);
+  REQUIRE_THAT(server->set_slot("", "router", "router.faulty", toml::table{{"fault_on_call", 3}}), Contains("router.faulty"));
+  std::vector<GenerateResult> results;
+  for (int i = 0; i < 6; ++i) results.push_back(server->gateway().generate(request_for(*server, "routed", 4)));
+  for (int i = 0; i < 6; ++i) {
+    INFO(i << ": " << results[i].error);
+    if (i == 2) {
+      CHECK(results[i].finish_reason == "error");
+      CHECK_THAT(results[i].error, Contains("plugin router.faulty 1.0.0 (slot router") && Contains("threw from route: vendor bug"));
+    } else {
+      CHECK(results[i].finish_reason == "length");
+    }
+  }
+  CHECK(server->gateway().health().state == Gateway::Health::State::ok);  // no engine was touched
 }
 
 TEST_CASE("supervision: a scheduler that hangs past the step deadline: its requests end, traffic moves away, "
