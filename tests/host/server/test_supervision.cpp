@@ -32,7 +32,7 @@ std::string with_server_settings(std::string manifest, const std::string& settin
   const std::string anchor = "plugins_from_anywhere = true\n";
   manifest.insert(manifest.find(anchor) + anchor.size(),
                   settings + "\nplugin_paths = [\"" + fixture_dir() + "/sched_faulty\", \"" + fixture_dir() + "/kv_faulty\", \"" + fixture_dir() +
-                      "/router_faulty\"]\n");
+                      "/router_faulty\", \"" + fixture_dir() + "/attention_faulty\"]\n");
   return manifest;
 }
 
@@ -319,6 +319,32 @@ TEST_CASE("supervision: a kvcache that throws inside the worker's step: the engi
   CHECK(server->gateway().health().state == Gateway::Health::State::ok);
   CHECK(greedy(*server) == before);
   for (const auto& r : run_streams(*server, 16, 24)) CHECK(r.finish_reason == "length");
+}
+
+TEST_CASE("supervision: an attention plugin that throws in the step: the engine's requests end naming it, and the "
+          "rebuilt engine serves the same text",
+          "[server][supervision]") {
+  const std::vector<int32_t> before = greedy(*make_test_server());
+  auto server = std::make_unique<Server>(read_deployment("test.toml", [] {
+    std::string m = with_server_settings(test_manifest(), "restart_delay_ms = 50");
+    const std::string reference = R"(attention = { plugin = "attention.reference" })";
+    // Each instance's 30th forward() throws: 16 streams reach it; one greedy request of 12 tokens
+    // (2 layers: 24 calls) does not.
+    m.replace(m.find(reference), reference.size(), R"(attention = { plugin = "attention.faulty", config = { fault_on_call = 30 } })");
+    return m;
+  }()));
+  int faulted = 0;
+  for (const auto& r : run_streams(*server, 16, 24)) {
+    if (r.finish_reason == "length") continue;
+    ++faulted;
+    INFO(r.error);
+    CHECK(r.finish_reason == "error");
+    CHECK_THAT(r.error, Contains("plugin attention.faulty 1.0.0 (slot attention, engine main) threw from forward: vendor bug"));
+  }
+  CHECK(faulted > 0);
+  REQUIRE(eventually([&] { return server->gateway().health().state == Gateway::Health::State::ok; }, std::chrono::seconds(10)));
+  CHECK(metric_sum(*server, "tokenhost_engine_restarts_total", "main", "engine") == 1);
+  CHECK(greedy(*server) == before);
 }
 
 TEST_CASE("supervision: a router that throws ends the request it was routing, naming it, and routes the next ones",
