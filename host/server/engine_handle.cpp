@@ -123,8 +123,8 @@ EngineTable::Ptr EngineTable::retire(const std::string& name, Ptr successor) {
 uint64_t EngineTable::kv_positions_of(const std::string& model) const {
   std::lock_guard lock(mutex_);
   uint64_t n = 0;
-  for (const auto& [name, e] : live_)
-    if (e->model() == model) n += e->facts().kv_positions;
+  for (const auto& [name, e] : live_)  // a down or hung engine's pool takes no request
+    if (e->model() == model && !e->stopped() && e->hung().empty()) n += e->facts().kv_positions;
   return n;
 }
 

@@ -31,7 +31,8 @@ class EngineTable {
   // takes its name. Returns the retired engine (NULL when there is none of that name).
   Ptr retire(const std::string& name, Ptr successor);
 
-  // The KV positions of the engines serving `model`: what admission weighs a request's demand against.
+  // The KV positions of the engines serving `model` (not those down or hung): what admission weighs a
+  // request's demand against.
   uint64_t kv_positions_of(const std::string& model) const;
   size_t engines_serving(const std::string& model) const;
   std::string first_model() const;  // the model of the first engine by name; "" when none is left

@@ -173,6 +173,8 @@ TEST_CASE("supervision: an engine whose actor or worker stops unasked ends its r
       REQUIRE(h.down_engines.size() == 1);
       CHECK(h.down_engines[0].engine == "main");
       CHECK(h.down_engines[0].state == "restarting");
+      // Admission weighs requests against the pools that serve: second's alone while main is down.
+      CHECK(server->engines().kv_positions_of("tiny") == server->engines().find("second")->facts().kv_positions);
       // The engine's own reason: the kill, or (its worker killed) the reply it waited on from the worker
       // that failed, whichever reached it first.
       CHECK_THAT(h.down_engines[0].reason, Contains("kill") || Contains(worker ? "request_receiver_down" : "kill"));
