@@ -39,11 +39,19 @@ class EngineVitals {
   // The actor has ended; `reason` is "" for an ordinary end (retired and done, drained, stopped by the
   // server), else the exit reason as CAF renders it.
   void ended(const std::string& reason) {
-    {
+    if (!reason.empty()) {
+      const std::string why = account(reason);
       std::lock_guard lock(mutex_);
-      if (!reason.empty()) down_reason_ = fault_ ? std::string(fault_->what()) : !hung_.empty() ? hung_ : reason;
+      down_reason_ = why;
     }
     stopped_ = true;
+  }
+  // Why it stopped, in the best words there are: the plugin fault it noted, else the hang, else
+  // `exit_reason` (as CAF renders it). Readable before ended() has run (the router's down message may
+  // come first).
+  std::string account(const std::string& exit_reason) const {
+    std::lock_guard lock(mutex_);
+    return fault_ ? std::string(fault_->what()) : !hung_.empty() ? hung_ : exit_reason;
   }
 
   bool stopped() const { return stopped_.load(); }

@@ -247,14 +247,13 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
 }
 
 // An engine that can serve no more: the router routes nothing more to it and answers the requests it
-// still held, in `reason`'s words: their engine cannot. Returns how many it held.
-size_t drop_engine(self_ptr self, const std::function<bool(const RoutedEntry&)>& gone, std::string reason, bool from_vitals) {
+// still held, in the words of its vitals (the plugin fault it noted, the hang) or else `reason`'s: their
+// engine cannot. Returns how many it held.
+size_t drop_engine(self_ptr self, const std::function<bool(const RoutedEntry&)>& gone, std::string reason) {
   auto& s = self->state;
   for (auto it = s.engines.begin(); it != s.engines.end();)
     if (gone(**it)) {
-      // A plugin fault that stopped it, in the plugin's words (noted before it stopped).
-      if (const auto& v = (*it)->engine.vitals; from_vitals && v && v->fault()) reason = v->fault()->what();
-      else if (from_vitals && v && !v->hung().empty()) reason = v->hung();
+      if (const auto& v = (*it)->engine.vitals) reason = v->account(reason);
       spdlog::error("router: engine {} stopped ({}): it takes no more requests", (*it)->engine.name, reason);
       if (s.experiments) s.experiments->engine_down((*it)->engine.name, reason);
       it = s.engines.erase(it);
@@ -284,7 +283,7 @@ size_t drop_engine(self_ptr self, const std::function<bool(const RoutedEntry&)>&
 // A retired engine holds none by then.
 void engine_down(self_ptr self, const caf::down_msg& down) {
   drop_engine(self, [&](const RoutedEntry& e) { return e.engine.actor.address() == down.source; },
-              self->system().render(down.reason), true);
+              self->system().render(down.reason));
 }
 
 router_actor::behavior_type router(self_ptr self, RouterInit init) {
@@ -326,7 +325,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         auto* entry = find_engine(self->state, name);
         if (entry == nullptr) return {false, "the router has no engine '" + name + "'"};
         const caf::actor_addr hung = (*entry)->engine.actor.address();  // not a retiring engine of its name
-        const size_t held = drop_engine(self, [&](const RoutedEntry& e) { return e.engine.actor.address() == hung; }, why, false);
+        const size_t held = drop_engine(self, [&](const RoutedEntry& e) { return e.engine.actor.address() == hung; }, why);
         return {true, "engine " + name + " takes no more requests; " + std::to_string(held) + " in flight ended"};
       },
       [=](engine_remove_atom, const std::string& name) -> SwapResult {

@@ -1,5 +1,6 @@
 #include "manifest/manifest_export.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "base/kv_dtypes.hpp"
 #include "plugin/kind.hpp"
 #include "speculation/draft_controller.hpp"
+#include "util/folders.hpp"
 
 namespace tokenhost {
 namespace {
@@ -60,15 +62,6 @@ toml::table experiment_table(const experiments::ExperimentSpec& x) {
   return t;
 }
 
-// Whether `dir` is one of `paths` or inside one.
-bool under_any(const fs::path& dir, const std::vector<std::string>& paths) {
-  for (const auto& p : paths) {
-    const auto rel = dir.lexically_normal().lexically_relative(fs::path(p).lexically_normal());
-    if (!rel.empty() && *rel.begin() != "..") return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string write_manifest(const RunningDeployment& running) {
@@ -81,7 +74,7 @@ std::string write_manifest(const RunningDeployment& running) {
   auto note_folder = [&](const SlotDecl& s) {
     if (s.manifest.file.empty()) return;
     const std::string dir = fs::path(s.manifest.file).parent_path().lexically_normal().string();
-    if (!under_any(dir, search) && std::find(extra.begin(), extra.end(), dir) == extra.end()) extra.push_back(dir);
+    if (!inside_any_folder(dir, search) && std::find(extra.begin(), extra.end(), dir) == extra.end()) extra.push_back(dir);
   };
   toml::table engines;
   for (const auto& e : running.engines) {

@@ -124,7 +124,7 @@ uint64_t EngineTable::kv_positions_of(const std::string& model) const {
   std::lock_guard lock(mutex_);
   uint64_t n = 0;
   for (const auto& [name, e] : live_)  // a down or hung engine's pool takes no request
-    if (e->model() == model && !e->stopped() && e->hung().empty()) n += e->facts().kv_positions;
+    if (e->model() == model && e->serving()) n += e->facts().kv_positions;
   return n;
 }
 

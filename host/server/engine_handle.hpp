@@ -98,6 +98,8 @@ class EngineHandle {
   // Marks it hung (the supervisor does, with why): it is told to stop, which it does once the call it
   // is in returns (a call that never returns keeps its thread: the README's reliability section).
   virtual void abandon(const std::string& why) = 0;
+  // It takes requests: neither stopped nor hung.
+  bool serving() const { return !stopped() && hung().empty(); }
   // The plugin fault that ended it (plugin, version, slot, call, message), when that is how it ended.
   virtual std::optional<PluginFault> fault() const = 0;
   // What the server does about it while it is down (server/engine_supervisor.hpp): "restarting",

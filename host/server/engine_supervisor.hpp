@@ -82,8 +82,8 @@ class EngineSupervisor {
   const SupervisionPolicy policy_;
   Rebuild rebuild_;
   Unroute unroute_;
+  metrics::Family& hangs_;        // tokenhost_engine_hangs_total{engine}
   metrics::Family& restarts_;     // tokenhost_engine_restarts_total{engine, outcome}
-  metrics::Family& hangs_;        // tokenhost_engine_hangs_total{engine}     // tokenhost_engine_restarts_total{engine, outcome}
   mutable std::mutex mutex_;      // recoveries_, stops_, stopping_
   std::condition_variable wake_;
   bool stopping_ = false;

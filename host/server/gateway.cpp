@@ -51,7 +51,7 @@ Gateway::Health Gateway::health() const {
   Health h;
   std::set<std::string> served;
   for (const auto& e : engines_->live()) {
-    if (!e->stopped() && e->hung().empty()) {
+    if (e->serving()) {
       served.insert(e->model());
     } else if (!e->stopped()) {
       h.down_engines.push_back({e->name(), e->hung(), "hung"});

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "api/api_error.hpp"
 #include "manifest/manifest_export.hpp"
 #include "plugin/kind.hpp"
+#include "util/folders.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -121,15 +121,7 @@ SupervisionPolicy Server::supervision_policy(const ServerDecl& server) {
 std::string Server::register_plugin(const std::string& manifest_path) {
   if (!deployment_.server.plugins_from_anywhere) {
     // Only from the plugin folders: compared after resolving links and "..", before anything is read.
-    std::error_code ec;
-    const auto file = std::filesystem::weakly_canonical(std::filesystem::absolute(manifest_path, ec), ec);
-    bool inside = false;
-    for (const auto& dir : deployment_.catalog->search_paths()) {
-      const auto folder = std::filesystem::weakly_canonical(dir, ec);
-      auto rel = file.lexically_relative(folder);
-      if (!rel.empty() && *rel.begin() != ".." && rel.is_relative()) inside = true;
-    }
-    if (!inside)
+    if (!inside_any_folder(manifest_path, deployment_.catalog->search_paths()))
       throw AdminError(403, "'" + manifest_path + "' is outside the plugin folders (" +
                                 join(deployment_.catalog->search_paths(), ", ") +
                                 "): install the plugin there, add its folder to [server] plugin_paths, or set "
@@ -166,7 +158,7 @@ std::string Server::check_arm_choice(const std::string& model, const std::string
 }
 
 std::string Server::prometheus_text() {
-  for (const auto& e : engines_->live()) engine_up_.set({e->name()}, e->stopped() || !e->hung().empty() ? 0 : 1);
+  for (const auto& e : engines_->live()) engine_up_.set({e->name()}, e->serving() ? 1 : 0);
   return metrics_.prometheus_text();
 }
 
@@ -174,12 +166,12 @@ nlohmann::json Server::status() {
   nlohmann::json engines = nlohmann::json::array();
   nlohmann::json retiring = nlohmann::json::array();
   auto describe = [this](EngineHandle& e) {
-    if (!e.stopped() && !e.hung().empty())  // hung: asking would wait on the call that hangs
-      return nlohmann::json{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "hung"}, {"down_reason", e.hung()}};
-    if (e.stopped()) {  // down: nothing to ask; the supervisor says what it does about it
-      nlohmann::json j{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", "down"},
-                       {"down_reason", e.stop_reason()}};
-      if (auto r = supervisor_ ? supervisor_->recovery(e.name()) : std::nullopt) {
+    if (!e.serving()) {  // hung (asking would wait on the call that hangs) or down (nothing to ask)
+      const bool hung = !e.stopped();
+      nlohmann::json j{{"name", e.name()}, {"model", e.model()}, {"device", e.device()}, {"state", hung ? "hung" : "down"},
+                       {"down_reason", hung ? e.hung() : e.stop_reason()}};
+      // The supervisor says what it does about a down one.
+      if (auto r = !hung && supervisor_ ? supervisor_->recovery(e.name()) : std::nullopt) {
         j["state"] = (*r)["state"];
         j["recovery"] = std::move(*r);
       }

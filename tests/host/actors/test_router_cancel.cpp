@@ -76,7 +76,7 @@ TEST_CASE("router: a cancel reaches only the engine that holds the request", "[r
   Seen seen;
   RouterInit init;
   init.router = make_plugin("router.round_robin", model_spec());
-  for (const char* name : {"a", "b"}) init.engines.push_back({name, "m", sys.spawn(fake_engine, std::string(name), &seen), nullptr});
+  for (const char* name : {"a", "b"}) init.engines.push_back({name, "m", sys.spawn(fake_engine, std::string(name), &seen), nullptr, nullptr});
   auto router = spawn_router(sys, std::move(init));
 
   std::mutex results_mutex;
