@@ -44,6 +44,7 @@ using engine_hung_atom = caf::atom_constant<caf::atom("enghung")>;
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using slide_atom = caf::atom_constant<caf::atom("slide")>;
+using stage_tick_atom = caf::atom_constant<caf::atom("stagetick")>;
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {
@@ -175,8 +176,10 @@ using router_actor = caf::typed_actor<
     // Engine (name) hung (why): route no more to it, and its requests end now with the reason.
     caf::replies_to<engine_hung_atom, std::string, std::string>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
-    caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: passed to the one engine that holds it
-    caf::reacts_to<drain_atom>>;
+    caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: passed to the engines that hold its plan's sequences
+    caf::reacts_to<drain_atom>,
+    // Internal: a cascade stage's stream of client sequence id has new tokens.
+    caf::reacts_to<stage_tick_atom, uint64_t>>;
 
 }  // namespace tokenhost
 

@@ -25,6 +25,9 @@ struct GenerateRequest {
   // for log lines; "" for in-process callers.
   std::string request_id;
   std::vector<int32_t> prompt;
+  // The prompt as text, for router plugins that read it (th_route_request.prompt); "" when the client
+  // sent tokens.
+  std::string prompt_text;
   uint32_t max_tokens = kGenerateRouteMaxTokens;
   int32_t priority = 0;
   std::string session_key;
@@ -39,6 +42,7 @@ struct GenerateRequest {
   std::string client;
   std::string model;          // the model to serve it: engines of other models are not candidates; "" any
   SamplingParams sampling;    // greedy by default
+  bool seeded = false;        // the client fixed sampling.seed (else it was drawn for this request)
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
   bool ignore_eos = false;    // generate past the end-of-sequence token, up to max_tokens
   // Speculative decoding: the most draft tokens a step verifies for this request (0: none), within
@@ -56,6 +60,17 @@ struct GenerateRequest {
   }
 };
 
+// One engine's part in answering a request (a cascade has one per stage it ran, an ensemble one per
+// answer): what the response's `tokenhost.path` shows.
+struct RouteHop {
+  std::string engine, model;
+  // "answered" (its tokens are the answer), "escalated" (a cascade moved on), "outvoted" (an
+  // ensemble chose another), "failed" (it ended with an error; the cascade moved on).
+  std::string outcome;
+  uint32_t tokens = 0;  // generated there
+  double mean_logprob = 0, min_logprob = 0, mean_entropy = 0;
+};
+
 struct GenerateResult {
   std::vector<int32_t> tokens;
   std::string finish_reason;  // "length", "stop" (end of sequence), "cancelled", "error"; between
@@ -66,6 +81,13 @@ struct GenerateResult {
   // As the engine measured them, from the request's arrival there: to the first token, the mean gap
   // between successive tokens, to the end. Absent when there was no such token or no end.
   std::optional<double> ttft_s, itl_s, e2e_s;
+  // Set by the router: the model that answered (a group's member; "" for a cached answer), the
+  // engines that worked on it, whether a router's cache answered, and the cost accounted (the sum
+  // over those engines of their cost_per_mtok x (prompt + generated tokens) / 1e6).
+  std::string model;
+  std::vector<RouteHop> path;
+  bool cached = false;
+  double cost = 0;
 
   // An engine that retires hands back the requests it has not started: the router routes them again.
   static constexpr const char* kRerouted = "rerouted";

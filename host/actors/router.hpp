@@ -3,9 +3,7 @@
 #pragma once
 
 #include <functional>
-#include <string>
-#include <vector>
-
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +13,12 @@
 #include "experiments/experiment_table.hpp"
 
 namespace tokenhost {
+
+// A member of a model group as the router offers it (th_route_candidate's cost_per_mtok, quality).
+struct RouteMember {
+  std::string model;
+  double cost = 1.0, quality = 1.0;
+};
 
 struct RouterInit {
   std::shared_ptr<PluginInstance> router;
@@ -26,6 +30,10 @@ struct RouterInit {
   // The text of a model's tokens, for the router plugin's feedback (output_text). May be empty: the
   // feedback then carries no text.
   std::function<std::string(const std::string& model, const std::vector<int32_t>& tokens)> detokenize;
+  // Model groups by public name: a request for one has the engines of its members as candidates.
+  std::map<std::string, std::vector<RouteMember>> groups;
+  // Each model's vocabulary size: a cached answer's tokens are checked against it.
+  std::map<std::string, uint32_t> vocab_sizes;
 };
 
 router_actor spawn_router(caf::actor_system& sys, RouterInit init);

@@ -18,6 +18,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
+#include "routing/route_keys.hpp"
 #include "cli/quantize_command.hpp"
 #include "cli/tokenize_command.hpp"
 #include "http/http_servers.hpp"
@@ -297,6 +298,13 @@ int main(int argc, char** argv) {
   AdminOptions admin_options;
   auto* admin = add_admin_command(app, admin_options);
 
+  auto* key_id = app.add_subcommand("key-id", "Print the payer id router plugins see for an API key (th_route_request.payer: "
+                                             "\"key-\" and 16 hex digits), to configure a per-key budget without writing the key "
+                                             "into a plugin's config. Without KEY, reads it from the first line of stdin (kept out "
+                                             "of the shell's history).");
+  std::string key_id_key;
+  key_id->add_option("key", key_id_key, "The API key");
+
   // Internal: opens and validates one plugin library in this process and says why it is refused (the
   // server runs it before loading a library itself). Not listed in --help.
   auto* vet = app.add_subcommand("vet-plugin", "")->group("");
@@ -326,6 +334,12 @@ int main(int argc, char** argv) {
     if (*bench) return run_bench(bench_options);
     if (*tokenize) return run_tokenize(tokenize_options);
     if (*admin) return run_admin(admin_options);
+    if (*key_id) {
+      if (key_id_key.empty()) std::getline(std::cin, key_id_key);
+      if (key_id_key.empty()) throw std::runtime_error("key-id: no API key given (as an argument or on stdin)");
+      std::cout << routing::payer_id(key_id_key) << "\n";
+      return 0;
+    }
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";

@@ -139,7 +139,8 @@ void add_gateway_routes(HttpListener& listener, Gateway& gateway, const ServerDe
         HttpListener::StartOn::handler_thread);
   listener.route("GET", "/v1/models", [&gateway](const HttpRequest&, HttpResponse& res) {
     std::vector<api::ModelCard> cards;
-    for (const auto& m : gateway.models()) cards.push_back({m.name, m.created, "tokenhost"});
+    for (const auto& m : gateway.models())  // public names: a group's members answer by name but are not listed
+      if (m.listed) cards.push_back({m.name, m.created, "tokenhost"});
     res.set_content(api::dump_json(api::models_list(cards)), "application/json");
   });
   listener.route("GET", R"(/v1/models/([^/]+))", [&gateway](const HttpRequest& req, HttpResponse& res) {

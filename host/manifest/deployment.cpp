@@ -371,6 +371,52 @@ void read_limits(const TomlReader& r, const toml::table& t, GatewayLimits& limit
   }
 }
 
+// A number in (0, 1e9] at t[key] (integer or float), or fallback when absent.
+double positive_number(const TomlReader& r, const toml::table& t, const std::string& key, const std::string& where, double fallback) {
+  const toml::node* f = t.get(key);
+  if (f == nullptr) return fallback;
+  std::optional<double> v = f->is_integer() ? std::optional<double>(double(f->as_integer()->get())) : f->value<double>();
+  if (!v || !(*v > 0 && *v <= 1e9))
+    r.fail(*f, "'" + key + "' in " + where + " must be a number above 0 (at most 1e9), found " +
+                   (v ? (std::ostringstream() << *v).str() : toml_type_name(*f)));
+  return *v;
+}
+
+// [groups.NAME]: members = [{ model, cost, quality }, ...], each a declared model, once.
+GroupDecl read_group(const TomlReader& r, const Deployment& d, const std::string& name, const toml::node& node) {
+  const std::string where = "[groups." + name + "]";
+  const toml::table* t = node.as_table();
+  if (t == nullptr) r.fail(node, where + " must be a table");
+  if (d.models.count(name))
+    r.fail(node, "group '" + name + "' has the name of a model in [models]: a public name means one thing");
+  r.check_keys(*t, {"members"}, where);
+  const toml::node* members = t->get("members");
+  if (members == nullptr) r.fail(*t, where + " needs 'members': [{ model = \"...\", cost = 1.0, quality = 1.0 }, ...]");
+  const toml::array* list = members->as_array();
+  if (list == nullptr || list->empty()) r.fail(*members, "'members' in " + where + " must be a non-empty array of tables");
+  GroupDecl g;
+  g.name = name;
+  for (const auto& m : *list) {
+    const toml::table* mt = m.as_table();
+    if (mt == nullptr) r.fail(m, "each of 'members' in " + where + " must be a table { model = ..., cost = ..., quality = ... }");
+    const std::string at = "a member of " + where;
+    r.check_keys(*mt, {"model", "cost", "quality"}, at);
+    GroupMember member;
+    member.model = r.require_string(*mt, "model", at);
+    if (!d.models.count(member.model)) {
+      std::vector<std::string> names;
+      for (const auto& [n, _] : d.models) names.push_back(n);
+      r.fail(*mt->get("model"), "model '" + member.model + "' of " + where + " is not in [models]" + suggestion(member.model, names));
+    }
+    for (const auto& other : g.members)
+      if (other.model == member.model) r.fail(*mt->get("model"), "model '" + member.model + "' is listed twice in " + where);
+    member.cost = positive_number(r, *mt, "cost", at, 1.0);
+    member.quality = positive_number(r, *mt, "quality", at, 1.0);
+    g.members.push_back(std::move(member));
+  }
+  return g;
+}
+
 }  // namespace
 
 ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
@@ -381,7 +427,7 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
 // tables mean the same written anywhere else.
 static toml::table declared_tables(const TomlReader& r) {
   toml::table out;
-  for (const char* key : {"server", "limits", "models"})
+  for (const char* key : {"server", "limits", "models", "groups"})
     if (const toml::table* t = r.root()[key].as_table()) out.insert(key, *t);
   auto absolute = [&](toml::table& t, const char* key) {
     if (auto* v = t[key].as_string()) *v = manifest_path(r, v->get());
@@ -403,7 +449,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
   const std::string router_key = slot_of(TH_KIND_ROUTER).name();  // the router slot's table
-  r.check_keys(root, {"server", "models", "engines", router_key, "experiments", "limits"}, "the deployment manifest");
+  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits"}, "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
@@ -461,6 +507,11 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.engines.emplace(name, read_engine(r, d, name, node));
   }
   if (d.engines.empty()) r.fail(engines, "[engines] declares no engine");
+  if (const toml::table* groups = r.optional_table(root, "groups", "the deployment manifest"))
+    for (const auto& [key, node] : *groups) {
+      std::string name(key.str());
+      d.groups.emplace(name, read_group(r, d, name, node));
+    }
   if (const toml::node* router = root.get(router_key)) {
     d.router = read_slot(r, *d.catalog, router_key, *router, "[" + router_key + "]");
   } else {

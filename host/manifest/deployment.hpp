@@ -140,16 +140,30 @@ struct EngineDecl {
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
 };
 
+// A model group ([groups.NAME]): one public model name served by several models, each with a declared
+// relative cost and quality, among which the router plugin chooses per request (th_router.h). Its
+// members share one tokenizer (the server checks when it loads them).
+struct GroupMember {
+  std::string model;     // a [models] key
+  double cost = 1.0;     // relative cost of a million tokens (th_route_candidate.cost_per_mtok), > 0
+  double quality = 1.0;  // relative quality, higher is better (th_route_candidate.quality), > 0
+};
+struct GroupDecl {
+  std::string name;
+  std::vector<GroupMember> members;  // in the manifest's order (a cascade's order is the router's)
+};
+
 struct Deployment {
   std::string file;
   ServerDecl server;
   GatewayLimits limits;
   std::map<std::string, ModelDecl> models;
   std::map<std::string, EngineDecl> engines;
+  std::map<std::string, GroupDecl> groups;  // by public name, never a [models] key
   SlotDecl router;
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
-  // [server], [limits] and [models] as the manifest declared them, their paths made absolute: what
+  // [server], [limits], [models] and [groups] as the manifest declared them, their paths made absolute: what
   // `tokenhost admin export` writes back (manifest/manifest_export.hpp).
   toml::table declared;
 };

@@ -1,5 +1,6 @@
 #include "request/client_request.hpp"
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -93,6 +94,16 @@ struct Delta {
   bool finished = false;
 };
 
+// Which model answered a choice and how (a group's request, or an answer from a router's cache): the
+// response's `tokenhost` object for it.
+json route_json(const GenerateResult& r) {
+  json path = json::array();
+  for (const auto& h : r.path)
+    path.push_back({{"engine", h.engine}, {"model", h.model}, {"outcome", h.outcome}, {"tokens", h.tokens},
+                    {"mean_logprob", h.mean_logprob}, {"min_logprob", h.min_logprob}, {"mean_entropy", h.mean_entropy}});
+  return {{"model", r.model}, {"engine", r.engine}, {"cached", r.cached}, {"cost", r.cost}, {"path", path}};
+}
+
 }  // namespace
 
 struct ClientRequest::State {
@@ -119,6 +130,12 @@ struct ClientRequest::State {
   bool finished = false;
 
   const ServedModel& served() const { return model != nullptr ? *model : bytes_model; }
+  // Whether the response says how each choice was answered (tokenhost.path): a group's requests, and
+  // any answered from a router's cache.
+  bool tells_route() const {
+    if (!served().members.empty()) return true;
+    return std::any_of(choices.begin(), choices.end(), [](const Choice& c) { return c.result && c.result->cached; });
+  }
   bool openai() const { return route != Route::generate; }
 
   // --- Parsing ---
@@ -277,6 +294,7 @@ struct ClientRequest::State {
         g.id = gateway.next_sequence_id();
         g.request_id = caller.request_id;
         g.prompt = prompts[p];
+        g.prompt_text = prompt_texts[p];
         g.max_tokens = max_new[p];
         g.session_key = caller.session_key;
         g.api_key = caller.api_key;
@@ -290,6 +308,7 @@ struct ClientRequest::State {
           g.model = model->name;
           g.sampling = api::sampling_params(req, seed);
           g.sampling.seed += uint64_t(k);  // n choices of one seeded request differ, reproducibly
+          g.seeded = req.seed.has_value();
           g.logprobs = req.logprobs;
           g.ignore_eos = ignore_eos;
           if (req.max_draft) g.max_draft = *req.max_draft;
@@ -409,6 +428,13 @@ struct ClientRequest::State {
     }
     json body = req.endpoint == api::Endpoint::chat_completions ? api::chat_completion_response(meta, out_choices, usage())
                                                                 : api::completion_response(meta, out_choices, usage());
+    if (tells_route()) {
+      // `model` names the model that answered (the first choice's); tokenhost.choices says how each was.
+      json routes = json::array();
+      for (const auto& c : choices) routes.push_back(c.result ? route_json(*c.result) : json(nullptr));
+      if (!choices.empty() && choices[0].result && !choices[0].result->model.empty()) body["model"] = choices[0].result->model;
+      body["tokenhost"] = {{"model", served().name}, {"choices", routes}};
+    }
     Reply r;
     r.body = api::dump_json(body);
     return r;
@@ -428,6 +454,12 @@ struct ClientRequest::State {
     }
     p.done = p.reply.has_value();
     return p;
+  }
+
+  // A choice's last chunk says how it was answered (the chunks before name the model asked for).
+  json with_route(json chunk, const Choice& c) const {
+    if (c.done && c.result && tells_route()) chunk["tokenhost"] = route_json(*c.result);
+    return chunk;
   }
 
   Progress advance_streaming() {
@@ -451,10 +483,10 @@ struct ClientRequest::State {
       const auto* lp = req.logprobs ? &d.logprobs : nullptr;
       if (chat) {
         if (!d.text.empty() || (lp && !lp->empty())) out += api::sse_event(api::chat_content_chunk(meta, i, d.text, lp));
-        if (d.finished) out += api::sse_event(api::chat_finish_chunk(meta, i, c.finish));
+        if (d.finished) out += api::sse_event(with_route(api::chat_finish_chunk(meta, i, c.finish), c));
       } else {
         if (!d.text.empty() || (lp && !lp->empty()) || d.finished)
-          out += api::sse_event(api::completion_chunk(meta, i, d.text, d.finished ? c.finish : api::FinishReason::none, lp, offsets[i]));
+          out += api::sse_event(with_route(api::completion_chunk(meta, i, d.text, d.finished ? c.finish : api::FinishReason::none, lp, offsets[i]), c));
         offsets[i] += d.text.size();
       }
     });

@@ -52,6 +52,7 @@ struct Sampler::Weights {
   size_t k = 0;        // candidates: the first k of order (of the vocabulary when order is empty)
   double total = 0;    // the sum of weights[0..k)
   double log_norm = 0; // log of the (penalized, temperature 1) softmax's denominator
+  double entropy = 0;  // of that softmax, in nats
   int32_t token(size_t i) const { return order.empty() ? int32_t(i) : order[i]; }
 };
 
@@ -70,6 +71,10 @@ Sampler::Weights Sampler::weights(const std::vector<float>& logits) const {
   vec::exp(exps.data(), exps.data(), exps.size());
   const double norm = vec::sum(exps.data(), exps.size());
   w.log_norm = std::log(norm) + max_logit;
+  // H = -sum p log p with p = e/norm and log p = (logit - max) - log norm: log norm - sum e (logit - max) / norm.
+  double weighted = 0;
+  for (size_t i = 0; i < logits.size(); ++i) weighted += double(exps[i]) * double(logits[i] - max_logit);
+  w.entropy = std::max(0.0, std::log(norm) - weighted / norm);
   if (params_.temperature == 0.0f) return w;
   if (draw_from_all && params_.min_p == 0.0f) {
     w.weights.assign(exps.begin(), exps.end());  // every token, in id order, by its exponential
@@ -148,12 +153,14 @@ size_t Sampler::draw(const std::vector<double>& weights, size_t k, double total)
 }
 
 // The chosen token with its log-probability and the top_logprobs best, under the penalized model.
-SampledToken Sampler::annotate(const std::vector<float>& logits, double log_norm, int32_t token) const {
+SampledToken Sampler::annotate(const std::vector<float>& logits, const Weights& w, int32_t token) const {
+  const double log_norm = w.log_norm;
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
   auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
   SampledToken out;
   out.token = token;
   out.logprob = logprob(token);
+  out.entropy = float(w.entropy);
   if (params_.top_logprobs > 0) {
     std::vector<int32_t> best(logits.size());
     std::iota(best.begin(), best.end(), 0);
@@ -170,7 +177,7 @@ SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_
   int32_t token;
   if (params_.temperature == 0.0f) token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // the first best
   else token = w.token(draw(w.weights, w.k, w.total));
-  return annotate(logits, w.log_norm, token);
+  return annotate(logits, w, token);
 }
 
 std::string draft_distribution_problem(const DraftDistribution& q, int32_t token, uint32_t vocab_size) {
@@ -209,13 +216,13 @@ SampledToken Sampler::verify_draft(std::vector<float> logits, const std::vector<
     if (w.token(i) == draft) p_draft = w.weights[i] / w.total;
   // Accept with probability min(1, p / q).
   accepted = std::generate_canonical<double, 53>(rng_) * q_at(draft) < p_draft;
-  if (accepted) return annotate(logits, w.log_norm, draft);
+  if (accepted) return annotate(logits, w, draft);
   // Rejected: draw from the residual max(0, p - q), normalized.
   std::vector<double> residual(w.k);
   double total = 0;
   for (size_t i = 0; i < w.k; ++i) total += residual[i] = std::max(0.0, w.weights[i] / w.total - q_at(w.token(i)));
   const int32_t token = total > 0 ? w.token(draw(residual, w.k, total)) : w.token(draw(w.weights, w.k, w.total));
-  return annotate(logits, w.log_norm, token);
+  return annotate(logits, w, token);
 }
 
 }  // namespace tokenhost

@@ -36,6 +36,9 @@ struct TokenLogprob {
 struct SampledToken {
   int32_t token = -1;
   float logprob = 0;                 // of the chosen token, under the model's distribution (after penalties)
+  // The entropy (nats) of that distribution (penalties applied, temperature 1): with logprob, the
+  // confidence signal a cascade escalates on (th_route_signal).
+  float entropy = 0;
   std::vector<TokenLogprob> top;     // best top_logprobs tokens, best first
 };
 
@@ -66,7 +69,7 @@ class Sampler {
   struct Weights;
   Weights weights(const std::vector<float>& logits) const;
   size_t draw(const std::vector<double>& weights, size_t k, double total);
-  SampledToken annotate(const std::vector<float>& logits, double log_norm, int32_t token) const;
+  SampledToken annotate(const std::vector<float>& logits, const Weights& w, int32_t token) const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;

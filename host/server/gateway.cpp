@@ -60,8 +60,12 @@ Gateway::Health Gateway::health() const {
       h.down_engines.push_back({e->name(), e->stop_reason(), state.empty() ? "down" : state});
     }
   }
-  for (const auto& m : models_)
-    if (!served.count(m.name)) h.models_without_engine.push_back(m.name);
+  for (const auto& m : models_) {
+    // A group is served while any of its members is.
+    const bool serves = m.members.empty() ? served.count(m.name) > 0
+                                          : std::any_of(m.members.begin(), m.members.end(), [&](const std::string& x) { return served.count(x) > 0; });
+    if (!serves) h.models_without_engine.push_back(m.name);
+  }
   if (!accepting() || !h.models_without_engine.empty() || served.empty()) h.state = Health::State::failing;
   else h.state = h.down_engines.empty() ? Health::State::ok : Health::State::degraded;
   return h;
@@ -82,7 +86,13 @@ std::string Gateway::decode(const std::vector<int32_t>& tokens) const {
 }
 
 std::variant<std::shared_ptr<AdmissionTicket>, AdmissionRefusal> Gateway::admit(AdmissionAsk ask) {
-  ask.pool_tokens = engines_->kv_positions_of(ask.model);
+  const ServedModel* m = find_model(ask.model);
+  if (m != nullptr && !m->members.empty()) {  // a group: its members' engines together
+    ask.pool_tokens = 0;
+    for (const auto& member : m->members) ask.pool_tokens += engines_->kv_positions_of(member);
+  } else {
+    ask.pool_tokens = engines_->kv_positions_of(ask.model);
+  }
   return admission_->admit(ask);
 }
 

@@ -37,6 +37,11 @@ struct ServedModel {
   // positions, and context_len bounds no request. 0: no window.
   uint32_t window_cap = 0;
   int64_t created = 0;                   // Unix seconds the server loaded it
+  // A model group ([groups.NAME]): the member models the router chooses among, in the manifest's
+  // order; empty for a model. A group's tokenizer, vocabulary and template are its members' (they
+  // share one), its context the smallest of theirs.
+  std::vector<std::string> members;
+  bool listed = true;  // in GET /v1/models: false for a model serving only as a group's member
 
   // Text to tokens (BOS first when add_bos and the model has one; special-token text parsed as those
   // tokens when parse_special) and one token back to its bytes (control tokens give "").

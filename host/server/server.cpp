@@ -12,6 +12,7 @@
 #include "actors/swap_latency.hpp"
 #include "api/api_error.hpp"
 #include "manifest/manifest_export.hpp"
+#include "model/tokenizer.hpp"
 #include "plugin/kind.hpp"
 #include "util/folders.hpp"
 #include "util/text.hpp"
@@ -57,6 +58,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       sm.created = now;
       served.push_back(std::move(sm));
     }
+    add_groups(served);
     experiments_ = std::make_shared<experiments::ExperimentTable>(
         [this](const std::string& engine) {
           auto values = metrics_.values_where("tokenhost_plugin_", "engine", engine);
@@ -72,6 +74,10 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     r.engines = std::move(routed);
     r.metrics = &metrics_;
     r.experiments = experiments_;
+    for (const auto& [name, g] : deployment_.groups)
+      for (const auto& m : g.members) r.groups[name].push_back({m.model, m.cost, m.quality});
+    for (const auto& m : served)
+      if (m.members.empty()) r.vocab_sizes[m.name] = m.vocab_size;
     r.detokenize = [served](const std::string& model, const std::vector<int32_t>& tokens) {
       std::string text;
       for (const auto& m : served)
@@ -110,6 +116,45 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
 }
 
 Server::~Server() { shutdown(std::chrono::seconds(5)); }
+
+// Whether two served models read tokens alike: the same vocabulary (synthetic models: one token per
+// byte, the same size) with the same texts and special tokens.
+static bool same_tokenizer(const ServedModel& a, const ServedModel& b) {
+  if (a.vocab_size != b.vocab_size || bool(a.tokenizer) != bool(b.tokenizer)) return false;
+  if (!a.tokenizer) return true;
+  return a.tokenizer->spec().tokens == b.tokenizer->spec().tokens && a.tokenizer->bos() == b.tokenizer->bos() &&
+         a.tokenizer->eos() == b.tokenizer->eos();
+}
+
+void Server::add_groups(std::vector<ServedModel>& served) {
+  for (const auto& [name, g] : deployment_.groups) {
+    std::vector<const ServedModel*> members;
+    for (const auto& m : g.members) {
+      auto it = std::find_if(served.begin(), served.end(), [&](const ServedModel& s) { return s.name == m.model; });
+      if (it == served.end())
+        throw std::runtime_error("group '" + name + "': no engine serves its member model '" + m.model + "'");
+      members.push_back(&*it);
+    }
+    for (const ServedModel* m : members)
+      if (!same_tokenizer(*members[0], *m))
+        throw std::runtime_error("group '" + name + "': models '" + members[0]->name + "' and '" + m->name +
+                                 "' do not share a tokenizer; the members of a group must (a request's tokens go to any of them)");
+    ServedModel sm = *members[0];
+    sm.name = name;
+    for (const ServedModel* m : members) {
+      sm.context_len = std::min(sm.context_len, m->context_len);
+      sm.members.push_back(m->name);
+    }
+    // A window bounds a group's requests only when every member slides one (then the smallest holds).
+    for (const ServedModel* m : members) sm.window_cap = m->window_cap == 0 ? 0 : std::min(sm.window_cap, m->window_cap);
+    spdlog::info("group {}: serves {} through router {}", name, join(sm.members, ", "), deployment_.router.plugin);
+    served.push_back(std::move(sm));
+  }
+  for (auto& m : served)  // a member is listed under its group's name
+    for (const auto& [name, g] : deployment_.groups)
+      if (std::any_of(g.members.begin(), g.members.end(), [&](const GroupMember& x) { return x.model == m.name; })) m.listed = false;
+  std::sort(served.begin(), served.end(), [](const ServedModel& a, const ServedModel& b) { return a.name < b.name; });
+}
 
 SupervisionPolicy Server::supervision_policy(const ServerDecl& server) {
   SupervisionPolicy p;

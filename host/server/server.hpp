@@ -121,6 +121,9 @@ class Server {
   std::vector<experiments::EngineView> engine_views() const;
   void label_arms();  // /metrics: every engine series carries its experiment and arm
   static SupervisionPolicy supervision_policy(const ServerDecl& server);  // from [server]
+  // The model groups' entries among the served models ([groups]; their members checked to share a
+  // tokenizer), then every entry in name order. Throws naming a group it cannot serve.
+  void add_groups(std::vector<ServedModel>& served);
   // Builds an engine from decl in place of down engine `down` (its predecessor's last good plugins
   // kept), routes to it and puts it in the table. Throws std::runtime_error (nothing changed then).
   // Needs admin_mutex_.

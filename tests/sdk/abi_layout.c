@@ -264,7 +264,7 @@ TH_PIN_OFFSET(th_route_candidate, load, 24);
 TH_PIN_OFFSET(th_route_candidate, cost_per_mtok, 32);
 TH_PIN_OFFSET(th_route_candidate, quality, 40);
 TH_PIN_OFFSET(th_route_candidate, healthy, 48);
-TH_PIN_SIZE(th_route_request, 88);
+TH_PIN_SIZE(th_route_request, 136); /* 88 through ABI 1.6 */
 TH_PIN_OFFSET(th_route_request, struct_size, 0);
 TH_PIN_OFFSET(th_route_request, request_id, 8);
 TH_PIN_OFFSET(th_route_request, model, 16);
@@ -276,7 +276,13 @@ TH_PIN_OFFSET(th_route_request, session_key, 56);
 TH_PIN_OFFSET(th_route_request, candidates, 64);
 TH_PIN_OFFSET(th_route_request, n_candidates, 72);
 TH_PIN_OFFSET(th_route_request, cached_tokens, 80); /* 1.5 */
-TH_PIN_SIZE(th_route_decision, 48);
+TH_PIN_OFFSET(th_route_request, max_tokens, 88); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, cache_namespace, 96); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, params_key, 104); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, deterministic, 112); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, request_class, 120); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, payer, 128); /* 1.7 */
+TH_PIN_SIZE(th_route_decision, 80); /* 48 through ABI 1.6 */
 TH_PIN_OFFSET(th_route_decision, struct_size, 0);
 TH_PIN_OFFSET(th_route_decision, action, 4);
 TH_PIN_OFFSET(th_route_decision, target, 8);
@@ -284,7 +290,12 @@ TH_PIN_OFFSET(th_route_decision, cascade, 16);
 TH_PIN_OFFSET(th_route_decision, n_cascade, 24);
 TH_PIN_OFFSET(th_route_decision, cached_text, 32);
 TH_PIN_OFFSET(th_route_decision, cached_len, 40);
-TH_PIN_SIZE(th_route_feedback, 72);
+TH_PIN_OFFSET(th_route_decision, check_every, 48); /* 1.7 */
+TH_PIN_OFFSET(th_route_decision, cached_tokens, 56); /* 1.7 */
+TH_PIN_OFFSET(th_route_decision, n_cached_tokens, 64); /* 1.7 */
+TH_PIN_OFFSET(th_route_decision, cached_stop, 68); /* 1.7 */
+TH_PIN_OFFSET(th_route_decision, n_samples, 72); /* 1.7 */
+TH_PIN_SIZE(th_route_feedback, 152); /* 72 through ABI 1.6 */
 TH_PIN_OFFSET(th_route_feedback, struct_size, 0);
 TH_PIN_OFFSET(th_route_feedback, request_id, 8);
 TH_PIN_OFFSET(th_route_feedback, engine_id, 16);
@@ -295,13 +306,57 @@ TH_PIN_OFFSET(th_route_feedback, tokens_in, 48);
 TH_PIN_OFFSET(th_route_feedback, tokens_out, 52);
 TH_PIN_OFFSET(th_route_feedback, output_text, 56);
 TH_PIN_OFFSET(th_route_feedback, output_len, 64);
-TH_PIN_SIZE(th_router_vtable, 48);
+TH_PIN_OFFSET(th_route_feedback, prompt_tokens, 72); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, n_prompt_tokens, 80); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, output_tokens, 88); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, stop, 96); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, cache_namespace, 104); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, params_key, 112); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, deterministic, 120); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, cached, 124); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, stages, 128); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, cost, 136); /* 1.7 */
+TH_PIN_OFFSET(th_route_feedback, signal, 144); /* 1.7 */
+TH_PIN_SIZE(th_route_signal, 48);
+TH_PIN_OFFSET(th_route_signal, n_tokens, 4); /* 1.7 */
+TH_PIN_OFFSET(th_route_signal, mean_logprob, 8); /* 1.7 */
+TH_PIN_OFFSET(th_route_signal, min_logprob, 16); /* 1.7 */
+TH_PIN_OFFSET(th_route_signal, mean_entropy, 24); /* 1.7 */
+TH_PIN_OFFSET(th_route_signal, max_entropy, 32); /* 1.7 */
+TH_PIN_OFFSET(th_route_signal, stop, 40); /* 1.7 */
+TH_PIN_SIZE(th_route_stage, 80);
+TH_PIN_OFFSET(th_route_stage, request_id, 8); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, stage, 16); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, n_stages, 20); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, candidate, 24); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, engine_id, 32); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, model, 40); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, cost_per_mtok, 48); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, quality, 56); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, tokens, 64); /* 1.7 */
+TH_PIN_OFFSET(th_route_stage, signal, 72); /* 1.7 */
+TH_PIN_SIZE(th_route_answer, 64);
+TH_PIN_OFFSET(th_route_answer, candidate, 4); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, engine_id, 8); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, model, 16); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, tokens, 24); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, n_tokens, 32); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, text, 40); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, text_len, 48); /* 1.7 */
+TH_PIN_OFFSET(th_route_answer, signal, 56); /* 1.7 */
+TH_PIN_SIZE(th_route_ensemble, 32);
+TH_PIN_OFFSET(th_route_ensemble, request_id, 8); /* 1.7 */
+TH_PIN_OFFSET(th_route_ensemble, answers, 16); /* 1.7 */
+TH_PIN_OFFSET(th_route_ensemble, n_answers, 24); /* 1.7 */
+TH_PIN_SIZE(th_router_vtable, 64); /* 48 through ABI 1.6 */
 TH_PIN_OFFSET(th_router_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_router_vtable, create, 8);
 TH_PIN_OFFSET(th_router_vtable, destroy, 16);
 TH_PIN_OFFSET(th_router_vtable, check, 24);
 TH_PIN_OFFSET(th_router_vtable, route, 32);
 TH_PIN_OFFSET(th_router_vtable, feedback, 40);
+TH_PIN_OFFSET(th_router_vtable, escalate, 48); /* 1.7 */
+TH_PIN_OFFSET(th_router_vtable, select, 56); /* 1.7 */
 TH_PIN_SIZE(th_sched_seq, 48);
 TH_PIN_OFFSET(th_sched_seq, seq_id, 0);
 TH_PIN_OFFSET(th_sched_seq, state, 8);

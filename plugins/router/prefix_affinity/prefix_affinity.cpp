@@ -83,6 +83,8 @@ const th_router_vtable kVtable = {
     check,
     route,
     nullptr,  // feedback: the host's cache summaries say what it needs
+    nullptr,  // escalate: it plans no cascade
+    nullptr,  // select: it plans no ensemble
 };
 
 const th_plugin_descriptor kDescriptor = {

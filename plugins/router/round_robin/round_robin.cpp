@@ -56,6 +56,8 @@ const th_router_vtable kVtable = {
     check,
     route,
     nullptr,  // feedback: round robin learns nothing
+    nullptr,  // escalate: it plans no cascade
+    nullptr,  // select: it plans no ensemble
 };
 
 const th_plugin_descriptor kDescriptor = {

@@ -68,9 +68,16 @@ extern "C" {
  *        writes keys and values quantized through th_kv_layout.quant_group and its scale members, and
  *        attention plugins read them (an engine with a q8_0 cache takes kvcache and attention plugins
  *        built against 1.6 or later); appended th_kvcache_vtable.seq_drop_blocks (OPTIONAL: a sliding
- *        window's release of a sequence's oldest blocks). */
+ *        window's release of a sequence's oldest blocks).
+ *   1.7  many models as one: model groups give th_route_candidate.cost_per_mtok and quality their
+ *        declared figures; appended th_route_request.max_tokens, cache_namespace, params_key,
+ *        deterministic, request_class and payer, th_route_decision.check_every, cached_tokens,
+ *        n_cached_tokens, cached_stop and n_samples, th_route_feedback.prompt_tokens through signal,
+ *        th_router_vtable.escalate (OPTIONAL: cascades escalate on the confidence signal,
+ *        th_route_signal) and select (OPTIONAL: ensembles, TH_ROUTE_ENSEMBLE); TH_ROUTE_CACHED is
+ *        served (as tokens). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 6
+#define TH_ABI_VERSION_MINOR 7
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

@@ -1,0 +1,134 @@
+// The router actor's state, shared by its two files: router.cpp (the engines it routes to, cancels,
+// drains, swaps) and route_plans.cpp (what it does with its router plugin's answer: one engine, a
+// cascade that escalates on the confidence signal, an ensemble, or a cached answer). Not a public
+// header: nothing outside the router actor includes it.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "actors/router.hpp"
+#include "actors/swap_latency.hpp"
+#include "routing/confidence.hpp"
+
+namespace tokenhost {
+
+// An engine the router forwards to. Requests in flight hold their entry, so an engine removed or
+// replaced while they run is still counted until they are answered.
+struct RoutedEntry {
+  RoutedEngine engine;
+  uint32_t in_flight = 0;
+};
+
+// One engine the plan runs on: the candidate the router plugin named, with its declared figures.
+struct PlanStage {
+  std::shared_ptr<RoutedEntry> entry;
+  uint32_t candidate = 0;
+  double cost = 1.0, quality = 1.0;
+};
+
+// What the router plugin decided for a request, checked.
+struct RoutePlan {
+  int32_t action = TH_ROUTE_TARGET;
+  std::vector<PlanStage> stages;  // TARGET: one; CASCADE: in order; ENSEMBLE: each answer's engine
+  uint32_t check_every = 0;       // CASCADE
+  bool escalates = false;         // CASCADE: the plugin has escalate() (else the first stage alone)
+  std::vector<int32_t> cached;    // CACHED
+  int32_t cached_stop = TH_STOP_NONE;
+};
+
+// A sequence of the stage that runs now, read from its own stream (the client's gets only the
+// tokens of the stage that answers).
+struct StageRun {
+  uint64_t seq = 0;  // its id at the engine
+  std::shared_ptr<TokenStream> stream;
+  std::shared_ptr<std::atomic<bool>> tick_queued;  // a stage_tick is on its way (one at a time)
+  size_t seen = 0;
+  std::vector<SampledToken> tokens;
+  size_t forwarded = 0;  // of tokens, pushed to the client's stream
+  routing::ConfidenceSignal signal;
+  uint32_t next_check = 0;  // ask escalate() once this many tokens are in (0: only at the end)
+  bool committed = false;   // accepted early: its tokens go to the client as they come
+  std::optional<GenerateResult> result;  // an ensemble's answer, once in
+};
+
+// One client sequence the router answers: its request, where it is in its plan, what it cost.
+struct RouteJob {
+  GenerateRequest req;  // as the gateway sent it: req.stream is the client's
+  caf::typed_response_promise<GenerateResult> rp;
+  std::optional<experiments::Routing> routing;  // the A/B arm it was routed by, if any
+  RoutePlan plan;
+  // th_route_request's keys (routing/route_keys.hpp), made once: the plugin's feedback repeats them.
+  uint64_t cache_namespace = 0, params_key = 0;
+  bool deterministic = false;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point answer_started = started;  // the answering stage's start
+  std::optional<std::chrono::steady_clock::time_point> first_token;  // the client's first (plans that buffer)
+  uint32_t stage = 0;                // CASCADE: the stage running
+  std::vector<StageRun> runs;        // CASCADE: the running stage's (one); ENSEMBLE: one per answer
+  size_t pending = 0;                // ENSEMBLE: answers not yet in
+  std::vector<RouteHop> path;
+  double cost = 0;
+  uint32_t engines_run = 0;
+  bool cancelled = false;
+};
+
+struct RouterState {
+  std::shared_ptr<PluginInstance> router;
+  std::vector<std::shared_ptr<RoutedEntry>> engines;  // those taking new requests, in name order
+  std::shared_ptr<experiments::ExperimentTable> experiments;
+  std::function<std::string(const std::string&, const std::vector<int32_t>&)> detokenize;
+  std::map<std::string, std::vector<RouteMember>> groups;
+  std::map<std::string, uint32_t> vocab_sizes;
+  metrics::Family* answers = nullptr;  // tokenhost_router_answers_total{model, how}
+  metrics::Family* costs = nullptr;    // tokenhost_router_cost_total{model}
+  uint64_t routed = 0;
+  uint64_t in_flight = 0;  // engine sequences awaited, over every entry, removed ones included
+  // Each engine sequence awaited, by its id there: the engine that holds it (a cancel goes there
+  // alone) and what to do with its result, called here too if that engine stops before answering.
+  struct Held {
+    std::shared_ptr<RoutedEntry> entry;
+    std::function<void(GenerateResult&)> done;
+  };
+  std::unordered_map<uint64_t, Held> holders;
+  // The client sequences not yet answered, by the id the gateway gave them.
+  std::unordered_map<uint64_t, std::shared_ptr<RouteJob>> jobs;
+  uint64_t private_ids = uint64_t(1) << 62;  // ids of the sequences a plan starts besides the client's
+  // Cancels that came before their request (the gateway's cancel and its start travel separately),
+  // oldest first; bounded, since a cancel may also come after the answer.
+  std::deque<uint64_t> early_cancels;
+  static constexpr size_t kMaxEarlyCancels = 1024;
+  bool draining = false;
+  SwapLatency swaps;  // the router has no steps: its swap is done once the new plugin is in place
+  static inline const char* name = "tokenhost.router";
+};
+
+using self_ptr = router_actor::stateful_pointer<RouterState>;
+
+inline std::shared_ptr<RoutedEntry>* find_engine(RouterState& s, const std::string& name) {
+  for (auto& e : s.engines)
+    if (e->engine.name == name) return &e;
+  return nullptr;
+}
+
+// --- route_plans.cpp ---
+// Routes req (the experiment's arm, else the router plugin's plan) and answers rp once done.
+void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<GenerateResult> rp);
+// A stage's stream changed: its new tokens read, its checkpoint taken.
+void stage_tick(self_ptr self, uint64_t client_id);
+// The client gave up on sequence id: every engine sequence of its plan is cancelled.
+void cancel_job(self_ptr self, RouteJob& job);
+// The engine sequence seq ended (or its engine stopped: r failed): its holder's continuation runs.
+void settle(self_ptr self, uint64_t seq, GenerateResult& r);
+// While draining, the router stays until every request it took has its answer delivered.
+void quit_when_idle(self_ptr self);
+
+}  // namespace tokenhost
