@@ -274,3 +274,32 @@ TEST_CASE("sampling: a greedy request's draft is accepted exactly when it is the
     REQUIRE(accepted == (draft == best));
   }
 }
+
+TEST_CASE("sampling: every token carries the entropy of the distribution it came from, against float64", "[sampling]") {
+  auto rng = fresh_rng("sampling entropy");
+  for (int round = 0; round < 40; ++round) {
+    const size_t n = 2 + rng() % 3000;
+    const auto logits = random_logits(rng, n, float(0.1 + double(rng() % 80) / 10.0));
+    const auto p = softmax(logits);
+    double want = 0;
+    for (double x : p)
+      if (x > 0) want -= x * std::log(x);
+    for (float temperature : {0.0f, 0.7f, 1.0f}) {
+      SamplingParams params;
+      params.temperature = temperature;  // the entropy is of the model's distribution, whatever the draw's temperature
+      params.seed = rng();
+      Sampler s(params);
+      const SampledToken t = s.sample(logits, {});
+      INFO("vocabulary " << n << ", temperature " << temperature);
+      CHECK(t.entropy == Approx(want).margin(1e-4).epsilon(1e-4));
+      CHECK(t.logprob == Approx(std::log(p[size_t(t.token)])).margin(1e-4));
+    }
+  }
+  // A certain token: no entropy; a uniform distribution: log n.
+  SamplingParams greedy;
+  Sampler s(greedy);
+  std::vector<float> sure(100, -1000.0f);
+  sure[3] = 10.0f;
+  CHECK(s.sample(sure, {}).entropy == Approx(0.0).margin(1e-6));
+  CHECK(s.sample(std::vector<float>(64, 0.5f), {}).entropy == Approx(std::log(64.0)).epsilon(1e-5));
+}
