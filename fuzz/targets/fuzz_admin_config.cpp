@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "api/client_json.hpp"
-#include "http/json_to_toml.hpp"
+#include "util/json_to_toml.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto body = tokenhost::api::parse_client_json(std::string_view(reinterpret_cast<const char*>(data), size));

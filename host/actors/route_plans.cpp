@@ -90,7 +90,7 @@ std::variant<RoutePlan, std::string> plan_route(RouterState& s, const RouteJob& 
   d.struct_size = sizeof d;
   d.cascade = cascade.data();
   th_error err;
-  auto& r = *s.router;
+  auto& r = *job.router;
   th_status st;
   try {
     st = r.call(&th_router_vtable::route, "route", r.handle(), &rr, &d, &err);
@@ -173,6 +173,11 @@ std::optional<std::variant<RoutePlan, std::string>> plan_by_experiment(RouterSta
   if (auto* why = std::get_if<std::string>(&routed)) return *why;
   auto* routing = std::get_if<experiments::Routing>(&routed);
   if (routing == nullptr) return std::nullopt;
+  if (routing->router) {  // a router arm: its router plans the request
+    job.router = routing->router;
+    job.routing = std::move(*routing);
+    return plan_route(s, job);
+  }
   auto* entry = find_engine(s, routing->engine);
   if (entry == nullptr) return "engine '" + routing->engine + "' of the experiment's arm is not taking requests";
   RoutePlan plan;
@@ -190,6 +195,8 @@ void record_experiment_outcome(RouterState& s, const std::optional<experiments::
   o.ttft_s = r.ttft_s;
   o.itl_s = r.itl_s;
   o.e2e_s = r.e2e_s;
+  o.cached = r.cached;
+  o.cost = r.cost;
   s.experiments->record(*routing, o);
 }
 
@@ -235,7 +242,7 @@ void forward(RouteJob& job, StageRun& run) {
 }
 
 void feedback(RouterState& s, const RouteJob& job, const GenerateResult& r, const th_route_signal* sig) {
-  auto& plugin = *s.router;
+  auto& plugin = *job.router;
   if (!plugin.fn(&th_router_vtable::feedback)) return;
   const std::string text = s.detokenize ? s.detokenize(r.model.empty() ? job.req.model : r.model, r.tokens) : std::string();
   th_route_feedback f{};
@@ -312,8 +319,8 @@ void run_on(self_ptr self, const std::shared_ptr<RoutedEntry>& entry, GenerateRe
 }
 
 // The plugin's verdict at a cascade stage's checkpoint, or why the request fails.
-std::variant<int32_t, std::string> ask_escalate(RouterState& s, const RouteJob& job, const StageRun& run, int32_t stop) {
-  auto& p = *s.router;
+std::variant<int32_t, std::string> ask_escalate(const RouteJob& job, const StageRun& run, int32_t stop) {
+  auto& p = *job.router;
   if (!p.fn(&th_router_vtable::escalate)) return int32_t(TH_STAGE_CONTINUE);  // swapped for a router without it
   const PlanStage& st = job.plan.stages[job.stage];
   const th_route_signal sig = run.signal.signal(stop);
@@ -377,7 +384,7 @@ void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t se
   read_new(run);
   if (r.finish_reason == "error" && !job->cancelled) return escalate(self, job, "failed");
   if (!run.committed && r.finish_reason != "cancelled") {
-    auto verdict = ask_escalate(s, *job, run, routing::stop_of(r.finish_reason));
+    auto verdict = ask_escalate(*job, run, routing::stop_of(r.finish_reason));
     if (auto* why = std::get_if<std::string>(&verdict)) return fail(self, job, *why);
     if (std::get<int32_t>(verdict) == TH_STAGE_ESCALATE) return escalate(self, job, "escalated");
   }
@@ -449,7 +456,7 @@ void choose_answer(self_ptr self, const std::shared_ptr<RouteJob>& job) {
   size_t chosen = ok[0];
   for (size_t i : ok)
     if (sigs[i].mean_logprob > sigs[chosen].mean_logprob) chosen = i;
-  auto& p = *s.router;
+  auto& p = *job->router;
   if (p.fn(&th_router_vtable::select)) {
     std::vector<th_route_answer> answers(job->runs.size());
     std::vector<std::string> texts(job->runs.size());
@@ -557,6 +564,7 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   auto job = std::make_shared<RouteJob>();
   job->req = std::move(req);
   job->rp = rp;
+  job->router = s.router;
   const GenerateRequest& q = job->req;
   const routing::AnswerParams params{q.model, q.sampling, q.seeded, q.max_tokens, q.ignore_eos, q.logprobs, q.max_draft};
   job->cache_namespace = cache_namespace(q.api_key, q.cache_salt);
@@ -595,7 +603,7 @@ void stage_tick(self_ptr self, uint64_t client_id) {
   if (run.committed) return forward(*job, run);
   const uint32_t every = job->plan.check_every;
   while (every > 0 && !job->cancelled && run.tokens.size() >= run.next_check) {
-    auto verdict = ask_escalate(s, *job, run, TH_STOP_NONE);
+    auto verdict = ask_escalate(*job, run, TH_STOP_NONE);
     if (auto* why = std::get_if<std::string>(&verdict)) return fail(self, job, *why);
     switch (std::get<int32_t>(verdict)) {
       case TH_STAGE_ESCALATE: return escalate(self, job, "escalated");

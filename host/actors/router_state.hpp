@@ -66,6 +66,8 @@ struct RouteJob {
   caf::typed_response_promise<GenerateResult> rp;
   std::optional<experiments::Routing> routing;  // the A/B arm it was routed by, if any
   RoutePlan plan;
+  // The router plugin that plans it: the deployment's, or its A/B arm's (a router arm).
+  std::shared_ptr<PluginInstance> router;
   // th_route_request's keys (routing/route_keys.hpp), made once: the plugin's feedback repeats them.
   uint64_t cache_namespace = 0, params_key = 0;
   bool deterministic = false;

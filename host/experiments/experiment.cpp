@@ -82,6 +82,15 @@ std::vector<Problem> validate(const ExperimentSpec& spec, const std::vector<Engi
       if (!valid_name(a.holdback_classes[k]))
         add({"arms", at, "holdback_classes", std::to_string(k)},
             "request class '" + a.holdback_classes[k] + "' must be 1-64 letters, digits, '_' or '-'");
+    if (!a.router.empty()) {
+      if (!a.engine.empty()) add({"arms", at, "engine"}, "arm '" + a.name + "' names an engine and a router; an arm is one or the other");
+      if (spec.arms[0].router.empty()) add({"arms", at, router_arm_key()}, "arm '" + a.name + "' is a router, the first arm an engine: arms are all engines or all routers");
+      continue;
+    }
+    if (!spec.arms[0].router.empty()) {
+      add({"arms", at, "engine"}, "arm '" + a.name + "' is an engine, the first arm a router: arms are all engines or all routers");
+      continue;
+    }
     auto e = std::find_if(engines.begin(), engines.end(), [&](const EngineView& v) { return v.name == a.engine; });
     if (e == engines.end()) {
       add({"arms", at, "engine"}, "arm '" + a.name + "': no engine '" + a.engine + "'" + suggestion(a.engine, known), 404);
@@ -96,6 +105,12 @@ std::vector<Problem> validate(const ExperimentSpec& spec, const std::vector<Engi
     if (!e->experiment.empty() && e->experiment != spec.name)
       add({"arms", at, "engine"}, "arm '" + a.name + "': engine '" + a.engine + "' is an arm of running experiment '" +
                                       e->experiment + "'; stop it first", 409);
+  }
+  if (!spec.arms.empty() && !spec.arms[0].router.empty()) {
+    if (spec.model.empty()) add({"model"}, "an experiment between routers names the model (or group) it splits: 'model'");
+    model = spec.model;
+  } else if (!spec.model.empty() && !model.empty() && spec.model != model) {
+    add({"model"}, "'model' is '" + spec.model + "' but the arms' engines serve '" + model + "'");
   }
   if (!spec.arms.empty() && total != 100)
     add({"arms"}, "the arms' percents sum to " + std::to_string(total) + "; they must sum to 100");
@@ -187,9 +202,10 @@ const json* arms_array(JsonReader& r, const json& body, bool required) {
 std::variant<ExperimentSpec, std::vector<Problem>> spec_from_json(const json& body) {
   JsonReader r;
   if (!body.is_object()) return std::vector<Problem>{{{}, "the experiment must be a JSON object", 400}};
-  r.keys(body, {"name", "sticky_key", "arms", "allow_request_choice", "min_samples"}, {});
+  r.keys(body, {"name", "model", "sticky_key", "arms", "allow_request_choice", "min_samples"}, {});
   ExperimentSpec spec;
   spec.name = r.get<std::string>(body, "name", {}, true, "a string").value_or("");
+  spec.model = r.get<std::string>(body, "model", {}, false, "a model's or a group's name").value_or("");
   if (auto key = r.get<std::string>(body, "sticky_key", {}, false, "a string")) {
     auto k = sticky_key_from_name(*key);
     if (!k) r.bad({"sticky_key"}, "unknown sticky_key '" + *key + "'" + suggestion(*key, {"session", "user", "api_key", "none"}));
@@ -204,10 +220,16 @@ std::variant<ExperimentSpec, std::vector<Problem>> spec_from_json(const json& bo
     for (size_t i = 0; i < arms->size(); ++i) {
       const json& a = (*arms)[i];
       const std::vector<std::string> at = {"arms", std::to_string(i)};
-      r.keys(a, {"name", "engine", "percent", "holdback_classes"}, at);
+      r.keys(a, {"name", "engine", router_arm_key(), "config", "percent", "holdback_classes"}, at);
       ArmSpec arm;
       arm.name = r.get<std::string>(a, "name", at, true, "a string").value_or("");
-      arm.engine = r.get<std::string>(a, "engine", at, true, "an engine name").value_or("");
+      arm.router = r.get<std::string>(a, router_arm_key(), at, false, "a router plugin's id").value_or("");
+      arm.engine = r.get<std::string>(a, "engine", at, arm.router.empty(), "an engine name (or a router plugin's id under the router slot's name)").value_or("");
+      if (auto c = a.find("config"); c != a.end() && !c->is_null()) {
+        if (arm.router.empty()) r.bad({"arms", std::to_string(i), "config"}, "'config' belongs to a router arm (with 'router')");
+        else if (!c->is_object()) r.bad({"arms", std::to_string(i), "config"}, "'config' must be an object (the router plugin's settings)");
+        else arm.router_config = *c;
+      }
       arm.percent = int(std::clamp<int64_t>(r.get<int64_t>(a, "percent", at, true, "an integer 0-100").value_or(0), -1, 101));
       arm.holdback_classes = r.strings(a, "holdback_classes", at).value_or(std::vector<std::string>{});
       spec.arms.push_back(std::move(arm));
@@ -230,9 +252,10 @@ std::variant<ExperimentSpec, std::vector<Problem>> apply_change(const Experiment
     for (size_t i = 0; i < arms->size(); ++i) {
       const json& a = (*arms)[i];
       const std::vector<std::string> at = {"arms", std::to_string(i)};
-      if (a.contains("engine"))
-        r.bad({"arms", std::to_string(i), "engine"}, "an arm's engine cannot change while the experiment runs; stop it and start another");
-      r.keys(a, {"name", "percent", "holdback_classes", "engine"}, at);
+      for (const std::string& fixed : {std::string("engine"), router_arm_key(), std::string("config")})
+        if (a.contains(fixed))
+          r.bad({"arms", std::to_string(i), fixed}, "an arm's " + fixed + " cannot change while the experiment runs; stop it and start another");
+      r.keys(a, {"name", "percent", "holdback_classes", "engine", router_arm_key(), "config"}, at);
       auto name = r.get<std::string>(a, "name", at, true, "the name of an arm");
       if (!name) continue;
       auto it = std::find_if(out.arms.begin(), out.arms.end(), [&](const ArmSpec& x) { return x.name == *name; });

@@ -1,4 +1,6 @@
-// An A/B experiment between engines serving one model: its definition, its validation, and how a
+// An A/B experiment on one model: between engines serving it (an arm is an engine), or between router
+// configurations over the same engines (an arm is a router plugin with its config, which plans the
+// arm's requests: cascade thresholds, routing policies); its definition, its validation, and how a
 // request is assigned to an arm.
 //
 // Assignment is sticky: a request's key (its session, user or API key, as the experiment says) and the
@@ -19,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plugin/kind.hpp"
+
 namespace tokenhost::experiments {
 
 enum class StickyKey { session, user, api_key, none };
@@ -27,15 +31,24 @@ enum class StickyKey { session, user, api_key, none };
 const char* sticky_key_name(StickyKey key);
 std::optional<StickyKey> sticky_key_from_name(const std::string& name);
 
+// The key that names a router arm's plugin ("arms": [{"router": ...}]): the router slot's name, since
+// the arm fills that slot for its requests.
+inline std::string router_arm_key() { return slot_of(TH_KIND_ROUTER).name(); }
+
 struct ArmSpec {
   std::string name;
-  std::string engine;
+  std::string engine;  // an engine arm's engine; "" for a router arm
   int percent = 0;                           // of the experiment's traffic, 0-100; the arms' sum is 100
   std::vector<std::string> holdback_classes;  // request classes this arm never serves
+  // A router arm's router plugin and its config (a JSON object); "" for an engine arm.
+  std::string router = "";
+  nlohmann::json router_config = nlohmann::json::object();
 };
 
 struct ExperimentSpec {
   std::string name;
+  // The model (or group) a router-arm experiment splits; "" for engine arms (their engines' model).
+  std::string model;
   StickyKey sticky_key = StickyKey::session;
   std::vector<ArmSpec> arms;  // the first is the baseline the others are compared with
   bool allow_request_choice = false;  // a request may pick its arm ("tokenhost": {"arm": ...})
@@ -66,7 +79,8 @@ struct EngineView {
 
 // Every problem of spec, in document order; empty when it is valid. Checks: a name of letters, digits,
 // '_', '-' (it appears in URLs and metric labels); at least two arms with unique names of the same
-// kind; engines that exist, are distinct and serve one model; percents 0-100 summing to 100; no request
+// kind (all engines or all routers; router arms need the experiment's model; whether the model is
+// served and the routers load is the server's to check); engines that exist, are distinct and serve one model; percents 0-100 summing to 100; no request
 // class held back from every arm (or from every arm with traffic); no engine in another running
 // experiment; no other running experiment on the model.
 std::vector<Problem> validate(const ExperimentSpec& spec, const std::vector<EngineView>& engines,

@@ -24,6 +24,8 @@ struct ArmStats {
   uint64_t requests = 0, failed = 0, tokens_out = 0;  // compared requests
   uint64_t held_back = 0, chosen = 0;                 // served, not compared
   uint64_t served_for_down_arms = 0;                  // served in place of an arm whose engine was down
+  uint64_t cached = 0;  // compared requests a router's cache answered (out of the latency samples)
+  double cost = 0;      // the cost the router accounted for the compared requests
   Sample ttft, itl, e2e;
   std::vector<ArmGap> gaps;
   bool down() const { return !gaps.empty() && gaps.back().to_unix == 0; }
@@ -125,6 +127,7 @@ struct Experiment {
   int64_t started_unix = 0;
   Clock::time_point started, stopped;
   std::vector<ArmStats> arms;
+  std::vector<std::shared_ptr<PluginInstance>> routers;  // router arms: each arm's instance
   std::vector<MetricValues> metrics_at_start, metrics_at_stop;  // per arm
   // Requests without a key take buckets along a golden-ratio sequence from a random start: any run of
   // them splits within a request or two of the arms' percentages, where independent draws drift by
@@ -141,9 +144,11 @@ std::shared_ptr<Experiment> ExperimentTable::find_locked(const std::string& name
   return nullptr;
 }
 
-std::optional<Problem> ExperimentTable::start(const ExperimentSpec& spec, const std::string& model) {
+std::optional<Problem> ExperimentTable::start(const ExperimentSpec& spec, const std::string& model,
+                                              std::vector<std::shared_ptr<PluginInstance>> routers) {
   auto x = std::make_shared<Experiment>();
   x->spec = spec;
+  x->routers = std::move(routers);
   std::mt19937_64 rng{std::random_device{}()};
   x->keyless_start = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
   x->model = model;
@@ -263,6 +268,7 @@ std::variant<std::monostate, Routing, std::string> ExperimentTable::route(const 
     for (size_t i = 0; i < x->spec.arms.size(); ++i)
       if (x->spec.arms[i].name == keys.arm) r.arm = i;
     r.engine = x->spec.arms[r.arm].engine;
+    if (r.arm < x->routers.size()) r.router = x->routers[r.arm];
     r.kind = Routing::Kind::chosen;
     return r;
   }
@@ -292,6 +298,7 @@ std::variant<std::monostate, Routing, std::string> ExperimentTable::route(const 
     }
   }
   r.engine = x->spec.arms[r.arm].engine;
+  if (r.arm < x->routers.size()) r.router = x->routers[r.arm];
   return r;
 }
 
@@ -330,7 +337,9 @@ void ExperimentTable::record(const Routing& routing, const Outcome& o) {
   ++s.requests;
   if (o.failed) ++s.failed;
   s.tokens_out += o.tokens_out;
-  if (o.failed) return;
+  s.cost += o.cost;
+  if (o.cached) ++s.cached;
+  if (o.failed || o.cached) return;  // a cached answer's latency is no engine's: compared apart
   if (o.ttft_s) s.ttft.add(*o.ttft_s);
   if (o.itl_s) s.itl.add(*o.itl_s);
   if (o.completed && o.e2e_s) s.e2e.add(*o.e2e_s);
@@ -341,8 +350,14 @@ json ExperimentTable::list() const {
   json out = json::array();
   for (const auto& x : experiments_) {
     json arms = json::array();
-    for (const auto& a : x->spec.arms)
-      arms.push_back({{"name", a.name}, {"engine", a.engine}, {"percent", a.percent}, {"holdback_classes", a.holdback_classes}});
+    for (const auto& a : x->spec.arms) {
+      json arm = {{"name", a.name}, {"engine", a.engine}, {"percent", a.percent}, {"holdback_classes", a.holdback_classes}};
+      if (!a.router.empty()) {
+        arm[router_arm_key()] = a.router;
+        arm["config"] = a.router_config;
+      }
+      arms.push_back(std::move(arm));
+    }
     out.push_back({{"name", x->spec.name},
                    {"state", x->running ? "running" : "stopped"},
                    {"model", x->model},
@@ -396,6 +411,8 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"engine", spec.engine},
               {"percent", spec.percent},
               {"requests", s.requests},
+              {"cached", s.cached},
+              {"cost", s.cost},
               {"failed", s.failed},
               {"held_back", s.held_back},
               {"chosen", s.chosen},
@@ -409,6 +426,10 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"prefix_cache", prefix_cache_json(step)},
               {"plugin_metrics", plugin}};
     for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
+    if (!spec.router.empty()) {
+      a[router_arm_key()] = spec.router;
+      a["config"] = spec.router_config;
+    }
     arms.push_back(std::move(a));
   }
   json comparisons = json::array();

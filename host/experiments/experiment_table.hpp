@@ -18,6 +18,7 @@
 #include "experiments/experiment.hpp"
 #include "experiments/statistics.hpp"
 #include "metrics/metrics.hpp"
+#include "plugin/instance.hpp"
 
 namespace tokenhost::experiments {
 
@@ -40,7 +41,8 @@ struct Routing {
   enum class Kind { compared, held_back, chosen, displaced };
   std::shared_ptr<Experiment> experiment;
   size_t arm = 0;
-  std::string engine;
+  std::string engine;  // an engine arm's; "" for a router arm
+  std::shared_ptr<PluginInstance> router;  // a router arm's instance, which plans the request; NULL for an engine arm
   Kind kind = Kind::compared;
 };
 
@@ -50,6 +52,9 @@ struct Outcome {
   bool completed = false;  // ended by length or end of sequence (not cancelled, not failed)
   uint32_t tokens_out = 0;
   std::optional<double> ttft_s, itl_s, e2e_s;  // itl_s: the request's mean inter-token gap
+  // A router's cache answered it: counted apart, and out of the latency comparison (no engine ran).
+  bool cached = false;
+  double cost = 0;  // the cost the router accounted (GenerateResult::cost)
 };
 
 // Values of the metrics of one engine (see metrics::Registry::values_where): its plugin metrics
@@ -64,7 +69,9 @@ class ExperimentTable {
 
   // Starts spec, which the caller has validated against the server's engines (validate() with
   // engine_views() of the engines). Refuses (Problem, 409) a name in use by a running or stopped one.
-  std::optional<Problem> start(const ExperimentSpec& spec, const std::string& model);
+  // routers: a router arm's instance per arm (empty for engine arms); the router calls them.
+  std::optional<Problem> start(const ExperimentSpec& spec, const std::string& model,
+                               std::vector<std::shared_ptr<PluginInstance>> routers = {});
   // A Problem (409) when an experiment, running or stopped, has this name.
   std::optional<Problem> name_taken(const std::string& name) const;
   // Applies a split change (the admin API's PATCH body) when it is valid against engines. Nothing

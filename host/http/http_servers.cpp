@@ -16,7 +16,7 @@
 #include "http/admin_json.hpp"
 #include "http/dashboard_route.hpp"
 #include "http/http_tls.hpp"
-#include "http/json_to_toml.hpp"
+#include "util/json_to_toml.hpp"
 #include "http/gateway_routes.hpp"
 #include "http/tokenize_routes.hpp"
 #include "plugin/kind.hpp"

@@ -70,11 +70,14 @@ std::vector<experiments::ExperimentSpec> read_experiments(const TomlReader& r, c
     auto spec = std::get<experiments::ExperimentSpec>(parsed);
     // Experiments declared before this one run too: one per model, an engine in one of them.
     std::vector<std::string> on_model;
-    std::string model;
-    for (const auto& v : views)
-      if (!spec.arms.empty() && v.name == spec.arms.front().engine) model = v.model;
+    auto model_of = [&](const experiments::ExperimentSpec& x) {
+      if (!x.model.empty() || x.arms.empty()) return x.model;  // router arms name it
+      auto e = engines.find(x.arms.front().engine);
+      return e == engines.end() ? std::string() : e->second.model;
+    };
+    const std::string model = model_of(spec);
     for (const auto& other : out)
-      if (engines.at(other.arms.front().engine).model == model) on_model.push_back(other.name);
+      if (model_of(other) == model) on_model.push_back(other.name);
     auto problems = experiments::validate(spec, views, on_model);
     if (!problems.empty()) fail(problems.front());
     for (auto& v : views)

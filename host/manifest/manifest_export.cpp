@@ -1,5 +1,7 @@
 #include "manifest/manifest_export.hpp"
 
+#include "util/json_to_toml.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -42,6 +44,7 @@ toml::table engine_table(const EngineDecl& e) {
 
 toml::table experiment_table(const experiments::ExperimentSpec& x) {
   toml::table t;
+  if (!x.model.empty()) t.insert("model", x.model);
   t.insert("sticky_key", experiments::sticky_key_name(x.sticky_key));
   t.insert("allow_request_choice", x.allow_request_choice);
   t.insert("min_samples", int64_t(x.min_samples));
@@ -49,7 +52,12 @@ toml::table experiment_table(const experiments::ExperimentSpec& x) {
   for (const auto& a : x.arms) {
     toml::table arm;
     arm.insert("name", a.name);
-    arm.insert("engine", a.engine);
+    if (a.router.empty()) {
+      arm.insert("engine", a.engine);
+    } else {
+      arm.insert(experiments::router_arm_key(), a.router);
+      arm.insert("config", json_to_toml(a.router_config));
+    }
     arm.insert("percent", int64_t(a.percent));
     if (!a.holdback_classes.empty()) {
       toml::array classes;

@@ -124,6 +124,9 @@ class Server {
   // The model groups' entries among the served models ([groups]; their members checked to share a
   // tokenizer), then every entry in name order. Throws naming a group it cannot serve.
   void add_groups(std::vector<ServedModel>& served);
+  // A router arm's instance (its plugin loaded, its config checked, created); refuses (AdminError)
+  // naming the arm.
+  std::shared_ptr<PluginInstance> make_arm_router(const experiments::ExperimentSpec& spec, size_t arm);
   // Builds an engine from decl in place of down engine `down` (its predecessor's last good plugins
   // kept), routes to it and puts it in the table. Throws std::runtime_error (nothing changed then).
   // Needs admin_mutex_.

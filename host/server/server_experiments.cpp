@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/server.hpp"
+#include "util/json_to_toml.hpp"
 #include "util/text.hpp"
 
 namespace tokenhost {
@@ -36,18 +37,49 @@ void Server::label_arms() {
   metrics_.set_derived_labels(std::move(labels));
 }
 
+std::shared_ptr<PluginInstance> Server::make_arm_router(const experiments::ExperimentSpec& spec, size_t arm) {
+  const experiments::ArmSpec& a = spec.arms[arm];
+  const std::vector<std::string> at = {"arms", std::to_string(arm), experiments::router_arm_key()};
+  LoadReply loaded = factory_->load_library(a.router);
+  if (!loaded.manifest) refuse({{at, "arm '" + a.name + "': " + loaded.error, loaded.not_found ? 404 : 400}});
+  SlotDecl decl;
+  try {
+    decl = read_slot_change(*loaded.manifest, slot_of(TH_KIND_ROUTER).name(), json_to_toml(a.router_config),
+                            "experiment " + spec.name + " arm " + a.name);
+  } catch (const ManifestError& e) {
+    refuse({{{"arms", std::to_string(arm), "config"}, "arm '" + a.name + "': " + e.message()}});
+  } catch (const std::invalid_argument& e) {
+    refuse({{{"arms", std::to_string(arm), "config"}, "arm '" + a.name + "': " + e.what()}});
+  }
+  if (!loaded.library) refuse({{at, "arm '" + a.name + "': " + loaded.error, 422}});
+  try {
+    return factory_->make_instance(nullptr, slot_of(TH_KIND_ROUTER), decl, std::move(loaded.library));
+  } catch (const std::exception& e) {
+    refuse({{at, "arm '" + a.name + "': " + e.what(), 422}});
+  }
+}
+
 void Server::start_experiment_checked(const experiments::ExperimentSpec& spec) {
   if (auto taken = experiments_->name_taken(spec.name)) refuse({*taken});
   auto views = engine_views();
-  std::string model;
+  const bool routers = !spec.arms.empty() && !spec.arms.front().router.empty();
+  std::string model = routers ? spec.model : "";
   for (const auto& v : views)
-    if (!spec.arms.empty() && v.name == spec.arms.front().engine) model = v.model;
+    if (!routers && !spec.arms.empty() && v.name == spec.arms.front().engine) model = v.model;
   auto problems = experiments::validate(spec, views, experiments_->running_on_model(model));
   if (!problems.empty()) refuse(problems);
-  if (auto p = experiments_->start(spec, model)) refuse({*p});
+  std::vector<std::shared_ptr<PluginInstance>> instances;
+  if (routers) {
+    // The arms plan the requests of a model (or group) that engines serve, each through its own router.
+    if (!deployment_.groups.count(model) && engines_->engines_serving(model) == 0)
+      refuse({{{"model"}, "no model or group '" + model + "' is served here", 404}});
+    for (size_t i = 0; i < spec.arms.size(); ++i) instances.push_back(make_arm_router(spec, i));
+  }
+  if (auto p = experiments_->start(spec, model, std::move(instances))) refuse({*p});
   label_arms();
   std::vector<std::string> arms;
-  for (const auto& a : spec.arms) arms.push_back(a.name + "=" + a.engine + " " + std::to_string(a.percent) + "%");
+  for (const auto& a : spec.arms)
+    arms.push_back(a.name + "=" + (a.router.empty() ? a.engine : a.router + " " + a.router_config.dump()) + " " + std::to_string(a.percent) + "%");
   spdlog::info("experiment {} started on model {}: {} (sticky by {})", spec.name, model, join(arms, ", "),
                experiments::sticky_key_name(spec.sticky_key));
 }

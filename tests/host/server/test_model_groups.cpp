@@ -335,3 +335,70 @@ TEST_CASE("groups: over HTTP, the response names the model that answered and the
   CHECK(plain.body["model"] == "full");
   CHECK_FALSE(plain.body.contains("tokenhost"));
 }
+
+TEST_CASE("groups: an A/B experiment between router configurations splits and reports like an engine one", "[server][groups][experiments]") {
+  Server server(read_deployment("ab.toml", group_manifest("plugin = \"router.round_robin\"", R"(
+[experiments.thresholds]
+model = "stories"
+sticky_key = "none"
+min_samples = 5
+arms = [
+  { name = "keep", router = "router.cascade", config = { threshold = -1000.0 }, percent = 50 },
+  { name = "escalate", router = "router.cascade", config = { threshold = 0.0, cache = true }, percent = 50 },
+]
+)")));
+  std::map<std::string, int> by_model;
+  for (int i = 0; i < 40; ++i) {
+    const GenerateResult g = server.gateway().generate(ask(server, "stories", kPrompts[size_t(i) % 4], 12));
+    REQUIRE(g.finish_reason == "length");
+    ++by_model[g.cached ? "cache" : g.model];
+    // Each arm's router planned its requests: "keep" never escalates, "escalate" always does.
+    if (!g.cached) CHECK(g.path.size() == (g.model == "q4" ? 1u : 2u));
+  }
+  const nlohmann::json report = server.experiment_report("thresholds");
+  const auto& arms = report["arms"];
+  REQUIRE(arms.size() == 2);
+  CHECK(arms[0]["router"] == "router.cascade");
+  CHECK(arms[1]["config"]["threshold"] == 0.0);
+  CHECK(arms[0]["requests"].get<int>() + arms[1]["requests"].get<int>() == 40);
+  CHECK(std::abs(arms[0]["requests"].get<int>() - 20) <= 2);  // a keyless split follows the percentages within a request or two
+  CHECK(by_model["q4"] == arms[0]["requests"].get<int>());
+  // The escalating arm's repeated prompts come from its cache: counted apart, out of the latency samples.
+  const int cached = arms[1]["cached"].get<int>();
+  CHECK(cached == by_model["cache"]);
+  CHECK(cached >= 10);
+  CHECK(arms[1]["e2e_s"]["n"].get<int>() == arms[1]["requests"].get<int>() - cached);
+  // Per generated answer, keeping the small model costs 0.3 of the tokens, escalating 1.3.
+  const double keep = arms[0]["cost"].get<double>() / arms[0]["requests"].get<double>();
+  const double escalate = arms[1]["cost"].get<double>() / double(arms[1]["requests"].get<int>() - cached);
+  CHECK(keep / escalate == Approx(0.3 / 1.3).epsilon(0.05));
+  // Through the admin API's JSON: a router arm that does not load, or a model not served, is refused.
+  server.stop_experiment("thresholds");
+  auto refused = [&](const nlohmann::json& body) {
+    try {
+      server.start_experiment(body);
+    } catch (const AdminError& e) {
+      return std::string(e.what());
+    }
+    return std::string("started");
+  };
+  nlohmann::json body = {{"name", "x"}, {"model", "stories"}, {"sticky_key", "none"},
+                         {"arms", {{{"name", "a"}, {"router", "router.cascade"}, {"percent", 50}},
+                                   {{"name", "b"}, {"router", "router.cascade"}, {"config", {{"threshold", "high"}}}, {"percent", 50}}}}};
+  CHECK_THAT(refused(body), Contains("arms[1].config") && Contains("threshold"));
+  body["arms"][1]["config"] = {{"threshold", -0.5}};
+  body["model"] = "nothing";
+  CHECK_THAT(refused(body), Contains("no model or group 'nothing'"));
+  body["model"] = "stories";
+  body["arms"][1]["router"] = "router.none";
+  CHECK_THAT(refused(body), Contains("arms[1].router"));
+  body["arms"][1] = {{"name", "b"}, {"engine", "large"}, {"percent", 50}};
+  CHECK_THAT(refused(body), Contains("all engines or all routers"));
+  body.erase("model");
+  body["arms"][0] = {{"name", "a"}, {"router", "router.cascade"}, {"percent", 50}};
+  body["arms"][1] = {{"name", "b"}, {"router", "router.vote"}, {"percent", 50}};
+  CHECK_THAT(refused(body), Contains("names the model"));
+  body["model"] = "stories";
+  CHECK(refused(body) == "started");
+  CHECK(server.experiments()["experiments"].size() == 2);
+}

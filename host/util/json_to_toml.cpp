@@ -1,4 +1,4 @@
-#include "http/json_to_toml.hpp"
+#include "util/json_to_toml.hpp"
 
 #include <stdexcept>
 #include <string>
