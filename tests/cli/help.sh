@@ -20,6 +20,11 @@ check "generate" "--kv-dtype"
 check "tokenize" "--pieces"
 check "quantize" "multiple of the type's"
 check "serve" "--admin-port"
+check "key-id" "payer id"
+# key-id: the same id for a key given as an argument or on stdin, another for another key.
+a=$($tokenhost key-id secret-key-one) b=$(echo secret-key-one | $tokenhost key-id) c=$($tokenhost key-id secret-key-two)
+[[ "$a" =~ ^key-[0-9a-f]{16}$ && "$a" == "$b" && "$a" != "$c" ]] || { echo "FAIL: key-id gave '$a', '$b', '$c'"; exit 1; }
+echo "ok: key-id"
 if $tokenhost frobnicate >/dev/null 2>&1; then echo "FAIL: an unknown command exited 0"; exit 1; fi
 version=$($tokenhost --version)
 grep -qE '^tokenhost [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI [0-9]+\.[0-9]+\)$' <<<"$version" || { echo "FAIL: --version said '$version'"; exit 1; }
