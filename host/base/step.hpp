@@ -71,6 +71,10 @@ struct StepItem {
 
 struct StepBatch {
   std::vector<StepItem> items;
+  // When set, the backend writes here every row's final hidden state after the output norm, [rows][dim]
+  // in item then row order: what an embedding pools (runtime/generator.hpp, Generator::embed). NULL:
+  // only the marked rows' logits are computed.
+  std::vector<float>* hidden = nullptr;
 };
 
 }  // namespace tokenhost

@@ -10,6 +10,7 @@
 #include "http/exchange_pump.hpp"
 #include "manifest/deployment.hpp"
 #include "request/client_request.hpp"
+#include "request/embeddings_request.hpp"
 #include "server/gateway.hpp"
 
 namespace tokenhost {
@@ -137,6 +138,18 @@ void add_gateway_routes(HttpListener& listener, Gateway& gateway, const ServerDe
     listener.route_async(
         "POST", path, [&gateway, &server, route = route](std::shared_ptr<HttpExchange> ex) { serve(gateway, server, route, ex); },
         HttpListener::StartOn::handler_thread);
+  listener.route_async(
+      "POST", "/v1/embeddings",
+      [&gateway, &server](std::shared_ptr<HttpExchange> ex) {
+        const HttpRequest& http = ex->request();
+        request::Caller caller;
+        caller.request_id = http.id;
+        caller.api_key = bearer_token(http);
+        caller.client = gateway_client(http, server);
+        caller.address = http.remote_addr + ":" + std::to_string(http.remote_port);
+        ex->reply(to_http(request::embeddings(gateway, http.body, caller)));
+      },
+      HttpListener::StartOn::handler_thread);
   listener.route("GET", "/v1/models", [&gateway](const HttpRequest&, HttpResponse& res) {
     std::vector<api::ModelCard> cards;
     for (const auto& m : gateway.models())  // public names: a group's members answer by name but are not listed

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 namespace tokenhost {
@@ -80,6 +81,44 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
   }
   stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();
   return stats;
+}
+
+std::vector<float> Generator::embed(const std::vector<int32_t>& tokens) {
+  if (tokens.empty()) throw std::invalid_argument("the input is empty");
+  const uint32_t context = weights_->spec.info.context_len, dim = weights_->spec.info.dim;
+  if (tokens.size() > context)
+    throw std::invalid_argument("the input has " + std::to_string(tokens.size()) + " tokens; the context holds " + std::to_string(context));
+  const uint64_t seq = next_seq_++;
+  const StepPlugins plugins{&plugins_};
+  struct Release {
+    const PluginInstance& kv;
+    uint64_t seq;
+    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
+  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
+  std::vector<double> sum(dim, 0.0);
+  std::vector<float> hidden;
+  for (uint32_t at = 0; at < tokens.size(); at += prefill_chunk_) {
+    StepItem item;
+    item.seq_id = seq;
+    item.start = at;
+    const uint32_t end = std::min<uint32_t>(uint32_t(tokens.size()), at + prefill_chunk_);
+    item.tokens.assign(tokens.begin() + at, tokens.begin() + end);
+    item.sample = end == tokens.size();  // one row's logits, unused: the step's shape stays the usual one
+    StepBatch batch{{item}};
+    batch.hidden = &hidden;
+    backend_->run_step(*weights_, batch, plugins);
+    for (size_t r = 0; r < item.tokens.size(); ++r)
+      for (uint32_t d = 0; d < dim; ++d) sum[d] += hidden[r * dim + d];
+  }
+  double norm = 0;
+  for (double& v : sum) {
+    v /= double(tokens.size());
+    norm += v * v;
+  }
+  norm = std::sqrt(norm);
+  std::vector<float> out(dim);
+  for (uint32_t d = 0; d < dim; ++d) out[d] = float(norm > 0 ? sum[d] / norm : 0.0);
+  return out;
 }
 
 }  // namespace tokenhost

@@ -42,6 +42,12 @@ class Generator {
                            const OnToken& on_token);
 
   static int32_t greedy(const std::vector<float>& logits);
+  // The embedding of tokens as llama-server's mean pooling gives it: the mean over every position of
+  // the final hidden state after the output norm, scaled to unit Euclidean length (OpenAI's
+  // embeddings are). Computed alone (chunked prefill, the KV cache released before it returns): the
+  // same tokens give the same vector whatever else is asked. Throws std::invalid_argument for an empty
+  // input or one longer than the context.
+  std::vector<float> embed(const std::vector<int32_t>& tokens);
 
  private:
   std::shared_ptr<const ModelWeights> weights_;

@@ -1,5 +1,7 @@
 #include "server/engine_factory.hpp"
 
+#include "runtime/generator.hpp"
+
 #include <spdlog/spdlog.h>
 
 #include "actors/engine.hpp"
@@ -181,6 +183,30 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
                                  std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
                            : std::string());
   return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker, std::move(vitals));
+}
+
+std::shared_ptr<Generator> EngineFactory::make_embedder(const std::string& model) {
+  auto first = std::find_if(deployment_.engines.begin(), deployment_.engines.end(), [&](const auto& e) { return e.second.model == model; });
+  if (first == deployment_.engines.end()) throw PluginError("no engine serves model '" + model + "'");
+  EngineDecl decl = first->second;
+  decl.name = "embeddings:" + model;
+  decl.device = "cpu";
+  decl.kv_dtype = TH_DTYPE_F32;
+  decl.sliding_window = 0;
+  const uint32_t context = deployment_.models.at(model).spec.info.context_len, block = 16;
+  LoadReply paged = load_library("kvcache.paged");
+  if (!paged.manifest) throw PluginError("embeddings need kvcache.paged: " + paged.error);
+  toml::table config;
+  config.insert("block_size", int64_t(block));
+  config.insert("n_blocks", int64_t((context + block - 1) / block + 1));
+  const SlotDecl kv = read_slot_change(*paged.manifest, slot_of(TH_KIND_KVCACHE).name(), config, "the embeddings of model " + model);
+  auto weights = draft_model_weights(model, "cpu");
+  if (!weights) throw PluginError("no model '" + model + "'");
+  auto attention = make_instance(&decl, slot_of(TH_KIND_ATTENTION), decl.slots.at(slot_of(TH_KIND_ATTENTION).name()));
+  auto kvcache = make_instance(&decl, slot_of(TH_KIND_KVCACHE), kv);
+  std::shared_ptr<PluginInstance> moe;
+  if (auto m = decl.slots.find(slot_of(TH_KIND_MOE).name()); m != decl.slots.end()) moe = make_instance(&decl, slot_of(TH_KIND_MOE), m->second);
+  return std::make_shared<Generator>(std::move(weights), std::move(attention), std::move(kvcache), 512, std::move(moe));
 }
 
 std::shared_ptr<const ModelWeights> EngineFactory::draft_model_weights(const std::string& name, const std::string& device) {

@@ -23,6 +23,7 @@ namespace tokenhost {
 
 class Tokenizer;
 class DraftSessions;
+class Generator;
 
 class EngineFactory {
  public:
@@ -45,6 +46,11 @@ class EngineFactory {
   // tokenizers (GGUF models; NULL for synthetic ones).
   std::vector<std::string> loaded_models() const;
   std::shared_ptr<const Tokenizer> tokenizer(const std::string& model) const;
+  // What POST /v1/embeddings computes with for model: a Generator over its weights on the CPU, with the
+  // attention plugin of the model's first engine and a kvcache.paged pool of its own holding one
+  // sequence of the model's context in f32. Throws PluginError when the model has no engine or a
+  // plugin cannot be made.
+  std::shared_ptr<Generator> make_embedder(const std::string& model);
   // The models' memory, for the admin status: the weights as loaded and the packed copies placed beside them.
   nlohmann::json models_json() const;
 

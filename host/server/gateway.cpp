@@ -29,7 +29,8 @@ Gateway::Gateway(GatewayInit init)
       engines_(std::move(init.engines)),
       models_(std::move(init.models)),
       experiments_(std::move(init.experiments)),
-      limits_(init.limits) {
+      limits_(init.limits),
+      embed_(std::move(init.embed)) {
   refusals_ = &init.metrics->family(metrics::Type::counter, "tokenhost_gateway_refusals_total",
                                     "Requests the gateway refused before they started, by reason (api_key, "
                                     "client_sequences, client_tokens, kv_demand)",

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,9 @@ struct GatewayInit {
   std::shared_ptr<experiments::ExperimentTable> experiments;
   GatewayLimits limits;
   metrics::Registry* metrics = nullptr;
+  // POST /v1/embeddings: each input's embedding on a model (server.cpp: one input at a time, on the
+  // caller's thread). Throws std::exception with what failed.
+  std::function<std::vector<std::vector<float>>(const std::string& model, const std::vector<std::vector<int32_t>>& inputs)> embed;
 };
 
 class Gateway {
@@ -83,6 +87,13 @@ class Gateway {
   void cancel(uint64_t id);
   // Runs one sequence and waits for its result (in-process callers: the tests, the CLI).
   GenerateResult generate(GenerateRequest request, std::chrono::milliseconds timeout = std::chrono::minutes(10));
+
+  // The embeddings of inputs (token lists) on model, a group's first member for a group (the request
+  // module checked the tokens and lengths). Blocks while they are computed.
+  std::vector<std::vector<float>> embed(const std::string& model, const std::vector<std::vector<int32_t>>& inputs) {
+    const ServedModel* m = find_model(model);
+    return embed_(m != nullptr && !m->members.empty() ? m->members.front() : model, inputs);
+  }
 
   // --- Models ---
   // The models engines serve, in name order; find_model("") is the default (the first engine's).
@@ -128,6 +139,7 @@ class Gateway {
   std::shared_ptr<experiments::ExperimentTable> experiments_;
   GatewayLimits limits_;
   metrics::Family* refusals_ = nullptr;
+  std::function<std::vector<std::vector<float>>(const std::string&, const std::vector<std::vector<int32_t>>&)> embed_;
   std::unique_ptr<Admission> admission_;
   std::atomic<bool> accepting_{true};
   std::atomic<bool> stopped_{false};  // drained: what is still open ends with an error

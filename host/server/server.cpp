@@ -13,6 +13,7 @@
 #include "api/api_error.hpp"
 #include "manifest/manifest_export.hpp"
 #include "model/tokenizer.hpp"
+#include "runtime/generator.hpp"
 #include "plugin/kind.hpp"
 #include "util/folders.hpp"
 #include "util/text.hpp"
@@ -94,6 +95,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     g.experiments = experiments_;
     g.limits = deployment_.limits;
     g.metrics = &metrics_;
+    g.embed = [this](const std::string& model, const std::vector<std::vector<int32_t>>& inputs) { return embed(model, inputs); };
     gateway_ = std::make_unique<Gateway>(std::move(g));
     supervisor_ = std::make_unique<EngineSupervisor>(
         engines_, faults_, supervision_policy(deployment_.server),
@@ -124,6 +126,18 @@ static bool same_tokenizer(const ServedModel& a, const ServedModel& b) {
   if (!a.tokenizer) return true;
   return a.tokenizer->spec().tokens == b.tokenizer->spec().tokens && a.tokenizer->bos() == b.tokenizer->bos() &&
          a.tokenizer->eos() == b.tokenizer->eos();
+}
+
+std::vector<std::vector<float>> Server::embed(const std::string& model, const std::vector<std::vector<int32_t>>& inputs) {
+  std::lock_guard lock(embed_mutex_);  // one embedder per model, one input at a time
+  auto& embedder = embedders_[model];
+  if (!embedder) {
+    embedder = factory_->make_embedder(model);
+    spdlog::info("embeddings: model {} ready (mean pooling of the last hidden state, on the CPU)", model);
+  }
+  std::vector<std::vector<float>> out;
+  for (const auto& tokens : inputs) out.push_back(embedder->embed(tokens));
+  return out;
 }
 
 void Server::add_groups(std::vector<ServedModel>& served) {

@@ -28,6 +28,8 @@
 
 namespace tokenhost {
 
+class Generator;  // runtime/generator.hpp
+
 // An admin operation that was refused: the HTTP status it maps to, and why. Nothing was changed.
 struct AdminError : std::runtime_error {
   AdminError(int status, const std::string& message) : std::runtime_error(message), http_status(status) {}
@@ -124,6 +126,9 @@ class Server {
   // The model groups' entries among the served models ([groups]; their members checked to share a
   // tokenizer), then every entry in name order. Throws naming a group it cannot serve.
   void add_groups(std::vector<ServedModel>& served);
+  // POST /v1/embeddings' computation (the gateway's embed): each input embedded on model, whose
+  // embedder (EngineFactory::make_embedder) is made on first use.
+  std::vector<std::vector<float>> embed(const std::string& model, const std::vector<std::vector<int32_t>>& inputs);
   // A router arm's instance (its plugin loaded, its config checked, created); refuses (AdminError)
   // naming the arm.
   std::shared_ptr<PluginInstance> make_arm_router(const experiments::ExperimentSpec& spec, size_t arm);
@@ -159,6 +164,8 @@ class Server {
   FaultLedger faults_{kQuarantineAfter, std::chrono::minutes(10), &metrics_};
   std::unique_ptr<EngineSupervisor> supervisor_;  // rebuilds engines that stop unasked
   std::mutex admin_mutex_;  // one admin change at a time (the supervisor's rebuilds too)
+  std::mutex embed_mutex_;  // embeddings: one at a time
+  std::map<std::string, std::shared_ptr<Generator>> embedders_;  // by model, made on first use
   std::once_flag drain_once_, stop_once_;
 };
 

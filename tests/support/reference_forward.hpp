@@ -38,6 +38,7 @@ struct RefMatrix {
 
 struct ReferenceOutput {
   Vec logits;  // of the last position
+  Vec mean_hidden;  // the mean over positions of the final hidden state after the output norm (embeddings)
   // The smallest gap, over every token and MoE layer, between the router logits of the last expert
   // chosen and the first one left out: where it is tiny, float rounding may choose otherwise.
   double router_margin = std::numeric_limits<double>::infinity();
@@ -161,6 +162,11 @@ inline ReferenceOutput reference_forward(const ModelWeights& w, const std::vecto
     }
   }
   out.logits = RefMatrix(w.output) * rmsnorm(x[n - 1], w.out_norm, w.rms_eps);
+  out.mean_hidden.assign(dim, 0.0);
+  for (size_t t = 0; t < n; ++t) {
+    const Vec h = rmsnorm(x[t], w.out_norm, w.rms_eps);
+    for (size_t d = 0; d < dim; ++d) out.mean_hidden[d] += h[d] / double(n);
+  }
   return out;
 }
 

@@ -315,6 +315,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
   }
   if (info.n_layers > 0) vec::add(x.data(), ffn_out.data(), n_rows * dim);
+  if (batch.hidden != nullptr) {  // embeddings: every row's final state, normed as the logits' rows are
+    batch.hidden->resize(n_rows * dim);
+    for (size_t r = 0; r < n_rows; ++r) vec::rmsnorm(&x[r * dim], f32(w.out_norm), w.rms_eps, &(*batch.hidden)[r * dim], dim);
+  }
 
   // Logits of each item's marked rows (its last marked_rows()), in one product.
   std::vector<size_t> sampled_rows;

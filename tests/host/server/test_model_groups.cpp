@@ -16,6 +16,7 @@
 #include "harness.hpp"
 #include "models.hpp"
 #include "openai_client.hpp"
+#include "stories_group.hpp"
 #include "test_server.hpp"
 
 using namespace tokenhost;
@@ -23,42 +24,6 @@ using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
 
 namespace {
-
-std::string group_manifest(const std::string& router, const std::string& extra = "") {
-  return R"(
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-log_level = "warn"
-
-[models.full]
-source = "gguf"
-path = ")" + require_model_file("stories260K.gguf") + R"("
-context_len = 512
-
-[models.q4]
-source = "gguf"
-path = ")" + require_model_file("stories260K-q4_0.gguf") + R"("
-context_len = 512
-
-[groups.stories]
-members = [{ model = "q4", cost = 0.3, quality = 0.8 }, { model = "full", cost = 1.0 }]
-
-[engines.small]
-model = "q4"
-attention = { plugin = "attention.cpu_flash" }
-kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 256 } }
-scheduler = { plugin = "scheduler.continuous" }
-
-[engines.large]
-model = "full"
-attention = { plugin = "attention.cpu_flash" }
-kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 256 } }
-scheduler = { plugin = "scheduler.continuous" }
-
-[router]
-)" + router + "\n" + extra;
-}
 
 const std::vector<std::string> kPrompts = {"Once upon a time", "The cat",      "Lily wanted", "Tom and his dog", "One day, a bird",
                                            "The sun was",      "Sue had a toy", "A big tree",  "Ben ran to",      "Mom said"};
