@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "harness.hpp"
 #include "models.hpp"
 
 namespace tokenhost::testing {
@@ -15,6 +16,7 @@ inline std::string group_manifest(const std::string& router, const std::string& 
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
+plugin_paths = [")" + fixture_dir() + R"(/router_v1"]  # the C router (fixture_plugin.c)
 
 [models.full]
 source = "gguf"

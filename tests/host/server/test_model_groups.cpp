@@ -367,3 +367,27 @@ arms = [
   CHECK(refused(body) == "started");
   CHECK(server.experiments()["experiments"].size() == 2);
 }
+
+TEST_CASE("groups: a router written in C against ABI 1.7 plans cascades, escalates and reads the feedback's cost", "[server][groups][abi]") {
+  // tests/fixtures/fixture_plugin.c as a router: over a group, cheapest model first, escalating below
+  // a mean log-probability of -0.7, with no SDK helper; router.cascade at the same threshold is the
+  // reference.
+  Server server(read_deployment("c.toml", group_manifest("plugin = \"router.cascade\"\nconfig = { threshold = -0.7 }")));
+  std::vector<GenerateResult> want;
+  for (const auto& p : kPrompts) want.push_back(server.gateway().generate(ask(server, "stories", p, 24)));
+  REQUIRE_THAT(server.set_slot("", "router", server.register_plugin(fixture("router_v1")), {}), Contains("router.fixture 1.0.0"));
+  size_t escalated = 0;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    const GenerateResult got = server.gateway().generate(ask(server, "stories", kPrompts[i], 24));
+    INFO(kPrompts[i] << ": " << got.error);
+    CHECK(got.tokens == want[i].tokens);
+    CHECK(got.model == want[i].model);
+    CHECK(got.path.size() == want[i].path.size());
+    escalated += got.path.size() == 2;
+  }
+  CHECK(escalated > 0);
+  CHECK(escalated < kPrompts.size());
+  CHECK(metric_sum(server, "tokenhost_plugin_fixture_feedback_cost", "router.fixture") > 0);
+  const double stages = metric_sum(server, "tokenhost_plugin_fixture_feedback_stages", "router.fixture");
+  CHECK((stages == 1 || stages == 2));
+}
