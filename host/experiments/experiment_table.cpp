@@ -194,6 +194,9 @@ std::optional<Problem> ExperimentTable::stop(const std::string& name) {
     if (!x || !x->running) return Problem{{}, x ? "experiment '" + name + "' is already stopped" : "no experiment '" + name + "'", x ? 409 : 404};
     x->running = false;
     x->stopped = Clock::now();
+    // Its router arms' instances plan no more requests: they go (their libraries with them) once the
+    // requests they planned are answered, which hold them meanwhile.
+    x->routers.clear();
   }
   std::vector<MetricValues> at_stop;
   for (const auto& arm : x->spec.arms) at_stop.push_back(read_metrics_ ? read_metrics_(arm.engine) : MetricValues{});

@@ -337,8 +337,10 @@ arms = [
   const double keep = arms[0]["cost"].get<double>() / arms[0]["requests"].get<double>();
   const double escalate = arms[1]["cost"].get<double>() / double(arms[1]["requests"].get<int>() - cached);
   CHECK(keep / escalate == Approx(0.3 / 1.3).epsilon(0.05));
-  // Through the admin API's JSON: a router arm that does not load, or a model not served, is refused.
+  // Stopped, its report stays readable.
   server.stop_experiment("thresholds");
+  CHECK(server.experiment_report("thresholds")["arms"][1]["cached"].get<int>() == cached);
+  // Through the admin API's JSON: a router arm that does not load, or a model not served, is refused.
   auto refused = [&](const nlohmann::json& body) {
     try {
       server.start_experiment(body);
