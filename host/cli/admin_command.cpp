@@ -42,7 +42,8 @@ std::string status_text(const nlohmann::json& s) {
   std::ostringstream out;
   for (const auto& e : s.value("engines", nlohmann::json::array())) {
     out << "engine " << e.value("name", "?") << "  model " << e.value("model", "?") << "  device " << e.value("device", "?")
-        << (e.value("draining", false) ? "  (draining)" : "") << "\n";
+        << (e.contains("node") ? "  on node " + e.value("node", "?") : std::string()) << (e.value("draining", false) ? "  (draining)" : "")
+        << "\n";
     out << "  sequences " << e.value("sequences", 0) << "  steps " << e.value("steps", 0) << "  tokens out "
         << e.value("tokens_out", 0) << "\n";
     for (const std::string& slot : engine_slot_names())
@@ -62,6 +63,23 @@ std::string status_text(const nlohmann::json& s) {
   for (const auto& e : s.value("retiring_engines", nlohmann::json::array()))
     out << "engine " << e.value("name", "?") << " (retiring: replaced or removed)  sequences " << e.value("sequences", 0) << "\n";
   if (s.contains("router")) out << "router " << plugin_text(s["router"].value("router", nlohmann::json())) << "\n";
+  if (s.contains("cluster") && s["cluster"].is_object()) {
+    const auto& c = s["cluster"];
+    out << "node " << c.value("node", "?") << (c.value("tls", true) ? "  (mutual TLS)" : "  (TLS OFF)");
+    if (c.contains("listen")) out << "  takes heads on " << c.value("listen", "?");
+    out << "\n";
+    for (const auto& w : c.value("workers", nlohmann::json::array())) {
+      char rtt[32];
+      std::snprintf(rtt, sizeof rtt, "%.2f", w.value("rtt_ms", 0.0));
+      out << "  worker " << w.value("name", "?") << "  " << w.value("state", "?") << "  rtt " << rtt << " ms  last heartbeat "
+          << (w["last_heartbeat_ms_ago"].is_number() ? std::to_string(w["last_heartbeat_ms_ago"].get<int64_t>()) + " ms ago" : "never")
+          << "  sent " << w.value("messages_sent", 0) << " msgs " << w.value("bytes_sent", 0) << " B  received "
+          << w.value("messages_received", 0) << " msgs " << w.value("bytes_received", 0) << " B";
+      for (const auto& e : w.value("engines", nlohmann::json::array())) out << "  engine " << e.value("name", "?");
+      if (w.contains("why")) out << "  (" << w.value("why", "") << ")";
+      out << "\n";
+    }
+  }
   out << "in flight " << s.value("in_flight", 0) << ", open plugin libraries " << s.value("open_libraries", 0);
   return out.str();
 }

@@ -18,6 +18,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
 #include "cli/make_model_command.hpp"
+#include "cluster/node_identity.hpp"
 #include "routing/route_keys.hpp"
 #include "cli/quantize_command.hpp"
 #include "cli/tokenize_command.hpp"
@@ -305,6 +306,19 @@ int main(int argc, char** argv) {
   std::string key_id_key;
   key_id->add_option("key", key_id_key, "The API key");
 
+  auto* cluster = app.add_subcommand("cluster", "Certificates for a deployment of several nodes ([cluster] in manifests)");
+  cluster->require_subcommand(1);
+  auto* cluster_init = cluster->add_subcommand(
+      "init", "Write a cluster's CA (ca.pem, ca.key) and a certificate and key per node (NODE.pem, NODE.key; keys mode 0600) "
+              "into DIR, for mutual TLS between its nodes. Run again with new names to add nodes: the CA in DIR is reused and "
+              "existing nodes are never overwritten. Keep ca.key off the nodes.");
+  std::string cluster_dir;
+  std::vector<std::string> cluster_nodes;
+  cluster_init->add_option("dir", cluster_dir, "The folder to write (created mode 0700)")->required();
+  cluster_init->add_option("--nodes", cluster_nodes, "The node names (each a certificate's CN and a manifest's [cluster] node)")
+      ->required()
+      ->delimiter(',');
+
   // Internal: opens and validates one plugin library in this process and says why it is refused (the
   // server runs it before loading a library itself). Not listed in --help.
   auto* vet = app.add_subcommand("vet-plugin", "")->group("");
@@ -341,6 +355,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*plugins) return run_plugins(inspect->parsed(), inspect_id, plugin_paths, as_json);
+    if (*cluster_init) {
+      cluster::InitReport r = cluster::init_cluster(cluster_dir, cluster_nodes);
+      for (const auto& f : r.written) std::cout << "wrote " << f << "\n";
+      return 0;
+    }
   } catch (const ManifestError& e) {
     std::cerr << e.what() << "\n";
     return 1;

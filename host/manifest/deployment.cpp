@@ -427,7 +427,7 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
 // tables mean the same written anywhere else.
 static toml::table declared_tables(const TomlReader& r) {
   toml::table out;
-  for (const char* key : {"server", "limits", "models", "groups"})
+  for (const char* key : {"server", "limits", "models", "groups", "cluster"})
     if (const toml::table* t = r.root()[key].as_table()) out.insert(key, *t);
   auto absolute = [&](toml::table& t, const char* key) {
     if (auto* v = t[key].as_string()) *v = manifest_path(r, v->get());
@@ -439,6 +439,7 @@ static toml::table declared_tables(const TomlReader& r) {
       for (auto& p : *paths)
         if (auto* v = p.as_string()) *v = manifest_path(r, v->get());
   }
+  if (toml::table* cluster = out["cluster"].as_table()) absolute(*cluster, "certs");
   if (toml::table* models = out["models"].as_table())
     for (auto& [name, m] : *models)
       if (toml::table* t = m.as_table()) absolute(*t, "path");
@@ -449,7 +450,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
   const std::string router_key = slot_of(TH_KIND_ROUTER).name();  // the router slot's table
-  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits"}, "the deployment manifest");
+  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits", "cluster"}, "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
@@ -501,12 +502,17 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.models.emplace(name, read_model(r, name, node));
   }
   if (d.models.empty()) r.fail(models, "[models] declares no model");
-  const toml::table& engines = r.require_table(root, "engines", "the deployment manifest");
-  for (const auto& [key, node] : engines) {
-    std::string name(key.str());
-    d.engines.emplace(name, read_engine(r, d, name, node));
+  if (const toml::table* c = r.optional_table(root, "cluster", "the deployment manifest")) d.cluster = read_cluster(r, *c, base.string());
+  // A head may run no engine of its own: its workers' serve its models.
+  const toml::table* engines = d.cluster.workers.empty() ? &r.require_table(root, "engines", "the deployment manifest")
+                                                          : r.optional_table(root, "engines", "the deployment manifest");
+  if (engines != nullptr) {
+    for (const auto& [key, node] : *engines) {
+      std::string name(key.str());
+      d.engines.emplace(name, read_engine(r, d, name, node));
+    }
+    if (d.engines.empty() && d.cluster.workers.empty()) r.fail(*engines, "[engines] declares no engine");
   }
-  if (d.engines.empty()) r.fail(engines, "[engines] declares no engine");
   if (const toml::table* groups = r.optional_table(root, "groups", "the deployment manifest"))
     for (const auto& [key, node] : *groups) {
       std::string name(key.str());

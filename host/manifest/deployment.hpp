@@ -17,6 +17,7 @@
 #include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
 #include "plugin/instance.hpp"
+#include "manifest/cluster_decl.hpp"
 #include "speculation/draft_controller.hpp"
 #include "speculation/draft_limits.hpp"
 #include "runtime/gguf_model.hpp"
@@ -163,7 +164,8 @@ struct Deployment {
   SlotDecl router;
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
-  // [server], [limits], [models] and [groups] as the manifest declared them, their paths made absolute: what
+  ClusterDecl cluster;  // [cluster]: this node's place among several (enabled false: a deployment of one)
+  // [server], [limits], [models], [groups] and [cluster] as the manifest declared them, their paths made absolute: what
   // `tokenhost admin export` writes back (manifest/manifest_export.hpp).
   toml::table declared;
 };

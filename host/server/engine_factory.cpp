@@ -78,19 +78,10 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   w.backend = find_backend(decl.device, &device_index);  // the manifest reader refused any it cannot run
   std::shared_ptr<const ModelWeights> placed;
   std::shared_ptr<const Tokenizer> tokenizer;
+  load_model(decl.model);
   {
     std::lock_guard lock(models_mutex_);
-    auto& weights = weights_[decl.model];
-    if (!weights && model.loaded) {
-      weights = model.loaded->weights;
-      tokenizers_[decl.model] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
-      spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path,
-                   model.spec.architecture, double(weights->bytes) / (1 << 20));
-    } else if (!weights) {
-      weights = make_synthetic_weights(model.spec, model.seed);
-      spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name,
-                   model.seed, double(weights->bytes) / (1 << 20));
-    }
+    const auto& weights = weights_.at(decl.model);
     // Placed once per model and device, shared by the engines there (and by an engine rebuilt by a swap).
     auto& at = placed_weights_[{decl.model, decl.device}];
     if (!at) at = w.backend->place_weights(weights, device_index, model.placement);
@@ -236,6 +227,22 @@ LoadReply EngineFactory::load_library(const std::string& id) {
       .receive([&](LoadReply& r) { out = std::move(r); },
                [&](caf::error& e) { out.error = "plugin registry: " + system_.render(e); });
   return out;
+}
+
+void EngineFactory::load_model(const std::string& name) {
+  const ModelDecl& model = deployment_.models.at(name);
+  std::lock_guard lock(models_mutex_);
+  auto& weights = weights_[name];
+  if (!weights && model.loaded) {
+    weights = model.loaded->weights;
+    tokenizers_[name] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
+    spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path, model.spec.architecture,
+                 double(weights->bytes) / (1 << 20));
+  } else if (!weights) {
+    weights = make_synthetic_weights(model.spec, model.seed);
+    spdlog::info("model {}: synthetic weights (seed {}), {:.1f} MiB, shared by its engines", model.name, model.seed,
+                 double(weights->bytes) / (1 << 20));
+  }
 }
 
 std::vector<std::string> EngineFactory::loaded_models() const {

@@ -42,6 +42,9 @@ class EngineFactory {
   // The registry's answer for plugin id: its manifest re-read and its library opened, or why not.
   LoadReply load_library(const std::string& id);
 
+  // Loads model's weights (mapped) and tokenizer, once: a head whose workers serve the model needs
+  // its tokenizer without an engine of its own.
+  void load_model(const std::string& model);
   // The models some engine was built on (their weights are loaded), in name order, and their
   // tokenizers (GGUF models; NULL for synthetic ones).
   std::vector<std::string> loaded_models() const;

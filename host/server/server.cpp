@@ -11,6 +11,7 @@
 #include "actors/router.hpp"
 #include "actors/swap_latency.hpp"
 #include "api/api_error.hpp"
+#include "cluster/transport.hpp"
 #include "manifest/manifest_export.hpp"
 #include "model/tokenizer.hpp"
 #include "runtime/generator.hpp"
@@ -28,6 +29,10 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
   // from another thread wakes a blocked worker.
   config_->set("work-stealing.moderate-poll-attempts", size_t(0));
   config_->set("work-stealing.aggressive-poll-attempts", size_t(10));
+  if (deployment_.cluster.enabled) {
+    identity_ = cluster::load_identity(deployment_.cluster);  // the files checked before CAF reads them
+    cluster::configure(*config_, deployment_.cluster);
+  }
   system_ = std::make_unique<caf::actor_system>(*config_);
   registry_ = spawn_registry(*system_, deployment_.catalog);
   factory_ = std::make_unique<EngineFactory>(*system_, deployment_, registry_, metrics_);
@@ -38,6 +43,9 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       routed.push_back(e->routed());
       engines_->add(std::move(e));
     }
+    // A head serves every model it declares: its workers' engines bring them (the tokenizer is here).
+    if (!deployment_.cluster.workers.empty())
+      for (const auto& [name, m] : deployment_.models) factory_->load_model(name);
     const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::vector<ServedModel> served;
     for (const std::string& name : factory_->loaded_models()) {
@@ -105,7 +113,12 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
           if (!r.ok) spdlog::warn("router: engine {} hung: {}", hung->name(), r.message);
         },
         metrics_);
+    if (deployment_.cluster.enabled) start_cluster();
   } catch (...) {
+    for (auto& l : links_) caf::anon_send_exit(l.actor, caf::exit_reason::user_shutdown);
+    if (node_actor_) caf::anon_send_exit(node_actor_, caf::exit_reason::user_shutdown);
+    links_.clear();
+    node_actor_ = nullptr;
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
     if (router_) caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
@@ -257,7 +270,8 @@ nlohmann::json Server::status() {
           {"accepting", gateway_->accepting()},
           {"in_flight", gateway_->in_flight()},
           {"admission", gateway_->admission_status()},
-          {"open_libraries", PluginLibrary::open_count()}};
+          {"open_libraries", PluginLibrary::open_count()},
+          {"cluster", cluster_status()}};
 }
 
 nlohmann::json Server::plugins() {
@@ -542,6 +556,9 @@ void Server::stop() {
   std::call_once(stop_once_, [&] {
     if (!system_) return;
     if (supervisor_) supervisor_->stop();
+    for (auto& l : links_) caf::anon_send_exit(l.actor, caf::exit_reason::user_shutdown);
+    if (node_actor_) caf::anon_send_exit(node_actor_, caf::exit_reason::user_shutdown);
+    node_actor_ = nullptr;
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);

@@ -17,6 +17,8 @@
 
 #include "actors/messages.hpp"
 #include "actors/token_stream.hpp"
+#include "cluster/link.hpp"
+#include "cluster/node_actor.hpp"
 #include "experiments/experiment_table.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
@@ -108,6 +110,10 @@ class Server {
   // reference to CAF's logger until it exits, and the system waits for it: join such threads (the
   // HTTP pools) between drain() and stop(). Idempotent.
   void stop();
+  // This node's part in a cluster ([cluster]; server_cluster.cpp): its name and role, the heads it
+  // admitted, and each worker link's health with the engines it brought. null without [cluster].
+  nlohmann::json cluster_status() const;
+
   // drain(grace), then stop().
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
   bool accepting() const;
@@ -144,6 +150,12 @@ class Server {
   template <class... Ts>
   SwapResult ask_router(Ts... message);
   [[noreturn]] void no_such_engine(const std::string& name) const;
+  // The cluster (server_cluster.cpp): a worker publishes its node actor, a head links to its workers
+  // and routes to their engines (server/remote_engine.hpp) while their links are up.
+  void start_cluster();
+  void remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines);
+  void remote_left(const std::string& node, const std::string& why);
+  std::vector<cluster::EngineInfo> local_engine_infos() const;
 
   Deployment deployment_;
   metrics::Registry metrics_;
@@ -167,6 +179,17 @@ class Server {
   std::mutex embed_mutex_;  // embeddings: one at a time
   std::map<std::string, std::shared_ptr<Generator>> embedders_;  // by model, made on first use
   std::once_flag drain_once_, stop_once_;
+  // The cluster's parts (empty without [cluster]).
+  std::shared_ptr<const cluster::NodeIdentity> identity_;
+  cluster::node_actor node_actor_;  // a worker's entry for heads
+  struct WorkerLink {
+    std::string name;
+    cluster::link_actor actor;
+    std::shared_ptr<cluster::LinkHealth> health;
+  };
+  std::vector<WorkerLink> links_;
+  mutable std::mutex remote_mutex_;
+  std::map<std::string, std::vector<cluster::EngineInfo>> remote_engines_;  // by worker: what it runs, as last heard
 };
 
 }  // namespace tokenhost

@@ -1,0 +1,44 @@
+// The messages between the nodes of a cluster and the typed interface of each actor that sends or
+// receives them. Only atoms, integers and byte strings cross the network (cluster/wire.hpp says why):
+//
+//   head: link (one per worker) --hello/prove/ping--> worker: node actor
+//   head: engine proxy (one per remote engine) --generate/cancel--> node actor --generate--> engine
+//   node actor --tokens--> engine proxy (each batch of a sequence's tokens as they are sampled)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/messages.hpp"
+
+namespace tokenhost::cluster {
+
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using prove_atom = caf::atom_constant<caf::atom("prove")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
+using relay_atom = caf::atom_constant<caf::atom("relay")>;
+using beat_atom = caf::atom_constant<caf::atom("beat")>;
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
+
+// A worker's entry for heads, published on its cluster port.
+using node_actor = caf::typed_actor<
+    // Hello (wire.hpp) -> Welcome: the worker's name, certificate, its signature over the head's
+    // nonce, a nonce of its own, and its engines.
+    caf::replies_to<hello_atom, std::string>::with<std::string>,
+    // The head's signature over the worker's nonce -> "" (the head may send work) or why not.
+    caf::replies_to<prove_atom, std::string>::with<std::string>,
+    // Heartbeat: the head's clock, echoed, and the engines as they are now (wire: engines).
+    caf::replies_to<ping_atom, uint64_t>::with<uint64_t, std::string>,
+    // RemoteGenerate -> GenerateResult (wire), its tokens sent to the sender as they come.
+    caf::replies_to<generate_atom, std::string>::with<std::string>,
+    caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: as an engine's cancel
+    caf::reacts_to<relay_atom, uint64_t>>;  // internal: sequence id's stream has new tokens
+
+// A remote engine's stand-in on the head: an engine actor to the router, plus the tokens it is sent
+// and the loss of its node (why): it answers what it had in flight and ends (engine_proxy.hpp).
+using engine_proxy_actor = engine_actor::extend<caf::reacts_to<tokens_atom, std::string>, caf::reacts_to<lost_atom, std::string>>;
+
+}  // namespace tokenhost::cluster

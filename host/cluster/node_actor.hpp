@@ -1,0 +1,35 @@
+// A worker node's entry for heads (published on its cluster port by cluster/transport.hpp): it
+// admits a head once it has proved its name (its certificate's CN, by signing the worker's nonce),
+// runs the sequences heads send on this node's engines, relays each one's tokens back as they are
+// sampled, and cancels a head's sequences when that head goes away.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/messages.hpp"
+#include "cluster/node_identity.hpp"
+#include "cluster/wire.hpp"
+
+namespace tokenhost::cluster {
+
+struct NodeInit {
+  std::string name;  // this node's name (its certificate's CN under TLS)
+  // Its certificate and key; NULL when the manifest turned TLS off (names are then taken as stated).
+  std::shared_ptr<const NodeIdentity> identity;
+  // This node's engine of that name, when it serves (nullopt: none, or it is down).
+  std::function<std::optional<engine_actor>(const std::string&)> find_engine;
+  // The engines this node runs now.
+  std::function<std::vector<EngineInfo>()> engines;
+};
+
+node_actor spawn_node_actor(caf::actor_system& system, NodeInit init);
+
+// The words both sides sign: which link (the two CAF node ids, the head's first), so that a signature
+// made for one link does not open another.
+std::string link_context(const caf::node_id& head, const caf::node_id& worker);
+
+}  // namespace tokenhost::cluster

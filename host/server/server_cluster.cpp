@@ -1,0 +1,141 @@
+// Server's part in a cluster ([cluster]): the worker's node actor on its cluster port, the head's links
+// to its workers, and the remote engines those links bring into the engine table and the router.
+#include <spdlog/spdlog.h>
+
+#include "cluster/transport.hpp"
+#include "server/remote_engine.hpp"
+#include "server/server.hpp"
+
+namespace tokenhost {
+
+std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
+  std::vector<cluster::EngineInfo> out;
+  for (const auto& e : engines_->live()) {
+    if (dynamic_cast<const LocalEngine*>(e.get()) == nullptr) continue;  // a head's remote engines stay its own
+    cluster::EngineInfo info;
+    info.name = e->name();
+    info.model = e->model();
+    info.device = e->device();
+    info.kv_positions = e->facts().kv_positions;
+    info.prefix_cache = e->facts().prefix_cache;
+    info.window_cap = e->facts().window_cap;
+    for (const auto& [slot, d] : e->decl().slots) info.plugins[slot] = d.plugin;
+    info.serving = e->serving();
+    info.down_reason = e->serving() ? "" : e->stop_reason();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void Server::start_cluster() {
+  const ClusterDecl& c = deployment_.cluster;
+  cluster::check_transport(*system_, c);
+  if (c.listens()) {
+    cluster::NodeInit n;
+    n.name = c.node;
+    n.identity = identity_;
+    n.find_engine = [engines = engines_](const std::string& name) -> std::optional<engine_actor> {
+      auto e = engines->find(name);
+      if (!e || !e->serving() || dynamic_cast<LocalEngine*>(e.get()) == nullptr) return std::nullopt;
+      return e->routed().actor;
+    };
+    n.engines = [this] { return local_engine_infos(); };
+    node_actor_ = cluster::spawn_node_actor(*system_, std::move(n));
+    cluster::publish_node(*system_, c, node_actor_);
+  }
+  for (const auto& w : c.workers) {
+    cluster::LinkInit l;
+    l.node = w.name;
+    l.host = w.host;
+    l.port = w.port;
+    l.self_name = c.node;
+    l.identity = identity_;
+    l.heartbeat = std::chrono::milliseconds(c.heartbeat_ms);
+    l.heartbeat_timeout = std::chrono::milliseconds(c.heartbeat_timeout_ms);
+    l.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+    l.health = std::make_shared<cluster::LinkHealth>();
+    l.joined = [this](const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines) {
+      remote_joined(node, actor, engines);
+    };
+    l.engines_changed = [this](const std::string& node, const std::vector<cluster::EngineInfo>& engines) {
+      std::lock_guard lock(remote_mutex_);
+      remote_engines_[node] = engines;
+    };
+    l.left = [this](const std::string& node, const std::string& why) { remote_left(node, why); };
+    auto health = l.health;
+    links_.push_back({w.name, cluster::spawn_link(*system_, std::move(l)), health});
+  }
+}
+
+// On the link's actor thread: nothing here blocks (the router is told, not asked).
+void Server::remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines) {
+  {
+    std::lock_guard lock(remote_mutex_);
+    remote_engines_[node] = engines;
+  }
+  for (const auto& info : engines) {
+    const std::string name = info.name + "@" + node;
+    if (!deployment_.models.count(info.model)) {
+      spdlog::error("cluster: engine {} serves model '{}', which this head's manifest does not declare: not routed", name, info.model);
+      continue;
+    }
+    if (auto old = engines_->find(name)) {  // an earlier link's, not yet gone
+      caf::anon_send(router_, engine_remove_atom::value, name);
+      if (auto* r = dynamic_cast<RemoteEngine*>(old.get())) r->lost("worker " + node + " joined again");
+      engines_->retire(name, nullptr);
+    }
+    EngineDecl decl;
+    decl.name = name;
+    decl.model = info.model;
+    decl.device = info.device;
+    for (const auto& [slot, plugin] : info.plugins) decl.slots[slot].plugin = plugin;
+    EngineFacts facts;
+    facts.kv_positions = info.kv_positions;
+    facts.prefix_cache = info.prefix_cache;
+    facts.window_cap = info.window_cap;
+    auto proxy = cluster::spawn_engine_proxy(*system_, {name, info.name, node, actor});
+    auto e = std::make_shared<RemoteEngine>(*system_, std::move(decl), std::move(facts), node, info.name, proxy);
+    RoutedEngine routed = e->routed();
+    engines_->add(e);
+    caf::anon_send(router_, engine_add_atom::value, std::move(routed));
+    spdlog::info("cluster: engine {} ({}) takes requests", name, info.model);
+  }
+}
+
+void Server::remote_left(const std::string& node, const std::string& why) {
+  size_t n = 0;
+  for (const auto& e : engines_->live())
+    if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node) {
+      // Out of the router first: the sequences the engine hands back are routed to the others.
+      caf::anon_send(router_, engine_remove_atom::value, e->name());
+      r->lost("worker " + node + " lost: " + why);
+      engines_->retire(e->name(), nullptr);
+      ++n;
+    }
+  std::lock_guard lock(remote_mutex_);
+  remote_engines_.erase(node);
+  spdlog::warn("cluster: {} engine(s) of worker {} no longer take requests", n, node);
+}
+
+nlohmann::json Server::cluster_status() const {
+  const ClusterDecl& c = deployment_.cluster;
+  if (!c.enabled) return nullptr;
+  nlohmann::json j{{"node", c.node}, {"tls", c.tls}};
+  if (c.listens()) j["listen"] = c.listen_host + ":" + std::to_string(c.listen_port);
+  nlohmann::json workers = nlohmann::json::array();
+  std::lock_guard lock(remote_mutex_);
+  for (const auto& l : links_) {
+    nlohmann::json w = l.health->json();
+    w["name"] = l.name;
+    nlohmann::json engines = nlohmann::json::array();
+    if (auto it = remote_engines_.find(l.name); it != remote_engines_.end())
+      for (const auto& e : it->second)
+        engines.push_back({{"name", e.name}, {"model", e.model}, {"serving", e.serving}, {"plugins", e.plugins}});
+    w["engines"] = std::move(engines);
+    workers.push_back(std::move(w));
+  }
+  j["workers"] = std::move(workers);
+  return j;
+}
+
+}  // namespace tokenhost

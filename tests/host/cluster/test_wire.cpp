@@ -1,0 +1,201 @@
+// The cluster's messages (cluster/wire.hpp): every field survives encode and decode on fresh random
+// values, and a peer's bytes that do not follow the format are refused by name, never taken.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster/wire.hpp"
+#include "harness.hpp"
+
+using namespace tokenhost;
+using namespace tokenhost::cluster;
+
+namespace {
+
+std::string random_text(std::mt19937_64& rng, size_t max) {
+  std::string s(rng() % (max + 1), ' ');
+  for (auto& c : s) c = char(rng() % 256);  // any bytes, NUL included
+  return s;
+}
+
+SampledToken random_token(std::mt19937_64& rng) {
+  SampledToken t;
+  t.token = int32_t(rng() % 32000);
+  t.logprob = -float(rng() % 10000) / 100.0f;
+  t.entropy = float(rng() % 1000) / 100.0f;
+  for (size_t i = rng() % 4; i > 0; --i) t.top.push_back({int32_t(rng() % 32000), -float(rng() % 1000) / 10.0f});
+  return t;
+}
+
+bool same(const SampledToken& a, const SampledToken& b) {
+  if (a.token != b.token || a.logprob != b.logprob || a.entropy != b.entropy || a.top.size() != b.top.size()) return false;
+  for (size_t i = 0; i < a.top.size(); ++i)
+    if (a.top[i].token != b.top[i].token || a.top[i].logprob != b.top[i].logprob) return false;
+  return true;
+}
+
+std::string msgpack(const nlohmann::json& j) {
+  auto b = nlohmann::json::to_msgpack(j);
+  return std::string(b.begin(), b.end());
+}
+
+}  // namespace
+
+TEST_CASE("cluster wire: a sequence's request, tokens and result survive the round trip", "[cluster][wire]") {
+  auto rng = testing::fresh_rng("cluster wire round trip");
+  for (int round = 0; round < 50; ++round) {
+    RemoteGenerate g;
+    g.engine = "main";
+    GenerateRequest& r = g.request;
+    r.id = rng();
+    r.request_id = random_text(rng, 40);
+    for (size_t i = 1 + rng() % 300; i > 0; --i) r.prompt.push_back(int32_t(rng() % 32000));
+    r.prompt_text = random_text(rng, 200);
+    r.max_tokens = uint32_t(rng() % 4096);
+    r.priority = int32_t(rng() % 200) - 100;
+    r.session_key = random_text(rng, 20);
+    r.user = random_text(rng, 20);
+    r.api_key = random_text(rng, 20);
+    r.arm = "b";
+    r.request_class = "batch";
+    r.client = "key:abc";
+    r.model = "stories";
+    r.sampling.temperature = float(rng() % 200) / 100.0f;
+    r.sampling.top_k = int32_t(rng() % 50);
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = rng();
+    r.sampling.top_logprobs = uint32_t(rng() % 5);
+    r.sampling.penalty_last_n = -1;
+    r.sampling.logit_bias = {{int32_t(rng() % 100), -1.5f}};
+    r.seeded = rng() % 2;
+    r.logprobs = rng() % 2;
+    r.ignore_eos = rng() % 2;
+    r.max_draft = uint32_t(rng() % 8);
+    r.cache_salt = random_text(rng, 16);
+    RemoteGenerate back = decode_generate(encode(g));
+    const GenerateRequest& b = back.request;
+    CHECK(back.engine == g.engine);
+    CHECK(b.id == r.id);
+    CHECK(b.request_id == r.request_id);
+    CHECK(b.prompt == r.prompt);
+    CHECK(b.prompt_text == r.prompt_text);
+    CHECK(b.max_tokens == r.max_tokens);
+    CHECK(b.priority == r.priority);
+    CHECK(b.session_key == r.session_key);
+    CHECK(b.user == r.user);
+    CHECK(b.api_key == r.api_key);
+    CHECK((b.arm == r.arm && b.request_class == r.request_class && b.client == r.client && b.model == r.model));
+    CHECK(b.sampling.temperature == r.sampling.temperature);
+    CHECK(b.sampling.top_k == r.sampling.top_k);
+    CHECK(b.sampling.top_p == r.sampling.top_p);
+    CHECK(b.sampling.seed == r.sampling.seed);
+    CHECK(b.sampling.top_logprobs == r.sampling.top_logprobs);
+    CHECK(b.sampling.penalty_last_n == -1);
+    CHECK(b.sampling.logit_bias == r.sampling.logit_bias);
+    CHECK((b.seeded == r.seeded && b.logprobs == r.logprobs && b.ignore_eos == r.ignore_eos));
+    CHECK(b.max_draft == r.max_draft);
+    CHECK(b.cache_salt == r.cache_salt);
+    CHECK(b.stream == nullptr);
+
+    TokenBatch t{rng(), rng() % 1000, {}};
+    for (size_t i = rng() % 10; i > 0; --i) t.tokens.push_back(random_token(rng));
+    TokenBatch tb = decode_tokens(encode(t));
+    CHECK((tb.seq == t.seq && tb.first == t.first && tb.tokens.size() == t.tokens.size()));
+    for (size_t i = 0; i < std::min(tb.tokens.size(), t.tokens.size()); ++i) CHECK(same(tb.tokens[i], t.tokens[i]));
+
+    GenerateResult res;
+    for (size_t i = rng() % 40; i > 0; --i) res.tokens.push_back(int32_t(rng() % 32000));
+    res.finish_reason = rng() % 2 ? "stop" : "length";
+    res.engine = "main";
+    res.error = random_text(rng, 30);
+    res.logprobs.push_back(random_token(rng));
+    res.ttft_s = 0.25;
+    if (rng() % 2) res.itl_s = 0.01;
+    GenerateResult rb = decode_result(encode(res));
+    CHECK(rb.tokens == res.tokens);
+    CHECK(rb.finish_reason == res.finish_reason);
+    CHECK(rb.error == res.error);
+    CHECK((rb.logprobs.size() == 1 && same(rb.logprobs[0], res.logprobs[0])));
+    CHECK(rb.ttft_s == res.ttft_s);
+    CHECK(rb.itl_s == res.itl_s);
+    CHECK(!rb.e2e_s);
+  }
+}
+
+TEST_CASE("cluster wire: hellos and engine lists survive the round trip", "[cluster][wire]") {
+  Welcome w;
+  w.hello.node = "worker-1";
+  w.hello.role = "worker";
+  w.hello.certificate = "-----BEGIN CERTIFICATE-----\n...";
+  w.hello.nonce = std::string("\0\1\2\3", 4);
+  w.hello.signature = std::string(72, '\xff');
+  EngineInfo e;
+  e.name = "main";
+  e.model = "stories";
+  e.device = "cpu";
+  e.kv_positions = 16384;
+  e.prefix_cache = true;
+  e.window_cap = 256;
+  e.plugins = {{"attention", "attention.cpu_flash"}, {"kvcache", "kvcache.paged"}};
+  e.serving = false;
+  e.down_reason = "plugin fault";
+  w.engines = {e};
+  Welcome b = decode_welcome(encode(w));
+  CHECK(b.hello.node == "worker-1");
+  CHECK(b.hello.role == "worker");
+  CHECK(b.hello.nonce == w.hello.nonce);
+  CHECK(b.hello.signature == w.hello.signature);
+  REQUIRE(b.engines.size() == 1);
+  CHECK(b.engines[0].name == "main");
+  CHECK(b.engines[0].kv_positions == 16384);
+  CHECK(b.engines[0].prefix_cache);
+  CHECK(b.engines[0].window_cap == 256);
+  CHECK(b.engines[0].plugins == e.plugins);
+  CHECK(!b.engines[0].serving);
+  CHECK(b.engines[0].down_reason == "plugin fault");
+  CHECK(decode_engines(encode(w.engines)).size() == 1);
+}
+
+TEST_CASE("cluster wire: a peer's malformed messages are refused, naming the message and field", "[cluster][wire]") {
+  auto refused = [](auto decode, const std::string& bytes, const std::string& says) {
+    try {
+      decode(bytes);
+      FAIL("accepted: expected '" << says << "'");
+    } catch (const WireError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(says));
+    }
+  };
+  refused(decode_hello, "\xc1 not msgpack", "hello: not MessagePack");
+  refused(decode_hello, msgpack(nlohmann::json::array({1, 2})), "hello: not a map");
+  refused(decode_hello, msgpack({{"v", 2}, {"node", "x"}, {"cert", ""}, {"nonce", ""}, {"sig", ""}, {"role", "head"}}),
+          "hello.v: protocol version 2");
+  refused(decode_hello, msgpack({{"v", 1}, {"node", "x"}, {"cert", ""}, {"nonce", ""}, {"sig", ""}, {"role", "boss"}}), "hello.role");
+  refused(decode_hello, msgpack({{"v", 1}, {"node", 7}}), "hello.node: not a string");
+  GenerateRequest r;
+  r.prompt = {1, 2, 3};
+  nlohmann::json g = nlohmann::json::from_msgpack(encode(RemoteGenerate{"main", r}));
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json c = g;
+    c[key] = std::move(v);
+    return msgpack(c);
+  };
+  refused(decode_generate, with("prompt", nlohmann::json::array()), "generate.prompt: empty");
+  refused(decode_generate, with("prompt", {1, -5}), "generate.prompt[1]: not a token id");
+  refused(decode_generate, with("prompt", {1, "a"}), "generate.prompt[1]: not an integer");
+  refused(decode_generate, with("max_tokens", -1), "generate.max_tokens: not an unsigned integer");
+  refused(decode_generate, with("max_draft", 1000), "generate.max_draft: above");
+  refused(decode_generate, with("sampling", 3), "generate.sampling: not a map");
+  refused(decode_generate, with("logprobs", "yes"), "generate.logprobs: not a boolean");
+  nlohmann::json s = g;
+  s.erase("engine");
+  refused(decode_generate, msgpack(s), "generate.engine: missing");
+  refused(decode_tokens, msgpack({{"seq", 1}, {"first", 0}, {"tokens", {{1, 0.5, 0.1, nlohmann::json::array()}}}}),
+          "logprob above 0");
+  refused(decode_tokens, msgpack({{"seq", 1}, {"first", 0}, {"tokens", {{1, -0.5}}}}), "not [token, logprob, entropy, top]");
+  refused(decode_result, msgpack({{"tokens", {1}}, {"finish", "exploded"}}), "unknown finish reason");
+  refused(decode_engines, msgpack({{"engines", {{{"name", ""}, {"model", "m"}, {"device", "cpu"}, {"kv", 1}, {"plugins", nlohmann::json::object()}}}}}),
+          "name: empty");
+  refused(decode_hello, std::string(kMaxWireBytes + 1, '\0'), "larger than");
+}
