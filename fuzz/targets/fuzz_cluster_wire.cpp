@@ -21,6 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   attempt(cluster::decode_tokens);
   attempt(cluster::decode_result);
   attempt(cluster::decode_engines);
+  attempt(cluster::decode_slot_change);
+  attempt(cluster::decode_admin_reply);
   // What decodes encodes again and decodes the same.
   try {
     auto g = cluster::decode_generate(bytes);

@@ -53,6 +53,13 @@ struct GenerateRequest {
   std::string cache_salt;
   // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
   std::shared_ptr<TokenStream> stream;
+  // Whether the stream's tokens reach a client as they come (an event stream). false: the client is
+  // answered whole, so an engine may hold the tokens back until the end; a remote engine does
+  // (cluster/engine_proxy.hpp), and when its node is lost mid-sequence it hands the sequence back
+  // with the tokens nobody saw, for the router to run it again elsewhere (once: reruns).
+  bool live = true;
+  // Times the router ran it again after a lost node's engine had produced tokens for it.
+  uint32_t reruns = 0;
 
   // How log lines name it: "request ID (sequence N)", or "sequence N" without a request id.
   std::string label() const {

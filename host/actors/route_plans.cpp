@@ -300,7 +300,7 @@ void answer(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult 
   job->rp.deliver(std::move(r));
 }
 
-void restart(self_ptr self, const std::shared_ptr<RouteJob>& job);
+void restart(self_ptr self, const std::shared_ptr<RouteJob>& job, const GenerateResult& handed_back);
 void start_stage(self_ptr self, const std::shared_ptr<RouteJob>& job);
 
 // Forwards sub to entry's engine; done gets its result (or a failure if the engine stops first).
@@ -379,7 +379,7 @@ void fail(self_ptr self, const std::shared_ptr<RouteJob>& job, const std::string
 void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t seq, GenerateResult& r) {
   auto& s = self->state;
   if (!s.jobs.count(job->req.id) || job->runs.size() != 1 || job->runs[0].seq != seq) return;  // a stage it left
-  if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job);
+  if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job, r);
   StageRun& run = job->runs[0];
   read_new(run);
   if (r.finish_reason == "error" && !job->cancelled) return escalate(self, job, "failed");
@@ -400,7 +400,7 @@ void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t se
 // The end of the last stage (or the only one): its tokens went to the client as they came.
 void last_stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult& r) {
   if (!self->state.jobs.count(job->req.id)) return;
-  if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job);
+  if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job, r);
   const PlanStage& st = job->plan.stages[job->stage];
   const th_route_signal sig = stream_signal(job->req.stream, routing::stop_of(r.finish_reason));
   job->cost += stage_cost(st, job->req.prompt.size(), r.tokens.size());
@@ -435,6 +435,7 @@ void start_stage(self_ptr self, const std::shared_ptr<RouteJob>& job) {
   run.stream->listen(signal);
   sub.id = run.seq;
   sub.stream = run.stream;
+  sub.live = true;  // the router reads the stage's tokens as they come (its checkpoints)
   const uint64_t seq = run.seq;
   job->runs.assign(1, std::move(run));
   run_on(self, st.entry, std::move(sub), [self, job, seq](GenerateResult& r) { stage_done(self, job, seq, r); });
@@ -506,6 +507,7 @@ void start_ensemble(self_ptr self, const std::shared_ptr<RouteJob>& job) {
     GenerateRequest sub = job->req;
     sub.id = run.seq;
     sub.stream = run.stream;
+    sub.live = true;  // the router reads each answer as it comes
     if (sub.sampling.temperature > 0.0f) sub.sampling.seed += 0x9e3779b97f4a7c15ull * (i + 1);  // the samples differ
     ++job->engines_run;
     run_on(self, job->plan.stages[i].entry, std::move(sub), [self, job, i](GenerateResult& r) {
@@ -531,8 +533,17 @@ void answer_cached(self_ptr self, const std::shared_ptr<RouteJob>& job) {
   answer(self, job, std::move(r), "cached");
 }
 
-void restart(self_ptr self, const std::shared_ptr<RouteJob>& job) {
-  // Its engine retired before starting it: routed again, to the engine that took its place.
+void restart(self_ptr self, const std::shared_ptr<RouteJob>& job, const GenerateResult& handed_back) {
+  // Handed back by its engine: one that retired before starting it (no tokens), or a remote one whose
+  // node was lost after tokens no client had seen (request.hpp: live). Routed again, to the engine
+  // that took its place or another; a run lost that way is run again once.
+  if (!handed_back.tokens.empty()) {
+    if (job->req.reruns > 0)
+      return fail(self, job, "engine " + handed_back.engine + " was lost while running it, and so was the engine of its first run");
+    ++job->req.reruns;
+    spdlog::warn("{}: engine {} was lost after {} token(s) nobody had seen: run again", job->req.label(), handed_back.engine,
+                 handed_back.tokens.size());
+  }
   self->state.jobs.erase(job->req.id);
   dispatch(self, job->req, job->rp);
 }

@@ -13,7 +13,9 @@ namespace {
 
 struct InFlight {
   std::shared_ptr<TokenStream> stream;  // the client's; NULL for callers that do not stream
-  uint64_t seen = 0;                    // tokens pushed
+  bool live = true;                     // GenerateRequest::live: push tokens as they come, else hold them
+  uint64_t seen = 0;                    // tokens received
+  std::vector<SampledToken> held;       // not live: the tokens, pushed at the sequence's end
   bool cancel_sent = false;
   caf::typed_response_promise<GenerateResult> rp;
 };
@@ -51,7 +53,7 @@ engine_proxy_actor::behavior_type proxy(proxy_ptr self, EngineProxyInit init) {
         }
         const uint64_t seq = req.id;
         auto rp = self->make_response_promise<GenerateResult>();
-        s.in_flight[seq] = InFlight{req.stream, 0, false, rp};
+        s.in_flight[seq] = InFlight{req.stream, req.live, 0, {}, false, rp};
         RemoteGenerate g{s.init.remote_name, std::move(req)};
         g.request.stream = nullptr;
         ++s.sent;
@@ -68,7 +70,9 @@ engine_proxy_actor::behavior_type proxy(proxy_ptr self, EngineProxyInit init) {
                     r = GenerateResult::failed(st.init.name, std::string("node " + st.init.node_name + " sent a malformed answer: ") + e.what());
                   }
                   r.engine = st.init.name;
-                  if (r.finish_reason == GenerateResult::kRerouted) r.engine = st.init.name;
+                  InFlight& f = st.in_flight.at(seq);
+                  if (f.stream)
+                    for (const auto& t : f.held) f.stream->push(t);
                   st.in_flight.erase(seq);
                   ++st.answered;
                   rp.deliver(std::move(r));
@@ -102,10 +106,11 @@ engine_proxy_actor::behavior_type proxy(proxy_ptr self, EngineProxyInit init) {
           return;
         }
         f.seen += b.tokens.size();
-        if (f.stream) {
+        if (!f.live)
+          f.held.insert(f.held.end(), b.tokens.begin(), b.tokens.end());
+        else if (f.stream)
           for (const auto& t : b.tokens) f.stream->push(t);
-          if (f.stream->cancelled()) cancel_remote(self, b.seq, f);
-        }
+        if (f.stream && f.stream->cancelled()) cancel_remote(self, b.seq, f);
       },
       [=](swap_atom, const SlotSwap&) -> SwapResult {
         return {false, "engine " + self->state.init.name + " runs on node " + self->state.init.node_name +
@@ -122,16 +127,18 @@ engine_proxy_actor::behavior_type proxy(proxy_ptr self, EngineProxyInit init) {
         if (it != self->state.in_flight.end()) cancel_remote(self, seq, it->second);
       },
       [=](lost_atom, const std::string& why) {
-        // Its node is gone. A sequence that sent the client nothing yet is handed back to the router,
-        // which routes it again (to another engine: this one leaves the router now); one that sent
-        // tokens cannot be taken back and ends with the reason.
+        // Its node is gone. A sequence no client has seen tokens of (none came, or they were held
+        // back) is handed back to the router, which routes it again (to another engine: this one
+        // leaves the router now; the held tokens tell it this was a run, which it repeats once); one
+        // whose tokens went out cannot be taken back and ends with the reason.
         auto& s = self->state;
         size_t rerouted = 0, failed = 0;
         for (auto& [seq, f] : s.in_flight) {
           GenerateResult r;
-          if (f.seen == 0) {
+          if (f.seen == 0 || !f.live) {
             r.finish_reason = GenerateResult::kRerouted;
             r.engine = s.init.name;
+            for (const auto& t : f.held) r.tokens.push_back(t.token);
             ++rerouted;
           } else {
             r = GenerateResult::failed(s.init.name, "engine " + s.init.name + " lost after " + std::to_string(f.seen) + " token(s): " + why);
@@ -141,7 +148,7 @@ engine_proxy_actor::behavior_type proxy(proxy_ptr self, EngineProxyInit init) {
         }
         s.in_flight.clear();
         if (rerouted + failed > 0)
-          spdlog::warn("cluster: engine {} lost ({}): {} sequence(s) routed again, {} that had sent tokens ended with an error", s.init.name,
+          spdlog::warn("cluster: engine {} lost ({}): {} sequence(s) routed again, {} whose tokens had gone out ended with an error", s.init.name,
                        why, rerouted, failed);
         self->quit();
       },

@@ -3,6 +3,7 @@
 //
 //   head: link (one per worker) --hello/prove/ping--> worker: node actor
 //   head: engine proxy (one per remote engine) --generate/cancel--> node actor --generate--> engine
+//   head: admin API (a remote engine's slot) --slot--> node actor --> this node's admin operation
 //   node actor --tokens--> engine proxy (each batch of a sequence's tokens as they are sampled)
 #pragma once
 
@@ -22,6 +23,7 @@ using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
 using relay_atom = caf::atom_constant<caf::atom("relay")>;
 using beat_atom = caf::atom_constant<caf::atom("beat")>;
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
+using slot_atom = caf::atom_constant<caf::atom("slot")>;
 
 // A worker's entry for heads, published on its cluster port.
 using node_actor = caf::typed_actor<
@@ -34,6 +36,8 @@ using node_actor = caf::typed_actor<
     caf::replies_to<ping_atom, uint64_t>::with<uint64_t, std::string>,
     // RemoteGenerate -> GenerateResult (wire), its tokens sent to the sender as they come.
     caf::replies_to<generate_atom, std::string>::with<std::string>,
+    // SlotChange -> AdminReply (wire): a head's admin API changes a slot of an engine here.
+    caf::replies_to<slot_atom, std::string>::with<std::string>,
     caf::reacts_to<cancel_atom, uint64_t>,  // sequence id: as an engine's cancel
     caf::reacts_to<relay_atom, uint64_t>>;  // internal: sequence id's stream has new tokens
 

@@ -152,6 +152,34 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
         if (head_name(self).empty()) return caf::make_error(caf::sec::request_receiver_down, "not a head of this node");
         return caf::make_result(t, encode(self->state.init.engines()));
       },
+      [=](slot_atom, const std::string& bytes) -> caf::result<std::string> {
+        const std::string head = head_name(self);
+        if (head.empty()) {
+          spdlog::error("cluster: refused a slot change from node {}: not a head that proved its name", to_string(self->current_sender()->node()));
+          return caf::make_error(caf::sec::request_receiver_down, "not a head of this node");
+        }
+        SlotChange c;
+        try {
+          c = decode_slot_change(bytes);
+        } catch (const WireError& e) {
+          spdlog::error("cluster: refused a slot change from head {}: {}", head, e.what());
+          return encode(AdminReply{false, 400, std::string("the worker refused it: ") + e.what()});
+        }
+        spdlog::info("cluster: head {} changes slot {} of engine {} to {}", head, c.slot, c.engine, c.plugin.empty() ? "(empty)" : c.plugin);
+        // The admin operation loads and checks plugins, and may build an engine: on a thread of its own.
+        if (!self->state.init.change_slot) return encode(AdminReply{false, 501, "node " + self->state.init.name + " takes no slot changes"});
+        auto op = self->system().spawn<caf::detached>([change = self->state.init.change_slot, c](caf::event_based_actor* op_self) -> caf::behavior {
+          return {[=](slot_atom, const std::string&) -> std::string {
+            op_self->quit();
+            return encode(change(c));
+          }};
+        });
+        auto rp = self->make_response_promise<std::string>();
+        self->request(op, caf::infinite, slot_atom::value, bytes)
+            .then([rp](std::string& reply) mutable { rp.deliver(std::move(reply)); },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
       [=](generate_atom, const std::string& bytes) -> caf::result<std::string> {
         auto& s = self->state;
         const std::string head = head_name(self);

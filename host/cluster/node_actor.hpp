@@ -24,6 +24,9 @@ struct NodeInit {
   std::function<std::optional<engine_actor>(const std::string&)> find_engine;
   // The engines this node runs now.
   std::function<std::vector<EngineInfo>()> engines;
+  // A head's slot change on one of them, as this node's admin API would make it (it may block: it runs
+  // on an actor of its own thread).
+  std::function<AdminReply(const SlotChange&)> change_slot;
 };
 
 node_actor spawn_node_actor(caf::actor_system& system, NodeInit init);

@@ -288,6 +288,12 @@ std::string encode(const TokenBatch& m) {
 
 std::string encode(const GenerateResult& m) { return pack(result_json(m)); }
 
+std::string encode(const SlotChange& m) {
+  return pack(json{{"engine", m.engine}, {"slot", m.slot}, {"plugin", m.plugin}, {"config", m.config_toml}});
+}
+
+std::string encode(const AdminReply& m) { return pack(json{{"ok", m.ok}, {"status", m.status}, {"message", m.message}}); }
+
 Hello decode_hello(std::string_view bytes) {
   json j = parse(bytes, "hello");
   return hello_of(Fields(j, "hello"));
@@ -368,6 +374,28 @@ GenerateResult decode_result(std::string_view bytes) {
   r.itl_s = f.maybe_real("itl");
   r.e2e_s = f.maybe_real("e2e");
   return r;
+}
+
+SlotChange decode_slot_change(std::string_view bytes) {
+  json j = parse(bytes, "slot_change");
+  Fields f(j, "slot_change");
+  SlotChange m;
+  m.engine = f.str("engine", true, 256);
+  m.slot = f.str("slot", true, 64);
+  m.plugin = f.str("plugin", false, 256);
+  m.config_toml = f.str("config", false);
+  return m;
+}
+
+AdminReply decode_admin_reply(std::string_view bytes) {
+  json j = parse(bytes, "admin_reply");
+  Fields f(j, "admin_reply");
+  AdminReply m;
+  m.ok = f.flag("ok");
+  m.status = uint32_t(f.u64("status", true, 599));
+  if (!m.ok && m.status < 400) f.fail("status", "a refusal's status below 400");
+  m.message = f.str("message", false);
+  return m;
 }
 
 }  // namespace tokenhost::cluster

@@ -76,12 +76,28 @@ struct TokenBatch {
   std::vector<SampledToken> tokens;
 };
 
+// A slot change for one of the node's engines, from a head's admin API (`tokenhost admin swap` or
+// `unload` naming a remote engine): the plugin by id ("" to empty an optional slot), its config as
+// TOML text (an inline table's body is not enough: the node parses it as a document).
+struct SlotChange {
+  std::string engine, slot, plugin, config_toml;
+};
+// What a node's admin operation answered: ok and what changed, or the admin API's status for the
+// refusal (400-599) and why.
+struct AdminReply {
+  bool ok = false;
+  uint32_t status = 200;
+  std::string message;
+};
+
 std::string encode(const Hello& m);
 std::string encode(const Welcome& m);
 std::string encode(const RemoteGenerate& m);
 std::string encode(const TokenBatch& m);
 std::string encode(const GenerateResult& m);
 std::string encode(const std::vector<EngineInfo>& m);
+std::string encode(const SlotChange& m);
+std::string encode(const AdminReply& m);
 
 // The decoders: throw WireError naming the message and field.
 Hello decode_hello(std::string_view bytes);
@@ -90,5 +106,7 @@ RemoteGenerate decode_generate(std::string_view bytes);
 TokenBatch decode_tokens(std::string_view bytes);
 GenerateResult decode_result(std::string_view bytes);
 std::vector<EngineInfo> decode_engines(std::string_view bytes);
+SlotChange decode_slot_change(std::string_view bytes);
+AdminReply decode_admin_reply(std::string_view bytes);
 
 }  // namespace tokenhost::cluster

@@ -293,6 +293,7 @@ struct ClientRequest::State {
         GenerateRequest g;
         g.id = gateway.next_sequence_id();
         g.request_id = caller.request_id;
+        g.live = openai() && req.stream;
         g.prompt = prompts[p];
         g.prompt_text = prompt_texts[p];
         g.max_tokens = max_new[p];

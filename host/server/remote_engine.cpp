@@ -5,9 +5,9 @@
 namespace tokenhost {
 
 RemoteEngine::RemoteEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, std::string node, std::string remote_name,
-                           cluster::engine_proxy_actor proxy)
+                           cluster::engine_proxy_actor proxy, cluster::node_actor node_actor)
     : EngineHandle(std::move(decl), std::move(facts)), system_(system), node_(std::move(node)), remote_name_(std::move(remote_name)),
-      proxy_(std::move(proxy)) {
+      proxy_(std::move(proxy)), node_actor_(std::move(node_actor)) {
   proxy_->attach_functor([vitals = vitals_](const caf::error&) { vitals->ended(""); });
 }
 
@@ -23,14 +23,31 @@ nlohmann::json RemoteEngine::status() {
                [&](caf::error& e) { out = {{"error", system_.render(e)}}; });
   out["name"] = name();
   out["model"] = model();
-  nlohmann::json plugins = nlohmann::json::object();
-  for (const auto& [slot, d] : decl().slots) plugins[slot] = d.plugin;
-  out["plugins"] = std::move(plugins);
+  out["node"] = node_;
+  // Each slot as a local engine's status shows it (its plugin's id), as the worker last reported it.
+  for (const auto& [slot, d] : decl().slots) out[slot] = {{"id", d.plugin}};
   return out;
 }
 
 SwapResult RemoteEngine::swap(SlotSwap) {
-  return {false, "engine " + name() + " runs on node " + node_ + ": change its slots on that node's admin API"};
+  // The server changes a remote engine's slots by name (change_slot): an instance made here cannot run there.
+  return {false, "engine " + name() + " runs on node " + node_ + ": its slots change on that node"};
+}
+
+cluster::AdminReply RemoteEngine::change_slot(const cluster::SlotChange& change) {
+  caf::scoped_actor self{system_};
+  cluster::AdminReply out{false, 504, "node " + node_ + " did not answer"};
+  self->request(node_actor_, kRemoteAdminTimeout, cluster::slot_atom::value, cluster::encode(change))
+      .receive(
+          [&](const std::string& bytes) {
+            try {
+              out = cluster::decode_admin_reply(bytes);
+            } catch (const cluster::WireError& e) {
+              out = {false, 502, std::string("its answer does not decode: ") + e.what()};
+            }
+          },
+          [&](caf::error& e) { out = {false, 504, "node " + node_ + " did not answer: " + system_.render(e)}; });
+  return out;
 }
 
 std::pair<KvState, KvState> RemoteEngine::flush_prefix_cache() {

@@ -1,12 +1,14 @@
 // An engine on another node, as the head's parts see it: the router sends its requests to a local
 // stand-in actor (cluster/engine_proxy.hpp) that relays them over the link. Its facts are what the
-// worker announced; its slots change on the worker, not here (swap and flush are refused for now).
+// worker announced; its slots change on the worker (change_slot, through the head's admin API); its
+// prefix cache is flushed there too (the head refuses it).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "cluster/engine_proxy.hpp"
+#include "cluster/wire.hpp"
 #include "server/engine_handle.hpp"
 
 namespace tokenhost {
@@ -14,7 +16,7 @@ namespace tokenhost {
 class RemoteEngine final : public EngineHandle {
  public:
   RemoteEngine(caf::actor_system& system, EngineDecl decl, EngineFacts facts, std::string node, std::string remote_name,
-               cluster::engine_proxy_actor proxy);
+               cluster::engine_proxy_actor proxy, cluster::node_actor node_actor);
   RoutedEngine routed() const override;
   nlohmann::json status() override;
   SwapResult swap(SlotSwap swap) override;
@@ -29,6 +31,10 @@ class RemoteEngine final : public EngineHandle {
   void abandon(const std::string& why) override;
   // Its node is gone (why): the router drops it, ending what it had in flight in those words.
   void lost(const std::string& why);
+  // Asks its node to change a slot of it (blocks up to kRemoteAdminTimeout); a node that does not
+  // answer is a refusal (504).
+  cluster::AdminReply change_slot(const cluster::SlotChange& change);
+  static constexpr std::chrono::seconds kRemoteAdminTimeout{60};
 
   const std::string& node() const { return node_; }
   const std::string& remote_name() const { return remote_name_; }
@@ -37,6 +43,7 @@ class RemoteEngine final : public EngineHandle {
   caf::actor_system& system_;
   std::string node_, remote_name_;
   cluster::engine_proxy_actor proxy_;
+  cluster::node_actor node_actor_;
   std::shared_ptr<EngineVitals> vitals_ = std::make_shared<EngineVitals>();
 };
 

@@ -14,6 +14,7 @@
 #include "cluster/transport.hpp"
 #include "manifest/manifest_export.hpp"
 #include "model/tokenizer.hpp"
+#include "server/remote_engine.hpp"
 #include "runtime/generator.hpp"
 #include "plugin/kind.hpp"
 #include "util/folders.hpp"
@@ -313,6 +314,7 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   } else {
     target = engines_->find(engine);
     if (!target) no_such_engine(engine);
+    if (auto* remote = dynamic_cast<RemoteEngine*>(target.get())) return change_remote_slot(*remote, slot, plugin, &config);
     if (info->need == SlotNeed::moe_models && deployment_.models.at(target->model()).spec.info.n_experts == 0)
       throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no " + slot + " slot");
   }
@@ -378,6 +380,7 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   if (!id->info().unloadable) {
     throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
   }
+  if (auto* remote = dynamic_cast<RemoteEngine*>(target.get())) return change_remote_slot(*remote, slot, "", nullptr);
   if (!target->decl().slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
   if (target->stopped()) {  // a down engine: rebuilt with the slot empty
     EngineDecl decl = target->decl();

@@ -38,6 +38,8 @@ struct AdminError : std::runtime_error {
   int http_status;
 };
 
+class RemoteEngine;
+
 class Server {
  public:
   // Builds every actor and plugin instance of the deployment. Throws PluginError when a plugin cannot
@@ -156,6 +158,8 @@ class Server {
   void remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines);
   void remote_left(const std::string& node, const std::string& why);
   std::vector<cluster::EngineInfo> local_engine_infos() const;
+  cluster::AdminReply change_slot_for_head(const cluster::SlotChange& c);
+  std::string change_remote_slot(RemoteEngine& engine, const std::string& slot, const std::string& plugin, const toml::table* config);
 
   Deployment deployment_;
   metrics::Registry metrics_;

@@ -1,6 +1,10 @@
 // Server's part in a cluster ([cluster]): the worker's node actor on its cluster port, the head's links
 // to its workers, and the remote engines those links bring into the engine table and the router.
+#include <algorithm>
+#include <sstream>
+
 #include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include "cluster/transport.hpp"
 #include "server/remote_engine.hpp"
@@ -27,6 +31,45 @@ std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
   return out;
 }
 
+// A head's change of a slot of an engine here: what this node's admin API would do with it, on a
+// local engine only (a head does not reach through this node to another).
+cluster::AdminReply Server::change_slot_for_head(const cluster::SlotChange& c) {
+  try {
+    auto target = engines_->find(c.engine);
+    if (!target || dynamic_cast<LocalEngine*>(target.get()) == nullptr) throw AdminError(404, "no engine '" + c.engine + "' on node " + deployment_.cluster.node);
+    if (c.plugin.empty()) return {true, 200, unload_slot(c.engine, c.slot)};
+    toml::table config;
+    try {
+      config = toml::parse(std::string_view(c.config_toml), std::string_view("slot change"));
+    } catch (const toml::parse_error& e) {
+      throw AdminError(400, std::string("the plugin's config does not parse: ") + std::string(e.description()));
+    }
+    return {true, 200, set_slot(c.engine, c.slot, c.plugin, config)};
+  } catch (const AdminError& e) {
+    return {false, uint32_t(std::clamp(e.http_status, 400, 599)), e.what()};
+  } catch (const std::exception& e) {
+    return {false, 500, e.what()};
+  }
+}
+
+// A slot change of a remote engine: made by its node (change_slot_for_head there), which answers
+// what changed or why nothing did. The head's view of the engine's plugins follows.
+std::string Server::change_remote_slot(RemoteEngine& engine, const std::string& slot, const std::string& plugin, const toml::table* config) {
+  cluster::SlotChange c{engine.remote_name(), slot, plugin, ""};
+  if (config != nullptr) {
+    std::ostringstream text;
+    text << *config;
+    c.config_toml = text.str();
+  }
+  cluster::AdminReply r = engine.change_slot(c);
+  if (!r.ok) throw AdminError(int(r.status), "node " + engine.node() + ": " + r.message);
+  SlotDecl d;
+  d.plugin = plugin;
+  engine.set_slot_decl(slot, plugin.empty() ? nullptr : &d);
+  spdlog::info("admin: engine {}: {}", engine.name(), r.message);
+  return r.message;
+}
+
 void Server::start_cluster() {
   const ClusterDecl& c = deployment_.cluster;
   cluster::check_transport(*system_, c);
@@ -40,6 +83,7 @@ void Server::start_cluster() {
       return e->routed().actor;
     };
     n.engines = [this] { return local_engine_infos(); };
+    n.change_slot = [this](const cluster::SlotChange& c) { return change_slot_for_head(c); };
     node_actor_ = cluster::spawn_node_actor(*system_, std::move(n));
     cluster::publish_node(*system_, c, node_actor_);
   }
@@ -94,7 +138,7 @@ void Server::remote_joined(const std::string& node, const cluster::node_actor& a
     facts.prefix_cache = info.prefix_cache;
     facts.window_cap = info.window_cap;
     auto proxy = cluster::spawn_engine_proxy(*system_, {name, info.name, node, actor});
-    auto e = std::make_shared<RemoteEngine>(*system_, std::move(decl), std::move(facts), node, info.name, proxy);
+    auto e = std::make_shared<RemoteEngine>(*system_, std::move(decl), std::move(facts), node, info.name, proxy, actor);
     RoutedEngine routed = e->routed();
     engines_->add(e);
     caf::anon_send(router_, engine_add_atom::value, std::move(routed));

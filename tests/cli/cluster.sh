@@ -4,7 +4,9 @@
 # greedy text as a worker's own (local) engine; admin status shows each link's health; strangers (a
 # certificate of another cluster's CA, a plain connection, garbage bytes on the cluster port, a silent
 # connection) are refused and logged, and the worker keeps serving; a worker killed with -9 leaves the head's routing within the
-# heartbeat timeout while the other serves, and joins again when it comes back.
+# heartbeat timeout while the other serves, and joins again when it comes back; the head's admin API
+# swaps a remote engine's plugin and splits an A/B experiment across workers; a second head serves
+# the same workers, and when it is killed the workers free its sequences while the first head serves.
 set -euo pipefail
 tokenhost=$1 here=$2
 source "$here/lib.sh"
@@ -12,8 +14,8 @@ require_models "$here"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 
-"$tokenhost" cluster init "$work/certs" --nodes head,worker-1,worker-2 > "$work/init.txt"
-for f in ca.pem ca.key head.pem head.key worker-1.pem worker-1.key worker-2.pem worker-2.key; do
+"$tokenhost" cluster init "$work/certs" --nodes head,head-2,worker-1,worker-2 > "$work/init.txt"
+for f in ca.pem ca.key head.pem head.key head-2.pem head-2.key worker-1.pem worker-1.key worker-2.pem worker-2.key; do
   grep -q "wrote $work/certs/$f" "$work/init.txt" || { echo "FAIL: init did not write $f"; cat "$work/init.txt"; exit 1; }
 done
 [ "$(stat -c %a "$work/certs/worker-1.key")" = 600 ] || { echo "FAIL: a key file is not mode 0600"; exit 1; }
@@ -24,9 +26,11 @@ echo "ok: cluster init writes a CA and a certificate per node"
 base=$((20000 + RANDOM % 20000))
 p1=$base p2=$((base + 1))
 manifest() {  # manifest NAME CERTS > FILE: manifests/cluster/NAME.toml with system-chosen HTTP ports and these cluster ports
+  # 4 sequences per step on a worker: under the failover load most requests wait, and the kill finds
+  # both running and waiting ones.
   sed -e 's/^listen = "127.0.0.1:80.*"/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' \
       -e "s/127.0.0.1:9101/127.0.0.1:$p1/" -e "s/127.0.0.1:9102/127.0.0.1:$p2/" -e "s|^certs = .*|certs = \"$2\"|" \
-      "$here/../../manifests/cluster/$1.toml"
+      -e 's/^max_step_seqs = .*/max_step_seqs = 4/' "$here/../../manifests/cluster/$1.toml"
 }
 start() {  # start NAME MANIFEST READY: serve MANIFEST, log to $work/NAME.log, wait for READY in it
   "$tokenhost" serve "$2" > "$work/$1.log" 2>&1 &
@@ -116,10 +120,33 @@ wait_log worker-1 "closed the incoming TLS connection with 127.0.0.1:[0-9]*: no 
 [ "$(complete "$gw" "Once upon a time")" = "$(complete "$w1gw" "Once upon a time")" ] || { echo "FAIL: serving changed after the strangers"; exit 1; }
 echo "ok: a stranger's certificate, a plain connection, garbage bytes and a silent connection are refused and logged; the cluster keeps serving"
 
-# kill -9 of worker-1: the head stops routing to it within the heartbeat timeout; worker-2 serves.
+# kill -9 of worker-1 under 32 requests (16 streamed, 16 answered whole, 480 tokens each), once the
+# first streams are under way: none hangs; a stream whose tokens had gone out ends with an error event,
+# the others (waiting, or on worker-2) complete; every request answered whole completes, those that
+# were running on worker-1 run again on worker-2. The head drops worker-1 when CAF reports the
+# connection down (within the heartbeat timeout, 3 s, had it hung instead).
+python3 "$here/cluster_load.py" "$gw" 16 16 480 "$work/ready" 4 10 60 > "$work/load.json" 2> "$work/load.err" &
+load=$!
+for _ in $(seq 1000); do [ -f "$work/ready" ] && break; sleep 0.01; done
+[ -f "$work/ready" ] || { echo "FAIL: the load's streams did not start"; cat "$work/load.err"; exit 1; }
+killed_at=$(date +%s.%N)
 kill -9 "$pid_worker_1"
-wait_log head "worker worker-1 lost" 6
-for i in 1 2 3 4; do [ -n "$(complete "$gw" "Once upon a time")" ] || { echo "FAIL: request $i after the kill"; exit 1; }; done
+wait "$load" || { echo "FAIL: the load under the kill:"; cat "$work/load.json" "$work/load.err"; tail -20 "$work/head.log"; exit 1; }
+python3 - "$work/load.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["whole_completed"] == 16, s
+assert s["streams_errored"] >= 1 and s["streams_completed"] >= 1, ("the kill found no stream both ways", s)
+assert "lost after" in s["stream_error"], s
+PY
+grep -q "nobody had seen: run again" "$work/head.log" || { echo "FAIL: no request answered whole was running on worker-1"; cat "$work/head.log"; exit 1; }
+python3 - "$work/head.log" "$killed_at" <<'PY'
+import re, sys, datetime
+line = next(l for l in open(sys.argv[1]) if "worker worker-1 lost" in l)
+at = datetime.datetime.strptime(re.match(r"\[([^\]]+)\]", line).group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
+assert at - float(sys.argv[2]) <= 3.0, f"worker-1 left the routing {at - float(sys.argv[2]):.2f} s after the kill"
+PY
+echo "ok: kill -9 of a worker under 32 requests: $(cat "$work/load.json"); none hangs; whole answers complete"
 "$tokenhost" admin --url "$admin" --json status | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
@@ -135,3 +162,67 @@ import json, sys
 s = json.load(sys.stdin)
 assert sorted(e["name"] for e in s["engines"]) == ["main@worker-1", "main@worker-2"], s["engines"]'
 echo "ok: the restarted worker joins again and serves"
+
+# Remote engines through the head's admin API: a live swap runs on the worker (its own status shows
+# it, the answers stay the same); a refused one names the node and changes nothing; an A/B experiment
+# splits traffic between engines of the two workers.
+ports worker-1
+w1admin=$admin
+ports head
+before=$(complete "$gw" "Once upon a time")
+"$tokenhost" admin --url "$admin" swap main@worker-1 scheduler scheduler.fifo > "$work/swap.txt" ||
+  { echo "FAIL: the swap of a remote engine's scheduler"; cat "$work/swap.txt"; exit 1; }
+"$tokenhost" admin --url "$w1admin" --json status | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+assert s["engines"][0]["scheduler"]["id"] == "scheduler.fifo", s["engines"][0]["scheduler"]'
+"$tokenhost" admin --url "$admin" --json status | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+e = next(e for e in s["engines"] if e["name"] == "main@worker-1")
+assert e["node"] == "worker-1" and e["scheduler"]["id"] == "scheduler.fifo", e'
+if "$tokenhost" admin --url "$admin" swap main@worker-1 scheduler scheduler.nonexistent > /dev/null 2> "$work/err"; then
+  echo "FAIL: a swap to an unknown plugin was accepted"; exit 1
+fi
+grep -q "node worker-1: " "$work/err" || { echo "FAIL: the refusal does not name the node"; cat "$work/err"; exit 1; }
+for _ in 1 2 3 4; do [ "$(complete "$gw" "Once upon a time")" = "$before" ] || { echo "FAIL: answers changed after the swap"; exit 1; }; done
+"$tokenhost" admin --url "$admin" ab start split --arm a=main@worker-1:50 --arm b=main@worker-2:50 --sticky none > /dev/null
+for i in $(seq 20); do complete "$gw" "Once upon a time $i" > /dev/null; done
+"$tokenhost" admin --url "$admin" --json ab report split | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+n = {a["name"]: a["requests"] for a in r["arms"]}
+assert sum(n.values()) == 20 and min(n.values()) > 0, n'
+"$tokenhost" admin --url "$admin" ab stop split > /dev/null
+echo "ok: a live swap and an A/B experiment on remote engines through the head's admin API"
+
+# A second head on the same workers: both serve. kill -9 of it under 8 streams: the first head keeps
+# serving, and the workers cancel the dead head's sequences, their KV pools back to empty.
+manifest head "$work/certs" | sed -e 's/^node = "head"/node = "head-2"/' > "$work/head-2.toml"
+start head-2 "$work/head-2.toml" "gateway listening"
+wait_log head-2 "worker worker-1 joined" 10
+wait_log head-2 "worker worker-2 joined" 10
+ports head-2
+gw2=$gw
+ports head
+[ "$(complete "$gw2" "Once upon a time")" = "$(complete "$gw" "Once upon a time")" ] || { echo "FAIL: the two heads answer differently"; exit 1; }
+kv_used() {  # kv_used NAME: the KV blocks NAME's engine holds (from its /metrics; 0 before its first step)
+  local line
+  line=$(grep "gateway listening" "$work/$1.log")
+  curl -sf "http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")/metrics" |
+    awk '/^tokenhost_kv_blocks_used\{engine="main",/ {v = $2} END {print v + 0}'
+}
+for i in $(seq 8); do
+  curl -sN "http://127.0.0.1:$gw2/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0, "ignore_eos": true, "stream": true}' > /dev/null 2>&1 &
+done
+for _ in $(seq 200); do [ "$(kv_used worker-1)" != 0 ] && [ "$(kv_used worker-2)" != 0 ] && break; sleep 0.01; done
+[ "$(kv_used worker-1)" != 0 ] && [ "$(kv_used worker-2)" != 0 ] || { echo "FAIL: head-2's streams did not reach both workers"; exit 1; }
+kill -9 "$pid_head_2"
+wait_log worker-1 "head head-2 left .*: [1-9][0-9]* of its sequence(s) cancelled" 5
+wait_log worker-2 "head head-2 left .*: [1-9][0-9]* of its sequence(s) cancelled" 5
+for _ in $(seq 100); do [ "$(kv_used worker-1)" = 0 ] && [ "$(kv_used worker-2)" = 0 ] && break; sleep 0.05; done
+[ "$(kv_used worker-1)" = 0 ] && [ "$(kv_used worker-2)" = 0 ] ||
+  { echo "FAIL: the workers still hold KV blocks of the dead head: $(kv_used worker-1), $(kv_used worker-2)"; exit 1; }
+[ -n "$(complete "$gw" "The little dog")" ] || { echo "FAIL: the first head stopped serving"; exit 1; }
+echo "ok: two heads serve the same workers; a head killed under 8 streams leaves the workers' KV pools empty, the other head serves"

@@ -199,3 +199,33 @@ TEST_CASE("cluster wire: a peer's malformed messages are refused, naming the mes
           "name: empty");
   refused(decode_hello, std::string(kMaxWireBytes + 1, '\0'), "larger than");
 }
+
+TEST_CASE("cluster wire: a head's slot change and the node's answer survive the round trip, and malformed ones are refused",
+          "[cluster][wire]") {
+  SlotChange c{"main", "scheduler", "scheduler.fifo", "max_waiting = 8\n[nested]\nx = \"y\"\n"};
+  SlotChange d = decode_slot_change(encode(c));
+  CHECK(d.engine == "main");
+  CHECK(d.slot == "scheduler");
+  CHECK(d.plugin == "scheduler.fifo");
+  CHECK(d.config_toml == c.config_toml);
+  CHECK(decode_slot_change(encode(SlotChange{"main", "spec_decode", "", ""})).plugin.empty());
+  AdminReply ok = decode_admin_reply(encode(AdminReply{true, 200, "scheduler -> scheduler.fifo"}));
+  CHECK(ok.ok);
+  CHECK(ok.message == "scheduler -> scheduler.fifo");
+  AdminReply no = decode_admin_reply(encode(AdminReply{false, 422, "its check() refused"}));
+  CHECK(!no.ok);
+  CHECK(no.status == 422);
+  auto says = [](auto decode, const std::string& bytes) -> std::string {
+    try {
+      decode(bytes);
+    } catch (const WireError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK_THAT(says(decode_slot_change, msgpack({{"slot", "scheduler"}})), Catch::Contains("slot_change.engine: missing"));
+  CHECK_THAT(says(decode_slot_change, msgpack({{"engine", "main"}, {"slot", std::string(65, 's')}})),
+             Catch::Contains("slot_change.slot: longer than 64 bytes"));
+  CHECK_THAT(says(decode_admin_reply, msgpack({{"ok", false}, {"status", 200}})), Catch::Contains("a refusal's status below 400"));
+  CHECK_THAT(says(decode_admin_reply, msgpack({{"ok", true}, {"status", 600}})), Catch::Contains("admin_reply.status: above 599"));
+}
