@@ -24,19 +24,37 @@ constexpr size_t kMaxEnsembleAnswers = 16;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The prompt's leading tokens engine e likely holds in its prefix cache (th_route_request.cached_tokens):
-// whole blocks its summary holds, short of the last token. keys: the prompt's block keys by block size,
-// made once per request.
-uint32_t cached_tokens(const RoutedEntry& e, const GenerateRequest& req, uint64_t ns, std::map<uint32_t, std::vector<uint64_t>>& keys) {
-  const PrefixSummary* summary = e.engine.prefix_summary.get();
-  if (summary == nullptr || req.prompt.size() < 2) return 0;
-  const uint32_t block = summary->block_size();
-  auto it = keys.find(block);
-  if (it == keys.end()) {
-    it = keys.emplace(block, std::vector<uint64_t>{}).first;
-    extend_prefix_block_keys(ns, req.prompt, uint32_t(req.prompt.size() - 1), block, it->second);
+// The prompt's block keys for a block size (whole blocks short of the last token), made once per
+// request and block size; the last size asked is kept at hand (engines mostly share one).
+class PromptKeys {
+ public:
+  PromptKeys(const GenerateRequest& req, uint64_t ns) : req_(req), ns_(ns) {}
+  const std::vector<uint64_t>& of(uint32_t block) {
+    if (last_ != nullptr && block == last_block_) return *last_;
+    auto it = by_block_.find(block);
+    if (it == by_block_.end()) {
+      it = by_block_.emplace(block, std::vector<uint64_t>{}).first;
+      if (req_.prompt.size() >= 2) extend_prefix_block_keys(ns_, req_.prompt, uint32_t(req_.prompt.size() - 1), block, it->second);
+    }
+    last_block_ = block;
+    last_ = &it->second;
+    return it->second;
   }
-  return uint32_t(summary->leading_matches(it->second)) * block;
+
+ private:
+  const GenerateRequest& req_;
+  const uint64_t ns_;
+  std::map<uint32_t, std::vector<uint64_t>> by_block_;
+  uint32_t last_block_ = 0;
+  const std::vector<uint64_t>* last_ = nullptr;
+};
+
+// The prompt's leading tokens engine e likely holds in its prefix cache (th_route_request.cached_tokens):
+// whole blocks its summary holds.
+uint32_t cached_tokens(const RoutedEntry& e, PromptKeys& keys) {
+  const PrefixSummary* summary = e.engine.prefix_summary.get();
+  if (summary == nullptr) return 0;
+  return uint32_t(summary->leading_matches(keys.of(summary->block_size()))) * summary->block_size();
 }
 
 // Runs the router plugin over the engines that serve req's model (a group's members, with their
@@ -47,7 +65,15 @@ std::variant<RoutePlan, std::string> plan_route(RouterState& s, const RouteJob& 
   std::vector<th_route_candidate> candidates;
   std::vector<uint32_t> cached;
   std::vector<size_t> engine_of;  // candidate index -> engine index
-  std::map<uint32_t, std::vector<uint64_t>> keys;
+  PromptKeys keys(req, job.cache_namespace);
+  // Each summary's first test for the prompt is one load from memory: issued for all of them first,
+  // so that they overlap (with a thousand candidates, loaded one by one they are most of the choice).
+  for (const auto& e : s.engines)
+    if (const PrefixSummary* summary = e->engine.prefix_summary.get())
+      if (const auto& k = keys.of(summary->block_size()); !k.empty()) summary->prefetch(k[0]);
+  candidates.reserve(s.engines.size());
+  cached.reserve(s.engines.size());
+  engine_of.reserve(s.engines.size());
   for (size_t i = 0; i < s.engines.size(); ++i) {
     const auto& e = *s.engines[i];
     double cost = 1.0, quality = 1.0;
@@ -60,7 +86,7 @@ std::variant<RoutePlan, std::string> plan_route(RouterState& s, const RouteJob& 
       continue;
     }
     candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), cost, quality, 1});
-    cached.push_back(cached_tokens(e, req, job.cache_namespace, keys));
+    cached.push_back(cached_tokens(e, keys));
     engine_of.push_back(i);
   }
   if (candidates.empty())
