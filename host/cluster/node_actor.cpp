@@ -30,6 +30,7 @@ struct Relay {
   std::shared_ptr<TokenStream> stream;
   std::shared_ptr<std::atomic<bool>> relay_queued;
   size_t sent = 0;  // tokens relayed
+  std::shared_ptr<void> admission;  // this node's admission ticket, given back when the relay ends
 };
 
 struct NodeState {
@@ -197,6 +198,18 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
         }
         std::optional<engine_actor> engine = s.init.find_engine(g.engine);
         if (!engine) return encode(GenerateResult::failed(g.engine, "engine " + g.engine + " does not serve on node " + s.init.name));
+        std::shared_ptr<void> admission;
+        if (s.init.admit) {
+          NodeInit::Admitted a = s.init.admit(g.engine, g.request);
+          if (!a.ticket) {
+            spdlog::info("cluster: refused a sequence of head {} for engine {} ({}): {}", head, g.engine, a.status, a.why);
+            GenerateResult r = GenerateResult::failed(g.engine, "node " + s.init.name + " refused it: " + a.why);
+            r.refused_status = a.status;
+            r.retry_after_s = a.retry_after_s;
+            return encode(r);
+          }
+          admission = std::move(a.ticket);
+        }
         const uint64_t local = s.next_local++;
         Relay r;
         r.head_seq = g.request.id;
@@ -205,6 +218,7 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
         r.engine = *engine;
         r.stream = std::make_shared<TokenStream>();
         r.relay_queued = std::make_shared<std::atomic<bool>>(false);
+        r.admission = std::move(admission);
         auto signal = std::make_shared<StreamSignal>();
         signal->on_change([queued = r.relay_queued, me = caf::actor_cast<caf::actor>(self), local] {
           if (!queued->exchange(true)) caf::anon_send(me, relay_atom::value, local);

@@ -24,6 +24,16 @@ struct NodeInit {
   std::function<std::optional<engine_actor>(const std::string&)> find_engine;
   // The engines this node runs now.
   std::function<std::vector<EngineInfo>()> engines;
+  // This node's own admission for a head's sequence on engine (its [limits], counted with its own
+  // clients' requests, so that they hold across heads): a ticket held while the sequence runs (its
+  // destructor gives the admission back), or, ticket NULL, the HTTP status, Retry-After and why. Unset:
+  // every sequence is admitted.
+  struct Admitted {
+    std::shared_ptr<void> ticket;
+    uint32_t status = 0, retry_after_s = 0;
+    std::string why;
+  };
+  std::function<Admitted(const std::string& engine, const GenerateRequest&)> admit;
   // A head's slot change on one of them, as this node's admin API would make it (it may block: it runs
   // on an actor of its own thread).
   std::function<AdminReply(const SlotChange&)> change_slot;

@@ -237,6 +237,10 @@ json result_json(const GenerateResult& r) {
   if (r.ttft_s) j["ttft"] = *r.ttft_s;
   if (r.itl_s) j["itl"] = *r.itl_s;
   if (r.e2e_s) j["e2e"] = *r.e2e_s;
+  if (r.refused_status != 0) {
+    j["refused"] = r.refused_status;
+    j["retry_after"] = r.retry_after_s;
+  }
   return j;
 }
 
@@ -373,6 +377,9 @@ GenerateResult decode_result(std::string_view bytes) {
   r.ttft_s = f.maybe_real("ttft");
   r.itl_s = f.maybe_real("itl");
   r.e2e_s = f.maybe_real("e2e");
+  r.refused_status = uint32_t(f.u64("refused", false, 599));
+  if (r.refused_status != 0 && (r.refused_status < 400 || r.finish_reason != "error")) f.fail("refused", "not a refusal's status");
+  r.retry_after_s = uint32_t(f.u64("retry_after", false, 86400));
   return r;
 }
 

@@ -402,6 +402,15 @@ struct ClientRequest::State {
       if (!c.error.empty()) return c.error;
     return std::nullopt;
   }
+  // A choice a cluster node's own admission refused (GenerateResult::refused_status), as the refusal
+  // this gateway's admission would give: the client sees the limit, not a server error.
+  std::optional<AdmissionRefusal> node_refusal() const {
+    for (const auto& c : choices)
+      if (c.result && c.result->refused_status != 0)
+        return AdmissionRefusal{int(c.result->refused_status), int(std::max<uint32_t>(1, c.result->retry_after_s)), "node_admission",
+                                c.result->error};
+    return std::nullopt;
+  }
   const std::string& prompt_text(size_t choice) const { return prompt_texts.at(choice / size_t(req.n)); }
 
   // --- Answering ---
@@ -410,12 +419,14 @@ struct ClientRequest::State {
     if (!openai()) {
       const Choice& c = choices.at(0);
       const GenerateResult r = c.result.value_or(GenerateResult::failed("", "cancelled"));
+      if (auto no = node_refusal()) return refusal(*no);
       if (r.finish_reason == "error") return plain_error(gateway.accepting() ? 422 : 503, r.error, "generation_error");
       Reply out;
       out.body = json{{"tokens", r.tokens}, {"text", gateway.decode(r.tokens)}, {"finish_reason", r.finish_reason}, {"engine", r.engine}}
                      .dump(2, ' ', false, json::error_handler_t::replace);
       return out;
     }
+    if (auto no = node_refusal()) return refusal(*no);
     if (auto e = error()) return api_error(server_error(gateway.accepting() ? 500 : 503, *e));
     std::vector<api::CompletionChoice> out_choices;
     for (size_t i = 0; i < choices.size(); ++i) {

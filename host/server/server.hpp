@@ -159,6 +159,7 @@ class Server {
   void remote_left(const std::string& node, const std::string& why);
   std::vector<cluster::EngineInfo> local_engine_infos() const;
   cluster::AdminReply change_slot_for_head(const cluster::SlotChange& c);
+  cluster::NodeInit::Admitted admit_for_head(const std::string& engine, const GenerateRequest& r);
   std::string change_remote_slot(RemoteEngine& engine, const std::string& slot, const std::string& plugin, const toml::table* config);
 
   Deployment deployment_;

@@ -31,6 +31,21 @@ std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
   return out;
 }
 
+// A head's sequence for an engine here, through this node's own admission as its gateway's requests go
+// (the client as the head saw it: an API key is the same client whichever head it came through).
+cluster::NodeInit::Admitted Server::admit_for_head(const std::string& engine, const GenerateRequest& r) {
+  AdmissionAsk ask;
+  ask.client = r.client;
+  auto e = engines_->find(engine);
+  ask.model = e ? e->model() : r.model;
+  ask.sequences = 1;
+  ask.tokens = r.prompt.size() + r.max_tokens;
+  auto admitted = gateway_->admit(ask);
+  if (auto* refused = std::get_if<AdmissionRefusal>(&admitted))
+    return {nullptr, uint32_t(refused->http_status), uint32_t(refused->retry_after_s), refused->message};
+  return {std::get<std::shared_ptr<AdmissionTicket>>(admitted), 0, 0, ""};
+}
+
 // A head's change of a slot of an engine here: what this node's admin API would do with it, on a
 // local engine only (a head does not reach through this node to another).
 cluster::AdminReply Server::change_slot_for_head(const cluster::SlotChange& c) {
@@ -84,6 +99,7 @@ void Server::start_cluster() {
     };
     n.engines = [this] { return local_engine_infos(); };
     n.change_slot = [this](const cluster::SlotChange& c) { return change_slot_for_head(c); };
+    n.admit = [this](const std::string& engine, const GenerateRequest& r) { return admit_for_head(engine, r); };
     node_actor_ = cluster::spawn_node_actor(*system_, std::move(n));
     cluster::publish_node(*system_, c, node_actor_);
   }

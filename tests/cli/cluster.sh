@@ -6,7 +6,8 @@
 # connection) are refused and logged, and the worker keeps serving; a worker killed with -9 leaves the head's routing within the
 # heartbeat timeout while the other serves, and joins again when it comes back; the head's admin API
 # swaps a remote engine's plugin and splits an A/B experiment across workers; a second head serves
-# the same workers, and when it is killed the workers free its sequences while the first head serves.
+# the same workers, and when it is killed the workers free its sequences while the first head serves;
+# a worker's own client limit holds across two heads.
 set -euo pipefail
 tokenhost=$1 here=$2
 source "$here/lib.sh"
@@ -226,3 +227,30 @@ for _ in $(seq 100); do [ "$(kv_used worker-1)" = 0 ] && [ "$(kv_used worker-2)"
   { echo "FAIL: the workers still hold KV blocks of the dead head: $(kv_used worker-1), $(kv_used worker-2)"; exit 1; }
 [ -n "$(complete "$gw" "The little dog")" ] || { echo "FAIL: the first head stopped serving"; exit 1; }
 echo "ok: two heads serve the same workers; a head killed under 8 streams leaves the workers' KV pools empty, the other head serves"
+
+# A worker's own limits hold across heads: worker-2 again with [limits] client_max_sequences = 2 and
+# worker-1 gone, two heads; a client running two long streams through one head is refused a third
+# sequence through the other (429 with Retry-After, naming the worker's limit), by the worker.
+kill -9 "$pid_worker_1" "$pid_worker_2"
+manifest worker-2 "$work/certs" > "$work/worker-2-limits.toml"
+printf '\n[limits]\nclient_max_sequences = 2\n' >> "$work/worker-2-limits.toml"
+start worker-2 "$work/worker-2-limits.toml" "gateway listening"
+for _ in $(seq 100); do [ "$(grep -c "worker worker-2 joined" "$work/head.log")" -ge 2 ] && break; sleep 0.1; done
+[ "$(grep -c "worker worker-2 joined" "$work/head.log")" -ge 2 ] || { echo "FAIL: worker-2 did not join head again"; cat "$work/head.log"; exit 1; }
+start head-2 "$work/head-2.toml" "gateway listening"
+wait_log head-2 "worker worker-2 joined" 10
+ports head-2
+gw2=$gw
+ports head
+for i in 1 2; do
+  curl -sN "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once upon a time", "max_tokens": 480, "temperature": 0, "ignore_eos": true, "stream": true}' > /dev/null 2>&1 &
+done
+for _ in $(seq 200); do [ "$(kv_used worker-2)" != 0 ] && break; sleep 0.01; done
+status=$(curl -s -D "$work/headers" -o "$work/refused.json" -w '%{http_code}' "http://127.0.0.1:$gw2/v1/completions" \
+  -H 'Content-Type: application/json' -d '{"prompt": "The little dog", "max_tokens": 8}')
+[ "$status" = 429 ] || { echo "FAIL: a third sequence through the other head got $status"; cat "$work/refused.json"; exit 1; }
+grep -qi "^retry-after: [0-9]" "$work/headers" || { echo "FAIL: no Retry-After"; cat "$work/headers"; exit 1; }
+grep -q "node worker-2 refused it" "$work/refused.json" || { echo "FAIL: the refusal does not name the worker"; cat "$work/refused.json"; exit 1; }
+wait_log worker-2 "refused a sequence of head head-2" 2
+echo "ok: a worker's client limit holds across two heads (429 from the worker, Retry-After)"

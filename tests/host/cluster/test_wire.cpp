@@ -121,6 +121,14 @@ TEST_CASE("cluster wire: a sequence's request, tokens and result survive the rou
     CHECK(rb.ttft_s == res.ttft_s);
     CHECK(rb.itl_s == res.itl_s);
     CHECK(!rb.e2e_s);
+    CHECK(rb.refused_status == 0);
+
+    GenerateResult refused = GenerateResult::failed("main", "client limit");
+    refused.refused_status = rng() % 2 ? 429 : 503;
+    refused.retry_after_s = uint32_t(rng() % 60);
+    GenerateResult fb = decode_result(encode(refused));
+    CHECK(fb.refused_status == refused.refused_status);
+    CHECK(fb.retry_after_s == refused.retry_after_s);
   }
 }
 
@@ -195,6 +203,8 @@ TEST_CASE("cluster wire: a peer's malformed messages are refused, naming the mes
           "logprob above 0");
   refused(decode_tokens, msgpack({{"seq", 1}, {"first", 0}, {"tokens", {{1, -0.5}}}}), "not [token, logprob, entropy, top]");
   refused(decode_result, msgpack({{"tokens", {1}}, {"finish", "exploded"}}), "unknown finish reason");
+  refused(decode_result, msgpack({{"tokens", {1}}, {"finish", "error"}, {"refused", 200}}), "result.refused: not a refusal's status");
+  refused(decode_result, msgpack({{"tokens", {1}}, {"finish", "stop"}, {"refused", 429}}), "result.refused: not a refusal's status");
   refused(decode_engines, msgpack({{"engines", {{{"name", ""}, {"model", "m"}, {"device", "cpu"}, {"kv", 1}, {"plugins", nlohmann::json::object()}}}}}),
           "name: empty");
   refused(decode_hello, std::string(kMaxWireBytes + 1, '\0'), "larger than");
