@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <caf/all.hpp>
@@ -157,6 +158,11 @@ class Server {
   void start_cluster();
   void remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines);
   void remote_left(const std::string& node, const std::string& why);
+  // Brings the router's remote engines of node in line with what it runs (serving ones routed, the
+  // others and those gone dropped); on the link's thread, after a join and at each heartbeat.
+  void sync_remote_engines(const std::string& node, const std::vector<cluster::EngineInfo>& engines);
+  // Drops one remote engine from the router and the table, ending what it runs in those words.
+  void drop_remote_engine(const std::shared_ptr<EngineHandle>& e, const std::string& why);
   std::vector<cluster::EngineInfo> local_engine_infos() const;
   cluster::AdminReply change_slot_for_head(const cluster::SlotChange& c);
   cluster::NodeInit::Admitted admit_for_head(const std::string& engine, const GenerateRequest& r);
@@ -195,6 +201,8 @@ class Server {
   std::vector<WorkerLink> links_;
   mutable std::mutex remote_mutex_;
   std::map<std::string, std::vector<cluster::EngineInfo>> remote_engines_;  // by worker: what it runs, as last heard
+  std::map<std::string, cluster::node_actor> remote_nodes_;                 // by worker, while linked
+  std::set<std::string> remote_unroutable_;  // ENGINE@NODE of a model this head does not serve (logged once)
 };
 
 }  // namespace tokenhost

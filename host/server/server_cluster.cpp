@@ -118,8 +118,7 @@ void Server::start_cluster() {
       remote_joined(node, actor, engines);
     };
     l.engines_changed = [this](const std::string& node, const std::vector<cluster::EngineInfo>& engines) {
-      std::lock_guard lock(remote_mutex_);
-      remote_engines_[node] = engines;
+      sync_remote_engines(node, engines);
     };
     l.left = [this](const std::string& node, const std::string& why) { remote_left(node, why); };
     auto health = l.health;
@@ -129,20 +128,50 @@ void Server::start_cluster() {
 
 // On the link's actor thread: nothing here blocks (the router is told, not asked).
 void Server::remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines) {
+  // An earlier link's engines, not yet gone, make way for this link's.
+  for (const auto& e : engines_->live())
+    if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node) drop_remote_engine(e, "worker " + node + " joined again");
   {
     std::lock_guard lock(remote_mutex_);
     remote_engines_[node] = engines;
+    remote_nodes_[node] = actor;
   }
+  sync_remote_engines(node, engines);
+}
+
+void Server::drop_remote_engine(const std::shared_ptr<EngineHandle>& e, const std::string& why) {
+  // Out of the router first: the sequences the engine hands back are routed to the others.
+  caf::anon_send(router_, engine_remove_atom::value, e->name());
+  if (auto* r = dynamic_cast<RemoteEngine*>(e.get())) r->lost(why);
+  engines_->retire(e->name(), nullptr);
+}
+
+void Server::sync_remote_engines(const std::string& node, const std::vector<cluster::EngineInfo>& engines) {
+  cluster::node_actor actor;
+  {
+    std::lock_guard lock(remote_mutex_);
+    remote_engines_[node] = engines;
+    auto it = remote_nodes_.find(node);
+    if (it == remote_nodes_.end()) return;  // the link went down meanwhile
+    actor = it->second;
+  }
+  std::set<std::string> listed;
   for (const auto& info : engines) {
     const std::string name = info.name + "@" + node;
-    if (!deployment_.models.count(info.model)) {
-      spdlog::error("cluster: engine {} serves model '{}', which this head's manifest does not declare: not routed", name, info.model);
+    listed.insert(info.name);
+    auto existing = engines_->find(name);
+    if (!info.serving) {
+      if (existing) {
+        spdlog::warn("cluster: engine {} is down on its node ({}): no longer routed", name, info.down_reason);
+        drop_remote_engine(existing, "engine " + name + " went down on its node: " + info.down_reason);
+      }
       continue;
     }
-    if (auto old = engines_->find(name)) {  // an earlier link's, not yet gone
-      caf::anon_send(router_, engine_remove_atom::value, name);
-      if (auto* r = dynamic_cast<RemoteEngine*>(old.get())) r->lost("worker " + node + " joined again");
-      engines_->retire(name, nullptr);
+    if (existing) continue;
+    if (!deployment_.models.count(info.model)) {
+      if (remote_unroutable_.insert(name).second)
+        spdlog::error("cluster: engine {} serves model '{}', which this head's manifest does not declare: not routed", name, info.model);
+      continue;
     }
     EngineDecl decl;
     decl.name = name;
@@ -160,20 +189,23 @@ void Server::remote_joined(const std::string& node, const cluster::node_actor& a
     caf::anon_send(router_, engine_add_atom::value, std::move(routed));
     spdlog::info("cluster: engine {} ({}) takes requests", name, info.model);
   }
+  for (const auto& e : engines_->live())
+    if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node && !listed.count(r->remote_name())) {
+      spdlog::warn("cluster: engine {} is gone from its node: no longer routed", e->name());
+      drop_remote_engine(e, "engine " + e->name() + " was removed on its node");
+    }
 }
 
 void Server::remote_left(const std::string& node, const std::string& why) {
   size_t n = 0;
   for (const auto& e : engines_->live())
     if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node) {
-      // Out of the router first: the sequences the engine hands back are routed to the others.
-      caf::anon_send(router_, engine_remove_atom::value, e->name());
-      r->lost("worker " + node + " lost: " + why);
-      engines_->retire(e->name(), nullptr);
+      drop_remote_engine(e, "worker " + node + " lost: " + why);
       ++n;
     }
   std::lock_guard lock(remote_mutex_);
   remote_engines_.erase(node);
+  remote_nodes_.erase(node);
   spdlog::warn("cluster: {} engine(s) of worker {} no longer take requests", n, node);
 }
 

@@ -5,7 +5,8 @@
 # certificate of another cluster's CA, a plain connection, garbage bytes on the cluster port, a silent
 # connection) are refused and logged, and the worker keeps serving; a worker killed with -9 leaves the head's routing within the
 # heartbeat timeout while the other serves, and joins again when it comes back; the head's admin API
-# swaps a remote engine's plugin and splits an A/B experiment across workers; a second head serves
+# swaps a remote engine's plugin and splits an A/B experiment across workers, and follows engines added
+# and removed on a worker; a second head serves
 # the same workers, and when it is killed the workers free its sequences while the first head serves;
 # a worker's own client limit holds across two heads.
 set -euo pipefail
@@ -196,6 +197,31 @@ n = {a["name"]: a["requests"] for a in r["arms"]}
 assert sum(n.values()) == 20 and min(n.values()) > 0, n'
 "$tokenhost" admin --url "$admin" ab stop split > /dev/null
 echo "ok: a live swap and an A/B experiment on remote engines through the head's admin API"
+
+# Engines added and removed on a worker (its own admin API) join and leave the head's routing with
+# the next heartbeats.
+cat > "$work/extra.toml" <<'TOML'
+[engines.extra]
+model = "stories"
+device = "cpu"
+[engines.extra.attention]
+plugin = "attention.reference"
+[engines.extra.kvcache]
+plugin = "kvcache.paged"
+config = { block_size = 16, n_blocks = 256 }
+[engines.extra.scheduler]
+plugin = "scheduler.continuous"
+TOML
+routed() {  # routed: the head's engine names, sorted, one line
+  "$tokenhost" admin --url "$admin" --json status | python3 -c 'import json, sys; print(" ".join(sorted(e["name"] for e in json.load(sys.stdin)["engines"])))'
+}
+"$tokenhost" admin --url "$w1admin" engines add "$work/extra.toml" > /dev/null
+for _ in $(seq 50); do [ "$(routed)" = "extra@worker-1 main@worker-1 main@worker-2" ] && break; sleep 0.1; done
+[ "$(routed)" = "extra@worker-1 main@worker-1 main@worker-2" ] || { echo "FAIL: the worker's new engine is not routed: $(routed)"; exit 1; }
+"$tokenhost" admin --url "$w1admin" engines remove extra > /dev/null
+for _ in $(seq 50); do [ "$(routed)" = "main@worker-1 main@worker-2" ] && break; sleep 0.1; done
+[ "$(routed)" = "main@worker-1 main@worker-2" ] || { echo "FAIL: the worker's removed engine is still routed: $(routed)"; exit 1; }
+echo "ok: an engine added on a worker is routed by the head, and one removed there leaves"
 
 # A second head on the same workers: both serve. kill -9 of it under 8 streams: the first head keeps
 # serving, and the workers cancel the dead head's sequences, their KV pools back to empty.
