@@ -25,19 +25,13 @@ constexpr size_t kMaxEnsembleAnswers = 16;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // The prompt's block keys for a block size (whole blocks short of the last token), made once per
-// request and block size; the last size asked is kept at hand (engines mostly share one).
+// request and block size.
 class PromptKeys {
  public:
   PromptKeys(const GenerateRequest& req, uint64_t ns) : req_(req), ns_(ns) {}
   const std::vector<uint64_t>& of(uint32_t block) {
-    if (last_ != nullptr && block == last_block_) return *last_;
-    auto it = by_block_.find(block);
-    if (it == by_block_.end()) {
-      it = by_block_.emplace(block, std::vector<uint64_t>{}).first;
-      if (req_.prompt.size() >= 2) extend_prefix_block_keys(ns_, req_.prompt, uint32_t(req_.prompt.size() - 1), block, it->second);
-    }
-    last_block_ = block;
-    last_ = &it->second;
+    auto [it, made] = by_block_.try_emplace(block);
+    if (made && req_.prompt.size() >= 2) extend_prefix_block_keys(ns_, req_.prompt, uint32_t(req_.prompt.size() - 1), block, it->second);
     return it->second;
   }
 
@@ -45,8 +39,6 @@ class PromptKeys {
   const GenerateRequest& req_;
   const uint64_t ns_;
   std::map<uint32_t, std::vector<uint64_t>> by_block_;
-  uint32_t last_block_ = 0;
-  const std::vector<uint64_t>* last_ = nullptr;
 };
 
 // The prompt's leading tokens engine e likely holds in its prefix cache (th_route_request.cached_tokens):

@@ -77,21 +77,22 @@ KeyPtr load_key(const std::string& path) {
   return k;
 }
 
-std::string to_pem(X509* c) {
+// What write(bio) put into a memory BIO, as text; what names the object when it fails.
+template <class Write>
+std::string pem_text(Write write, const char* what) {
   BioPtr bio(BIO_new(BIO_s_mem()));
-  if (!bio || PEM_write_bio_X509(bio.get(), c) != 1) throw std::runtime_error("cannot write a certificate as PEM");
+  if (!bio || write(bio.get()) != 1) throw std::runtime_error(std::string("cannot write ") + what + " as PEM");
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<size_t>(n));
 }
 
+std::string to_pem(X509* c) {
+  return pem_text([c](BIO* b) { return PEM_write_bio_X509(b, c); }, "a certificate");
+}
+
 std::string to_pem(EVP_PKEY* k) {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  if (!bio || PEM_write_bio_PrivateKey(bio.get(), k, nullptr, nullptr, 0, nullptr, nullptr) != 1)
-    throw std::runtime_error("cannot write a private key as PEM");
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(bio.get(), &data);
-  return std::string(data, static_cast<size_t>(n));
+  return pem_text([k](BIO* b) { return PEM_write_bio_PrivateKey(b, k, nullptr, nullptr, 0, nullptr, nullptr); }, "a private key");
 }
 
 std::string common_name(X509* c) {

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <filesystem>
 
+#include "util/text.hpp"
+
 namespace tokenhost {
 namespace fs = std::filesystem;
 
@@ -20,20 +22,10 @@ namespace {
 // "host:port" with port 1-65535 (a cluster port is never chosen by the system: peers must know it).
 void read_address(const TomlReader& r, const toml::node& at, const std::string& text, const std::string& what, std::string& host,
                   uint16_t& port) {
-  auto colon = text.rfind(':');
-  bool ok = colon != std::string::npos && colon > 0;
-  if (ok) {
-    host = text.substr(0, colon);
-    try {
-      size_t used = 0;
-      int p = std::stoi(text.substr(colon + 1), &used);
-      ok = used == text.size() - colon - 1 && p >= 1 && p <= 65535;
-      port = uint16_t(p);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  if (!ok) r.fail(at, what + " must be \"host:port\" (port 1-65535), found \"" + text + "\"");
+  const auto split = split_host_port(text);
+  if (!split || split->port < 1 || split->port > 65535) r.fail(at, what + " must be \"host:port\" (port 1-65535), found \"" + text + "\"");
+  host = split->host;
+  port = uint16_t(split->port);
 }
 
 }  // namespace

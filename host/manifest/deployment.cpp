@@ -40,20 +40,12 @@ namespace {
 Endpoint read_endpoint(const TomlReader& r, const toml::table& t, const std::string& key, Endpoint fallback) {
   auto text = r.optional_string(t, key, "[server]");
   if (!text) return fallback;
-  auto colon = text->rfind(':');
+  const auto split = split_host_port(*text);
+  if (!split || split->port < 0 || split->port > 65535)
+    r.fail(*t.get(key), "'" + key + "' in [server] must be \"host:port\" (port 0-65535), found \"" + *text + "\"");
   Endpoint e;
-  bool ok = colon != std::string::npos && colon > 0;
-  if (ok) {
-    e.host = text->substr(0, colon);
-    try {
-      size_t used = 0;
-      e.port = std::stoi(text->substr(colon + 1), &used);
-      ok = used == text->size() - colon - 1 && e.port >= 0 && e.port <= 65535;
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  if (!ok) r.fail(*t.get(key), "'" + key + "' in [server] must be \"host:port\" (port 0-65535), found \"" + *text + "\"");
+  e.host = split->host;
+  e.port = split->port;
   return e;
 }
 

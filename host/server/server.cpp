@@ -116,10 +116,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
         metrics_);
     if (deployment_.cluster.enabled) start_cluster();
   } catch (...) {
-    for (auto& l : links_) caf::anon_send_exit(l.actor, caf::exit_reason::user_shutdown);
-    if (node_actor_) caf::anon_send_exit(node_actor_, caf::exit_reason::user_shutdown);
-    links_.clear();
-    node_actor_ = nullptr;
+    stop_cluster();
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
     if (router_) caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
@@ -559,9 +556,7 @@ void Server::stop() {
   std::call_once(stop_once_, [&] {
     if (!system_) return;
     if (supervisor_) supervisor_->stop();
-    for (auto& l : links_) caf::anon_send_exit(l.actor, caf::exit_reason::user_shutdown);
-    if (node_actor_) caf::anon_send_exit(node_actor_, caf::exit_reason::user_shutdown);
-    node_actor_ = nullptr;
+    stop_cluster();
     for (auto& e : engines_->take_all()) e->stop();
     caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);

@@ -163,6 +163,10 @@ class Server {
   void sync_remote_engines(const std::string& node, const std::vector<cluster::EngineInfo>& engines);
   // Drops one remote engine from the router and the table, ending what it runs in those words.
   void drop_remote_engine(const std::shared_ptr<EngineHandle>& e, const std::string& why);
+  // Drops every remote engine of node (why); returns how many.
+  size_t drop_remote_engines_of(const std::string& node, const std::string& why);
+  // Ends the links to workers and the node actor (start-up failed, or the server stops).
+  void stop_cluster();
   std::vector<cluster::EngineInfo> local_engine_infos() const;
   cluster::AdminReply change_slot_for_head(const cluster::SlotChange& c);
   cluster::NodeInit::Admitted admit_for_head(const std::string& engine, const GenerateRequest& r);

@@ -129,8 +129,7 @@ void Server::start_cluster() {
 // On the link's actor thread: nothing here blocks (the router is told, not asked).
 void Server::remote_joined(const std::string& node, const cluster::node_actor& actor, const std::vector<cluster::EngineInfo>& engines) {
   // An earlier link's engines, not yet gone, make way for this link's.
-  for (const auto& e : engines_->live())
-    if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node) drop_remote_engine(e, "worker " + node + " joined again");
+  drop_remote_engines_of(node, "worker " + node + " joined again");
   {
     std::lock_guard lock(remote_mutex_);
     remote_engines_[node] = engines;
@@ -169,7 +168,12 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
     }
     if (existing) continue;
     if (!deployment_.models.count(info.model)) {
-      if (remote_unroutable_.insert(name).second)
+      bool first;
+      {
+        std::lock_guard lock(remote_mutex_);  // links of several workers sync at once
+        first = remote_unroutable_.insert(name).second;
+      }
+      if (first)
         spdlog::error("cluster: engine {} serves model '{}', which this head's manifest does not declare: not routed", name, info.model);
       continue;
     }
@@ -196,13 +200,25 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
     }
 }
 
-void Server::remote_left(const std::string& node, const std::string& why) {
+size_t Server::drop_remote_engines_of(const std::string& node, const std::string& why) {
   size_t n = 0;
   for (const auto& e : engines_->live())
     if (auto* r = dynamic_cast<RemoteEngine*>(e.get()); r != nullptr && r->node() == node) {
-      drop_remote_engine(e, "worker " + node + " lost: " + why);
+      drop_remote_engine(e, why);
       ++n;
     }
+  return n;
+}
+
+void Server::stop_cluster() {
+  // links_ is not cleared: admin status reads it, and it never changes after start-up.
+  for (auto& l : links_) caf::anon_send_exit(l.actor, caf::exit_reason::user_shutdown);
+  if (node_actor_) caf::anon_send_exit(node_actor_, caf::exit_reason::user_shutdown);
+  node_actor_ = nullptr;
+}
+
+void Server::remote_left(const std::string& node, const std::string& why) {
+  const size_t n = drop_remote_engines_of(node, "worker " + node + " lost: " + why);
   std::lock_guard lock(remote_mutex_);
   remote_engines_.erase(node);
   remote_nodes_.erase(node);

@@ -1,5 +1,7 @@
 #include "util/text.hpp"
 
+#include <stdexcept>
+
 #include <algorithm>
 #include <numeric>
 
@@ -47,6 +49,20 @@ std::string join(const std::vector<std::string>& parts, std::string_view separat
   for (size_t i = 0; i < parts.size(); ++i) {
     if (i > 0) out += separator;
     out += parts[i];
+  }
+  return out;
+}
+
+std::optional<HostPort> split_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  HostPort out{text.substr(0, colon), 0};
+  try {
+    size_t used = 0;
+    out.port = std::stoi(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
   return out;
 }
