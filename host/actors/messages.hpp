@@ -165,6 +165,9 @@ struct RoutedEngine {
   std::shared_ptr<const PrefixSummary> prefix_summary;
   // How it ended (engine_vitals.hpp), for the router's words when it stops unasked; may be NULL.
   std::shared_ptr<const EngineVitals> vitals;
+  // Sequences it runs at once (its max_step_seqs): the overload guard's measure of full
+  // (routing/overload.hpp).
+  uint32_t capacity = 64;
 };
 
 using router_actor = caf::typed_actor<

@@ -98,6 +98,9 @@ struct GenerateResult {
   // Refused by a node's own admission (a cluster's worker enforces its [limits] on heads' sequences):
   // the HTTP status to answer with (429, 503) and Retry-After seconds; 0 when not refused.
   uint32_t refused_status = 0, retry_after_s = 0;
+  // The refusal's reason for the client's error code and the metrics ("breaker_open", "overloaded";
+  // "" a node's admission).
+  std::string refused_code;
 
   // An engine that retires hands back the requests it has not started: the router routes them again.
   static constexpr const char* kRerouted = "rerouted";

@@ -50,39 +50,45 @@ uint32_t cached_tokens(const RoutedEntry& e, PromptKeys& keys) {
 }
 
 // Runs the router plugin over the engines that serve req's model (a group's members, with their
-// declared figures) and checks its decision; returns the plan or why the request fails.
-std::variant<RoutePlan, std::string> plan_route(RouterState& s, const RouteJob& job) {
+// declared figures) and the guards let it go to, and checks its decision; returns the plan, why the
+// request fails, or the guards' refusal.
+PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   const GenerateRequest& req = job.req;
   const auto group = s.groups.find(req.model);
+  std::vector<Eligible> eligible;
+  eligible.reserve(s.engines.size());
+  for (size_t i = 0; i < s.engines.size(); ++i) {
+    const auto& e = *s.engines[i];
+    if (group != s.groups.end()) {
+      auto m = std::find_if(group->second.begin(), group->second.end(), [&](const RouteMember& m) { return m.model == e.engine.model; });
+      if (m == group->second.end()) continue;
+      eligible.push_back({i, m->cost, m->quality});
+    } else if (req.model.empty() || e.engine.model == req.model) {
+      eligible.push_back({i, 1.0, 1.0});
+    }
+  }
+  if (eligible.empty())
+    return s.engines.empty() ? std::string("no engine is serving") : "no engine serves model '" + req.model + "'";
+  std::string degraded_class;
+  if (auto refused = guard_candidates(s, job, eligible, degraded_class)) return *refused;
   std::vector<th_route_candidate> candidates;
   std::vector<uint32_t> cached;
   std::vector<size_t> engine_of;  // candidate index -> engine index
   PromptKeys keys(req, job.cache_namespace);
   // Each summary's first test for the prompt is one load from memory: issued for all of them first,
   // so that they overlap (with a thousand candidates, loaded one by one they are most of the choice).
-  for (const auto& e : s.engines)
-    if (const PrefixSummary* summary = e->engine.prefix_summary.get())
+  for (const Eligible& c : eligible)
+    if (const PrefixSummary* summary = s.engines[c.engine]->engine.prefix_summary.get())
       if (const auto& k = keys.of(summary->block_size()); !k.empty()) summary->prefetch(k[0]);
-  candidates.reserve(s.engines.size());
-  cached.reserve(s.engines.size());
-  engine_of.reserve(s.engines.size());
-  for (size_t i = 0; i < s.engines.size(); ++i) {
-    const auto& e = *s.engines[i];
-    double cost = 1.0, quality = 1.0;
-    if (group != s.groups.end()) {
-      auto m = std::find_if(group->second.begin(), group->second.end(), [&](const RouteMember& m) { return m.model == e.engine.model; });
-      if (m == group->second.end()) continue;
-      cost = m->cost;
-      quality = m->quality;
-    } else if (!req.model.empty() && e.engine.model != req.model) {
-      continue;
-    }
-    candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), cost, quality, 1});
+  candidates.reserve(eligible.size());
+  cached.reserve(eligible.size());
+  engine_of.reserve(eligible.size());
+  for (const Eligible& c : eligible) {
+    const auto& e = *s.engines[c.engine];
+    candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), c.cost, c.quality, 1});
     cached.push_back(cached_tokens(e, keys));
-    engine_of.push_back(i);
+    engine_of.push_back(c.engine);
   }
-  if (candidates.empty())
-    return s.engines.empty() ? std::string("no engine is serving") : "no engine serves model '" + req.model + "'";
   const uint32_t n = uint32_t(candidates.size());
   const std::string payer = routing::payer_id(req.api_key);
   th_route_request rr{};
@@ -178,12 +184,14 @@ std::variant<RoutePlan, std::string> plan_route(RouterState& s, const RouteJob& 
     default:
       return r.id() + " returned action " + std::to_string(d.action) + ", which this host does not know";
   }
+  if (!degraded_class.empty() && s.overload && !plan.stages.empty())
+    s.overload->degraded(req.model, degraded_class, plan.stages.front().entry->engine.model);
   return plan;
 }
 
 // The A/B split, before the router plugin: a request for a model with a running experiment goes to its
 // arm's engine. nullopt when none runs (the plugin plans), else the plan or why the request is refused.
-std::optional<std::variant<RoutePlan, std::string>> plan_by_experiment(RouterState& s, RouteJob& job) {
+std::optional<PlanOutcome> plan_by_experiment(RouterState& s, RouteJob& job) {
   if (!s.experiments) return std::nullopt;
   const GenerateRequest& req = job.req;
   experiments::RequestKeys keys{req.model, req.session_key, req.user, req.api_key, req.arm, req.request_class};
@@ -326,6 +334,7 @@ void run_on(self_ptr self, const std::shared_ptr<RoutedEntry>& entry, GenerateRe
   auto& s = self->state;
   ++entry->in_flight;
   ++s.in_flight;
+  if (entry->breaker) entry->breaker->sent();
   const uint64_t seq = sub.id;
   s.holders[seq] = RouterState::Held{entry, std::move(done)};
   self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(sub))
@@ -576,6 +585,7 @@ void settle(self_ptr self, uint64_t seq, GenerateResult& r) {
   s.holders.erase(it);
   --held.entry->in_flight;
   --s.in_flight;
+  record_outcome(*held.entry, r);
   held.done(r);
   quit_when_idle(self);
 }
@@ -603,6 +613,14 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   if (!planned) planned = plan_route(s, *job);
   if (auto* why = std::get_if<std::string>(&*planned)) {
     rp.deliver(GenerateResult::failed("", *why));
+    return;
+  }
+  if (auto* no = std::get_if<RouteRefusal>(&*planned)) {
+    auto r = GenerateResult::failed("", no->message);
+    r.refused_status = no->status;
+    r.retry_after_s = no->retry_after_s;
+    r.refused_code = no->code;
+    rp.deliver(std::move(r));
     return;
   }
   job->plan = std::move(std::get<RoutePlan>(*planned));

@@ -62,6 +62,8 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
   self->state.detokenize = std::move(init.detokenize);
   self->state.groups = std::move(init.groups);
   self->state.vocab_sizes = std::move(init.vocab_sizes);
+  self->state.breakers = std::move(init.breakers);
+  self->state.overload = std::move(init.overload);
   if (init.metrics != nullptr) {
     self->state.answers = &init.metrics->family(metrics::Type::counter, "tokenhost_router_answers_total",
                                                 "Requests answered, by public model and how: engine (one engine), cascade_first (a "
@@ -75,7 +77,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
   }
   for (auto& e : init.engines) {
     self->monitor(e.actor);
-    self->state.engines.push_back(std::make_shared<RoutedEntry>(RoutedEntry{std::move(e), 0}));
+    self->state.engines.push_back(make_entry(self->state, std::move(e)));
   }
   self->set_down_handler([self](caf::down_msg& down) { engine_down(self, down); });
   return {
@@ -90,7 +92,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         std::string name = engine.name;
         self->monitor(engine.actor);
         auto at = std::find_if(s.engines.begin(), s.engines.end(), [&](const auto& e) { return e->engine.name > name; });
-        s.engines.insert(at, std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0}));
+        s.engines.insert(at, make_entry(s, std::move(engine)));
         if (s.experiments) s.experiments->engine_up(name);  // a rebuilt engine closes its arms' gaps
         return {true, "engine " + name + " takes requests"};
       },
@@ -99,7 +101,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         if (!slot) return {false, "the router has no engine '" + engine.name + "'"};
         std::shared_ptr<RoutedEntry> old = *slot;
         self->monitor(engine.actor);
-        *slot = std::make_shared<RoutedEntry>(RoutedEntry{std::move(engine), 0});
+        *slot = make_entry(self->state, std::move(engine));
         retire(self, *old);
         return {true, "new requests go to the new engine; the old one finishes its " + std::to_string(old->in_flight) + " request(s)"};
       },
@@ -132,7 +134,11 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
       [=](status_atom, const std::string&) -> StatusJson {
         auto& s = self->state;
         nlohmann::json engines = nlohmann::json::array();
-        for (const auto& e : s.engines) engines.push_back({{"name", e->engine.name}, {"in_flight", e->in_flight}});
+        for (const auto& e : s.engines) {
+          nlohmann::json j = {{"name", e->engine.name}, {"in_flight", e->in_flight}, {"capacity", e->engine.capacity}};
+          if (e->breaker) j["breaker"] = routing::breaker_state_name(e->breaker->state());
+          engines.push_back(std::move(j));
+        }
         nlohmann::json j = {{slot_of(TH_KIND_ROUTER).name(), plugin_json(s.router)},
                             {"routed", s.routed},
                             {"last_swap", s.swaps.last()},

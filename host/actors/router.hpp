@@ -11,6 +11,8 @@
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
 #include "experiments/experiment_table.hpp"
+#include "routing/breaker.hpp"
+#include "routing/overload.hpp"
 
 namespace tokenhost {
 
@@ -34,6 +36,10 @@ struct RouterInit {
   std::map<std::string, std::vector<RouteMember>> groups;
   // Each model's vocabulary size: a cached answer's tokens are checked against it.
   std::map<std::string, uint32_t> vocab_sizes;
+  // The guards (routing/breaker.hpp, routing/overload.hpp): each engine's circuit breaker, and
+  // degradation when a model's engines are full. May be NULL (none).
+  std::shared_ptr<routing::BreakerBoard> breakers;
+  std::shared_ptr<routing::OverloadGuard> overload;
 };
 
 router_actor spawn_router(caf::actor_system& sys, RouterInit init);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "actors/messages.hpp"
@@ -26,6 +27,7 @@ namespace tokenhost {
 struct RoutedEntry {
   RoutedEngine engine;
   uint32_t in_flight = 0;
+  std::shared_ptr<routing::EngineBreaker> breaker;  // NULL without breakers
 };
 
 // One engine the plan runs on: the candidate the router plugin named, with its declared figures.
@@ -109,17 +111,52 @@ struct RouterState {
   std::deque<uint64_t> early_cancels;
   static constexpr size_t kMaxEarlyCancels = 1024;
   bool draining = false;
+  std::shared_ptr<routing::BreakerBoard> breakers;   // may be NULL
+  std::shared_ptr<routing::OverloadGuard> overload;  // may be NULL
   SwapLatency swaps;  // the router has no steps: its swap is done once the new plugin is in place
   static inline const char* name = "tokenhost.router";
 };
 
 using self_ptr = router_actor::stateful_pointer<RouterState>;
 
+// The router's entry for an engine, with its breaker.
+inline std::shared_ptr<RoutedEntry> make_entry(RouterState& s, RoutedEngine engine) {
+  auto e = std::make_shared<RoutedEntry>();
+  if (s.breakers) e->breaker = s.breakers->breaker(engine.name);
+  e->engine = std::move(engine);
+  return e;
+}
+
 inline std::shared_ptr<RoutedEntry>* find_engine(RouterState& s, const std::string& name) {
   for (auto& e : s.engines)
     if (e->engine.name == name) return &e;
   return nullptr;
 }
+
+// A request the guards refuse (every engine of its model has its breaker open, or is full for its
+// class): the HTTP status, Retry-After and reason code it is answered with.
+struct RouteRefusal {
+  uint32_t status = 503, retry_after_s = 1;
+  std::string code, message;
+};
+// A plan, why the request fails, or the guards' refusal.
+using PlanOutcome = std::variant<RoutePlan, std::string, RouteRefusal>;
+
+// An engine a request may go to: its index in RouterState::engines, its declared cost and quality.
+struct Eligible {
+  size_t engine = 0;
+  double cost = 1.0, quality = 1.0;
+};
+
+// --- route_guards.cpp ---
+// The guards' say on a request's eligible engines (routing/breaker.hpp, routing/overload.hpp): those
+// whose breaker is open leave; when the models left are full for the request's class, it is refused
+// (shed) or, with action "cheaper", its group's cheaper members that are not full are all that stays
+// (degraded_class: its class, for the count once the plugin chose). Returns the refusal, if any.
+std::optional<RouteRefusal> guard_candidates(RouterState& s, const RouteJob& job, std::vector<Eligible>& eligible,
+                                             std::string& degraded_class);
+// The breaker's account of an engine sequence that ended with r.
+void record_outcome(RoutedEntry& entry, const GenerateResult& r);
 
 // --- route_plans.cpp ---
 // Routes req (the experiment's arm, else the router plugin's plan) and answers rp once done.

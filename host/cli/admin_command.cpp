@@ -231,6 +231,7 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
     };
   });
   add_ab_command(*admin, o);
+  add_guards_command(*admin, o);
   return admin;
 }
 

@@ -42,6 +42,8 @@ struct AdminOptions {
 CLI::App* add_admin_command(CLI::App& app, AdminOptions& options);
 // Adds `ab` (A/B experiments) under `admin` (admin_ab_command.cpp).
 void add_ab_command(CLI::App& admin, AdminOptions& options);
+// Adds `guards` (circuit breakers, overload) under `admin` (admin_guards_command.cpp).
+void add_guards_command(CLI::App& admin, AdminOptions& options);
 // Exit status: 0 when the server did what was asked, 1 when it refused (its reason printed) or could
 // not be reached.
 int run_admin(const AdminOptions& options);

@@ -141,7 +141,7 @@ Hello hello_of(const Fields& f) {
 
 json engine_json(const EngineInfo& e) {
   return json{{"name", e.name}, {"model", e.model}, {"device", e.device}, {"kv", e.kv_positions},
-              {"prefix", e.prefix_cache}, {"window", e.window_cap}, {"plugins", e.plugins},
+              {"prefix", e.prefix_cache}, {"window", e.window_cap}, {"capacity", e.capacity}, {"plugins", e.plugins},
               {"serving", e.serving}, {"down", e.down_reason}};
 }
 std::vector<EngineInfo> engines_of(const Fields& f, const char* key) {
@@ -156,6 +156,7 @@ std::vector<EngineInfo> engines_of(const Fields& f, const char* key) {
     info.kv_positions = e.u64("kv");
     info.prefix_cache = e.flag("prefix");
     info.window_cap = uint32_t(e.u64("window", false, std::numeric_limits<uint32_t>::max()));
+    if (const uint64_t capacity = e.u64("capacity", false, 65536); capacity > 0) info.capacity = uint32_t(capacity);
     info.serving = e.flag("serving");
     info.down_reason = e.str("down", false);
     const json& plugins = e.need("plugins");

@@ -192,6 +192,16 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   });
   add_dashboard_route(*admin_);
   admin_->route("GET", "/admin/engines", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.status()); });
+  admin_->route("GET", "/admin/guards", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.guards()); });
+  admin_->route("PATCH", "/admin/guards", [this](const HttpRequest& req, HttpResponse& res) {
+    auto body = parse_body(req, res);
+    if (!body) return;
+    try {
+      reply_json(res, nlohmann::json{{"ok", true}, {"guards", server_.change_guards(*body)}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "invalid_request_error");
+    }
+  });
   admin_->route("GET", "/admin/plugins", [this](const HttpRequest&, HttpResponse& res) { reply_json(res, server_.plugins()); });
   admin_->route("GET", "/admin/export", [this](const HttpRequest&, HttpResponse& res) {
     reply_json(res, {{"manifest", server_.export_manifest()}});

@@ -442,7 +442,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
   const std::string router_key = slot_of(TH_KIND_ROUTER).name();  // the router slot's table
-  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits", "cluster"}, "the deployment manifest");
+  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits", "cluster", "breakers", "overload"},
+               "the deployment manifest");
   Deployment d;
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
@@ -476,6 +477,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     d.server.admin_tls = read_tls(r, *s, "admin_");
   }
   if (const toml::table* l = r.optional_table(root, "limits", "the deployment manifest")) read_limits(r, *l, d.limits);
+  d.guards = read_guards(r, root);
   if (const char* env = std::getenv("TOKENHOST_ADMIN_TOKEN"); env && *env) {
     // The same rule whatever the source: a short token can be guessed.
     if (std::strlen(env) < kMinAdminTokenLength)

@@ -13,6 +13,7 @@
 #include "base/request_defaults.hpp"
 #include "backends/backend.hpp"
 #include "experiments/experiment.hpp"
+#include "manifest/guards_decl.hpp"
 #include "plugin/plugin_manifest.hpp"
 #include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
@@ -164,6 +165,7 @@ struct Deployment {
   SlotDecl router;
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
+  GuardsDecl guards;    // [breakers] and [overload]: the router's guards (off when absent)
   ClusterDecl cluster;  // [cluster]: this node's place among several (enabled false: a deployment of one)
   // [server], [limits], [models], [groups] and [cluster] as the manifest declared them, their paths made absolute: what
   // `tokenhost admin export` writes back (manifest/manifest_export.hpp).

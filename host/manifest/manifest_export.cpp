@@ -99,6 +99,19 @@ std::string write_manifest(const RunningDeployment& running) {
     for (const auto& x : running.experiments) experiments.insert(x.name, experiment_table(x));
     root.insert_or_assign("experiments", experiments);
   }
+  // The guards as the admin API left them: a table each when on, none when off.
+  root.erase("breakers");
+  root.erase("overload");
+  if (running.breakers.enabled) {
+    nlohmann::json b = running.breakers.json();
+    b.erase("enabled");
+    root.insert("breakers", json_to_toml(b));
+  }
+  if (running.overload.enabled) {
+    nlohmann::json o = running.overload.json();
+    o.erase("enabled");
+    root.insert("overload", json_to_toml(o));
+  }
   if (!extra.empty()) {
     if (!root["server"].as_table()) root.insert("server", toml::table{});
     toml::table& server = *root["server"].as_table();

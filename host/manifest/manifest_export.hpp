@@ -18,6 +18,9 @@ struct RunningDeployment {
   std::vector<EngineDecl> engines;
   SlotDecl router;
   std::vector<experiments::ExperimentSpec> experiments;  // running ones
+  // The guards' policies in force ([breakers], [overload]: written when enabled).
+  routing::BreakerPolicy breakers;
+  routing::OverloadPolicy overload;
 };
 
 // The manifest's text, with a header comment saying what it is and when it was written.

@@ -60,13 +60,17 @@ Reply plain_error(int status, const std::string& message, const std::string& typ
 
 // A refused admission: its status (429, 503), an OpenAI-shaped error whose code names the limit, and
 // Retry-After.
-Reply refusal(const AdmissionRefusal& refusal) {
+api::ApiError refusal_error(const AdmissionRefusal& refusal) {
   api::ApiError e;
   e.http_status = refusal.http_status;
   e.message = refusal.message;
   e.type = refusal.http_status == 429 ? "rate_limit_error" : "service_unavailable";
   e.code = refusal.code;
-  Reply r = api_error(e);
+  return e;
+}
+
+Reply refusal(const AdmissionRefusal& refusal) {
+  Reply r = api_error(refusal_error(refusal));
   r.headers.emplace_back("Retry-After", std::to_string(refusal.retry_after_s));
   return r;
 }
@@ -402,13 +406,14 @@ struct ClientRequest::State {
       if (!c.error.empty()) return c.error;
     return std::nullopt;
   }
-  // A choice a cluster node's own admission refused (GenerateResult::refused_status), as the refusal
-  // this gateway's admission would give: the client sees the limit, not a server error.
+  // A choice refused on its way (GenerateResult::refused_status: a cluster node's own admission, the
+  // router's breakers or overload guard), as the refusal this gateway's admission would give: the
+  // client sees the limit and its reason, not a server error.
   std::optional<AdmissionRefusal> node_refusal() const {
     for (const auto& c : choices)
       if (c.result && c.result->refused_status != 0)
-        return AdmissionRefusal{int(c.result->refused_status), int(std::max<uint32_t>(1, c.result->retry_after_s)), "node_admission",
-                                c.result->error};
+        return AdmissionRefusal{int(c.result->refused_status), int(std::max<uint32_t>(1, c.result->retry_after_s)),
+                                c.result->refused_code.empty() ? "node_admission" : c.result->refused_code, c.result->error};
     return std::nullopt;
   }
   const std::string& prompt_text(size_t choice) const { return prompt_texts.at(choice / size_t(req.n)); }
@@ -503,7 +508,9 @@ struct ClientRequest::State {
       }
     });
     if (!more) {
-      if (auto e = error()) {
+      if (auto no = node_refusal()) {
+        out += api::sse_event(refusal_error(*no).to_json());
+      } else if (auto e = error()) {
         out += api::sse_event(server_error(gateway.accepting() ? 500 : 503, *e).to_json());
       } else if (req.include_usage) {
         out += api::sse_event(api::usage_chunk(meta, req.endpoint, usage()));

@@ -31,7 +31,11 @@ void LocalEngine::abandon(const std::string& why) {
   caf::anon_send_exit(worker_, caf::exit_reason::kill);
 }
 
-RoutedEngine LocalEngine::routed() const { return RoutedEngine{name(), model(), actor_, facts().prefix_summary, vitals_}; }
+RoutedEngine LocalEngine::routed() const {
+  RoutedEngine r{name(), model(), actor_, facts().prefix_summary, vitals_};
+  r.capacity = decl().max_step_seqs;
+  return r;
+}
 
 nlohmann::json LocalEngine::status() {
   caf::scoped_actor self{system_};

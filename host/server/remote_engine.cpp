@@ -12,7 +12,9 @@ RemoteEngine::RemoteEngine(caf::actor_system& system, EngineDecl decl, EngineFac
 }
 
 RoutedEngine RemoteEngine::routed() const {
-  return RoutedEngine{name(), model(), caf::actor_cast<engine_actor>(proxy_), facts().prefix_summary, vitals_};
+  RoutedEngine r{name(), model(), caf::actor_cast<engine_actor>(proxy_), facts().prefix_summary, vitals_};
+  if (facts().capacity > 0) r.capacity = facts().capacity;
+  return r;
 }
 
 nlohmann::json RemoteEngine::status() {

@@ -84,6 +84,8 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     r.engines = std::move(routed);
     r.metrics = &metrics_;
     r.experiments = experiments_;
+    r.breakers = breakers_;
+    r.overload = overload_;
     for (const auto& [name, g] : deployment_.groups)
       for (const auto& m : g.members) r.groups[name].push_back({m.model, m.cost, m.quality});
     for (const auto& m : served)
@@ -290,7 +292,35 @@ std::string Server::export_manifest() {
   for (const auto& e : engines_->live()) running.engines.push_back(e->decl());
   running.router = deployment_.router;
   running.experiments = experiments_->running_specs();
+  running.breakers = breakers_->policy();
+  running.overload = *overload_->policy();
   return write_manifest(running);
+}
+
+nlohmann::json Server::guards() const { return {{"breakers", breakers_->json()}, {"overload", overload_->json()}}; }
+
+nlohmann::json Server::change_guards(const nlohmann::json& change) {
+  std::lock_guard lock(admin_mutex_);
+  if (!change.is_object()) throw AdminError(400, "a guards change is an object: {\"breakers\": {...}, \"overload\": {...}}");
+  for (const auto& [key, value] : change.items())
+    if (key != "breakers" && key != "overload") throw AdminError(400, "the guards have no '" + key + "' (breakers, overload)");
+  routing::BreakerPolicy breakers = breakers_->policy();
+  routing::OverloadPolicy overload = *overload_->policy();
+  try {  // both checked before either changes
+    if (change.contains("breakers")) breakers = routing::changed_breaker_policy(breakers, change["breakers"], "admin request");
+    if (change.contains("overload")) overload = routing::changed_overload_policy(overload, change["overload"], "admin request");
+  } catch (const std::invalid_argument& e) {
+    throw AdminError(400, e.what());
+  }
+  if (change.contains("breakers")) {
+    breakers_->set_policy(breakers);
+    spdlog::info("admin: circuit breakers now {}", breakers.json().dump());
+  }
+  if (change.contains("overload")) {
+    overload_->set_policy(overload);
+    spdlog::info("admin: overload policy now {}", overload.json().dump());
+  }
+  return guards();
 }
 
 std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,

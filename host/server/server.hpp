@@ -23,6 +23,8 @@
 #include "experiments/experiment_table.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
+#include "routing/breaker.hpp"
+#include "routing/overload.hpp"
 #include "server/engine_factory.hpp"
 #include "server/engine_supervisor.hpp"
 #include "server/engine_table.hpp"
@@ -117,6 +119,13 @@ class Server {
   // admitted, and each worker link's health with the engines it brought. null without [cluster].
   nlohmann::json cluster_status() const;
 
+  // The router's guards (routing/breaker.hpp, routing/overload.hpp): GET /admin/guards gives their
+  // policies, each engine's breaker and what the overload policy shed; change_guards applies a JSON
+  // change ({"breakers": {...}, "overload": {...}}, the manifest's keys) whole or not at all (AdminError
+  // 400 naming the key) and returns the guards as they are then.
+  nlohmann::json guards() const;
+  nlohmann::json change_guards(const nlohmann::json& change);
+
   // drain(grace), then stop().
   void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
   bool accepting() const;
@@ -183,6 +192,9 @@ class Server {
   registry_actor registry_;
   router_actor router_;
   std::unique_ptr<EngineFactory> factory_;
+  // The router's guards, from [breakers] and [overload]; the admin API changes their policies.
+  std::shared_ptr<routing::BreakerBoard> breakers_ = std::make_shared<routing::BreakerBoard>(deployment_.guards.breakers, &metrics_);
+  std::shared_ptr<routing::OverloadGuard> overload_ = std::make_shared<routing::OverloadGuard>(deployment_.guards.overload, &metrics_);
   std::shared_ptr<EngineTable> engines_ = std::make_shared<EngineTable>();
   std::shared_ptr<experiments::ExperimentTable> experiments_;
   std::unique_ptr<Gateway> gateway_;

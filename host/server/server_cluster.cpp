@@ -23,6 +23,7 @@ std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
     info.kv_positions = e->facts().kv_positions;
     info.prefix_cache = e->facts().prefix_cache;
     info.window_cap = e->facts().window_cap;
+    info.capacity = e->decl().max_step_seqs;
     for (const auto& [slot, d] : e->decl().slots) info.plugins[slot] = d.plugin;
     info.serving = e->serving();
     info.down_reason = e->serving() ? "" : e->stop_reason();
@@ -186,6 +187,7 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
     facts.kv_positions = info.kv_positions;
     facts.prefix_cache = info.prefix_cache;
     facts.window_cap = info.window_cap;
+    facts.capacity = info.capacity;
     auto proxy = cluster::spawn_engine_proxy(*system_, {name, info.name, node, actor});
     auto e = std::make_shared<RemoteEngine>(*system_, std::move(decl), std::move(facts), node, info.name, proxy, actor);
     RoutedEngine routed = e->routed();

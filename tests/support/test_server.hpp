@@ -18,6 +18,11 @@
 
 namespace tokenhost::testing {
 
+// The small synthetic model the host tests serve, as a [models.NAME] table.
+inline std::string tiny_model_toml(const std::string& name = "tiny") {
+  return "\n[models." + name + "]\nseed = 7\ndim = 32\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\ncontext_len = 256\n";
+}
+
 inline std::string test_manifest(const std::string& extra = "", uint32_t n_blocks = 256) {
   return R"(
 [server]
@@ -26,15 +31,7 @@ admin_listen = "127.0.0.1:0"
 log_level = "warn"
 http_threads = 32
 plugins_from_anywhere = true
-
-[models.tiny]
-seed = 7
-dim = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-context_len = 256
-
+)" + tiny_model_toml() + R"(
 [engines.main]
 model = "tiny"
 max_step_tokens = 64

@@ -53,6 +53,9 @@ function readPage() {
     engines: engines("#engines"),
     retiringShown: !document.querySelector("#retiring-section").hidden,
     retiring: engines("#retiring-engines"),
+    breakersPolicy: txt(document.querySelector("#breakers-policy")),
+    overloadPolicy: txt(document.querySelector("#overload-policy")),
+    breakers: [...document.querySelectorAll("#breakers tbody tr[data-breaker]")].map(tr => ({ engine: tr.dataset.breaker, fields: fields(tr) })),
     experimentsNote: txt(document.querySelector("#experiments-empty")),
     experiments: [...document.querySelectorAll("#experiments [data-experiment]")].map(c => ({
       name: c.dataset.experiment, state: c.dataset.state,
@@ -382,6 +385,20 @@ async function main() {
       return [p.engines.find(e => e.name === "fast")?.fields.state === "serving", p.engines.map(e => e.fields.state)];
     });
     ok(`an admin swap repairs it (${JSON.stringify(repaired)}), and the page shows it serving`);
+
+    // The guards: turned on live through the admin API, the page shows the policies and each engine's
+    // breaker as the API does.
+    await apiOk("PATCH", "/admin/guards", { breakers: { enabled: true, failures: 3 },
+      overload: { enabled: true, classes: [{ name: "batch", shed_at: 0.5 }, { name: "interactive" }], default_class: "batch" } });
+    const guards = await apiOk("GET", "/admin/guards");
+    const shownGuards = await eventually("the page shows the guards as the API has them", 6000, async () => {
+      const p = await page();
+      const states = Object.fromEntries(p.breakers.map(b => [b.engine, b.fields.state]));
+      const want = Object.fromEntries(guards.breakers.engines.map(b => [b.engine, b.state]));
+      return [/^on: open after 3 consecutive failures/.test(p.breakersPolicy || "") && /batch at 50%/.test(p.overloadPolicy || "") &&
+              JSON.stringify(states) === JSON.stringify(want) && p.breakers.length > 0, [p.breakersPolicy, p.overloadPolicy, states, want]];
+    });
+    ok(`the guards are shown: ${shownGuards[0]}; ${shownGuards[1]}; breakers ${JSON.stringify(shownGuards[2])}`);
 
     // The server goes away: the page says it cannot reach it.
     process.kill(Number(env("SERVER_PID")), "SIGTERM");
