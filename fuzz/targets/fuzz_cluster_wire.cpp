@@ -23,6 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   attempt(cluster::decode_engines);
   attempt(cluster::decode_slot_change);
   attempt(cluster::decode_admin_reply);
+  attempt(cluster::decode_prefix_versions);
   // What decodes encodes again and decodes the same.
   try {
     auto g = cluster::decode_generate(bytes);

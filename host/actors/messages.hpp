@@ -7,6 +7,7 @@
 // they carry plugin instances (shared_ptr) that cannot cross a network.
 #pragma once
 
+#include <atomic>
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -168,6 +169,11 @@ struct RoutedEngine {
   // Sequences it runs at once (its max_step_seqs): the overload guard's measure of full
   // (routing/overload.hpp).
   uint32_t capacity = 64;
+  // Where it runs: the cluster node's name ("" for an engine of this process) and the round trip of
+  // this node's link to it in seconds (NULL for a local engine; -1 before the first heartbeat), for
+  // th_route_request.candidate_nodes and candidate_rtt_s.
+  std::string node{};
+  std::shared_ptr<const std::atomic<double>> rtt_s{};
 };
 
 using router_actor = caf::typed_actor<

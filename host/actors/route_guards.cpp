@@ -38,7 +38,7 @@ RouteRefusal all_open(const RouterState& s, const RouteJob& job, const std::vect
 
 std::optional<RouteRefusal> guard_candidates(RouterState& s, const RouteJob& job, std::vector<Eligible>& eligible,
                                              std::string& degraded_class) {
-  if (s.breakers) {
+  if (s.breakers && s.breakers->any_not_closed()) {
     const auto now = Clock::now();
     auto closed_end = std::stable_partition(eligible.begin(), eligible.end(), [&](const Eligible& c) {
       const auto& b = s.engines[c.engine]->breaker;

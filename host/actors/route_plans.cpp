@@ -55,8 +55,16 @@ uint32_t cached_tokens(const RoutedEntry& e, PromptKeys& keys) {
 PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   const GenerateRequest& req = job.req;
   const auto group = s.groups.find(req.model);
+  PromptKeys keys(req, job.cache_namespace);
   std::vector<Eligible> eligible;
   eligible.reserve(s.engines.size());
+  // Each summary's first test for the prompt is one load from memory: issued for every eligible engine
+  // as it is found, before any is read, so that they overlap (with a thousand candidates, loaded one by
+  // one they are most of the choice).
+  auto prefetch = [&](const RoutedEntry& e) {
+    if (const PrefixSummary* summary = e.engine.prefix_summary.get())
+      if (const auto& k = keys.of(summary->block_size()); !k.empty()) summary->prefetch(k[0]);
+  };
   for (size_t i = 0; i < s.engines.size(); ++i) {
     const auto& e = *s.engines[i];
     if (group != s.groups.end()) {
@@ -65,7 +73,10 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
       eligible.push_back({i, m->cost, m->quality});
     } else if (req.model.empty() || e.engine.model == req.model) {
       eligible.push_back({i, 1.0, 1.0});
+    } else {
+      continue;
     }
+    prefetch(e);
   }
   if (eligible.empty())
     return s.engines.empty() ? std::string("no engine is serving") : "no engine serves model '" + req.model + "'";
@@ -74,17 +85,17 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   std::vector<th_route_candidate> candidates;
   std::vector<uint32_t> cached;
   std::vector<size_t> engine_of;  // candidate index -> engine index
-  PromptKeys keys(req, job.cache_namespace);
-  // Each summary's first test for the prompt is one load from memory: issued for all of them first,
-  // so that they overlap (with a thousand candidates, loaded one by one they are most of the choice).
-  for (const Eligible& c : eligible)
-    if (const PrefixSummary* summary = s.engines[c.engine]->engine.prefix_summary.get())
-      if (const auto& k = keys.of(summary->block_size()); !k.empty()) summary->prefetch(k[0]);
+  std::vector<const char*> nodes;  // th_route_request.candidate_nodes
+  std::vector<double> rtt;         // th_route_request.candidate_rtt_s
   candidates.reserve(eligible.size());
   cached.reserve(eligible.size());
   engine_of.reserve(eligible.size());
+  nodes.reserve(eligible.size());
+  rtt.reserve(eligible.size());
   for (const Eligible& c : eligible) {
     const auto& e = *s.engines[c.engine];
+    nodes.push_back(e.engine.node.c_str());
+    rtt.push_back(e.engine.rtt_s ? e.engine.rtt_s->load(std::memory_order_relaxed) : 0.0);
     candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), c.cost, c.quality, 1});
     cached.push_back(cached_tokens(e, keys));
     engine_of.push_back(c.engine);
@@ -109,6 +120,8 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   rr.deterministic = job.deterministic ? 1 : 0;
   rr.request_class = req.request_class.c_str();
   rr.payer = payer.c_str();
+  rr.candidate_nodes = nodes.data();
+  rr.candidate_rtt_s = rtt.data();
   std::vector<uint32_t> cascade(n);
   th_route_decision d{};
   d.struct_size = sizeof d;

@@ -18,6 +18,7 @@ void LinkHealth::set_state(const std::string& state, const std::string& why) {
 void LinkHealth::beat(double rtt_ms) {
   std::lock_guard lock(mutex_);
   rtt_ms_ = rtt_ms;
+  rtt_s_.store(rtt_ms / 1000.0, std::memory_order_relaxed);
   last_beat_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   ++beats_;
 }
@@ -175,8 +176,9 @@ void beat(link_ptr self, uint64_t timer) {
     return lost(self, "no heartbeat for " + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - s.last_reply).count()) + " ms");
   }
   const uint64_t epoch = s.epoch;
-  s.init.health->count_sent(8);
-  self->request(s.node, s.init.heartbeat_timeout, ping_atom::value, now_us())
+  const std::string held = encode(s.init.held_prefixes ? s.init.held_prefixes(s.init.node) : PrefixVersions{});
+  s.init.health->count_sent(8 + held.size());
+  self->request(s.node, s.init.heartbeat_timeout, ping_atom::value, now_us(), held)
       .then(
           [=](uint64_t sent_us, const std::string& engines) {
             auto& st = self->state;

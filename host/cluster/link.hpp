@@ -27,6 +27,11 @@ class LinkHealth {
  public:
   void set_state(const std::string& state, const std::string& why = {});
   void beat(double rtt_ms);  // a heartbeat came back after rtt_ms
+  // The last heartbeat's round trip in seconds (-1 before the first), read without a lock by the
+  // router for every request (th_route_request.candidate_rtt_s); shares this object's life.
+  static std::shared_ptr<const std::atomic<double>> rtt_seconds(const std::shared_ptr<LinkHealth>& health) {
+    return {health, &health->rtt_s_};
+  }
   void count_sent(size_t bytes) { sent_messages_++, sent_bytes_ += bytes; }
   void count_received(size_t bytes) { received_messages_++, received_bytes_ += bytes; }
   std::string state() const;
@@ -36,6 +41,7 @@ class LinkHealth {
   mutable std::mutex mutex_;
   std::string state_ = "connecting", why_;
   double rtt_ms_ = 0;
+  std::atomic<double> rtt_s_{-1};
   int64_t last_beat_ms_ = 0;  // system clock, ms since the epoch; 0: none yet
   uint64_t beats_ = 0, joins_ = 0;
   std::atomic<uint64_t> sent_messages_{0}, sent_bytes_{0}, received_messages_{0}, received_bytes_{0};
@@ -52,6 +58,9 @@ struct LinkInit {
   std::function<void(const std::string& node, const node_actor& actor, const std::vector<EngineInfo>& engines)> joined;
   std::function<void(const std::string& node, const std::vector<EngineInfo>& engines)> engines_changed;
   std::function<void(const std::string& node, const std::string& why)> left;
+  // The versions of the node's prefix summaries this head holds, sent with each heartbeat (may be
+  // unset: every heartbeat then brings every summary).
+  std::function<PrefixVersions(const std::string& node)> held_prefixes;
 };
 
 // Internal: its timer (heartbeats while up, new attempts while down).

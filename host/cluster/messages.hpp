@@ -32,8 +32,10 @@ using node_actor = caf::typed_actor<
     caf::replies_to<hello_atom, std::string>::with<std::string>,
     // The head's signature over the worker's nonce -> "" (the head may send work) or why not.
     caf::replies_to<prove_atom, std::string>::with<std::string>,
-    // Heartbeat: the head's clock, echoed, and the engines as they are now (wire: engines).
-    caf::replies_to<ping_atom, uint64_t>::with<uint64_t, std::string>,
+    // Heartbeat: the head's clock and the prefix summary versions it holds (wire: PrefixVersions) ->
+    // the clock, echoed, and the engines as they are now (wire: engines; with the keys of each prefix
+    // summary whose version the head does not hold).
+    caf::replies_to<ping_atom, uint64_t, std::string>::with<uint64_t, std::string>,
     // RemoteGenerate -> GenerateResult (wire), its tokens sent to the sender as they come.
     caf::replies_to<generate_atom, std::string>::with<std::string>,
     // SlotChange -> AdminReply (wire): a head's admin API changes a slot of an engine here.

@@ -121,7 +121,7 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
           w.hello.signature = s.init.identity->sign(
               NodeIdentity::hello_message("welcome", s.init.name, hello.node, hello.nonce, link_context(peer, self->node())));
         }
-        w.engines = s.init.engines();
+        w.engines = s.init.engines(PrefixVersions{});
         s.pending[peer] = PendingHead{hello.node, hello.certificate, w.hello.nonce};
         return encode(w);
       },
@@ -149,9 +149,16 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
         spdlog::info("cluster: head {} joined (node {})", p.name, to_string(peer));
         return "";
       },
-      [=](ping_atom, uint64_t t) -> caf::result<uint64_t, std::string> {
-        if (head_name(self).empty()) return caf::make_error(caf::sec::request_receiver_down, "not a head of this node");
-        return caf::make_result(t, encode(self->state.init.engines()));
+      [=](ping_atom, uint64_t t, const std::string& held) -> caf::result<uint64_t, std::string> {
+        const std::string head = head_name(self);
+        if (head.empty()) return caf::make_error(caf::sec::request_receiver_down, "not a head of this node");
+        PrefixVersions versions;
+        try {
+          versions = decode_prefix_versions(held);
+        } catch (const WireError& e) {
+          spdlog::error("cluster: head {} sent prefix versions that do not decode ({}): sending every summary", head, e.what());
+        }
+        return caf::make_result(t, encode(self->state.init.engines(versions)));
       },
       [=](slot_atom, const std::string& bytes) -> caf::result<std::string> {
         const std::string head = head_name(self);

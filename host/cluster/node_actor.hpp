@@ -22,8 +22,9 @@ struct NodeInit {
   std::shared_ptr<const NodeIdentity> identity;
   // This node's engine of that name, when it serves (nullopt: none, or it is down).
   std::function<std::optional<engine_actor>(const std::string&)> find_engine;
-  // The engines this node runs now.
-  std::function<std::vector<EngineInfo>()> engines;
+  // The engines this node runs now, with the keys of each prefix summary whose version is not the
+  // one `held` gives for it (a head's copies, by engine name; empty: every summary's keys).
+  std::function<std::vector<EngineInfo>(const PrefixVersions& held)> engines;
   // This node's own admission for a head's sequence on engine (its [limits], counted with its own
   // clients' requests, so that they hold across heads): a ticket held while the sequence runs (its
   // destructor gives the admission back), or, ticket NULL, the HTTP status, Retry-After and why. Unset:

@@ -140,9 +140,22 @@ Hello hello_of(const Fields& f) {
 }
 
 json engine_json(const EngineInfo& e) {
-  return json{{"name", e.name}, {"model", e.model}, {"device", e.device}, {"kv", e.kv_positions},
-              {"prefix", e.prefix_cache}, {"window", e.window_cap}, {"capacity", e.capacity}, {"plugins", e.plugins},
-              {"serving", e.serving}, {"down", e.down_reason}};
+  json j{{"name", e.name}, {"model", e.model}, {"device", e.device}, {"kv", e.kv_positions},
+         {"prefix", e.prefix_cache}, {"window", e.window_cap}, {"capacity", e.capacity}, {"plugins", e.plugins},
+         {"serving", e.serving}, {"down", e.down_reason}};
+  if (e.prefix_block > 0) {
+    j["pblock"] = e.prefix_block;
+    j["pversion"] = e.prefix_version;
+  }
+  if (e.has_prefix_keys) {
+    // 8 bytes per key, little-endian: a byte string, not an array of integers (STACK.md: CAF moves
+    // byte strings several times faster).
+    std::vector<uint8_t> bytes(e.prefix_keys.size() * 8);
+    for (size_t i = 0; i < e.prefix_keys.size(); ++i)
+      for (int b = 0; b < 8; ++b) bytes[i * 8 + b] = uint8_t(e.prefix_keys[i] >> (8 * b));
+    j["pkeys"] = json::binary(std::move(bytes));
+  }
+  return j;
 }
 std::vector<EngineInfo> engines_of(const Fields& f, const char* key) {
   const json& a = f.array(key, kMaxWireEngines);
@@ -158,6 +171,17 @@ std::vector<EngineInfo> engines_of(const Fields& f, const char* key) {
     info.window_cap = uint32_t(e.u64("window", false, std::numeric_limits<uint32_t>::max()));
     if (const uint64_t capacity = e.u64("capacity", false, 65536); capacity > 0) info.capacity = uint32_t(capacity);
     info.serving = e.flag("serving");
+    info.prefix_block = uint32_t(e.u64("pblock", false, 1u << 20));
+    info.prefix_version = e.u64("pversion", false);
+    if (e.find("pkeys") != nullptr) {
+      const std::string bytes = e.str("pkeys", true, kMaxWirePrefixKeys * 8);
+      if (bytes.size() % 8 != 0) e.fail("pkeys", "not a whole number of 8-byte keys");
+      if (info.prefix_block == 0) e.fail("pkeys", "keys without a block size (pblock)");
+      info.has_prefix_keys = true;
+      info.prefix_keys.resize(bytes.size() / 8);
+      for (size_t i = 0; i < info.prefix_keys.size(); ++i)
+        for (int b = 0; b < 8; ++b) info.prefix_keys[i] |= uint64_t(uint8_t(bytes[i * 8 + b])) << (8 * b);
+    }
     info.down_reason = e.str("down", false);
     const json& plugins = e.need("plugins");
     if (!plugins.is_object() || plugins.size() > 64) e.fail("plugins", "not a map of at most 64 slots");
@@ -311,6 +335,24 @@ Welcome decode_welcome(std::string_view bytes) {
   w.hello = hello_of(f.sub("hello"));
   w.engines = engines_of(f, "engines");
   return w;
+}
+
+std::string encode(const PrefixVersions& m) { return pack(json{{"versions", m.versions}}); }
+
+PrefixVersions decode_prefix_versions(std::string_view bytes) {
+  json j = parse(bytes, "prefix_versions");
+  Fields f(j, "prefix_versions");
+  const json& v = f.need("versions");
+  if (!v.is_object()) f.fail("versions", "not a map");
+  if (v.size() > kMaxWireEngines) f.fail("versions", "more than " + std::to_string(kMaxWireEngines) + " engines");
+  PrefixVersions m;
+  for (const auto& [name, version] : v.items()) {
+    if (name.size() > 256) f.fail("versions", "an engine name longer than 256 bytes");
+    if (!version.is_number_unsigned() && !(version.is_number_integer() && version.get<int64_t>() >= 0))
+      f.fail("versions." + name, "not an unsigned integer");
+    m.versions[name] = version.get<uint64_t>();
+  }
+  return m;
 }
 
 std::vector<EngineInfo> decode_engines(std::string_view bytes) {

@@ -32,6 +32,7 @@ constexpr size_t kMaxWireBytes = size_t(64) << 20;     // one message
 constexpr size_t kMaxWireTokens = size_t(1) << 22;     // a prompt or an answer
 constexpr size_t kMaxWireString = size_t(1) << 20;     // a name, an error, a prompt's text
 constexpr size_t kMaxWireEngines = 4096;               // engines one node announces
+constexpr size_t kMaxWirePrefixKeys = size_t(1) << 16;  // one prefix summary's keys (PrefixSummary::kMaxBlocks)
 constexpr uint32_t kMaxWireTopLogprobs = 64;
 
 // One engine a node runs, as the head sees it: its name on that node, what it serves, the facts its
@@ -45,6 +46,19 @@ struct EngineInfo {
   std::map<std::string, std::string> plugins;  // slot name -> plugin id
   bool serving = true;
   std::string down_reason;
+  // Its prefix cache's summary (runtime/prefix_summary.hpp), for the head's cache-aware routing: the
+  // block size and the summary's version, and its keys (oldest first) when the head's copy is of
+  // another version (has_prefix_keys); a heartbeat without a change carries no keys.
+  uint32_t prefix_block = 0;
+  uint64_t prefix_version = 0;
+  bool has_prefix_keys = false;
+  std::vector<uint64_t> prefix_keys;
+};
+
+// The versions of the prefix summaries a head holds of a node's engines, by the engine's name there:
+// sent with each heartbeat so that the node sends only the summaries that changed.
+struct PrefixVersions {
+  std::map<std::string, uint64_t> versions;
 };
 
 // The first message on a link (the connecting node to the listening one), and the listener's answer.
@@ -99,6 +113,7 @@ std::string encode(const GenerateResult& m);
 std::string encode(const std::vector<EngineInfo>& m);
 std::string encode(const SlotChange& m);
 std::string encode(const AdminReply& m);
+std::string encode(const PrefixVersions& m);
 
 // The decoders: throw WireError naming the message and field.
 Hello decode_hello(std::string_view bytes);
@@ -109,5 +124,6 @@ GenerateResult decode_result(std::string_view bytes);
 std::vector<EngineInfo> decode_engines(std::string_view bytes);
 SlotChange decode_slot_change(std::string_view bytes);
 AdminReply decode_admin_reply(std::string_view bytes);
+PrefixVersions decode_prefix_versions(std::string_view bytes);
 
 }  // namespace tokenhost::cluster

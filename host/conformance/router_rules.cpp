@@ -1,7 +1,8 @@
 // router rules: answers name a candidate, a healthy one when there is one, and two instances given the
 // same requests answer alike; a cascade's escalate() and an ensemble's select() answer within their
 // ranges; no answer is given from a cache to a request that is not deterministic or to another
-// namespace (API key, cache_salt) than the one it was given in.
+// namespace (API key, cache_salt) than the one it was given in; a request as a host before 1.8 sends it
+// (no candidate nodes) is answered as validly as one with them.
 #include <optional>
 
 #include "conformance/conformance.hpp"
@@ -14,6 +15,8 @@ struct Request {
   std::vector<th_route_candidate> candidates;
   std::vector<int32_t> tokens;
   std::vector<uint32_t> cached;  // ABI 1.5: per candidate, whole blocks of 16 short of the last token
+  std::vector<const char*> nodes;  // ABI 1.8: per candidate, "" (this process) or a node's name
+  std::vector<double> rtt;         // ABI 1.8: 0 for "", else -1 (not yet measured) or a round trip
   th_route_request request{};
 };
 
@@ -63,6 +66,15 @@ void random_request(Rng& rng, uint64_t id, Request& q) {
   q.request.deterministic = uniform(rng, 0, 1);
   q.request.request_class = "";
   q.request.payer = "";
+  static const char* const kNodes[] = {"", "worker-1", "worker-2"};
+  q.nodes.clear();
+  q.rtt.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    q.nodes.push_back(kNodes[uniform(rng, 0, 2)]);
+    q.rtt.push_back(*q.nodes.back() == '\0' ? 0.0 : uniform(rng, 0, 4) == 0 ? -1.0 : double(uniform(rng, 50, 50000)) / 1e6);
+  }
+  q.request.candidate_nodes = q.nodes.data();
+  q.request.candidate_rtt_s = q.rtt.data();
 }
 
 // An answer of `n` tokens for q, as the host tells it in feedback.
@@ -157,7 +169,7 @@ void router_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng
   auto a = instance_for(catalog, plugin, model, why);
   if (!a) {
     for (const char* rule : {"router.target_valid", "router.prefers_healthy", "router.deterministic", "router.escalate_verdicts",
-                             "router.select_valid", "router.cache_namespaces"})
+                             "router.select_valid", "router.cache_namespaces", "router.without_nodes"})
       r.not_applicable(rule, "check() refuses the model: " + why);
     return;
   }
@@ -227,6 +239,20 @@ void router_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng
       expect(st == TH_OK, "select() returned " + std::to_string(st) + ": " + err.text() + " with " + std::to_string(n - failed) + " good answers");
       expect(chosen < n, "select() chose answer " + std::to_string(chosen) + " of " + std::to_string(n));
       expect(sigs[chosen].stop != TH_STOP_ERROR, "select() chose failed answer " + std::to_string(chosen));
+    }
+  });
+  r.rule("router.without_nodes", [&] {
+    // A 1.7 host's request ends at payer: a router must not read candidate_nodes or candidate_rtt_s
+    // past struct_size (they are NULL here; reading them faults).
+    auto c = instance_for(catalog, plugin, model, why);
+    expect(c != nullptr, "a third instance: " + why);
+    for (uint32_t i = 0; i < 20 * o.rounds; ++i) {
+      Request q;
+      random_request(rng, 2000 + uint64_t(i), q);
+      q.request.struct_size = uint32_t(TH_SIZE_THROUGH(th_route_request, payer));
+      q.request.candidate_nodes = nullptr;
+      q.request.candidate_rtt_s = nullptr;
+      route(*c, q);
     }
   });
   r.rule("router.cache_namespaces", [&] {

@@ -116,8 +116,8 @@ void EngineBreaker::open(const std::string& why, Clock::time_point now, uint32_t
 }
 
 void EngineBreaker::set_state(BreakerState s) {
-  state_.store(int(s), std::memory_order_release);
-  board_.note_state(engine_, s);
+  const auto from = BreakerState(state_.exchange(int(s), std::memory_order_acq_rel));
+  board_.note_state(engine_, from, s);
 }
 
 void EngineBreaker::reset() {
@@ -195,8 +195,10 @@ nlohmann::json BreakerBoard::json() const {
   return j;
 }
 
-void BreakerBoard::note_state(const std::string& engine, BreakerState s) {
-  if (state_) state_->set({engine}, double(int(s)));
+void BreakerBoard::note_state(const std::string& engine, BreakerState from, BreakerState to) {
+  if (from == BreakerState::closed && to != BreakerState::closed) not_closed_.fetch_add(1, std::memory_order_acq_rel);
+  if (from != BreakerState::closed && to == BreakerState::closed) not_closed_.fetch_sub(1, std::memory_order_acq_rel);
+  if (state_) state_->set({engine}, double(int(to)));
 }
 
 void BreakerBoard::note_opened(const std::string& engine, const std::string& reason) {

@@ -101,10 +101,13 @@ class BreakerBoard {
   void set_policy(const BreakerPolicy& policy);
   // GET /admin/guards' "breakers": the policy and each engine's breaker that is not closed or has opened.
   nlohmann::json json() const;
+  // Whether any breaker is open or half-open: while none is, the router asks no candidate's breaker
+  // (a thousand candidates cost no extra memory loads).
+  bool any_not_closed() const { return not_closed_.load(std::memory_order_acquire) > 0; }
 
  private:
   friend class EngineBreaker;
-  void note_state(const std::string& engine, BreakerState s);
+  void note_state(const std::string& engine, BreakerState from, BreakerState to);
   void note_opened(const std::string& engine, const std::string& reason);
 
   mutable std::mutex mutex_;  // policy_, breakers_
@@ -112,6 +115,7 @@ class BreakerBoard {
   std::map<std::string, std::shared_ptr<EngineBreaker>> breakers_;
   metrics::Family* state_ = nullptr;
   metrics::Family* opened_ = nullptr;
+  std::atomic<int> not_closed_{0};  // breakers open or half-open
 };
 
 }  // namespace tokenhost::routing

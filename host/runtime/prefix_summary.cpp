@@ -63,6 +63,10 @@ PrefixSummary::PrefixSummary(uint32_t block_size, size_t capacity)
       block_size_(block_size),
       capacity_(std::min(capacity, kMaxBlocks)) {
   for (size_t i = 0; i < filter_bits_ / 64; ++i) filter_[i].store(0, std::memory_order_relaxed);
+  // Versions of different summaries never meet (an engine rebuilt under its name starts far from its
+  // predecessor's count): a head holding the old one's version asks the new one for its keys.
+  static std::atomic<uint64_t> summaries{0};
+  version_.store((summaries.fetch_add(1, std::memory_order_relaxed) + 1) << 32, std::memory_order_relaxed);
 }
 
 bool PrefixSummary::may_hold(uint64_t key) const {
@@ -85,6 +89,7 @@ void PrefixSummary::rebuild_filter_locked() {
 
 void PrefixSummary::add(const uint64_t* keys, size_t n) {
   std::lock_guard lock(mutex_);
+  if (n > 0) version_.fetch_add(1, std::memory_order_release);
   for (size_t i = 0; i < n; ++i) {
     if (auto it = where_.find(keys[i]); it != where_.end()) {
       order_.splice(order_.end(), order_, it->second);
@@ -98,6 +103,7 @@ void PrefixSummary::add(const uint64_t* keys, size_t n) {
 
 void PrefixSummary::evict_oldest(uint64_t n) {
   std::lock_guard lock(mutex_);
+  if (n > 0 && !order_.empty()) version_.fetch_add(1, std::memory_order_release);
   drop_oldest_locked(size_t(std::min<uint64_t>(n, order_.size())));
 }
 
@@ -113,9 +119,26 @@ void PrefixSummary::drop_oldest_locked(size_t n) {
 
 void PrefixSummary::clear() {
   std::lock_guard lock(mutex_);
+  version_.fetch_add(1, std::memory_order_release);
   order_.clear();
   where_.clear();
   rebuild_filter_locked();
+}
+
+void PrefixSummary::assign(const std::vector<uint64_t>& keys) {
+  std::lock_guard lock(mutex_);
+  version_.fetch_add(1, std::memory_order_release);
+  order_.clear();
+  where_.clear();
+  const size_t first = keys.size() > capacity_ ? keys.size() - capacity_ : 0;  // the newest fit
+  for (size_t i = first; i < keys.size(); ++i)
+    if (!where_.count(keys[i])) where_.emplace(keys[i], order_.insert(order_.end(), keys[i]));
+  rebuild_filter_locked();
+}
+
+std::vector<uint64_t> PrefixSummary::keys() const {
+  std::lock_guard lock(mutex_);
+  return std::vector<uint64_t>(order_.begin(), order_.end());
 }
 
 size_t PrefixSummary::leading_matches(const std::vector<uint64_t>& keys) const {

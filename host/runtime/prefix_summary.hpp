@@ -50,6 +50,14 @@ class PrefixSummary {
   // The plugin evicted n blocks: the n least recently used keys go.
   void evict_oldest(uint64_t n);
   void clear();
+  // Replaces what it holds with keys, oldest first (a remote engine's summary as its node sent it).
+  void assign(const std::vector<uint64_t>& keys);
+
+  // The keys held, least recently used first (what a worker sends its heads).
+  std::vector<uint64_t> keys() const;
+  // Counts every change (keys added, touched, dropped, cleared): a head asks for the keys again only
+  // when the version it has is not this one.
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
   // How many of keys, from the first, the summary holds (it stops at the first it does not).
   size_t leading_matches(const std::vector<uint64_t>& keys) const;
@@ -74,6 +82,7 @@ class PrefixSummary {
   const uint32_t block_size_;
   const size_t capacity_;
   mutable std::mutex mutex_;
+  std::atomic<uint64_t> version_{0};
   std::list<uint64_t> order_;  // least recently used first
   std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where_;
 };

@@ -27,6 +27,8 @@ struct EngineFacts {
   bool prefix_cache = false;  // its kvcache plugin caches prefixes (EngineInit::prefix_cache)
   // What that cache holds, for the router (runtime/prefix_summary.hpp); NULL without one.
   std::shared_ptr<PrefixSummary> prefix_summary;
+  // A remote engine's link round trip (cluster/link.hpp LinkHealth::rtt_seconds); NULL for a local one.
+  std::shared_ptr<const std::atomic<double>> link_rtt_s;
   uint32_t capacity = 0;    // sequences it runs at once when not its declaration's max_step_seqs (a remote engine's)
   uint32_t window_cap = 0;  // a sliding window's positions per sequence at most (EngineInit::window); 0: none
 };

@@ -11,9 +11,17 @@ RemoteEngine::RemoteEngine(caf::actor_system& system, EngineDecl decl, EngineFac
   proxy_->attach_functor([vitals = vitals_](const caf::error&) { vitals->ended(""); });
 }
 
+void RemoteEngine::update_prefix(const cluster::EngineInfo& info) {
+  if (!info.has_prefix_keys || !facts().prefix_summary) return;
+  facts().prefix_summary->assign(info.prefix_keys);
+  prefix_version_.store(info.prefix_version, std::memory_order_release);
+}
+
 RoutedEngine RemoteEngine::routed() const {
   RoutedEngine r{name(), model(), caf::actor_cast<engine_actor>(proxy_), facts().prefix_summary, vitals_};
   if (facts().capacity > 0) r.capacity = facts().capacity;
+  r.node = node_;
+  r.rtt_s = facts().link_rtt_s;
   return r;
 }
 
@@ -26,6 +34,7 @@ nlohmann::json RemoteEngine::status() {
   out["name"] = name();
   out["model"] = model();
   out["node"] = node_;
+  if (const auto& summary = facts().prefix_summary) out["prefix_summary_blocks"] = summary->size();
   // Each slot as a local engine's status shows it (its plugin's id), as the worker last reported it.
   for (const auto& [slot, d] : decl().slots) out[slot] = {{"id", d.plugin}};
   return out;

@@ -4,6 +4,7 @@
 // prefix cache is flushed there too (the head refuses it).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,11 @@ class RemoteEngine final : public EngineHandle {
   cluster::AdminReply change_slot(const cluster::SlotChange& change);
   static constexpr std::chrono::seconds kRemoteAdminTimeout{60};
 
+  // Its prefix summary as its node last sent it: replaced when info carries keys (another version
+  // than the one held).
+  void update_prefix(const cluster::EngineInfo& info);
+  uint64_t prefix_version() const { return prefix_version_.load(std::memory_order_acquire); }
+
   const std::string& node() const { return node_; }
   const std::string& remote_name() const { return remote_name_; }
 
@@ -44,6 +50,7 @@ class RemoteEngine final : public EngineHandle {
   std::string node_, remote_name_;
   cluster::engine_proxy_actor proxy_;
   cluster::node_actor node_actor_;
+  std::atomic<uint64_t> prefix_version_{0};  // of the summary held (0: none received)
   std::shared_ptr<EngineVitals> vitals_ = std::make_shared<EngineVitals>();
 };
 

@@ -176,7 +176,11 @@ class Server {
   size_t drop_remote_engines_of(const std::string& node, const std::string& why);
   // Ends the links to workers and the node actor (start-up failed, or the server stops).
   void stop_cluster();
-  std::vector<cluster::EngineInfo> local_engine_infos() const;
+  // This node's engines for a head, with the keys of the prefix summaries the head holds another
+  // version of.
+  std::vector<cluster::EngineInfo> local_engine_infos(const cluster::PrefixVersions& held) const;
+  // The versions of node's engines' prefix summaries this head holds.
+  cluster::PrefixVersions held_prefixes(const std::string& node) const;
   cluster::AdminReply change_slot_for_head(const cluster::SlotChange& c);
   cluster::NodeInit::Admitted admit_for_head(const std::string& engine, const GenerateRequest& r);
   std::string change_remote_slot(RemoteEngine& engine, const std::string& slot, const std::string& plugin, const toml::table* config);

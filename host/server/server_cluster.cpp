@@ -12,7 +12,7 @@
 
 namespace tokenhost {
 
-std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
+std::vector<cluster::EngineInfo> Server::local_engine_infos(const cluster::PrefixVersions& held) const {
   std::vector<cluster::EngineInfo> out;
   for (const auto& e : engines_->live()) {
     if (dynamic_cast<const LocalEngine*>(e.get()) == nullptr) continue;  // a head's remote engines stay its own
@@ -27,6 +27,15 @@ std::vector<cluster::EngineInfo> Server::local_engine_infos() const {
     for (const auto& [slot, d] : e->decl().slots) info.plugins[slot] = d.plugin;
     info.serving = e->serving();
     info.down_reason = e->serving() ? "" : e->stop_reason();
+    if (const auto& summary = e->facts().prefix_summary) {
+      info.prefix_block = summary->block_size();
+      info.prefix_version = summary->version();
+      auto h = held.versions.find(info.name);
+      if (h == held.versions.end() || h->second != info.prefix_version) {
+        info.has_prefix_keys = true;
+        info.prefix_keys = summary->keys();
+      }
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -98,7 +107,7 @@ void Server::start_cluster() {
       if (!e || !e->serving() || dynamic_cast<LocalEngine*>(e.get()) == nullptr) return std::nullopt;
       return e->routed().actor;
     };
-    n.engines = [this] { return local_engine_infos(); };
+    n.engines = [this](const cluster::PrefixVersions& held) { return local_engine_infos(held); };
     n.change_slot = [this](const cluster::SlotChange& c) { return change_slot_for_head(c); };
     n.admit = [this](const std::string& engine, const GenerateRequest& r) { return admit_for_head(engine, r); };
     node_actor_ = cluster::spawn_node_actor(*system_, std::move(n));
@@ -122,9 +131,18 @@ void Server::start_cluster() {
       sync_remote_engines(node, engines);
     };
     l.left = [this](const std::string& node, const std::string& why) { remote_left(node, why); };
+    l.held_prefixes = [this](const std::string& node) { return held_prefixes(node); };
     auto health = l.health;
     links_.push_back({w.name, cluster::spawn_link(*system_, std::move(l)), health});
   }
+}
+
+cluster::PrefixVersions Server::held_prefixes(const std::string& node) const {
+  cluster::PrefixVersions out;
+  for (const auto& e : engines_->live())
+    if (auto* r = dynamic_cast<const RemoteEngine*>(e.get()); r != nullptr && r->node() == node && e->facts().prefix_summary)
+      out.versions[r->remote_name()] = r->prefix_version();
+  return out;
 }
 
 // On the link's actor thread: nothing here blocks (the router is told, not asked).
@@ -133,7 +151,6 @@ void Server::remote_joined(const std::string& node, const cluster::node_actor& a
   drop_remote_engines_of(node, "worker " + node + " joined again");
   {
     std::lock_guard lock(remote_mutex_);
-    remote_engines_[node] = engines;
     remote_nodes_[node] = actor;
   }
   sync_remote_engines(node, engines);
@@ -150,7 +167,8 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
   cluster::node_actor actor;
   {
     std::lock_guard lock(remote_mutex_);
-    remote_engines_[node] = engines;
+    auto& kept = remote_engines_[node] = engines;  // for status: without the summaries' keys
+    for (auto& info : kept) info.prefix_keys = {};
     auto it = remote_nodes_.find(node);
     if (it == remote_nodes_.end()) return;  // the link went down meanwhile
     actor = it->second;
@@ -167,7 +185,10 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
       }
       continue;
     }
-    if (existing) continue;
+    if (existing) {
+      if (auto* r = dynamic_cast<RemoteEngine*>(existing.get())) r->update_prefix(info);
+      continue;
+    }
     if (!deployment_.models.count(info.model)) {
       bool first;
       {
@@ -188,8 +209,13 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
     facts.prefix_cache = info.prefix_cache;
     facts.window_cap = info.window_cap;
     facts.capacity = info.capacity;
+    if (info.prefix_cache && info.prefix_block > 0)
+      facts.prefix_summary = std::make_shared<PrefixSummary>(info.prefix_block, size_t(info.kv_positions / info.prefix_block));
+    for (const auto& link : links_)
+      if (link.name == node) facts.link_rtt_s = cluster::LinkHealth::rtt_seconds(link.health);
     auto proxy = cluster::spawn_engine_proxy(*system_, {name, info.name, node, actor});
     auto e = std::make_shared<RemoteEngine>(*system_, std::move(decl), std::move(facts), node, info.name, proxy, actor);
+    e->update_prefix(info);
     RoutedEngine routed = e->routed();
     engines_->add(e);
     caf::anon_send(router_, engine_add_atom::value, std::move(routed));

@@ -223,6 +223,38 @@ for _ in $(seq 50); do [ "$(routed)" = "main@worker-1 main@worker-2" ] && break;
 [ "$(routed)" = "main@worker-1 main@worker-2" ] || { echo "FAIL: the worker's removed engine is still routed: $(routed)"; exit 1; }
 echo "ok: an engine added on a worker is routed by the head, and one removed there leaves"
 
+# The cache-aware router across nodes: each heartbeat brings a worker's prefix summaries (the block keys
+# its prefix caches hold, when they changed), so the head's router.prefix_affinity sends a prompt to the
+# remote engine that holds it. worker-2's "cached" engine is warmed through worker-2's own gateway; the
+# head, given no summaries, would send the prompt to the first of the idle engines (cached@worker-1).
+sed -e 's/engines.extra/engines.cached/g' -e 's/kvcache.paged/kvcache.prefix/' "$work/extra.toml" > "$work/cached.toml"
+ports worker-2
+w2gw=$gw w2admin=$admin
+ports head
+"$tokenhost" admin --url "$w1admin" engines add "$work/cached.toml" > /dev/null
+"$tokenhost" admin --url "$w2admin" engines add "$work/cached.toml" > /dev/null
+long="Once upon a time there was a little girl named Lily who loved to play in the garden with her dog and her cat every day"
+for _ in 1 2 3; do complete "$w2gw" "$long" > /dev/null; done  # worker-2's round robin: cached gets one or two
+"$tokenhost" admin --url "$admin" router router.prefix_affinity > /dev/null
+held() {  # held: cached@worker-2's summary on the head, in blocks
+  "$tokenhost" admin --url "$admin" --json status | python3 -c '
+import json, sys
+print(next((e.get("prefix_summary_blocks", 0) for e in json.load(sys.stdin)["engines"] if e["name"] == "cached@worker-2"), 0))'
+}
+for _ in $(seq 50); do [ "$(held)" -gt 0 ] && break; sleep 0.1; done
+[ "$(held)" -gt 0 ] || { echo "FAIL: the head holds no prefix summary of cached@worker-2"; exit 1; }
+for i in 1 2 3 4; do
+  engine=$(curl -s "http://127.0.0.1:$gw/v1/generate" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$long\", \"max_tokens\": 4}" | python3 -c 'import json, sys; print(json.load(sys.stdin)["engine"])')
+  [ "$engine" = "cached@worker-2" ] || { echo "FAIL: request $i with worker-2's cached prompt went to $engine"; exit 1; }
+done
+blocks=$(held)
+"$tokenhost" admin --url "$admin" router router.round_robin > /dev/null
+"$tokenhost" admin --url "$w1admin" engines remove cached > /dev/null
+"$tokenhost" admin --url "$w2admin" engines remove cached > /dev/null
+for _ in $(seq 50); do [ "$(routed)" = "main@worker-1 main@worker-2" ] && break; sleep 0.1; done
+echo "ok: a worker's prefix summary reaches the head ($blocks blocks), and router.prefix_affinity sends its prompt there"
+
 # A second head on the same workers: both serve. kill -9 of it under 8 streams: the first head keeps
 # serving, and the workers cancel the dead head's sequences, their KV pools back to empty.
 manifest head "$work/certs" | sed -e 's/^node = "head"/node = "head-2"/' > "$work/head-2.toml"

@@ -264,7 +264,7 @@ TH_PIN_OFFSET(th_route_candidate, load, 24);
 TH_PIN_OFFSET(th_route_candidate, cost_per_mtok, 32);
 TH_PIN_OFFSET(th_route_candidate, quality, 40);
 TH_PIN_OFFSET(th_route_candidate, healthy, 48);
-TH_PIN_SIZE(th_route_request, 136); /* 88 through ABI 1.6 */
+TH_PIN_SIZE(th_route_request, 152); /* 88 through ABI 1.6, 136 in 1.7 */
 TH_PIN_OFFSET(th_route_request, struct_size, 0);
 TH_PIN_OFFSET(th_route_request, request_id, 8);
 TH_PIN_OFFSET(th_route_request, model, 16);
@@ -282,6 +282,8 @@ TH_PIN_OFFSET(th_route_request, params_key, 104); /* 1.7 */
 TH_PIN_OFFSET(th_route_request, deterministic, 112); /* 1.7 */
 TH_PIN_OFFSET(th_route_request, request_class, 120); /* 1.7 */
 TH_PIN_OFFSET(th_route_request, payer, 128); /* 1.7 */
+TH_PIN_OFFSET(th_route_request, candidate_nodes, 136); /* 1.8 */
+TH_PIN_OFFSET(th_route_request, candidate_rtt_s, 144); /* 1.8 */
 TH_PIN_SIZE(th_route_decision, 80); /* 48 through ABI 1.6 */
 TH_PIN_OFFSET(th_route_decision, struct_size, 0);
 TH_PIN_OFFSET(th_route_decision, action, 4);

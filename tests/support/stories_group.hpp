@@ -16,7 +16,7 @@ inline std::string group_manifest(const std::string& router, const std::string& 
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
-plugin_paths = [")" + fixture_dir() + R"(/router_v1"]  # the C router (fixture_plugin.c)
+plugin_paths = [")" + fixture_dir() + R"(/router_v1", ")" + fixture_dir() + R"(/abi_1_7/router"]  # the C router (fixture_plugin.c), current and at 1.7
 
 [models.full]
 source = "gguf"

@@ -1,6 +1,9 @@
 // tokenhost plugin SDK: helpers for router plugins (header only, C++17; th_router.h is the contract).
 //
-//   - least_loaded(): the healthy candidate with the fewest sequences running, in rotation among equals;
+//   - least_loaded(): the healthy candidate with the fewest sequences running, the nearest among equals
+//     (candidate_rtt_s, ABI 1.8: an engine of this process before a remote one), in rotation among
+//     equally near ones;
+//   - candidate_node(), candidate_rtt_s(): where a candidate runs (ABI 1.8; "" and 0 from an older host);
 //     least_loaded_per_model(): one such candidate per model (a cascade's or an ensemble's stages);
 //   - set_target(), set_cascade(), set_cached(): fill a th_route_decision;
 //   - ResponseCache: an exact-match response cache. A request is answered from it only when the host
@@ -25,16 +28,38 @@
 
 namespace tokenhost::sdk {
 
-// The healthy candidate with the fewest sequences running; among equals the first at or after
-// `rotation` (modulo n_candidates), so that equal engines share the load. Throws when none is healthy.
+// The cluster node candidate i runs on ("" for an engine of the host's own process, and from a host
+// before 1.8).
+inline const char* candidate_node(const th_route_request& request, uint32_t i) {
+  if (!TH_HAS_MEMBER(&request, th_route_request, candidate_nodes) || request.candidate_nodes == nullptr) return "";
+  return request.candidate_nodes[i] != nullptr ? request.candidate_nodes[i] : "";
+}
+
+// The round trip in seconds of the host's link to candidate i's node: 0 for an engine of its own
+// process (and from a host before 1.8), -1 while not yet measured.
+inline double candidate_rtt_s(const th_route_request& request, uint32_t i) {
+  if (!TH_HAS_MEMBER(&request, th_route_request, candidate_rtt_s) || request.candidate_rtt_s == nullptr) return 0.0;
+  return request.candidate_rtt_s[i];
+}
+
+// The healthy candidate with the fewest sequences running; among equals the nearest (the smallest
+// round trip in whole milliseconds, an unmeasured one last), and among equally near ones the first at
+// or after `rotation` (modulo n_candidates), so that equal engines share the load. Throws when none
+// is healthy.
 inline uint32_t least_loaded(const th_route_request& request, uint64_t rotation) {
   const uint32_t n = request.n_candidates;
   uint32_t best = n;
+  auto distance = [&](uint32_t i) {
+    const double rtt = candidate_rtt_s(request, i);
+    return rtt < 0 ? int64_t(1) << 40 : int64_t(rtt * 1000.0);
+  };
   for (uint32_t step = 0; step < n; ++step) {
     const uint32_t i = uint32_t((rotation + step) % n);
     const th_route_candidate& c = request.candidates[i];
     if (c.healthy == 0) continue;
-    if (best == n || c.running < request.candidates[best].running) best = i;
+    if (best == n || c.running < request.candidates[best].running ||
+        (c.running == request.candidates[best].running && distance(i) < distance(best)))
+      best = i;
   }
   if (best == n) throw Error(TH_ERR_UNSUPPORTED, "no healthy engine among " + std::to_string(n) + " candidates");
   return best;

@@ -75,9 +75,11 @@ extern "C" {
  *        n_cached_tokens, cached_stop and n_samples, th_route_feedback.prompt_tokens through signal,
  *        th_router_vtable.escalate (OPTIONAL: cascades escalate on the confidence signal,
  *        th_route_signal) and select (OPTIONAL: ensembles, TH_ROUTE_ENSEMBLE); TH_ROUTE_CACHED is
- *        served (as tokens). */
+ *        served (as tokens).
+ *   1.8  nodes: appended th_route_request.candidate_nodes and candidate_rtt_s (parallel to candidates:
+ *        the cluster node each candidate runs on and the head's round trip to it). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 7
+#define TH_ABI_VERSION_MINOR 8
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */

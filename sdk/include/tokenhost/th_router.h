@@ -75,6 +75,14 @@ typedef struct th_route_request {
    * the same id; `tokenhost key-id KEY` prints it, so a budget can be configured without writing the
    * key into a plugin's config), or "" on a gateway without API keys. */
   const char *payer;
+  /* ABI 1.8, parallel to candidates (read them only when TH_HAS_MEMBER says they are there): where each
+   * candidate runs. candidate_nodes[i] is the name of the cluster node that runs candidates[i] ("" for
+   * an engine of this process); candidate_rtt_s[i] is the round trip in seconds of this node's link to
+   * that node as its last heartbeat measured it (0 for an engine of this process, -1 while no heartbeat
+   * has come back). A remote engine's time to first token is at least one round trip more than a local
+   * one's; host 1.8 always sets both. */
+  const char *const *candidate_nodes;
+  const double *candidate_rtt_s;
 } th_route_request;
 
 typedef int32_t th_route_action;

@@ -24,7 +24,7 @@ TEST_CASE("a node actor refuses generate, slot changes and pings from a peer tha
     ++lookups;
     return std::nullopt;
   };
-  init.engines = [] { return std::vector<EngineInfo>{}; };
+  init.engines = [](const PrefixVersions&) { return std::vector<EngineInfo>{}; };
   init.change_slot = [&](const SlotChange&) {
     ++changes;
     return AdminReply{true, 200, "changed"};
@@ -46,7 +46,7 @@ TEST_CASE("a node actor refuses generate, slot changes and pings from a peer tha
   CHECK_THAT(refused(generate_atom::value, generate), Catch::Contains("not a head of this node"));
   CHECK_THAT(refused(slot_atom::value, encode(SlotChange{"main", "scheduler", "scheduler.fifo", ""})), Catch::Contains("not a head of this node"));
   std::string ping_error;
-  self->request(node, 5s, ping_atom::value, uint64_t(1))
+  self->request(node, 5s, ping_atom::value, uint64_t(1), encode(PrefixVersions{}))
       .receive([&](uint64_t, std::string&) { ping_error = "answered"; }, [&](caf::error& e) { ping_error = sys.render(e); });
   CHECK_THAT(ping_error, Catch::Contains("not a head of this node"));
   // A proof without a hello is refused too.

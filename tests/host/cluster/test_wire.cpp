@@ -239,3 +239,52 @@ TEST_CASE("cluster wire: a head's slot change and the node's answer survive the 
   CHECK_THAT(says(decode_admin_reply, msgpack({{"ok", false}, {"status", 200}})), Catch::Contains("a refusal's status below 400"));
   CHECK_THAT(says(decode_admin_reply, msgpack({{"ok", true}, {"status", 600}})), Catch::Contains("admin_reply.status: above 599"));
 }
+
+TEST_CASE("cluster wire: prefix summaries and the versions a head holds survive the round trip, malformed ones are refused", "[cluster][wire]") {
+  auto rng = testing::fresh_rng("cluster wire prefix");
+  std::vector<EngineInfo> engines(3);
+  for (size_t i = 0; i < engines.size(); ++i) {
+    engines[i].name = "e" + std::to_string(i);
+    engines[i].model = "m";
+    engines[i].device = "cpu";
+    engines[i].prefix_cache = i > 0;
+  }
+  engines[1].prefix_block = 16;
+  engines[1].prefix_version = rng();
+  engines[1].has_prefix_keys = true;
+  engines[1].prefix_keys.resize(rng() % 3000);
+  for (auto& k : engines[1].prefix_keys) k = rng();
+  engines[2].prefix_block = 32;
+  engines[2].prefix_version = 7;  // unchanged since the head's copy: no keys
+  const auto back = decode_engines(encode(engines));
+  REQUIRE(back.size() == 3);
+  CHECK(back[0].prefix_block == 0);
+  CHECK_FALSE(back[0].has_prefix_keys);
+  CHECK(back[1].prefix_block == 16);
+  CHECK(back[1].prefix_version == engines[1].prefix_version);
+  CHECK(back[1].has_prefix_keys);
+  CHECK(back[1].prefix_keys == engines[1].prefix_keys);
+  CHECK(back[2].prefix_version == 7);
+  CHECK_FALSE(back[2].has_prefix_keys);
+
+  PrefixVersions held;
+  for (int i = 0; i < 20; ++i) held.versions["engine-" + std::to_string(rng() % 1000)] = rng();
+  CHECK(decode_prefix_versions(encode(held)).versions == held.versions);
+
+  auto refused = [](auto decode, const nlohmann::json& j) {
+    try {
+      decode(msgpack(j));
+    } catch (const WireError& e) {
+      return std::string(e.what());
+    }
+    return std::string("taken");
+  };
+  nlohmann::json e = {{"name", "e"}, {"model", "m"}, {"device", "cpu"}, {"kv", 0}, {"prefix", true}, {"plugins", nlohmann::json::object()},
+                      {"serving", true}, {"pblock", 16}, {"pkeys", nlohmann::json::binary({1, 2, 3})}};
+  CHECK_THAT(refused(decode_engines, {{"engines", {e}}}), Catch::Contains("engines.engines[0].pkeys: not a whole number of 8-byte keys"));
+  e["pkeys"] = nlohmann::json::binary(std::vector<uint8_t>(16, 0));
+  e.erase("pblock");
+  CHECK_THAT(refused(decode_engines, {{"engines", {e}}}), Catch::Contains("keys without a block size"));
+  CHECK_THAT(refused(decode_prefix_versions, {{"versions", {{"e", -1}}}}), Catch::Contains("prefix_versions.versions.e: not an unsigned integer"));
+  CHECK_THAT(refused(decode_prefix_versions, {{"versions", 3}}), Catch::Contains("not a map"));
+}

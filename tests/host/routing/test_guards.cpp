@@ -48,6 +48,7 @@ TEST_CASE("breaker: opens after N consecutive failures, a success in between sta
   CHECK(reg.find("tokenhost_breaker_state")->value({"e1"}) == 1);
   CHECK(reg.find("tokenhost_breaker_opened_total")->value({"e1", "failures"}) == 1);
   CHECK(board.json()["engines"][0]["state"] == "open");
+  CHECK(board.any_not_closed());
   // Cancels neither fail nor succeed.
   auto c = board.breaker("e2");
   for (int i = 0; i < 10; ++i) c->record(false, std::nullopt, true, t0);
@@ -115,6 +116,7 @@ TEST_CASE("breaker: a policy change closes every breaker, disabled breakers reco
   CHECK(b->state() == BreakerState::closed);
   for (int i = 0; i < 5; ++i) b->record(true, std::nullopt, false);
   CHECK(b->state() == BreakerState::closed);
+  CHECK_FALSE(board.any_not_closed());
   CHECK(board.breaker("e") == b);  // one breaker per engine name
 }
 

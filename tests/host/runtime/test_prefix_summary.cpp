@@ -99,6 +99,15 @@ TEST_CASE("prefix summary: a bounded least-recently-used set, checked against a 
       }
       INFO("trial " << trial << " op " << op);
       REQUIRE(summary.size() == model.size());
+      REQUIRE(summary.keys() == model);
+      // A copy made from its keys (a head's copy of a worker's summary) holds the same, in the same order.
+      if (op % 50 == 0) {
+        PrefixSummary copy(16, capacity);
+        const uint64_t before = copy.version();
+        copy.assign(summary.keys());
+        REQUIRE(copy.keys() == model);
+        REQUIRE(copy.version() != before);
+      }
       const auto probe = random_keys(std::uniform_int_distribution<size_t>(0, 6)(rng));
       size_t want = 0;
       while (want < probe.size() && std::find(model.begin(), model.end(), probe[want]) != model.end()) ++want;
@@ -106,4 +115,33 @@ TEST_CASE("prefix summary: a bounded least-recently-used set, checked against a 
     }
   }
   CHECK(PrefixSummary(16, size_t(1) << 40).capacity() == PrefixSummary::kMaxBlocks);
+}
+
+TEST_CASE("prefix summary: every change moves its version, reads do not, assign keeps the newest that fit", "[prefix_summary]") {
+  PrefixSummary s(16, 4);
+  uint64_t v = s.version();
+  auto moved = [&] {
+    const bool m = s.version() != v;
+    v = s.version();
+    return m;
+  };
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  s.add(keys.data(), keys.size());
+  CHECK(moved());
+  s.touch({2});
+  CHECK(moved());
+  (void)s.leading_matches({1, 2});
+  (void)s.keys();
+  CHECK_FALSE(moved());
+  s.evict_oldest(1);
+  CHECK(moved());
+  s.evict_oldest(0);
+  CHECK_FALSE(moved());
+  s.clear();
+  CHECK(moved());
+  s.assign({9, 8, 7, 6, 5, 4});  // six keys, room for four: the newest four
+  CHECK(moved());
+  CHECK(s.keys() == std::vector<uint64_t>{7, 6, 5, 4});
+  CHECK(s.leading_matches({7, 6}) == 2);
+  CHECK(s.leading_matches({9}) == 0);
 }

@@ -373,15 +373,18 @@ arms = [
 TEST_CASE("groups: a router written in C against ABI 1.7 plans cascades, escalates and reads the feedback's cost", "[server][groups][abi]") {
   // tests/fixtures/fixture_plugin.c as a router: over a group, cheapest model first, escalating below
   // a mean log-probability of -0.7, with no SDK helper; router.cascade at the same threshold is the
-  // reference.
+  // reference. Built against the frozen 1.7 headers (the ABI matrix's) and the current ones.
+  const auto [manifest, id] = GENERATE(std::make_pair(fixture_dir() + "/abi_1_7/router/plugin.toml", std::string("router.abi_1_7 1.0.0")),
+                                       std::make_pair(fixture("router_v1"), std::string("router.fixture 1.0.0")));
+  const std::string plugin = id.substr(0, id.find(' '));
   Server server(read_deployment("c.toml", group_manifest("plugin = \"router.cascade\"\nconfig = { threshold = -0.7 }")));
   std::vector<GenerateResult> want;
   for (const auto& p : kPrompts) want.push_back(server.gateway().generate(ask(server, "stories", p, 24)));
-  REQUIRE_THAT(server.set_slot("", "router", server.register_plugin(fixture("router_v1")), {}), Contains("router.fixture 1.0.0"));
+  REQUIRE_THAT(server.set_slot("", "router", server.register_plugin(manifest), {}), Contains(id));
   size_t escalated = 0;
   for (size_t i = 0; i < kPrompts.size(); ++i) {
     const GenerateResult got = server.gateway().generate(ask(server, "stories", kPrompts[i], 24));
-    INFO(kPrompts[i] << ": " << got.error);
+    INFO(plugin << ", " << kPrompts[i] << ": " << got.error);
     CHECK(got.tokens == want[i].tokens);
     CHECK(got.model == want[i].model);
     CHECK(got.path.size() == want[i].path.size());
@@ -389,7 +392,7 @@ TEST_CASE("groups: a router written in C against ABI 1.7 plans cascades, escalat
   }
   CHECK(escalated > 0);
   CHECK(escalated < kPrompts.size());
-  CHECK(metric_sum(server, "tokenhost_plugin_fixture_feedback_cost", "router.fixture") > 0);
-  const double stages = metric_sum(server, "tokenhost_plugin_fixture_feedback_stages", "router.fixture");
+  CHECK(metric_sum(server, "tokenhost_plugin_fixture_feedback_cost", plugin) > 0);
+  const double stages = metric_sum(server, "tokenhost_plugin_fixture_feedback_stages", plugin);
   CHECK((stages == 1 || stages == 2));
 }

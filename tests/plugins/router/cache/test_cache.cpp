@@ -170,3 +170,45 @@ TEST_CASE("router.cache: repeats come from the cache, the rest go to the least l
   CHECK(std::vector<int32_t>(d.cached_tokens, d.cached_tokens + d.n_cached_tokens) == answer);
   CHECK(d.cached_stop == TH_STOP_LENGTH);
 }
+
+TEST_CASE("least_loaded: the fewest running first, the nearest node among equals, and a 1.7 host's request without nodes", "[plugins][router]") {
+  std::vector<std::string> names = {"local", "near", "far", "unmeasured"};
+  std::vector<th_route_candidate> cands(4);
+  for (size_t i = 0; i < cands.size(); ++i) {
+    cands[i].engine_id = names[i].c_str();
+    cands[i].model = "m";
+    cands[i].healthy = 1;
+  }
+  const char* nodes[] = {"", "worker-1", "worker-2", "worker-3"};
+  const double rtt[] = {0.0, 0.0004, 0.030, -1.0};
+  th_route_request r{};
+  r.struct_size = sizeof r;
+  r.candidates = cands.data();
+  r.n_candidates = 4;
+  r.candidate_nodes = nodes;
+  r.candidate_rtt_s = rtt;
+  CHECK(sdk::candidate_node(r, 2) == std::string("worker-2"));
+  CHECK(sdk::candidate_rtt_s(r, 3) == -1.0);
+  // All idle: this process's engine or worker-1's (0.4 ms is 0 whole milliseconds: as near), in
+  // rotation; never the far or the unmeasured one.
+  CHECK(sdk::least_loaded(r, 0) == 0);
+  CHECK(sdk::least_loaded(r, 1) == 1);
+  CHECK(sdk::least_loaded(r, 2) == 0);
+  CHECK(sdk::least_loaded(r, 3) == 0);
+  cands[0].running = 1;
+  // The idle ones: worker-1 nearest.
+  CHECK(sdk::least_loaded(r, 0) == 1);
+  cands[1].running = 1;
+  CHECK(sdk::least_loaded(r, 0) == 2);  // far, but idle: load comes first
+  cands[2].running = 1;
+  CHECK(sdk::least_loaded(r, 0) == 3);
+  cands[3].running = 1;
+  CHECK(sdk::least_loaded(r, 1) == 1);  // all equal: near ones in rotation, never the unmeasured or far one first
+  CHECK(sdk::least_loaded(r, 2) == 0);
+  // From a host before 1.8 the request ends at payer: no nodes, every candidate this process's.
+  r.struct_size = uint32_t(TH_SIZE_THROUGH(th_route_request, payer));
+  r.candidate_nodes = nullptr;
+  r.candidate_rtt_s = nullptr;
+  CHECK(sdk::candidate_node(r, 1) == std::string(""));
+  CHECK(sdk::least_loaded(r, 2) == 2);  // plain rotation among equals
+}
