@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tokenhost admin` against a running server: status, plugins, a router and a scheduler swap, a kvcache
+# `tokenhost admin` against a running server: status, plugins, the guards, a router and a scheduler swap, a kvcache
 # swap (a new engine), engines added and removed, the running deployment exported; refusals exit 1 with the server's reason; no token
 # and no server are said plainly.
 set -euo pipefail
@@ -34,6 +34,13 @@ refused "no engine 'mian'.*did you mean 'main'" swap mian scheduler scheduler.fi
 grep -qE "admin POST /admin/engines/mian/slots/scheduler refused \(404\): no engine 'mian'" "$work/log" ||
   { echo "FAIL: the refused swap left no log line:"; cat "$work/log"; exit 1; }
 echo "ok: the refused swap is in the server's log"
+# The guards, off by default, changed live; a bad setting is refused by name and changes nothing.
+admin_ok '^breakers  off' guards
+admin_ok '^breakers  on  open after 3 consecutive failures' guards breakers --set enabled=true --set failures=3
+admin_ok 'overload  on  action shed  classes batch@50% interactive  default batch' guards overload --set enabled=true --classes batch=0.5,interactive
+refused 'overload.action must be "shed" or "cheaper", not "drop"' guards overload --set action=drop
+admin_ok 'overload  on  action shed' guards
+admin_ok '"state": "closed"' --json guards
 admin_ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
 admin_ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
 
