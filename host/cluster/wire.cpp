@@ -49,10 +49,13 @@ class Fields {
   }
   uint64_t u64(const char* key, bool required = true, uint64_t max = std::numeric_limits<uint64_t>::max()) const {
     const json* v = required ? &need(key) : find(key);
-    if (v == nullptr) return 0;
-    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0)) fail(key, "not an unsigned integer");
-    uint64_t x = v->get<uint64_t>();
-    if (x > max) fail(key, "above " + std::to_string(max));
+    return v == nullptr ? 0 : u64_of(*v, key, max);
+  }
+  // A value of this map read as u64 would read it (a map's values keyed by any string).
+  uint64_t u64_of(const json& v, const std::string& field, uint64_t max = std::numeric_limits<uint64_t>::max()) const {
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) fail(field, "not an unsigned integer");
+    const uint64_t x = v.get<uint64_t>();
+    if (x > max) fail(field, "above " + std::to_string(max));
     return x;
   }
   int64_t i64(const char* key, int64_t lo, int64_t hi) const {
@@ -345,12 +348,11 @@ PrefixVersions decode_prefix_versions(std::string_view bytes) {
   const json& v = f.need("versions");
   if (!v.is_object()) f.fail("versions", "not a map");
   if (v.size() > kMaxWireEngines) f.fail("versions", "more than " + std::to_string(kMaxWireEngines) + " engines");
+  const Fields versions = f.sub("versions");
   PrefixVersions m;
   for (const auto& [name, version] : v.items()) {
     if (name.size() > 256) f.fail("versions", "an engine name longer than 256 bytes");
-    if (!version.is_number_unsigned() && !(version.is_number_integer() && version.get<int64_t>() >= 0))
-      f.fail("versions." + name, "not an unsigned integer");
-    m.versions[name] = version.get<uint64_t>();
+    m.versions[name] = versions.u64_of(version, name);
   }
   return m;
 }

@@ -6,41 +6,23 @@
 #include <spdlog/spdlog.h>
 
 #include "metrics/metrics.hpp"
+#include "routing/policy_settings.hpp"
 
 namespace tokenhost::routing {
-namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// One bounded integer key of a policy change.
-void read_bounded(const nlohmann::json& change, const char* key, uint32_t lo, uint32_t hi, uint32_t& out, const std::string& where) {
-  auto it = change.find(key);
-  if (it == change.end()) return;
-  if (!it->is_number_integer() || it->get<int64_t>() < int64_t(lo) || it->get<int64_t>() > int64_t(hi))
-    throw std::invalid_argument(where + ": breakers." + key + " must be an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
-                                ", not " + it->dump());
-  out = uint32_t(it->get<int64_t>());
-}
-
-}  // namespace
 
 nlohmann::json BreakerPolicy::json() const {
   return {{"enabled", enabled}, {"failures", failures}, {"slow_ms", slow_ms}, {"open_ms", open_ms}, {"probes", probes}};
 }
 
 BreakerPolicy changed_breaker_policy(BreakerPolicy p, const nlohmann::json& change, const std::string& where) {
-  if (!change.is_object()) throw std::invalid_argument(where + ": breakers must be an object of settings, not " + change.dump());
-  for (const auto& [key, value] : change.items())
-    if (key != "enabled" && key != "failures" && key != "slow_ms" && key != "open_ms" && key != "probes")
-      throw std::invalid_argument(where + ": breakers has no setting '" + key + "' (enabled, failures, slow_ms, open_ms, probes)");
-  if (auto it = change.find("enabled"); it != change.end()) {
-    if (!it->is_boolean()) throw std::invalid_argument(where + ": breakers.enabled must be true or false, not " + it->dump());
-    p.enabled = it->get<bool>();
-  }
-  read_bounded(change, "failures", 1, 1000, p.failures, where);
-  read_bounded(change, "slow_ms", 0, 3600000, p.slow_ms, where);
-  read_bounded(change, "open_ms", 10, 3600000, p.open_ms, where);
-  read_bounded(change, "probes", 1, 100, p.probes, where);
+  const PolicySettings settings(change, "breakers", where, {"enabled", "failures", "slow_ms", "open_ms", "probes"});
+  settings.read("enabled", p.enabled);
+  settings.read("failures", 1, 1000, p.failures);
+  settings.read("slow_ms", 0, 3600000, p.slow_ms);
+  settings.read("open_ms", 10, 3600000, p.open_ms);
+  settings.read("probes", 1, 100, p.probes);
   return p;
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "metrics/metrics.hpp"
+#include "routing/policy_settings.hpp"
 
 namespace tokenhost::routing {
 
@@ -29,29 +30,15 @@ size_t OverloadPolicy::class_of(const std::string& request_class) const {
 }
 
 OverloadPolicy changed_overload_policy(OverloadPolicy p, const nlohmann::json& change, const std::string& where) {
+  const PolicySettings settings(change, "overload", where,
+                                {"enabled", "action", "classes", "default_class", "retry_after_s", "engine_sequences"});
   auto bad = [&](const std::string& what) { return std::invalid_argument(where + ": overload." + what); };
-  if (!change.is_object()) throw std::invalid_argument(where + ": overload must be an object of settings, not " + change.dump());
-  for (const auto& [key, value] : change.items())
-    if (key != "enabled" && key != "action" && key != "classes" && key != "default_class" && key != "retry_after_s" && key != "engine_sequences")
-      throw std::invalid_argument(where + ": overload has no setting '" + key +
-                                  "' (enabled, action, classes, default_class, retry_after_s, engine_sequences)");
-  if (auto it = change.find("enabled"); it != change.end()) {
-    if (!it->is_boolean()) throw bad("enabled must be true or false, not " + it->dump());
-    p.enabled = it->get<bool>();
-  }
+  settings.read("enabled", p.enabled);
+  settings.read("retry_after_s", 1, 3600, p.retry_after_s);
+  settings.read("engine_sequences", 0, 65536, p.engine_sequences, "0: each engine's max_step_seqs");
   if (auto it = change.find("action"); it != change.end()) {
     if (!it->is_string() || (*it != "shed" && *it != "cheaper")) throw bad("action must be \"shed\" or \"cheaper\", not " + it->dump());
     p.action = it->get<std::string>();
-  }
-  if (auto it = change.find("retry_after_s"); it != change.end()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 3600)
-      throw bad("retry_after_s must be an integer in 1..3600, not " + it->dump());
-    p.retry_after_s = uint32_t(it->get<int64_t>());
-  }
-  if (auto it = change.find("engine_sequences"); it != change.end()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 65536)
-      throw bad("engine_sequences must be an integer in 0..65536 (0: each engine's max_step_seqs), not " + it->dump());
-    p.engine_sequences = uint32_t(it->get<int64_t>());
   }
   if (auto it = change.find("classes"); it != change.end()) {
     if (!it->is_array() || it->size() < 2 || it->size() > 16)
