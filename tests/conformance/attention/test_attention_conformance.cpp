@@ -10,6 +10,8 @@
 #include "attention_batch.hpp"
 #include "harness.hpp"
 
+namespace attention_conformance_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -88,3 +90,5 @@ TEST_CASE("every attention plugin agrees with attention.reference on random ragg
     REQUIRE(compared > 0);
   }
 }
+
+}  // namespace attention_conformance_tests

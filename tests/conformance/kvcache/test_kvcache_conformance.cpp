@@ -10,6 +10,8 @@
 #include "harness.hpp"
 #include "kv_cache.hpp"
 
+namespace kvcache_conformance_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -93,3 +95,5 @@ TEST_CASE("every kvcache plugin copies on write after a fork", "[conformance][kv
     CHECK(c.stats().used_blocks == 0);
   }
 }
+
+}  // namespace kvcache_conformance_tests

@@ -8,6 +8,8 @@
 
 #include "sched_harness.hpp"
 
+namespace scheduler_conformance_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -66,3 +68,5 @@ TEST_CASE("continuous batching finishes spread-out arrivals in fewer steps than 
     CHECK(latency_c < latency_s);
   }
 }
+
+}  // namespace scheduler_conformance_tests

@@ -13,6 +13,8 @@
 #include "eventually.hpp"
 #include "harness.hpp"
 
+namespace actors_router_cancel_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using namespace std::chrono_literals;
@@ -136,3 +138,5 @@ TEST_CASE("router: a cancel reaches only the engine that holds the request", "[r
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   sys.await_actors_before_shutdown(false);
 }
+
+}  // namespace actors_router_cancel_tests

@@ -11,6 +11,8 @@
 #include "eventually.hpp"
 #include "harness.hpp"
 
+namespace actors_router_nodes_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -80,3 +82,5 @@ TEST_CASE("router: a router plugin sees each candidate's node and round trip, an
   caf::anon_send_exit(router, caf::exit_reason::user_shutdown);
   sys.await_actors_before_shutdown(false);
 }
+
+}  // namespace actors_router_nodes_tests

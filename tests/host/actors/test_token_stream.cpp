@@ -6,6 +6,8 @@
 
 #include "actors/token_stream.hpp"
 
+namespace actors_token_stream_tests {
+
 using namespace tokenhost;
 using namespace std::chrono_literals;
 
@@ -47,3 +49,5 @@ TEST_CASE("token stream: a signal shared by several streams wakes its reader on 
   signal->wait(seen, 50ms);
   CHECK(std::chrono::steady_clock::now() - idle >= 50ms);
 }
+
+}  // namespace actors_token_stream_tests

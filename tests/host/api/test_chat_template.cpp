@@ -4,6 +4,8 @@
 
 #include "api/chat_template.hpp"
 
+namespace api_chat_template_tests {
+
 using namespace tokenhost::api;
 
 namespace {
@@ -196,3 +198,5 @@ TEST_CASE("chat template: what a family cannot express is refused, naming the me
   REQUIRE_FALSE(empty.ok());
   REQUIRE(empty.error().param == "messages");
 }
+
+}  // namespace api_chat_template_tests

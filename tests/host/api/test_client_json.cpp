@@ -5,6 +5,8 @@
 
 #include "api/client_json.hpp"
 
+namespace api_client_json_tests {
+
 using namespace tokenhost::api;
 using Catch::Matchers::Contains;
 
@@ -60,3 +62,5 @@ TEST_CASE("client json: a body of more values than the limit is refused while pa
   CHECK(parse_client_json(array_of(10, "\"a\""), 64, 12).ok());
   CHECK_FALSE(parse_client_json(array_of(11, "\"a\""), 64, 12).ok());
 }
+
+}  // namespace api_client_json_tests

@@ -4,6 +4,8 @@
 
 #include "api/openai_request.hpp"
 
+namespace api_openai_request_tests {
+
 using namespace tokenhost::api;
 using nlohmann::json;
 
@@ -354,3 +356,5 @@ TEST_CASE("request: tokenhost.speculate and tokenhost.max_draft bound a request'
                   {"'tokenhost.speculate' is false"});
   require_refused(kChat, chat_body({{"tokenhost", {{"draft", 2}}}}), "tokenhost.draft", {"'speculate' and 'max_draft'"});
 }
+
+}  // namespace api_openai_request_tests

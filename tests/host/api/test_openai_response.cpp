@@ -5,6 +5,8 @@
 #include "api/openai_response.hpp"
 #include "harness.hpp"
 
+namespace api_openai_response_tests {
+
 using namespace tokenhost::api;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -156,3 +158,5 @@ TEST_CASE("response: model list", "[api][response]") {
   REQUIRE(j["data"][1]["owned_by"] == "me");
   REQUIRE(models_list({})["data"] == json::array());
 }
+
+}  // namespace api_openai_response_tests

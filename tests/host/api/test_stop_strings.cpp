@@ -5,6 +5,8 @@
 #include "api/stop_strings.hpp"
 #include "harness.hpp"
 
+namespace api_stop_strings_tests {
+
 using namespace tokenhost::api;
 using namespace tokenhost::testing;
 
@@ -155,3 +157,5 @@ TEST_CASE("stop strings: random splits give the text before the first stop", "[a
     REQUIRE(valid_utf8(s.text));
   }
 }
+
+}  // namespace api_stop_strings_tests

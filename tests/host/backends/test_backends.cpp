@@ -16,6 +16,8 @@
 #include "plugin/step_plugins.hpp"
 #include "runtime/synthetic_model.hpp"
 
+namespace backends_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -160,3 +162,5 @@ TEST_CASE("backends: the CPU backend packs a quantized model's matrices at place
   REQUIRE(packed->layers[0].wq.packed != nullptr);
   REQUIRE(again == packed);  // placing placed weights packs nothing more
 }
+
+}  // namespace backends_tests

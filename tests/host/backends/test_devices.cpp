@@ -6,6 +6,8 @@
 #include "base/devices.hpp"
 #include "plugin/host_api.hpp"
 
+namespace backends_devices_tests {
+
 using namespace tokenhost;
 using Catch::Matchers::Contains;
 
@@ -28,3 +30,5 @@ TEST_CASE("devices: without a CUDA device, CUDA allocations are refused with the
   REQUIRE(p == nullptr);
   REQUIRE_THAT(err.text(), Contains("no CUDA device 0"));
 }
+
+}  // namespace backends_devices_tests

@@ -11,6 +11,8 @@
 #include "cli/generate_command.hpp"
 #include "test_server.hpp"
 
+namespace base_request_defaults_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -42,3 +44,5 @@ TEST_CASE("defaults: the manifest reader, an in-process request and the CLI take
   CHECK(read_deployment("t.toml", test_manifest("[limits]\ndefault_max_tokens = " + std::to_string(kMaxTokensLimit) + "\n"))
             .limits.default_max_tokens == kMaxTokensLimit);
 }
+
+}  // namespace base_request_defaults_tests

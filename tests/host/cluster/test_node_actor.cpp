@@ -9,6 +9,8 @@
 
 #include "cluster/node_actor.hpp"
 
+namespace cluster_node_actor_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::cluster;
 using namespace std::chrono_literals;
@@ -76,3 +78,5 @@ TEST_CASE("a node actor refuses generate, slot changes and pings from a peer tha
   CHECK(changes == 1);
   self->send_exit(node, caf::exit_reason::user_shutdown);
 }
+
+}  // namespace cluster_node_actor_tests

@@ -15,6 +15,8 @@
 #include "cluster/node_identity.hpp"
 #include "files.hpp"
 
+namespace cluster_node_identity_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::cluster;
 using tokenhost::testing::TempDir;
@@ -170,3 +172,5 @@ TEST_CASE("hello messages are distinct for distinct fields and nonces are fresh"
   CHECK(a.size() == 32);
   CHECK(a != b);
 }
+
+}  // namespace cluster_node_identity_tests

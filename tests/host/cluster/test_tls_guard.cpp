@@ -14,6 +14,8 @@
 #include "cluster/tls_guard.hpp"
 #include "files.hpp"
 
+namespace cluster_tls_guard_tests {
+
 using namespace tokenhost::cluster;
 using tokenhost::testing::TempDir;
 
@@ -86,3 +88,5 @@ TEST_CASE("a TLS error left on the thread's queue does not fail another connecti
   CHECK(std::string(buf, size_t(r)) == message);
   ERR_clear_error();
 }
+
+}  // namespace cluster_tls_guard_tests

@@ -9,6 +9,8 @@
 #include "cluster/wire.hpp"
 #include "harness.hpp"
 
+namespace cluster_wire_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::cluster;
 
@@ -288,3 +290,5 @@ TEST_CASE("cluster wire: prefix summaries and the versions a head holds survive 
   CHECK_THAT(refused(decode_prefix_versions, {{"versions", {{"e", -1}}}}), Catch::Contains("prefix_versions.versions.e: not an unsigned integer"));
   CHECK_THAT(refused(decode_prefix_versions, {{"versions", 3}}), Catch::Contains("not a map"));
 }
+
+}  // namespace cluster_wire_tests

@@ -7,6 +7,8 @@
 
 #include "experiments/experiment.hpp"
 
+namespace experiments_experiment_tests {
+
 using namespace tokenhost::experiments;
 using nlohmann::json;
 
@@ -207,3 +209,5 @@ TEST_CASE("experiments: a held-back class goes to the other arms in their propor
   REQUIRE(assign(s, 50, "").arm == 2);
   REQUIRE(assign(s, 99, "").arm == 2);
 }
+
+}  // namespace experiments_experiment_tests

@@ -8,6 +8,8 @@
 
 #include "experiments/experiment_table.hpp"
 
+namespace experiments_experiment_table_tests {
+
 using namespace tokenhost::experiments;
 using nlohmann::json;
 
@@ -205,3 +207,5 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(std::holds_alternative<std::monostate>(t.route({"tiny", "s", "", "", "", ""})));
   REQUIRE(t.arm_labels().empty());
 }
+
+}  // namespace experiments_experiment_table_tests

@@ -8,6 +8,8 @@
 
 #include "experiments/statistics.hpp"
 
+namespace experiments_statistics_tests {
+
 using namespace tokenhost::experiments;
 
 namespace {
@@ -160,3 +162,5 @@ TEST_CASE("statistics: samples needed for a small difference follow the power fo
     REQUIRE(c.needed_per_arm == uint64_t(std::ceil(std::max(n, 30.0))));
   }
 }
+
+}  // namespace experiments_statistics_tests

@@ -17,6 +17,8 @@
 #include "http/http_client.hpp"
 #include "http/http_listener.hpp"
 
+namespace http_client_tests {
+
 using namespace tokenhost;
 using tokenhost::testing::eventually;
 using namespace std::chrono_literals;
@@ -259,3 +261,5 @@ TEST_CASE("http client: a whole answer over the body limit is refused, declared 
   HttpClient roomy = s.client(options);
   CHECK(roomy.request("GET", "/big").body.size() == 5000);
 }
+
+}  // namespace http_client_tests

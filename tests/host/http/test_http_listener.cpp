@@ -21,6 +21,8 @@
 #include "http/http_listener.hpp"
 #include "raw_client.hpp"
 
+namespace http_listener_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using namespace std::chrono_literals;
@@ -546,3 +548,5 @@ TEST_CASE("http: two I/O threads serve 2000 open connections", "[http][load]") {
   }
   REQUIRE(t.l.connections() == kConnections);
 }
+
+}  // namespace http_listener_tests

@@ -17,6 +17,8 @@
 #include "raw_client.hpp"
 #include "test_certificates.hpp"
 
+namespace http_tls_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using namespace std::chrono_literals;
@@ -179,3 +181,5 @@ TEST_CASE("tls: certificate files that cannot serve are refused naming the file"
   CHECK_THROWS_WITH(load_server_tls(dir.file("junk.crt"), a.private_key_file), Contains("expected a readable PEM certificate chain"));
   CHECK_NOTHROW(load_server_tls(a.certificate_file, a.private_key_file));
 }
+
+}  // namespace http_tls_tests

@@ -10,6 +10,8 @@
 
 #include "plugin/kind.hpp"
 
+namespace layout_layers_tests {
+
 namespace fs = std::filesystem;
 using namespace tokenhost;
 
@@ -122,3 +124,5 @@ TEST_CASE("layers: every include in host/ points down the order the README's Lay
   REQUIRE(std::regex_search(up, m, include));
   CHECK(rank(m[1]) > rank("backends"));
 }
+
+}  // namespace layout_layers_tests

@@ -8,6 +8,8 @@
 #include "harness.hpp"
 #include "loadgen/arrivals.hpp"
 
+namespace loadgen_arrivals_tests {
+
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;
 
@@ -64,3 +66,5 @@ TEST_CASE("loadgen: the same seed gives the same arrivals, and a bad rate is ref
   CHECK_THROWS_AS(PoissonArrivals(0, 1), std::invalid_argument);
   CHECK_THROWS_AS(PoissonArrivals(-3, 1), std::invalid_argument);
 }
+
+}  // namespace loadgen_arrivals_tests

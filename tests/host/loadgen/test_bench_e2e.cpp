@@ -23,6 +23,8 @@
 #include "loadgen/report.hpp"
 #include "loadgen/runner.hpp"
 
+namespace loadgen_bench_e2e_tests {
+
 using namespace tokenhost::loadgen;
 using nlohmann::json;
 
@@ -340,3 +342,5 @@ TEST_CASE("loadgen: conversations send each turn with the conversation so far", 
                   std::invalid_argument);
   CHECK_THROWS_AS(run_load(ep, load, [&] { return prompts.next(); }), std::invalid_argument);
 }
+
+}  // namespace loadgen_bench_e2e_tests

@@ -7,6 +7,8 @@
 #include "harness.hpp"
 #include "loadgen/distribution.hpp"
 
+namespace loadgen_distribution_tests {
+
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;
 
@@ -81,3 +83,5 @@ TEST_CASE("loadgen: bad token-count specs say what is wrong", "[loadgen]") {
   CHECK(error_of("normal:x:5") == "'normal:x:5': 'x' is not a number (expected N, LO:HI or normal:MEAN:SD)");
   CHECK(error_of("normal:nan:5") == "'normal:nan:5': 'nan' is not a number (expected N, LO:HI or normal:MEAN:SD)");
 }
+
+}  // namespace loadgen_distribution_tests

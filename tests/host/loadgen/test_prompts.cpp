@@ -12,6 +12,8 @@
 #include "harness.hpp"
 #include "loadgen/prompts.hpp"
 
+namespace loadgen_prompts_tests {
+
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;
 
@@ -80,3 +82,5 @@ TEST_CASE("loadgen: the same seed gives the same prompts", "[loadgen]") {
   }
   CHECK_THROWS_AS(PromptGenerator(parse_length_distribution("8"), parse_length_distribution("8"), 1.5, 1), std::invalid_argument);
 }
+
+}  // namespace loadgen_prompts_tests

@@ -13,6 +13,8 @@
 #include "loadgen/openai.hpp"
 #include "loadgen/sse.hpp"
 
+namespace loadgen_sse_tests {
+
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;
 
@@ -145,3 +147,5 @@ TEST_CASE("loadgen: request bodies", "[loadgen]") {
   CHECK_THROWS_WITH(parse_extra_body("{\"temperature\": "), Catch::StartsWith("--extra-body is not JSON"));
   CHECK_THROWS_WITH(parse_extra_body("[1]"), Catch::StartsWith("--extra-body must be a JSON object"));
 }
+
+}  // namespace loadgen_sse_tests

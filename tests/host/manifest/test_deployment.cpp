@@ -12,6 +12,8 @@
 #include "skip.hpp"
 #include "test_server.hpp"
 
+namespace manifest_deployment_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -363,3 +365,5 @@ TEST_CASE("deployment: a key left out takes the default the README documents", "
   REQUIRE(e.device == "cpu");
   REQUIRE(d.server.log_level == "info");
 }
+
+}  // namespace manifest_deployment_tests

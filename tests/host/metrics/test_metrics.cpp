@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+namespace metrics_tests {
+
 using tokenhost::metrics::Family;
 using tokenhost::metrics::Registry;
 using tokenhost::metrics::Type;
@@ -377,3 +379,5 @@ TEST_CASE("values_where: the series of one label value, keyed by name and their 
   CHECK(v.at("p_len_sum{plugin=\"x\"}").value == 0.5);
   CHECK(reg.values_where("p_", "engine", "none").empty());
 }
+
+}  // namespace metrics_tests

@@ -14,6 +14,8 @@
 #include "model/gguf.hpp"
 #include "model/quant.hpp"
 
+namespace model_gguf_tests {
+
 namespace fs = std::filesystem;
 namespace gguf = tokenhost::gguf;
 namespace quant = tokenhost::quant;
@@ -467,3 +469,5 @@ TEST_CASE("gguf: randomly damaged files are read or refused, never overrun", "[g
   INFO(read << " read, " << refused << " refused");
   CHECK(refused > 0);
 }
+
+}  // namespace model_gguf_tests

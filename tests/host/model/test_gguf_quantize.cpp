@@ -15,6 +15,8 @@
 #include "quant_bounds.hpp"
 #include "runtime/make_model.hpp"
 
+namespace model_gguf_quantize_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -169,3 +171,5 @@ TEST_CASE("quantize: refuses a type that is not a quantization target and leaves
   CHECK_THROWS_AS(gguf::quantize_file(dir.file("bad.gguf"), dir.file("o.gguf"), TH_DTYPE_Q8_0), gguf::Error);
   CHECK_FALSE(std::filesystem::exists(dir.file("o.gguf")));
 }
+
+}  // namespace model_gguf_quantize_tests

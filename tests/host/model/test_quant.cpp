@@ -12,6 +12,8 @@
 #include "model/quant.hpp"
 #include "quant_bounds.hpp"
 
+namespace model_quant_tests {
+
 namespace q = tokenhost::quant;
 using tokenhost::testing::error_bounds;
 
@@ -463,3 +465,5 @@ TEST_CASE("quant: blocks decode in ggml's layout and element order", "[quant]") 
     }
   }
 }
+
+}  // namespace model_quant_tests

@@ -17,6 +17,8 @@
 
 #include "model/tokenizer.hpp"
 
+namespace model_tokenizer_tests {
+
 using namespace tokenhost;
 using Ids = std::vector<int32_t>;
 
@@ -431,3 +433,5 @@ TEST_CASE("spm: tok512.bin (stories260K) encodes as llama2.c does", "[tokenizer]
   CHECK(tok.decode(tok.encode("Once upon a time", true)) == "Once upon a time");
   CHECK(tok.token_text(403) == " Once");
 }
+
+}  // namespace model_tokenizer_tests

@@ -16,6 +16,8 @@
 #include "plugin/library.hpp"
 #include "test_server.hpp"
 
+namespace plugin_abi_matrix_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -250,3 +252,5 @@ TEST_CASE("abi growth: each kind's vtable size per minor never shrinks and ends 
     REQUIRE(vtable_size(kind, TH_ABI_VERSION_MINOR + 1) == vtable_size(kind, TH_ABI_VERSION_MINOR));
   }
 }
+
+}  // namespace plugin_abi_matrix_tests

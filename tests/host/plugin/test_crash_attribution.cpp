@@ -10,6 +10,8 @@
 
 #include "test_server.hpp"
 
+namespace plugin_crash_attribution_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -69,3 +71,5 @@ TEST_CASE("crash attribution: a crash outside any plugin call names no plugin", 
   REQUIRE(WTERMSIG(status) == SIGSEGV);
   REQUIRE_THAT(text, !Contains("inside plugin"));
 }
+
+}  // namespace plugin_crash_attribution_tests

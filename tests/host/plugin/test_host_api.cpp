@@ -15,6 +15,8 @@
 
 #include <tokenhost/plugin.hpp>
 
+namespace plugin_host_api_tests {
+
 using namespace tokenhost;
 using Catch::Matchers::Contains;
 
@@ -199,3 +201,5 @@ TEST_CASE("host api: the SDK's parallel_for carries an exception back to the cal
     REQUIRE(std::string(e.what()) == "piece 250 failed");
   }
 }
+
+}  // namespace plugin_host_api_tests

@@ -15,6 +15,8 @@
 #include "plugin/library.hpp"
 #include "test_server.hpp"
 
+namespace plugin_loader_tests {
+
 namespace fs = std::filesystem;
 using namespace tokenhost;
 using namespace tokenhost::testing;
@@ -227,3 +229,5 @@ TEST_CASE("loader: loading the same path again after the file changed loads the 
 TEST_CASE("loader: an unknown plugin id names the closest known one", "[loader]") {
   REQUIRE_THROWS_WITH(builtin_catalog().load("scheduler.fifoo"), Contains("did you mean 'scheduler.fifo'?"));
 }
+
+}  // namespace plugin_loader_tests

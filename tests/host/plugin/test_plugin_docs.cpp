@@ -9,6 +9,8 @@
 
 #include "harness.hpp"
 
+namespace plugin_docs_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -42,3 +44,5 @@ TEST_CASE("plugins: each README's configuration table lists every declared key w
     }
   }
 }
+
+}  // namespace plugin_docs_tests

@@ -11,6 +11,8 @@
 #include "harness.hpp"
 #include "plugin/plugin_manifest.hpp"
 
+namespace plugin_manifest_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -72,3 +74,5 @@ TEST_CASE("plugin manifest: mistakes are reported at file:line:column", "[manife
   CHECK(error_of(kHead + "[config.n]\ntype = \"int\"\ndefault = 1\nmax = 65E36\ndoc = \"d\"\n") ==
         "10:7: 'max' of the int [config.n] must be an integer, found a float");
 }
+
+}  // namespace plugin_manifest_tests

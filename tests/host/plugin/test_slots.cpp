@@ -8,6 +8,8 @@
 #include "plugin/kind.hpp"
 #include "test_server.hpp"
 
+namespace plugin_slots_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -105,3 +107,5 @@ TEST_CASE("slots: the admin operations follow each slot's owner, swap mode and u
   REQUIRE_THAT(server->set_slot("main", "kvcache", "kvcache.paged", {}), Contains("a new engine"));
   REQUIRE(server->gateway().generate(request_for(*server, "after the swaps", 4)).finish_reason == "length");
 }
+
+}  // namespace plugin_slots_tests

@@ -9,6 +9,8 @@
 #include "routing/breaker.hpp"
 #include "routing/overload.hpp"
 
+namespace routing_guards_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::routing;
 using Catch::Matchers::Contains;
@@ -171,3 +173,5 @@ TEST_CASE("overload policy: classes lowest first, the last never shed, unknown a
   CHECK_THAT(refused({{"shed", true}}), Contains("no setting 'shed'"));
   CHECK_THROWS_WITH(changed_overload_policy({}, json{{"enabled", true}}, "test"), Contains("at least two classes"));
 }
+
+}  // namespace routing_guards_tests

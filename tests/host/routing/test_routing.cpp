@@ -10,6 +10,8 @@
 #include "routing/confidence.hpp"
 #include "routing/route_keys.hpp"
 
+namespace routing_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::routing;
 
@@ -83,3 +85,5 @@ TEST_CASE("routing: params_key changes with every parameter that shapes the answ
   CHECK(payer_id("key-one").size() == 20);
   CHECK(payer_id("key-one").rfind("key-", 0) == 0);
 }
+
+}  // namespace routing_tests

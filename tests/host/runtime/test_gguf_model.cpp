@@ -16,6 +16,8 @@
 #include "runtime/gguf_model.hpp"
 #include "runtime/make_model.hpp"
 
+namespace runtime_gguf_model_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Contains;
@@ -321,3 +323,5 @@ TEST_CASE("gguf model: a vocabulary-only file gives the model's tokenizer, and o
   REQUIRE_THROWS_WITH(read_tokenizer_spec(*bad_file, vocab_only, 0),
                       Catch::StartsWith(vocab_only + ": 'tokenizer.ggml.eos_token_id' is"));
 }
+
+}  // namespace runtime_gguf_model_tests

@@ -11,6 +11,8 @@
 #include "harness.hpp"
 #include "runtime/prefix_summary.hpp"
 
+namespace runtime_prefix_summary_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -145,3 +147,5 @@ TEST_CASE("prefix summary: every change moves its version, reads do not, assign 
   CHECK(s.leading_matches({7, 6}) == 2);
   CHECK(s.leading_matches({9}) == 0);
 }
+
+}  // namespace runtime_prefix_summary_tests

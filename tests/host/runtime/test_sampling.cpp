@@ -8,6 +8,8 @@
 #include "harness.hpp"
 #include "runtime/sampling.hpp"
 
+namespace runtime_sampling_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -303,3 +305,5 @@ TEST_CASE("sampling: every token carries the entropy of the distribution it came
   CHECK(s.sample(sure, {}).entropy == Approx(0.0).margin(1e-6));
   CHECK(s.sample(std::vector<float>(64, 0.5f), {}).entropy == Approx(std::log(64.0)).epsilon(1e-5));
 }
+
+}  // namespace runtime_sampling_tests

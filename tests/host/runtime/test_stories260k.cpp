@@ -19,6 +19,8 @@
 #include "runtime/generator.hpp"
 #include "runtime/gguf_model.hpp"
 
+namespace runtime_stories260k_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -132,3 +134,5 @@ path = "/nonexistent/model.gguf"
   REQUIRE_THROWS_WITH(read_deployment("m.toml", "[models.m]\nsource = \"gguf\"\npath = \"x.gguf\"\ndim = 8\n"),
                       Catch::Contains("unknown key 'dim'"));
 }
+
+}  // namespace runtime_stories260k_tests

@@ -9,6 +9,8 @@
 #include "manifest/manifest_export.hpp"
 #include "test_server.hpp"
 
+namespace server_admin_export_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -89,3 +91,5 @@ TEST_CASE("admin export: a deployment changed live reads back as the same deploy
   auto body = [](const std::string& m) { return m.substr(m.find("\n\n")); };
   CHECK(body(again->export_manifest()) == body(manifest));
 }
+
+}  // namespace server_admin_export_tests

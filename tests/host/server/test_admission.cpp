@@ -9,6 +9,8 @@
 #include "metrics/metrics.hpp"
 #include "server/admission.hpp"
 
+namespace server_admission_tests {
+
 using namespace tokenhost;
 using Clock = Admission::Clock;
 using namespace std::chrono_literals;
@@ -147,3 +149,5 @@ TEST_CASE("admission: a sliding window's requests count the positions they hold,
   t3.reset();
   CHECK(a.status()["kv_demand"].empty());
 }
+
+}  // namespace server_admission_tests

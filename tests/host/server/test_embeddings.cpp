@@ -16,6 +16,8 @@
 #include "stories_group.hpp"
 #include "test_server.hpp"
 
+namespace server_embeddings_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -125,3 +127,5 @@ TEST_CASE("embeddings: OpenAI's shape over HTTP, base64, a group's first member,
   for (int i = 0; i < 600; ++i) long_input += (i ? ",5" : "5");
   refused(long_input + "]}", 400, "input");
 }
+
+}  // namespace server_embeddings_tests

@@ -17,6 +17,8 @@
 #include "openai_client.hpp"
 #include "runtime/make_model.hpp"
 
+namespace server_experiments_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -351,3 +353,5 @@ arms = [{ name = "static", engine = "stat", percent = 50 }, { name = "continuous
   REQUIRE(ttft["ci95"][1].get<double>() < 0);
   REQUIRE_THAT(ttft["verdict"].get<std::string>(), Contains("continuous is faster (ttft_s"));
 }
+
+}  // namespace server_experiments_tests

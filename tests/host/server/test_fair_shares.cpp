@@ -10,6 +10,8 @@
 #include "openai_client.hpp"
 #include "prometheus_text.hpp"
 
+namespace server_fair_shares_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -183,3 +185,5 @@ TEST_CASE("fair shares: a 1-sequence client's first token comes within 3 engine 
   CHECK(all_after - all_before == 20);
   CHECK(within3_after - within3_before == 20);
 }
+
+}  // namespace server_fair_shares_tests

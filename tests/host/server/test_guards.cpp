@@ -18,6 +18,8 @@
 #include "eventually.hpp"
 #include "test_server.hpp"
 
+namespace server_guards_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -178,10 +180,11 @@ retry_after_s = 2
     return ms[ms.size() / 2];
   };
   const double alone = interactive_ms(5);
-  // A flood of batch requests: 16 clients, each sending one after another.
+  // A flood of batch requests: 16 clients, each sending one after another. The mutex outlives the
+  // clients (they take it after flood() has returned).
+  std::mutex m;
   auto flood = [&](std::atomic<bool>& stop, std::atomic<int>& ok, std::atomic<int>& shed, std::string& shed_error, uint32_t& retry) {
     std::vector<std::thread> clients;
-    std::mutex m;
     for (int c = 0; c < 16; ++c)
       clients.emplace_back([&, c] {
         for (int i = 0; !stop; ++i) {
@@ -272,3 +275,5 @@ TEST_CASE("guards: a live change is checked whole before anything changes", "[se
   CHECK_THAT(server->export_manifest(), Contains("[breakers]") && Contains("failures = 7"));
   server->shutdown();
 }
+
+}  // namespace server_guards_tests

@@ -7,6 +7,8 @@
 #include "eventually.hpp"
 #include "test_server.hpp"
 
+namespace server_hot_swap_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -251,3 +253,5 @@ TEST_CASE("hot swap: on an idle engine a swap's latency ends when it is in place
   REQUIRE_THAT(server->metrics().prometheus_text(),
                Contains("tokenhost_swap_latency_seconds_count{engine=\"main\",slot=\"attention\",experiment=\"\",arm=\"\"} 1"));
 }
+
+}  // namespace server_hot_swap_tests

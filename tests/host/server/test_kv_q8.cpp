@@ -11,6 +11,8 @@
 #include "models.hpp"
 #include "test_server.hpp"
 
+namespace server_kv_q8_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -114,3 +116,5 @@ TEST_CASE("q8_0 KV: a kvcache plugin built before ABI 1.6 is refused for a q8_0 
   // The manifest names what it takes.
   CHECK_THROWS_WITH(read_deployment("bad.toml", stories("q4_0")), Contains("is not one of f32, f16, q8_0"));
 }
+
+}  // namespace server_kv_q8_tests

@@ -19,6 +19,8 @@
 #include "stories_group.hpp"
 #include "test_server.hpp"
 
+namespace server_model_groups_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -396,3 +398,5 @@ TEST_CASE("groups: a router written in C against ABI 1.7 plans cascades, escalat
   const double stages = metric_sum(server, "tokenhost_plugin_fixture_feedback_stages", plugin);
   CHECK((stages == 1 || stages == 2));
 }
+
+}  // namespace server_model_groups_tests

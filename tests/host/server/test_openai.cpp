@@ -9,6 +9,8 @@
 
 #include "openai_client.hpp"
 
+namespace server_openai_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -315,3 +317,5 @@ TEST_CASE("openai: under speculative decoding stop strings and streams and logpr
   CHECK(e["kv_accounting"]["disagreements"] == 0);
   CHECK(e["kv"]["free_blocks"] == e["kv"]["total_blocks"]);
 }
+
+}  // namespace server_openai_tests

@@ -13,6 +13,8 @@
 #include "models.hpp"
 #include "test_server.hpp"
 
+namespace server_prefix_cache_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -264,3 +266,5 @@ TEST_CASE("prefix cache: the admin flush frees the cached blocks and an engine w
     CHECK_THAT(e.what(), Contains("kvcache.paged keeps no prefix cache"));
   }
 }
+
+}  // namespace server_prefix_cache_tests

@@ -12,6 +12,8 @@
 #include "models.hpp"
 #include "test_server.hpp"
 
+namespace server_prefix_routing_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -153,3 +155,5 @@ TEST_CASE("prefix routing: an engine's summary stays within its pool as blocks a
   ask(server, prompts.back(), 8);
   CHECK(total(server, "hits") == hits + 1);
 }
+
+}  // namespace server_prefix_routing_tests

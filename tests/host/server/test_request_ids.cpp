@@ -11,6 +11,8 @@
 #include "eventually.hpp"
 #include "openai_client.hpp"
 
+namespace server_request_ids_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -122,3 +124,5 @@ TEST_CASE("request ids: log lines about a request name its id", "[request_id]") 
   CHECK(left.events == 2);
   REQUIRE(eventually([&] { return !log.lines_with({"request logged-3:", "cancelled"}).empty(); }, std::chrono::seconds(10)));
 }
+
+}  // namespace server_request_ids_tests

@@ -15,6 +15,8 @@
 #include "server/engine_handle.hpp"
 #include "test_server.hpp"
 
+namespace server_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -247,3 +249,4 @@ TEST_CASE("server: plugin manifests register only from the plugin folders unless
   fs::remove_all(dir);
 }
 
+}  // namespace server_tests

@@ -8,6 +8,8 @@
 #include "openai_client.hpp"
 #include "test_certificates.hpp"
 
+namespace server_tls_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using namespace std::chrono_literals;
@@ -47,3 +49,5 @@ TEST_CASE("tls: a live server with TLS on both ports serves completions and its 
   CHECK(plain.status == 400);
   CHECK_THAT(plain.body, Contains("this port speaks HTTPS"));
 }
+
+}  // namespace server_tls_tests

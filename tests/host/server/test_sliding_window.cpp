@@ -18,6 +18,8 @@
 #include "openai_client.hpp"
 #include "test_server.hpp"
 
+namespace server_sliding_window_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -199,3 +201,5 @@ TEST_CASE("sliding window: refused with what was wrong", "[server][window]") {
   CHECK_THROWS_WITH(read_deployment("sinks.toml", stories(0, 64, "kvcache.paged", "f16", "attention_sinks = 4\n")),
                     Contains("attention_sinks in [engines.main] keeps positions of a sliding window: set sliding_window too"));
 }
+
+}  // namespace server_sliding_window_tests

@@ -21,6 +21,8 @@
 #include "runtime/gguf_model.hpp"
 #include "test_server.hpp"
 
+namespace server_spec_decode_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -537,3 +539,5 @@ TEST_CASE("spec decode: a draft model the deployment lacks or that has another v
   CHECK_THAT(start_error("spec_decode = { plugin = \"spec_decode.early_exit\", config = { layers = 9 } }\n"),
              Contains("layers = 9"));
 }
+
+}  // namespace server_spec_decode_tests

@@ -20,6 +20,8 @@
 #include "server/fault_ledger.hpp"
 #include "test_server.hpp"
 
+namespace server_supervision_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Catch::Matchers::Contains;
@@ -473,3 +475,5 @@ TEST_CASE("supervision: shutdown does not wait on requests whose engine is gone"
     CHECK(f.get().finish_reason == "error");
   }
 }
+
+}  // namespace server_supervision_tests

@@ -5,6 +5,8 @@
 #include "model/tokenizer.hpp"
 #include "openai_client.hpp"
 
+namespace server_tokenize_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using nlohmann::json;
@@ -83,3 +85,5 @@ TEST_CASE("openai: logit_bias steers the served model, and a token outside the v
   REQUIRE(outside.status == 400);
   REQUIRE(outside.body["error"]["param"] == "logit_bias." + std::to_string(vocab));
 }
+
+}  // namespace server_tokenize_tests

@@ -8,6 +8,8 @@
 #include "harness.hpp"
 #include "speculation/draft_controller.hpp"
 
+namespace speculation_draft_controller_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -226,3 +228,5 @@ TEST_CASE("draft policies parse by name", "[draft_controller]") {
   CHECK(std::string(draft_policy_name(p)) == "fixed");
   CHECK_FALSE(parse_draft_policy("Adaptive", p));
 }
+
+}  // namespace speculation_draft_controller_tests

@@ -16,6 +16,8 @@
 #include "runtime/generator.hpp"
 #include "runtime/synthetic_model.hpp"
 
+namespace speculation_draft_sessions_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -323,3 +325,5 @@ TEST_CASE("host API: draft sessions belong to the instance that opened them", "[
   CHECK(pool.status_of(3).blocks_used == 0);
   api->draft_close(session);  // a stale handle is ignored
 }
+
+}  // namespace speculation_draft_sessions_tests

@@ -10,6 +10,8 @@
 #include "harness.hpp"
 #include "util/stats.hpp"
 
+namespace util_stats_tests {
+
 using namespace tokenhost::loadgen;
 using tokenhost::testing::fresh_rng;
 
@@ -68,3 +70,5 @@ TEST_CASE("loadgen: percentiles of small and empty sets", "[loadgen]") {
   CHECK(std::isnan(e.mean));
   CHECK(std::isnan(e.p99));
 }
+
+}  // namespace util_stats_tests

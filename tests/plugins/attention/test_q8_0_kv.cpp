@@ -13,6 +13,8 @@
 
 #include "kv_cache.hpp"
 
+namespace attention_q8_0_kv_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 namespace sdk = tokenhost::sdk;
@@ -210,3 +212,5 @@ TEST_CASE("q8_0 KV: kvcache.paged lays out int8 elements and group scales in les
   sdk::load_kv_head(l, false, 1, child_block, 3, 1, got.data());
   CHECK(got == want);
 }
+
+}  // namespace attention_q8_0_kv_tests

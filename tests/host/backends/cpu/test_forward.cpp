@@ -18,6 +18,8 @@
 #include "backends/cpu/matmul.hpp"
 #include "runtime/synthetic_model.hpp"
 
+namespace cpu_forward_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -437,3 +439,5 @@ TEST_CASE("forward: a sliding window's key shift leaves layer 0's cache as a fre
   }
   CHECK(worst > 0.05);
 }
+
+}  // namespace cpu_forward_tests

@@ -13,6 +13,8 @@
 #include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
 
+namespace cpu_matmul_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -344,3 +346,5 @@ TEST_CASE("matmul: weights packed once give the products of the weights as they 
     }
   });
 }
+
+}  // namespace cpu_matmul_tests

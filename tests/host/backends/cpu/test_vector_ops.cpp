@@ -10,6 +10,8 @@
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/vector_ops.hpp"
 
+namespace cpu_vector_ops_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -104,3 +106,5 @@ TEST_CASE("vector ops: max and a double sum over a vocabulary-sized row", "[vect
     });
   }
 }
+
+}  // namespace cpu_vector_ops_tests

@@ -11,6 +11,8 @@
 #include "attention_batch.hpp"
 #include "harness.hpp"
 
+namespace attention_cpu_flash_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -256,3 +258,5 @@ TEST_CASE("attention.cpu_flash: malformed batches are refused with the reference
     CHECK(got == want);
   }
 }
+
+}  // namespace attention_cpu_flash_tests

@@ -8,6 +8,8 @@
 #include "attention_batch.hpp"
 #include "harness.hpp"
 
+namespace attention_reference_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -149,3 +151,5 @@ TEST_CASE("attention.reference forward() rejects malformed batches", "[attention
   CHECK(status_of([](AttentionBatch& b, auto&) { b.q_stride = 1; }) == TH_ERR_INVALID_ARGUMENT);
   CHECK(status_of([](AttentionBatch&, auto&) {}) == TH_OK);
 }
+
+}  // namespace attention_reference_tests

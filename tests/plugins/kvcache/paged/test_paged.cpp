@@ -8,6 +8,8 @@
 #include "harness.hpp"
 #include "kv_cache.hpp"
 
+namespace kvcache_paged_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -367,3 +369,5 @@ TEST_CASE("kvcache.paged seq_drop_blocks releases middle blocks and moves the la
     CHECK(c.stats().free_blocks == 0);
   }
 }
+
+}  // namespace kvcache_paged_tests

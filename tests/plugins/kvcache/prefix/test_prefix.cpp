@@ -14,6 +14,8 @@
 #include "harness.hpp"
 #include "kv_cache.hpp"
 
+namespace kvcache_prefix_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -327,3 +329,5 @@ TEST_CASE("kvcache.prefix: a sequence whose window slid publishes no more and it
   CHECK(c.lookup(3, 7, longer) == 16);
   c.check_accounting();
 }
+
+}  // namespace kvcache_prefix_tests

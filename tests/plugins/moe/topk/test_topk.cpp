@@ -10,6 +10,8 @@
 
 #include "harness.hpp"
 
+namespace moe_topk_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -282,3 +284,5 @@ TEST_CASE("moe.topk rebalance (LPT) is within 4/3 of the brute-force optimum", "
   CHECK(max_load(tokens, placement, 2) == 7);
   CHECK(brute_force_optimum(tokens, 2) == 6);
 }
+
+}  // namespace moe_topk_tests

@@ -10,6 +10,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_cache_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 using Cache = sdk::ResponseCache;
@@ -212,3 +214,5 @@ TEST_CASE("least_loaded: the fewest running first, the nearest node among equals
   CHECK(sdk::candidate_node(r, 1) == std::string(""));
   CHECK(sdk::least_loaded(r, 2) == 2);  // plain rotation among equals
 }
+
+}  // namespace router_cache_tests

@@ -7,6 +7,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_cascade_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -118,3 +120,5 @@ TEST_CASE("router.cascade: one stage per model, cheapest first, each on its leas
   REQUIRE(r.route(d) == TH_OK);
   CHECK(d.action == TH_ROUTE_TARGET);  // one model: nothing to escalate to
 }
+
+}  // namespace router_cascade_tests

@@ -4,6 +4,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_cost_quality_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -85,3 +87,5 @@ TEST_CASE("router.cost_quality: measured latency weighs the cost, and a payer pa
   CHECK(g.pick(10, "", "key-00000000000000aa", 4) == "small");
   CHECK(g.pick(10, "", "key-00000000000000bb", 5) == "large");  // another payer has no budget
 }
+
+}  // namespace router_cost_quality_tests

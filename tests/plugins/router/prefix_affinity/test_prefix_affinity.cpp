@@ -10,6 +10,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_prefix_affinity_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -140,3 +142,5 @@ TEST_CASE("router.prefix_affinity refuses weights outside their range", "[router
   CHECK_THROWS_WITH(make_plugin(kId, model_spec(), toml::table{{"load_weight", -1.0}}), Catch::Matchers::Contains("load_weight"));
   CHECK_THROWS_WITH(make_plugin(kId, model_spec(), toml::table{{"prefill_weight", "high"}}), Catch::Matchers::Contains("prefill_weight"));
 }
+
+}  // namespace router_prefix_affinity_tests

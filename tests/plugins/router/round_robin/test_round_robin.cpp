@@ -8,6 +8,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_round_robin_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -77,3 +79,5 @@ TEST_CASE("router.round_robin with no healthy candidate is TH_ERR_UNSUPPORTED", 
   r.candidates[2].healthy = 1;
   for (int i = 0; i < 4; ++i) CHECK(r.next() == 2);
 }
+
+}  // namespace router_round_robin_tests

@@ -5,6 +5,8 @@
 
 #include "../router_under_test.hpp"
 
+namespace router_vote_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -44,3 +46,5 @@ TEST_CASE("router.vote: the majority's final answer wins, ties and the mean_logp
   CHECK(d.n_cascade == 2);
   CHECK(d.n_samples == 3);
 }
+
+}  // namespace router_vote_tests

@@ -9,6 +9,8 @@
 
 #include "sched_harness.hpp"
 
+namespace scheduler_continuous_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -464,3 +466,5 @@ TEST_CASE("scheduler.continuous: a 1-sequence client's request starts within 3 s
     CHECK(worst_unfair > 3);
   }
 }
+
+}  // namespace scheduler_continuous_tests

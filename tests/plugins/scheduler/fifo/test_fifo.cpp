@@ -10,6 +10,8 @@
 
 #include "sched_harness.hpp"
 
+namespace scheduler_fifo_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -157,3 +159,5 @@ TEST_CASE("scheduler.fifo preempts the latest arrival when blocks run out", "[sc
   CHECK(d.run.empty());
   CHECK(d.preempt == std::vector<uint64_t>{1});
 }
+
+}  // namespace scheduler_fifo_tests

@@ -8,6 +8,8 @@
 
 #include "sched_harness.hpp"
 
+namespace scheduler_static_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -184,3 +186,5 @@ TEST_CASE("scheduler.static fails only the requests that outgrow the pool", "[sc
   CHECK(r.failed == std::vector<uint64_t>{3, 6});
   CHECK(r.finished_at.size() == requests.size() - 2);
 }
+
+}  // namespace scheduler_static_tests

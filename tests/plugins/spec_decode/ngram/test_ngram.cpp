@@ -7,6 +7,8 @@
 
 #include "harness.hpp"
 
+namespace spec_decode_ngram_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -162,3 +164,5 @@ TEST_CASE("spec_decode.ngram keeps each sequence within its seq_max_draft and a 
 TEST_CASE("spec_decode.ngram refuses min_ngram > max_ngram", "[spec_decode][ngram]") {
   CHECK_THROWS_WITH(Ngram(4, 2), Catch::Contains("min_ngram (4) is larger than max_ngram (2)"));
 }
+
+}  // namespace spec_decode_ngram_tests

@@ -12,6 +12,8 @@
 
 #include "harness.hpp"
 
+namespace spec_decode_suffix_tests {
+
 using namespace tokenhost;
 using namespace tokenhost::testing;
 
@@ -241,3 +243,5 @@ TEST_CASE("spec_decode proposers refuse NULL arrays and buffers, naming the sequ
     CHECK(draft.n_draft > 0);
   }
 }
+
+}  // namespace spec_decode_suffix_tests
