@@ -6,6 +6,8 @@
 // the requests' (the worst case: every summary is searched), and each request has a 256-token prompt.
 // Status: RemoteEngine::status() for each engine, as `tokenhost admin status` runs it (the engine
 // proxies are real; their node is never reached). Alternating the sizes' order every run; medians.
+// The decision column is the router's own measure of its choice (status decision_us: the A/B split, the
+// guards, the router plugin, the checks), the median of the run's latest 1,024 requests.
 //
 //   bench_cluster_scale [--candidates 1,10,100,1000] [--routers router.round_robin,router.prefix_affinity]
 //                       [--requests 4000] [--runs 3]
@@ -18,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/router.hpp"
@@ -67,8 +70,13 @@ double median(std::vector<double> v) {
   return v[(v.size() - 1) / 2];
 }
 
-// Microseconds per request through a router over n stand-in engines.
-double route_us(caf::actor_system& sys, PluginCatalog& catalog, const std::string& router_id, size_t n, size_t requests,
+struct RouteTimes {
+  double round_trip_us = 0;  // per request, through the router and back
+  double decision_us = 0;    // the router's own choice (its status' decision_us.p50, latest 1,024)
+};
+
+// Microseconds per request through a router over n stand-in engines, and the router's decision.
+RouteTimes route_us(caf::actor_system& sys, PluginCatalog& catalog, const std::string& router_id, size_t n, size_t requests,
                 bool summaries, std::mt19937_64& rng) {
   RouterInit init;
   init.router = instantiate(catalog, router_id, "bench", spec());
@@ -97,9 +105,13 @@ double route_us(caf::actor_system& sys, PluginCatalog& catalog, const std::strin
   for (uint64_t id = 1; id <= 200; ++id) one(id);  // warm-up
   const auto t0 = Clock::now();
   for (uint64_t id = 0; id < requests; ++id) one(1000 + id);
-  const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(requests);
+  RouteTimes t;
+  t.round_trip_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / double(requests);
+  self->request(router, caf::infinite, status_atom::value, std::string()).receive(
+      [&](StatusJson& j) { t.decision_us = nlohmann::json::parse(j.json).at("decision_us").at("p50").get<double>(); },
+      [](caf::error&) {});
   self->send_exit(router, caf::exit_reason::user_shutdown);
-  return us;
+  return t;
 }
 
 // Milliseconds for the status of n remote engines, each asked in turn.
@@ -148,18 +160,23 @@ int main(int argc, char** argv) {
   catalog.scan();
   std::mt19937_64 rng(7);
 
-  std::printf("| router | candidates | us per request (median of %zu runs) | over 1 candidate |\n|---|---|---|---|\n", runs);
+  std::printf("| router | candidates | decision us (router's p50) | round trip us per request | round trip over 1 candidate |\n"
+              "|---|---|---|---|---|\n");
   for (const auto& router : routers) {
-    std::vector<std::vector<double>> us(sizes.size());
+    std::vector<std::vector<double>> us(sizes.size()), decided(sizes.size());
     for (size_t run = 0; run < runs; ++run)
       for (size_t k = 0; k < sizes.size(); ++k) {
         const size_t i = run % 2 == 0 ? k : sizes.size() - 1 - k;
-        us[i].push_back(route_us(sys, catalog, router, sizes[i], requests, !no_summaries, rng));
+        const RouteTimes t = route_us(sys, catalog, router, sizes[i], requests, !no_summaries, rng);
+        us[i].push_back(t.round_trip_us);
+        decided[i].push_back(t.decision_us);
       }
     const double base = median(us[0]);
     for (size_t i = 0; i < sizes.size(); ++i)
-      std::printf("| %s | %zu | %.1f | %+.1f |\n", router.c_str(), sizes[i], median(us[i]), median(us[i]) - base);
+      std::printf("| %s | %zu | %.1f | %.1f | %+.1f |\n", router.c_str(), sizes[i], median(decided[i]), median(us[i]),
+                  median(us[i]) - base);
   }
+  std::printf("(medians of %zu runs)\n", runs);
 
   std::printf("\n| remote engines | status ms (median of %zu runs) | us per engine |\n|---|---|---|\n", runs);
   for (size_t n : sizes) {

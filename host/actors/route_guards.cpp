@@ -57,24 +57,18 @@ std::optional<RouteRefusal> guard_candidates(RouterState& s, const RouteJob& job
   struct ModelLoad {
     bool full = true;
     double cost = 1.0;
-    std::string engines;  // "name in_flight/capacity, ..." for the refusal's words
   };
   std::map<std::string, ModelLoad> models;
+  auto capacity_of = [&](const RoutedEntry& e) { return policy->engine_sequences > 0 ? policy->engine_sequences : e.engine.capacity; };
   for (const Eligible& c : eligible) {
     const RoutedEntry& e = *s.engines[c.engine];
-    const uint32_t capacity = policy->engine_sequences > 0 ? policy->engine_sequences : e.engine.capacity;
     ModelLoad& m = models[e.engine.model];
     m.cost = c.cost;
-    m.full = m.full && routing::engine_load(e.in_flight, capacity) >= shed_at;
-    m.engines += std::string(m.engines.empty() ? "" : ", ") + e.engine.name + " " + std::to_string(e.in_flight) + "/" + std::to_string(capacity);
+    m.full = m.full && routing::engine_load(e.in_flight, capacity_of(e)) >= shed_at;
   }
   double full_cost = -1;  // the cheapest full model's cost; -1: none is full
-  std::string full_words;
   for (const auto& [name, m] : models)
-    if (m.full) {
-      full_cost = full_cost < 0 ? m.cost : std::min(full_cost, m.cost);
-      full_words += std::string(full_words.empty() ? "" : "; ") + name + ": " + m.engines;
-    }
+    if (m.full) full_cost = full_cost < 0 ? m.cost : std::min(full_cost, m.cost);
   if (full_cost < 0) return std::nullopt;
   const std::string& class_name = policy->classes[cls].name;
   if (policy->action == "cheaper") {
@@ -89,6 +83,18 @@ std::optional<RouteRefusal> guard_candidates(RouterState& s, const RouteJob& job
     }
   } else if (std::any_of(models.begin(), models.end(), [](const auto& m) { return !m.second.full; })) {
     return std::nullopt;  // shed only when every model the request may go to is full
+  }
+  // The refusal's words: "model: name in_flight/capacity, ...; model: ..." for each full model.
+  std::string full_words;
+  for (const auto& [name, m] : models) {
+    if (!m.full) continue;
+    full_words += std::string(full_words.empty() ? "" : "; ") + name + ":";
+    const char* sep = " ";
+    for (const Eligible& c : eligible)
+      if (const RoutedEntry& e = *s.engines[c.engine]; e.engine.model == name) {
+        full_words += sep + e.engine.name + " " + std::to_string(e.in_flight) + "/" + std::to_string(capacity_of(e));
+        sep = ", ";
+      }
   }
   s.overload->shed(job.req.model.empty() ? "-" : job.req.model, class_name);
   RouteRefusal r;

@@ -30,8 +30,11 @@ class PromptKeys {
  public:
   PromptKeys(const GenerateRequest& req, uint64_t ns) : req_(req), ns_(ns) {}
   const std::vector<uint64_t>& of(uint32_t block) {
+    if (block == last_block_ && last_ != nullptr) return *last_;  // engines mostly share one block size
     auto [it, made] = by_block_.try_emplace(block);
     if (made && req_.prompt.size() >= 2) extend_prefix_block_keys(ns_, req_.prompt, uint32_t(req_.prompt.size() - 1), block, it->second);
+    last_block_ = block;
+    last_ = &it->second;
     return it->second;
   }
 
@@ -39,14 +42,17 @@ class PromptKeys {
   const GenerateRequest& req_;
   const uint64_t ns_;
   std::map<uint32_t, std::vector<uint64_t>> by_block_;
+  uint32_t last_block_ = 0;
+  const std::vector<uint64_t>* last_ = nullptr;
 };
 
-// The prompt's leading tokens engine e likely holds in its prefix cache (th_route_request.cached_tokens):
-// whole blocks its summary holds.
-uint32_t cached_tokens(const RoutedEntry& e, PromptKeys& keys) {
-  const PrefixSummary* summary = e.engine.prefix_summary.get();
-  if (summary == nullptr) return 0;
-  return uint32_t(summary->leading_matches(keys.of(summary->block_size()))) * summary->block_size();
+// The prompt's leading tokens engine v likely holds in its prefix cache (th_route_request.cached_tokens):
+// whole blocks its summary holds. The filter answers most engines (none of the first block) alone.
+uint32_t cached_tokens(const CandidateView& v, PromptKeys& keys) {
+  if (v.summary == nullptr) return 0;
+  const auto& k = keys.of(v.block_size);
+  if (k.empty() || !v.filter.may_hold(k[0])) return 0;
+  return uint32_t(v.summary->leading_matches(k)) * v.block_size;
 }
 
 // Runs the router plugin over the engines that serve req's model (a group's members, with their
@@ -55,28 +61,32 @@ uint32_t cached_tokens(const RoutedEntry& e, PromptKeys& keys) {
 PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   const GenerateRequest& req = job.req;
   const auto group = s.groups.find(req.model);
+  // For each model the engines serve: whether the request may go there, with its declared figures.
+  static const RouteMember kPlain{};
+  std::vector<const RouteMember*> serves(s.models.size(), nullptr);
+  for (size_t m = 0; m < s.models.size(); ++m)
+    if (group != s.groups.end()) {
+      auto member = std::find_if(group->second.begin(), group->second.end(), [&](const RouteMember& g) { return g.model == s.models[m]; });
+      if (member != group->second.end()) serves[m] = &*member;
+    } else if (req.model.empty() || s.models[m] == req.model) {
+      serves[m] = &kPlain;
+    }
   PromptKeys keys(req, job.cache_namespace);
   std::vector<Eligible> eligible;
-  eligible.reserve(s.engines.size());
-  // Each summary's first test for the prompt is one load from memory: issued for every eligible engine
-  // as it is found, before any is read, so that they overlap (with a thousand candidates, loaded one by
-  // one they are most of the choice).
-  auto prefetch = [&](const RoutedEntry& e) {
-    if (const PrefixSummary* summary = e.engine.prefix_summary.get())
-      if (const auto& k = keys.of(summary->block_size()); !k.empty()) summary->prefetch(k[0]);
-  };
-  for (size_t i = 0; i < s.engines.size(); ++i) {
-    const auto& e = *s.engines[i];
-    if (group != s.groups.end()) {
-      auto m = std::find_if(group->second.begin(), group->second.end(), [&](const RouteMember& m) { return m.model == e.engine.model; });
-      if (m == group->second.end()) continue;
-      eligible.push_back({i, m->cost, m->quality});
-    } else if (req.model.empty() || e.engine.model == req.model) {
-      eligible.push_back({i, 1.0, 1.0});
-    } else {
-      continue;
-    }
-    prefetch(e);
+  eligible.reserve(s.views.size());
+  // What the candidates' pass reads besides the views (the entry's load, the link's round trip, the
+  // summary's first filter word) is asked of memory for every eligible engine as it is found, before
+  // any is read, so that the loads overlap: with a thousand candidates, loaded one by one they would be
+  // most of the choice.
+  for (size_t i = 0; i < s.views.size(); ++i) {
+    const CandidateView& v = s.views[i];
+    const RouteMember* m = serves[v.model];
+    if (m == nullptr) continue;
+    eligible.push_back({i, m->cost, m->quality});
+    __builtin_prefetch(&v.entry->in_flight);
+    if (v.rtt != nullptr) __builtin_prefetch(v.rtt);
+    if (v.summary != nullptr)
+      if (const auto& k = keys.of(v.block_size); !k.empty()) v.filter.prefetch(k[0]);
   }
   if (eligible.empty())
     return s.engines.empty() ? std::string("no engine is serving") : "no engine serves model '" + req.model + "'";
@@ -93,11 +103,12 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   nodes.reserve(eligible.size());
   rtt.reserve(eligible.size());
   for (const Eligible& c : eligible) {
-    const auto& e = *s.engines[c.engine];
-    nodes.push_back(e.engine.node.c_str());
-    rtt.push_back(e.engine.rtt_s ? e.engine.rtt_s->load(std::memory_order_relaxed) : 0.0);
-    candidates.push_back({e.engine.name.c_str(), e.engine.model.c_str(), e.in_flight, 0, std::min(1.0, e.in_flight / 64.0), c.cost, c.quality, 1});
-    cached.push_back(cached_tokens(e, keys));
+    const CandidateView& v = s.views[c.engine];
+    const uint32_t in_flight = v.entry->in_flight;
+    nodes.push_back(v.node);
+    rtt.push_back(v.rtt != nullptr ? v.rtt->load(std::memory_order_relaxed) : 0.0);
+    candidates.push_back({v.name, s.models[v.model].c_str(), in_flight, 0, std::min(1.0, in_flight / 64.0), c.cost, c.quality, 1});
+    cached.push_back(cached_tokens(v, keys));
     engine_of.push_back(c.engine);
   }
   const uint32_t n = uint32_t(candidates.size());
@@ -622,8 +633,12 @@ void dispatch(self_ptr self, GenerateRequest req, caf::typed_response_promise<Ge
   job->cache_namespace = cache_namespace(q.api_key, q.cache_salt);
   job->params_key = routing::params_key(params);
   job->deterministic = routing::deterministic(params);
+  const auto deciding = Clock::now();
   auto planned = plan_by_experiment(s, *job);
   if (!planned) planned = plan_route(s, *job);
+  const double decided_s = seconds_since(deciding);
+  s.decision_times.add(decided_s);
+  if (s.decisions) s.decisions->observe({}, decided_s);
   if (auto* why = std::get_if<std::string>(&*planned)) {
     rp.deliver(GenerateResult::failed("", *why));
     return;

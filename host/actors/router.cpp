@@ -5,6 +5,7 @@
 #include "api/api_error.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@ size_t drop_engine(self_ptr self, const std::function<bool(const RoutedEntry&)>&
     } else {
       ++it;
     }
+  index_engines(s);
   // Their sequences end here, each through its plan (a cascade's stage moves on to the next one).
   std::vector<uint64_t> ids;
   for (const auto& [seq, held] : s.holders)
@@ -74,11 +76,16 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
                                               "Cost accounted, by public model: the sum over the engines that generated of their "
                                               "declared cost per million tokens x (prompt + generated tokens) / 1e6",
                                               {"model"});
+    self->state.decisions = &init.metrics->family(metrics::Type::histogram, "tokenhost_router_decision_seconds",
+                                                  "Time the router takes to choose a request's engines: the A/B split, the guards, the "
+                                                  "router plugin and the checks of its answer (not the engines' work)",
+                                                  {}, {1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 1e-2});
   }
   for (auto& e : init.engines) {
     self->monitor(e.actor);
     self->state.engines.push_back(make_entry(self->state, std::move(e)));
   }
+  index_engines(self->state);
   self->set_down_handler([self](caf::down_msg& down) { engine_down(self, down); });
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
@@ -93,6 +100,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         self->monitor(engine.actor);
         auto at = std::find_if(s.engines.begin(), s.engines.end(), [&](const auto& e) { return e->engine.name > name; });
         s.engines.insert(at, make_entry(s, std::move(engine)));
+        index_engines(s);
         if (s.experiments) s.experiments->engine_up(name);  // a rebuilt engine closes its arms' gaps
         return {true, "engine " + name + " takes requests"};
       },
@@ -102,6 +110,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         std::shared_ptr<RoutedEntry> old = *slot;
         self->monitor(engine.actor);
         *slot = make_entry(self->state, std::move(engine));
+        index_engines(self->state);
         retire(self, *old);
         return {true, "new requests go to the new engine; the old one finishes its " + std::to_string(old->in_flight) + " request(s)"};
       },
@@ -118,6 +127,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         if (!slot) return {false, "the router has no engine '" + name + "'"};
         std::shared_ptr<RoutedEntry> old = *slot;
         s.engines.erase(s.engines.begin() + (slot - s.engines.data()));
+        index_engines(s);
         retire(self, *old);
         return {true, "engine " + name + " takes no new requests and finishes its " + std::to_string(old->in_flight) + " request(s)"};
       },
@@ -141,6 +151,7 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
         }
         nlohmann::json j = {{slot_of(TH_KIND_ROUTER).name(), plugin_json(s.router)},
                             {"routed", s.routed},
+                            {"decision_us", s.decision_times.json()},
                             {"last_swap", s.swaps.last()},
                             {"engines", engines}};
         return {api::dump_json(j)};
@@ -164,6 +175,40 @@ router_actor::behavior_type router(self_ptr self, RouterInit init) {
 }
 
 }  // namespace
+
+void index_engines(RouterState& s) {
+  s.views.clear();
+  s.models.clear();
+  s.views.reserve(s.engines.size());
+  for (const auto& e : s.engines) {
+    CandidateView v;
+    v.entry = e.get();
+    v.name = e->engine.name.c_str();
+    v.node = e->engine.node.c_str();
+    v.rtt = e->engine.rtt_s.get();
+    if (const PrefixSummary* summary = e->engine.prefix_summary.get()) {
+      v.summary = summary;
+      v.filter = summary->filter();
+      v.block_size = summary->block_size();
+    }
+    auto m = std::find(s.models.begin(), s.models.end(), e->engine.model);
+    v.model = uint32_t(m - s.models.begin());
+    if (m == s.models.end()) s.models.push_back(e->engine.model);
+    s.views.push_back(v);
+  }
+}
+
+nlohmann::json DecisionTimes::json() const {
+  std::vector<double> v(recent_.begin(), recent_.begin() + std::min<uint64_t>(count_, kDecisions));
+  if (v.empty()) return {{"p50", nullptr}, {"p99", nullptr}, {"of", 0}};
+  auto at = [&](double q) {
+    auto k = v.begin() + std::ptrdiff_t(q * double(v.size() - 1));
+    std::nth_element(v.begin(), k, v.end());
+    return std::round(*k * 1e7) / 10.0;  // µs, to a tenth
+  };
+  const double p50 = at(0.5), p99 = at(0.99);
+  return {{"p50", p50}, {"p99", p99}, {"of", v.size()}};
+}
 
 router_actor spawn_router(caf::actor_system& sys, RouterInit init) { return sys.spawn(router, std::move(init)); }
 

@@ -4,6 +4,7 @@
 // header: nothing outside the router actor includes it.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -15,10 +16,13 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/messages.hpp"
 #include "actors/router.hpp"
 #include "actors/swap_latency.hpp"
 #include "routing/confidence.hpp"
+#include "runtime/prefix_summary.hpp"
 
 namespace tokenhost {
 
@@ -85,15 +89,56 @@ struct RouteJob {
   bool cancelled = false;
 };
 
+// How long the router takes to decide (the A/B split, the guards, the router plugin and the checks of
+// its answer; not the engine's work nor the messages): the latest kDecisions, for the router's status.
+class DecisionTimes {
+ public:
+  static constexpr size_t kDecisions = 1024;
+  void add(double seconds) {
+    recent_[next_++ % kDecisions] = seconds;
+    ++count_;
+  }
+  uint64_t count() const { return count_; }
+  // {"p50": µs, "p99": µs, "of": decisions they are of}, over the latest kDecisions.
+  nlohmann::json json() const;
+
+ private:
+  std::array<double, kDecisions> recent_{};
+  size_t next_ = 0;
+  uint64_t count_ = 0;
+};
+
+// What choosing reads of an engine taking requests, side by side with the others' (RouterState::views,
+// in RouterState::engines' order): a head choosing among a thousand engines reads one array and
+// prefetches what else it needs (the entry's in_flight, the filter word), instead of three scattered
+// objects per engine (bench/RESULTS.md, the head at fleet scale). Points into the entry, which
+// RouterState::engines holds until the views are made again (index_engines()).
+struct CandidateView {
+  RoutedEntry* entry = nullptr;
+  const char* name = nullptr;
+  const char* node = nullptr;               // "" for an engine of this process
+  const std::atomic<double>* rtt = nullptr;  // NULL for an engine of this process
+  const PrefixSummary* summary = nullptr;    // NULL for an engine that caches no prefixes
+  PrefixSummary::Filter filter{};            // its filter (words NULL without a summary)
+  uint32_t block_size = 0;                   // its summary's block size
+  uint32_t model = 0;                        // index in RouterState::models
+};
+
 struct RouterState {
   std::shared_ptr<PluginInstance> router;
   std::vector<std::shared_ptr<RoutedEntry>> engines;  // those taking new requests, in name order
+  // engines as choosing reads them, and the distinct models they serve; made by index_engines()
+  // whenever engines changes.
+  std::vector<CandidateView> views;
+  std::vector<std::string> models;
   std::shared_ptr<experiments::ExperimentTable> experiments;
   std::function<std::string(const std::string&, const std::vector<int32_t>&)> detokenize;
   std::map<std::string, std::vector<RouteMember>> groups;
   std::map<std::string, uint32_t> vocab_sizes;
   metrics::Family* answers = nullptr;  // tokenhost_router_answers_total{model, how}
   metrics::Family* costs = nullptr;    // tokenhost_router_cost_total{model}
+  metrics::Family* decisions = nullptr;  // tokenhost_router_decision_seconds
+  DecisionTimes decision_times;
   uint64_t routed = 0;
   uint64_t in_flight = 0;  // engine sequences awaited, over every entry, removed ones included
   // Each engine sequence awaited, by its id there: the engine that holds it (a cancel goes there
@@ -126,6 +171,9 @@ inline std::shared_ptr<RoutedEntry> make_entry(RouterState& s, RoutedEngine engi
   e->engine = std::move(engine);
   return e;
 }
+
+// Makes views and models again from engines: called after every change of engines.
+void index_engines(RouterState& s);
 
 inline std::shared_ptr<RoutedEntry>* find_engine(RouterState& s, const std::string& name) {
   for (auto& e : s.engines)

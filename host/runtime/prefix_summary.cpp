@@ -48,42 +48,37 @@ void extend_prefix_block_keys(uint64_t ns, const std::vector<int32_t>& tokens, u
 }
 
 namespace {
-// log2 of the filter's bits for a capacity: 8 bits per key, from 1,024 bits up.
-unsigned filter_log2(size_t capacity) {
-  unsigned log2 = 10;
-  while (log2 < 20 && (size_t(1) << log2) < 8 * capacity) ++log2;
+// log2 of the filter's 64-bit words for a capacity: 8 bits per key, from 1,024 bits (16 words) up.
+unsigned filter_words_log2(size_t capacity) {
+  unsigned log2 = 4;
+  while (log2 < 14 && (size_t(64) << log2) < 8 * capacity) ++log2;
   return log2;
 }
 }  // namespace
 
 PrefixSummary::PrefixSummary(uint32_t block_size, size_t capacity)
-    : filter_shift_(64 - filter_log2(std::min(capacity, kMaxBlocks))),
-      filter_bits_(size_t(1) << filter_log2(std::min(capacity, kMaxBlocks))),
-      filter_(new std::atomic<uint64_t>[filter_bits_ / 64]),
+    : filter_shift_(64 - filter_words_log2(std::min(capacity, kMaxBlocks))),
+      filter_words_(size_t(1) << filter_words_log2(std::min(capacity, kMaxBlocks))),
+      filter_(new std::atomic<uint64_t>[filter_words_]),
       block_size_(block_size),
       capacity_(std::min(capacity, kMaxBlocks)) {
-  for (size_t i = 0; i < filter_bits_ / 64; ++i) filter_[i].store(0, std::memory_order_relaxed);
+  for (size_t i = 0; i < filter_words_; ++i) filter_[i].store(0, std::memory_order_relaxed);
   // Versions of different summaries never meet (an engine rebuilt under its name starts far from its
   // predecessor's count): a head holding the old one's version asks the new one for its keys.
   static std::atomic<uint64_t> summaries{0};
   version_.store((summaries.fetch_add(1, std::memory_order_relaxed) + 1) << 32, std::memory_order_relaxed);
 }
 
-bool PrefixSummary::may_hold(uint64_t key) const {
-  const size_t bit = filter_bit(key);
-  return (filter_[bit / 64].load(std::memory_order_relaxed) >> (bit % 64)) & 1;
-}
-
-void PrefixSummary::set_bit_locked(uint64_t key) {
-  const size_t bit = filter_bit(key);
-  filter_[bit / 64].fetch_or(uint64_t(1) << (bit % 64), std::memory_order_relaxed);
+void PrefixSummary::set_bits_locked(uint64_t key) {
+  const uint64_t h = key * 0x9e3779b97f4a7c15ull;
+  filter_[h >> filter_shift_].fetch_or(filter().mask(h), std::memory_order_relaxed);
 }
 
 // A reader during the rebuild may miss a key held (a cache hit scored as none): a hint, never wrong
 // about what is safe.
 void PrefixSummary::rebuild_filter_locked() {
-  for (size_t i = 0; i < filter_bits_ / 64; ++i) filter_[i].store(0, std::memory_order_relaxed);
-  for (uint64_t key : order_) set_bit_locked(key);
+  for (size_t i = 0; i < filter_words_; ++i) filter_[i].store(0, std::memory_order_relaxed);
+  for (uint64_t key : order_) set_bits_locked(key);
   stale_ = 0;
 }
 
@@ -96,7 +91,7 @@ void PrefixSummary::add(const uint64_t* keys, size_t n) {
       continue;
     }
     where_.emplace(keys[i], order_.insert(order_.end(), keys[i]));
-    set_bit_locked(keys[i]);
+    set_bits_locked(keys[i]);
   }
   if (order_.size() > capacity_) drop_oldest_locked(order_.size() - capacity_);
 }
@@ -142,7 +137,7 @@ std::vector<uint64_t> PrefixSummary::keys() const {
 }
 
 size_t PrefixSummary::leading_matches(const std::vector<uint64_t>& keys) const {
-  if (keys.empty() || !may_hold(keys[0])) return 0;
+  if (keys.empty() || !filter().may_hold(keys[0])) return 0;
   std::lock_guard lock(mutex_);
   size_t n = 0;
   while (n < keys.size() && where_.count(keys[n])) ++n;

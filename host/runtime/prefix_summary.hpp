@@ -7,9 +7,9 @@
 // reports evictions (th_kv_stats.evicted_blocks) and all at once on a flush. A plugin that evicts in
 // another order makes the summary approximate, never wrong about what is safe: the router only scores.
 // The router asks every candidate's summary for every request, and most hold none of its first block:
-// a bit filter over the keys held (read without the lock) answers those at the cost of one load, so a
-// head choosing among a thousand engines pays microseconds, not a lock and a hash lookup each
-// (bench/RESULTS.md, the head at fleet scale).
+// a bit filter over the keys held (Filter, read without the lock) answers those at the cost of one
+// load, so a head choosing among a thousand engines pays microseconds, not a lock and a hash lookup
+// each (bench/RESULTS.md, the head at fleet scale).
 #pragma once
 
 #include <atomic>
@@ -61,21 +61,34 @@ class PrefixSummary {
 
   // How many of keys, from the first, the summary holds (it stops at the first it does not).
   size_t leading_matches(const std::vector<uint64_t>& keys) const;
-  // Brings into cache what leading_matches reads first for a list starting with key.
-  void prefetch(uint64_t key) const { __builtin_prefetch(&filter_[filter_bit(key) / 64]); }
   size_t size() const;
+
+  // The filter over the keys held, as the router reads it for each candidate without touching the
+  // summary itself: a key sets two bits of one 64-bit word (8 bits per key the summary may hold, a
+  // power of two from 1,024; a key it does not hold passes for about one in 20 at full capacity, one in
+  // 270 at a quarter), so a test is one load. A key dropped leaves its bits (another key may share them)
+  // and counts as stale until the filter is rebuilt from the keys held. Its words are fixed for the
+  // summary's life, so a view stays valid as long as the summary.
+  struct Filter {
+    const std::atomic<uint64_t>* words = nullptr;
+    unsigned shift = 64;  // a key's word: its hash's top (64 - shift) bits
+    // Whether the summary may hold key (false: surely not).
+    bool may_hold(uint64_t key) const {
+      const uint64_t h = key * 0x9e3779b97f4a7c15ull, m = mask(h);
+      return (words[h >> shift].load(std::memory_order_relaxed) & m) == m;
+    }
+    // Brings into cache the word may_hold(key) reads.
+    void prefetch(uint64_t key) const { __builtin_prefetch(&words[(key * 0x9e3779b97f4a7c15ull) >> shift]); }
+    // The key's two bits in its word, from the hash bits just below the word's index.
+    uint64_t mask(uint64_t h) const { return (uint64_t(1) << ((h >> (shift - 6)) & 63)) | (uint64_t(1) << ((h >> (shift - 12)) & 63)); }
+  };
+  Filter filter() const { return {filter_.get(), filter_shift_}; }
 
  private:
   void drop_oldest_locked(size_t n);
-  // The filter: filter_bits_ bits (8 per key the summary may hold, a power of two from 1,024: a key it
-  // does not hold passes for one in 8 or fewer), set for each key added; a key dropped leaves its bit
-  // (another key may share it) and counts as stale until the filter is rebuilt from the keys held. Small
-  // enough that a thousand engines' filters stay in the processor's cache.
-  size_t filter_bit(uint64_t key) const { return size_t((key * 0x9e3779b97f4a7c15ull) >> filter_shift_); }
   const unsigned filter_shift_;
-  const size_t filter_bits_;
-  bool may_hold(uint64_t key) const;
-  void set_bit_locked(uint64_t key);
+  const size_t filter_words_;
+  void set_bits_locked(uint64_t key);
   void rebuild_filter_locked();
   std::unique_ptr<std::atomic<uint64_t>[]> filter_;
   size_t stale_ = 0;

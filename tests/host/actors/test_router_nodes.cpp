@@ -10,34 +10,12 @@
 #include "actors/router.hpp"
 #include "eventually.hpp"
 #include "harness.hpp"
+#include "instant_engine.hpp"
 
 namespace actors_router_nodes_tests {
 
 using namespace tokenhost;
 using namespace tokenhost::testing;
-
-namespace {
-
-// An engine that answers every request at once with one token.
-engine_actor::behavior_type instant_engine(engine_actor::pointer, std::string name) {
-  return {
-      [=](generate_atom, GenerateRequest) -> GenerateResult {
-        GenerateResult r;
-        r.tokens = {7};
-        r.finish_reason = "length";
-        r.engine = name;
-        return r;
-      },
-      [=](swap_atom, SlotSwap) -> SwapResult { return {false, "instant"}; },
-      [=](status_atom, const std::string&) -> StatusJson { return {"{}"}; },
-      [=](cancel_atom, uint64_t) {},
-      [=](drain_atom) {},
-      [=](retire_atom) {},
-      [=](tick_atom) {},
-  };
-}
-
-}  // namespace
 
 TEST_CASE("router: a router plugin sees each candidate's node and round trip, and the nearest idle engine serves", "[router][cluster]") {
   caf::actor_system_config cfg;

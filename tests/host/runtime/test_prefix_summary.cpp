@@ -148,4 +148,53 @@ TEST_CASE("prefix summary: every change moves its version, reads do not, assign 
   CHECK(s.leading_matches({9}) == 0);
 }
 
+TEST_CASE("prefix summary: its filter never turns away a key held and lets few others through", "[prefix_summary]") {
+  auto rng = fresh_rng("prefix summary filter");
+  const size_t capacity = 1024;
+  PrefixSummary summary(16, capacity);
+  std::set<uint64_t> held;
+  auto fill_to = [&](size_t n) {
+    while (held.size() < n) {
+      const uint64_t k = rng();
+      summary.add(&k, 1);
+      held.insert(k);
+    }
+  };
+  // The share of keys not held that pass, over fresh random keys.
+  auto passing = [&] {
+    size_t pass = 0, probes = 200000;
+    for (size_t i = 0; i < probes; ++i) {
+      const uint64_t k = rng();
+      if (!held.count(k) && summary.filter().may_hold(k)) ++pass;
+    }
+    return double(pass) / double(probes);
+  };
+  auto none_missed = [&] {
+    for (uint64_t k : held)
+      if (!summary.filter().may_hold(k)) return false;
+    return true;
+  };
+  fill_to(capacity / 4);
+  CHECK(none_missed());
+  const double quarter = passing();
+  CHECK(quarter < 0.012);  // two bits per key in one word: ~0.5% at a quarter of capacity (one bit: 3%)
+  fill_to(capacity);
+  CHECK(none_missed());
+  const double full = passing();
+  CHECK(full < 0.08);  // ~5.5% (one bit: 12%)
+  CHECK(full > quarter);
+  // Evictions leave stale bits until the filter is rebuilt; keys still held are never turned away.
+  for (int round = 0; round < 20; ++round) {
+    summary.evict_oldest(100);
+    const auto keys = summary.keys();
+    held = std::set<uint64_t>(keys.begin(), keys.end());
+    REQUIRE(none_missed());
+    fill_to(capacity);
+    REQUIRE(none_missed());
+  }
+  summary.clear();
+  held.clear();
+  CHECK(passing() == 0.0);
+}
+
 }  // namespace runtime_prefix_summary_tests
