@@ -332,6 +332,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
   return {
       [=](step_atom, StepBatch batch) -> StepResult {
         auto& s = self->state;
+        const UseComputePool partition(s.init.pool.get());  // its own cores, or the process-wide pool
         StepResult result;
         s.swaps.step_started();
         try {
@@ -403,6 +404,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       },
       [=](slide_atom, uint64_t seq_id, uint32_t first_block, uint32_t n_blocks, uint32_t n_positions) -> SlideResult {
         auto& s = self->state.init;
+        const UseComputePool partition(s.pool.get());  // the keys' re-rotation computes there too
         SlideResult r;
         try {
           slide_window(s, seq_id, first_block, n_blocks, n_positions);

@@ -9,6 +9,7 @@
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
 #include "backends/backend.hpp"
+#include "base/compute_pool.hpp"
 
 namespace tokenhost {
 
@@ -18,6 +19,8 @@ struct WorkerInit {
   const Backend* backend = nullptr;             // the engine device's; runs every step
   SlotInstances plugins;  // the slots the worker owns (slot table): attention, kvcache, moe (MoE models only)
   metrics::Registry* metrics = nullptr;
+  // The engine's compute partition: its steps compute there; NULL: the process-wide pool.
+  std::shared_ptr<ComputePool> pool;
   PluginInstance& attention() const { return *plugins.get(slot_of(TH_KIND_ATTENTION)); }
   PluginInstance& kvcache() const { return *plugins.get(slot_of(TH_KIND_KVCACHE)); }
 };

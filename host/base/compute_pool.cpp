@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -67,8 +70,12 @@ bool spin_until(Ready ready) {
 
 }  // namespace
 
-ComputePool::ComputePool(size_t threads) {
-  for (size_t i = 1; i < std::max<size_t>(threads, 1); ++i) workers_.emplace_back([this, i] { run(i); });
+ComputePool::ComputePool(size_t threads, std::vector<int> cores) : cores_(std::move(cores)) {
+  for (size_t i = 1; i < std::max<size_t>(threads, 1); ++i)
+    workers_.emplace_back([this, i] {
+      if (!cores_.empty()) pin_thread(cores_);
+      run(i);
+    });
 }
 
 ComputePool::~ComputePool() {
@@ -94,6 +101,7 @@ void ComputePool::work(size_t index, const std::function<void(size_t, size_t)>& 
 void ComputePool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain,
                                size_t max_threads) {
   if (n == 0) return;
+  jobs_.fetch_add(1, std::memory_order_relaxed);
   if (workers_.empty() || n == 1 || (grain != 0 && grain >= n) || max_threads == 1) {
     if (grain == 0) return fn(0, n);
     for (size_t begin = 0; begin < n; begin += grain) fn(begin, std::min(n, begin + grain));
@@ -143,7 +151,44 @@ void ComputePool::run(size_t index) {
   }
 }
 
-ComputePool& compute_pool() {
+namespace {
+thread_local ComputePool* current_pool = nullptr;
+thread_local const ComputePool* pinned_for = nullptr;  // the pool whose cores this thread is pinned to
+}  // namespace
+
+ComputePool& compute_pool() { return current_pool != nullptr ? *current_pool : process_compute_pool(); }
+
+UseComputePool::UseComputePool(ComputePool* pool) : previous_(current_pool) {
+  if (pool == nullptr) return;
+  current_pool = pool;
+  if (!pool->cores().empty() && pinned_for != pool && pin_thread(pool->cores())) pinned_for = pool;
+}
+
+UseComputePool::~UseComputePool() { current_pool = previous_; }
+
+std::vector<int> thread_cores() {
+  std::vector<int> cores;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cores.push_back(c);
+  return cores;
+}
+
+bool pin_thread(const std::vector<int>& cores) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (cores.empty()) {
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c) CPU_SET(c, &set);
+  } else {
+    for (int c : cores)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
+  }
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+ComputePool& process_compute_pool() {
   static ComputePool pool([] {
     if (const char* env = std::getenv("TOKENHOST_THREADS")) {
       long n = std::strtol(env, nullptr, 10);

@@ -3,11 +3,18 @@
 // one step use every core. Between jobs a thread spins a little ($TOKENHOST_SPIN_US, default 50
 // microseconds), then checks while yielding its core ($TOKENHOST_YIELD_US, default 1000), before it
 // sleeps: a step's products come back to back, and waking a sleeping thread is slow.
+//
+// Compute partitions: an engine may have a pool of its own (a manifest's [partitions.NAME], its threads
+// optionally pinned to cores), so that two engines of one process, a prefill and a decode engine, run
+// side by side instead of taking turns on the process-wide pool. The engine's worker thread makes its
+// partition the thread's pool for each step (UseComputePool); compute_pool() answers the calling
+// thread's pool, so the kernels need not know which engine they serve.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -17,7 +24,10 @@ namespace tokenhost {
 
 class ComputePool {
  public:
-  explicit ComputePool(size_t threads);
+  // threads: the calling thread included (threads - 1 workers). cores: when not empty, each worker
+  // thread is pinned to these cores (the set, not one core each; a core the machine lacks is an error
+  // the manifest reader refuses first).
+  explicit ComputePool(size_t threads, std::vector<int> cores = {});
   ~ComputePool();
   ComputePool(const ComputePool&) = delete;
   ComputePool& operator=(const ComputePool&) = delete;
@@ -30,12 +40,17 @@ class ComputePool {
   void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)>& fn, size_t grain = 0,
                     size_t max_threads = 0);
   size_t threads() const { return workers_.size() + 1; }
+  const std::vector<int>& cores() const { return cores_; }
+  // parallel_for calls so far: shows an operator (status "partitions") that a partition's engines
+  // compute on it.
+  uint64_t jobs() const { return jobs_.load(std::memory_order_relaxed); }
 
  private:
   void run(size_t index);
   void work(size_t index, const std::function<void(size_t, size_t)>& fn, size_t n, size_t grain);
 
   std::vector<std::thread> workers_;
+  const std::vector<int> cores_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
@@ -45,9 +60,32 @@ class ComputePool {
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) for each job
   std::atomic<size_t> pending_{0};       // workers still on the current job
   bool stop_ = false;
+  std::atomic<uint64_t> jobs_{0};
 };
 
-// The process-wide pool: $TOKENHOST_THREADS threads, or one per core.
+// The calling thread's pool: the one a UseComputePool on this thread set, else the process-wide pool
+// ($TOKENHOST_THREADS threads, or one per core).
 ComputePool& compute_pool();
+ComputePool& process_compute_pool();
+
+// Makes pool the calling thread's compute_pool() until destroyed (NULL: leaves it as it is). Nests.
+// A pool with cores pins the calling thread to them too (it takes part in every parallel_for), once,
+// and leaves it pinned: the thread is an engine's worker, which serves that engine alone (a step
+// would otherwise pay two system calls).
+class UseComputePool {
+ public:
+  explicit UseComputePool(ComputePool* pool);
+  ~UseComputePool();
+  UseComputePool(const UseComputePool&) = delete;
+  UseComputePool& operator=(const UseComputePool&) = delete;
+
+ private:
+  ComputePool* previous_;
+};
+
+// The cores the calling thread may run on (empty when the system cannot say).
+std::vector<int> thread_cores();
+// Pins the calling thread to cores (all of them: empty). Returns false when the system refuses.
+bool pin_thread(const std::vector<int>& cores);
 
 }  // namespace tokenhost

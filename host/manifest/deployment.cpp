@@ -239,7 +239,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
   std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy",
-                                     "sliding_window", "attention_sinks"};
+                                     "sliding_window", "attention_sinks", "partition"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -278,6 +278,15 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     if (e.sliding_window == 0)
       r.fail(*t.get("attention_sinks"), "attention_sinks in " + ctx + " keeps positions of a sliding window: set sliding_window too");
     e.attention_sinks = uint32_t(*sinks);
+  }
+  if (auto partition = r.optional_string(t, "partition", ctx)) {
+    if (!d.partitions.count(*partition)) {
+      std::vector<std::string> names;
+      for (const auto& [n, p] : d.partitions) names.push_back(n);
+      r.fail(*t.get("partition"), "engine '" + name + "' names unknown partition '" + *partition + "'" +
+                                      (names.empty() ? std::string(" (the manifest declares no [partitions])") : suggestion(*partition, names)));
+    }
+    e.partition = *partition;
   }
   // Whole blocks are checked when the engine starts (its kvcache's block size); the context here.
   if (const uint32_t context = model->second.spec.info.context_len;
@@ -419,7 +428,7 @@ ModelSpec engine_model(const Deployment& d, const EngineDecl& engine) {
 // tables mean the same written anywhere else.
 static toml::table declared_tables(const TomlReader& r) {
   toml::table out;
-  for (const char* key : {"server", "limits", "models", "groups", "cluster"})
+  for (const char* key : {"server", "limits", "models", "groups", "partitions", "cluster"})
     if (const toml::table* t = r.root()[key].as_table()) out.insert(key, *t);
   auto absolute = [&](toml::table& t, const char* key) {
     if (auto* v = t[key].as_string()) *v = manifest_path(r, v->get());
@@ -442,7 +451,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   TomlReader r(file, text);
   const toml::table& root = r.root();
   const std::string router_key = slot_of(TH_KIND_ROUTER).name();  // the router slot's table
-  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits", "cluster", "breakers", "overload"},
+  r.check_keys(root, {"server", "models", "groups", "engines", router_key, "experiments", "limits", "cluster", "breakers", "overload",
+                      "partitions"},
                "the deployment manifest");
   Deployment d;
   d.file = file;
@@ -497,6 +507,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   }
   if (d.models.empty()) r.fail(models, "[models] declares no model");
   if (const toml::table* c = r.optional_table(root, "cluster", "the deployment manifest")) d.cluster = read_cluster(r, *c, base.string());
+  if (const toml::table* p = r.optional_table(root, "partitions", "the deployment manifest")) d.partitions = read_partitions(r, *p);
   // A head may run no engine of its own: its workers' serve its models.
   const toml::table* engines = d.cluster.workers.empty() ? &r.require_table(root, "engines", "the deployment manifest")
                                                           : r.optional_table(root, "engines", "the deployment manifest");

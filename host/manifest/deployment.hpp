@@ -14,6 +14,7 @@
 #include "backends/backend.hpp"
 #include "experiments/experiment.hpp"
 #include "manifest/guards_decl.hpp"
+#include "manifest/partition_decl.hpp"
 #include "plugin/plugin_manifest.hpp"
 #include "util/toml_reader.hpp"
 #include "plugin/catalog.hpp"
@@ -139,6 +140,9 @@ struct EngineDecl {
   // context bounds each request). The engine checks both against its KV blocks when it starts.
   uint32_t sliding_window = 0;
   uint32_t attention_sinks = kDefaultAttentionSinks;
+  // The compute partition it computes on ([partitions.NAME], manifest/partition_decl.hpp); empty: the
+  // process-wide pool, shared with every engine without one.
+  std::string partition;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
 };
 
@@ -166,8 +170,9 @@ struct Deployment {
   std::vector<experiments::ExperimentSpec> experiments;  // [experiments.NAME]: they start with the server
   std::shared_ptr<PluginCatalog> catalog;  // the plugins the manifest can name
   GuardsDecl guards;    // [breakers] and [overload]: the router's guards (off when absent)
+  std::map<std::string, PartitionDecl> partitions;  // [partitions.NAME]: compute pools of their own
   ClusterDecl cluster;  // [cluster]: this node's place among several (enabled false: a deployment of one)
-  // [server], [limits], [models], [groups] and [cluster] as the manifest declared them, their paths made absolute: what
+  // [server], [limits], [models], [groups], [partitions] and [cluster] as the manifest declared them, their paths made absolute: what
   // `tokenhost admin export` writes back (manifest/manifest_export.hpp).
   toml::table declared;
 };

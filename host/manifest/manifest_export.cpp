@@ -38,6 +38,7 @@ toml::table engine_table(const EngineDecl& e) {
     t.insert("sliding_window", int64_t(e.sliding_window));
     t.insert("attention_sinks", int64_t(e.attention_sinks));
   }
+  if (!e.partition.empty()) t.insert("partition", e.partition);
   for (const auto& [slot, decl] : e.slots) t.insert(slot, slot_table(decl));
   return t;
 }

@@ -226,14 +226,17 @@ th_status api_model_run(th_host_ctx*, const th_model_run_request*, th_model_run_
   return TH_ERR_UNSUPPORTED;
 }
 
-// The process's compute pool, the one matmul and the forward pass's elementwise math run on.
-void api_parallel_for(th_host_ctx*, size_t n, size_t grain, uint32_t max_threads,
+// The pool matmul and the forward pass's elementwise math run on: the instance's engine's compute
+// partition, else the calling thread's pool (the process-wide one unless a worker set its partition).
+ComputePool& pool_of(th_host_ctx* ctx) { return ctx != nullptr && ctx->pool ? *ctx->pool : compute_pool(); }
+
+void api_parallel_for(th_host_ctx* ctx, size_t n, size_t grain, uint32_t max_threads,
                       void (*fn)(void* arg, size_t begin, size_t end), void* arg) {
   if (fn == nullptr) return;
-  compute_pool().parallel_for(n, [fn, arg](size_t begin, size_t end) { fn(arg, begin, end); }, grain, max_threads);
+  pool_of(ctx).parallel_for(n, [fn, arg](size_t begin, size_t end) { fn(arg, begin, end); }, grain, max_threads);
 }
 
-uint32_t api_compute_threads(th_host_ctx*) { return uint32_t(compute_pool().threads()); }
+uint32_t api_compute_threads(th_host_ctx* ctx) { return uint32_t(pool_of(ctx).threads()); }
 
 // Draft sessions (ABI 1.5): checked here (the calling instance's own sessions), run by ctx->drafts.
 th_status draft_refuse(th_error* err, th_status status, const std::string& why) {

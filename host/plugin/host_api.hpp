@@ -11,6 +11,7 @@
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
+#include "base/compute_pool.hpp"
 #include "metrics/metrics.hpp"
 
 // Collects the messages a plugin reports during one call.
@@ -66,6 +67,8 @@ struct th_host_ctx {
   size_t bytes_allocated = 0;
   // Draft sessions (ABI 1.5): NULL for instances that get none; the sessions the instance has open.
   std::shared_ptr<tokenhost::DraftSessionHost> drafts;
+  // The engine's compute partition, NULL for the process-wide pool (parallel_for, compute_threads).
+  std::shared_ptr<tokenhost::ComputePool> pool;
   std::map<th_draft_session*, std::unique_ptr<th_draft_session>> draft_sessions;
 
   ~th_host_ctx();  // frees (and logs) allocations and draft sessions the plugin leaked

@@ -10,6 +10,7 @@
 #include <tokenhost/tokenhost.h>
 #include <toml++/toml.h>
 
+#include "base/compute_pool.hpp"
 #include "base/devices.hpp"
 #include "base/model_spec.hpp"
 #include "plugin/abi_member.hpp"
@@ -32,6 +33,9 @@ struct InstanceSpec {
   metrics::Registry* metrics = nullptr;
   // Draft sessions the instance may open (th_host_api.draft_*): an engine's spec_decode slot only.
   std::shared_ptr<DraftSessionHost> drafts;
+  // The engine's compute partition (th_host_api.parallel_for and compute_threads use it); NULL: the
+  // process-wide pool. device.threads is its thread count then.
+  std::shared_ptr<ComputePool> pool;
 };
 
 // Reasons the plugin of lib says it cannot serve spec (empty: it can). Throws nothing.

@@ -2,6 +2,8 @@
 
 #include "runtime/generator.hpp"
 
+#include <thread>
+
 #include <spdlog/spdlog.h>
 
 #include "actors/engine.hpp"
@@ -49,6 +51,37 @@ SlidingWindow sliding_window_of(const EngineDecl& decl, PluginInstance& kv, uint
 
 }  // namespace
 
+std::shared_ptr<ComputePool> EngineFactory::pool_of(const EngineDecl& decl) {
+  if (decl.partition.empty()) return nullptr;
+  std::lock_guard lock(pools_mutex_);
+  partition_engines_[decl.partition].insert(decl.name);
+  auto& pool = pools_[decl.partition];
+  if (pool) return pool;
+  const PartitionDecl& p = deployment_.partitions.at(decl.partition);  // the manifest reader checked the name
+  pool = std::make_shared<ComputePool>(p.threads, p.cores);
+  size_t total = 0;
+  for (const auto& [name, made] : pools_) total += made->threads();
+  const size_t machine = std::max(1u, std::thread::hardware_concurrency());
+  spdlog::info("compute partition {} made for engine {}", describe(p), decl.name);
+  if (total > machine)
+    spdlog::warn("compute partitions have {} threads in all on a machine of {} cores: they will take turns on the cores", total, machine);
+  return pool;
+}
+
+nlohmann::json EngineFactory::partitions_json() const {
+  std::lock_guard lock(pools_mutex_);
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, pool] : pools_) {
+    const auto engines = partition_engines_.find(name);
+    out[name] = {{"threads", pool->threads()},
+                 {"cores", pool->cores()},
+                 {"jobs", pool->jobs()},
+                 {"engines", engines == partition_engines_.end() ? std::vector<std::string>{}
+                                                                 : std::vector<std::string>(engines->second.begin(), engines->second.end())}};
+  }
+  return out;
+}
+
 std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* engine, SlotId slot, const SlotDecl& decl,
                                                              std::shared_ptr<PluginLibrary> library) {
   InstanceSpec spec;
@@ -58,6 +91,7 @@ std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* e
   spec.device = engine != nullptr ? resolve_device(engine->device) : devices().front();
   spec.config = decl.config;
   spec.metrics = &metrics_;
+  if (engine != nullptr && (spec.pool = pool_of(*engine))) spec.device.threads = uint32_t(spec.pool->threads());
   if (engine != nullptr && slot == slot_of(TH_KIND_SPEC_DECODE) && draft_sessions_.count(engine->name))
     spec.drafts = draft_sessions_.at(engine->name);
   if (!library) {
@@ -90,6 +124,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   }
   w.weights = placed;
   w.metrics = &metrics_;
+  w.pool = pool_of(decl);
   // Each slot the declaration fills, by the actor that owns it (the manifest reader checked which a
   // model needs): the worker's first, then (after the draft sessions its proposer may use) the engine's.
   auto fill = [&](SlotOwner owner, SlotInstances& into) {
@@ -116,12 +151,13 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
       if (!loaded.library) throw PluginError(loaded.error);
       slots[slot_of(kind)] = {loaded.library, slot};
     }
-    d.make_instance = [this, slots, engine = name, device = decl.device](SlotId slot, const ModelSpec& model) {
+    d.make_instance = [this, slots, engine = name, device = decl.device, pool = w.pool](SlotId slot, const ModelSpec& model) {
       InstanceSpec spec;
       spec.engine = engine;
       spec.slot = slot.name();
       spec.model = model;
       spec.device = resolve_device(device);
+      if ((spec.pool = pool)) spec.device.threads = uint32_t(pool->threads());
       spec.config = slots.at(slot).second.config;
       spec.metrics = &metrics_;
       return PluginInstance::create(slots.at(slot).first, spec);

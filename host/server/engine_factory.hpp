@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
+#include "base/compute_pool.hpp"
 #include "base/model_weights.hpp"
 #include "server/engine_handle.hpp"
 
@@ -56,6 +58,11 @@ class EngineFactory {
   std::shared_ptr<Generator> make_embedder(const std::string& model);
   // The models' memory, for the admin status: the weights as loaded and the packed copies placed beside them.
   nlohmann::json models_json() const;
+  // The compute pool of an engine: its partition's (made when the first engine of it is built, kept
+  // for the server's life: an engine rebuilt computes where it did), NULL without one.
+  std::shared_ptr<ComputePool> pool_of(const EngineDecl& decl);
+  // The partitions made so far: each one's threads, cores and engines built on it, for the admin status.
+  nlohmann::json partitions_json() const;
 
  private:
   // A model of the deployment as a draft model, placed on a device: loaded (or generated) on first use,
@@ -74,6 +81,9 @@ class EngineFactory {
   // Draft sessions (th_host_api.draft_*) by engine: what the instances of its spec_decode slot draft
   // with. Made with the engine, replaced when it is rebuilt.
   std::map<std::string, std::shared_ptr<DraftSessions>> draft_sessions_;
+  mutable std::mutex pools_mutex_;
+  std::map<std::string, std::shared_ptr<ComputePool>> pools_;  // by partition name
+  std::map<std::string, std::set<std::string>> partition_engines_;  // engines built on each
   std::mutex draft_weights_mutex_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> draft_weights_;
 };

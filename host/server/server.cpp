@@ -251,6 +251,7 @@ nlohmann::json Server::status() {
     }
     nlohmann::json j = e.status();
     j["device"] = e.device();
+    if (const std::string partition = e.decl().partition; !partition.empty()) j["partition"] = partition;
     j["state"] = "serving";
     return j;
   };
@@ -266,6 +267,7 @@ nlohmann::json Server::status() {
   return {{"engines", engines},
           {"retiring_engines", retiring},
           {"models", factory_->models_json()},
+          {"partitions", factory_->partitions_json()},
           {slot_of(TH_KIND_ROUTER).name(), nlohmann::json::parse(router.json)},
           {"accepting", gateway_->accepting()},
           {"in_flight", gateway_->in_flight()},

@@ -152,7 +152,8 @@ typedef struct th_host_api {
 
   /* ---- compute threads (ABI 1.1) ----
    * Runs fn(arg, begin, end) over [0, n) on the host's compute pool, the threads its own dense math
-   * (projections, MLP) runs on between plugin calls: a plugin that splits its work there does not
+   * (projections, MLP) runs on between plugin calls (the instance's engine's compute partition where
+   * the manifest gives it one, else the process-wide pool): a plugin that splits its work there does not
    * oversubscribe the cores with threads of its own, and finds the threads awake. The range is cut
    * into pieces of `grain` indices, which the threads claim in order as they finish the previous one
    * (grain 0: one piece of equal size per thread). At most max_threads threads take part, the calling
@@ -162,7 +163,8 @@ typedef struct th_host_api {
    * call it is made from (calls from several instances take turns on the pool). */
   void (*parallel_for)(th_host_ctx *ctx, size_t n, size_t grain, uint32_t max_threads,
                        void (*fn)(void *arg, size_t begin, size_t end), void *arg);
-  /* Threads parallel_for runs fn on at most, the calling one included. THREADING: any thread. */
+  /* Threads parallel_for runs fn on at most (for ctx's pool), the calling one included. THREADING: any
+   * thread. */
   uint32_t (*compute_threads)(th_host_ctx *ctx);
 
   /* ---- draft sessions (ABI 1.5; see th_draft_session above) ----

@@ -292,6 +292,36 @@ scheduler = { plugin = "scheduler.fifo" }
   CHECK(error_of(kModel + "[engines.e]\nmodel = \"m\"\nkv_dtype = 16\n").rfind("6:12: 'kv_dtype' in [engines.e] must be a string", 0) == 0);
 }
 
+TEST_CASE("deployment: [partitions] give engines compute pools of their own, and their mistakes are located", "[manifest]") {
+  // Lines 1-3 the model, 4-7 the partitions, 8 on the engine.
+  const std::string parts = "[partitions.prefill]\ncores = [0]\n[partitions.decode]\nthreads = 2\n";
+  auto engine = [](const std::string& partition) {
+    return "[engines.e]\nmodel = \"m\"\npartition = \"" + partition +
+           "\"\nattention = { plugin = \"attention.reference\" }\nkvcache = { plugin = \"kvcache.paged\" }\n"
+           "scheduler = { plugin = \"scheduler.fifo\" }\n";
+  };
+  const Deployment d = read_deployment("p.toml", kModel + parts + engine("decode"));
+  REQUIRE(d.partitions.size() == 2);
+  CHECK(d.partitions.at("prefill").cores == std::vector<int>{0});
+  CHECK(d.partitions.at("prefill").threads == 1);  // threads left out: one per listed core
+  CHECK(d.partitions.at("decode").threads == 2);
+  CHECK(d.partitions.at("decode").cores.empty());
+  CHECK(d.engines.at("e").partition == "decode");
+  CHECK(describe(d.partitions.at("prefill")) == "prefill: 1 thread on cores 0");
+  CHECK(describe(d.partitions.at("decode")) == "decode: 2 threads");
+
+  const std::string e = engine("decode");
+  CHECK(error_of(kModel + "[partitions.p]\ncores = [0, 0]\n" + e) == "5:13: core 0 is listed twice in [partitions.p]");
+  CHECK(error_of(kModel + "[partitions.p]\ncores = [99999]\n" + e).rfind("5:10: core 99999 in [partitions.p] is not one of this machine's (0 to ", 0) == 0);
+  CHECK(error_of(kModel + "[partitions.p]\ncores = []\n" + e) == "5:9: cores in [partitions.p] must be a non-empty array of core numbers");
+  CHECK(error_of(kModel + "[partitions.p]\ncores = [\"a\"]\n" + e).rfind("5:10: cores in [partitions.p] must hold integers", 0) == 0);
+  CHECK(error_of(kModel + "[partitions.p]\nthreads = 0\n" + e).rfind("5:11: ", 0) == 0);
+  CHECK(error_of(kModel + "[partitions.p]\nthread = 2\n" + e).find("unknown key 'thread' in [partitions.p] (did you mean 'threads'?)") != std::string::npos);
+  CHECK(error_of(kModel + "[partitions.p]\n" + e).find("[partitions.p] needs threads (how many compute threads) or cores (which cores)") != std::string::npos);
+  CHECK(error_of(kModel + parts + engine("decod")) == "10:13: engine 'e' names unknown partition 'decod' (did you mean 'decode'?)");
+  CHECK(error_of(kModel + engine("decode")) == "6:13: engine 'e' names unknown partition 'decode' (the manifest declares no [partitions])");
+}
+
 TEST_CASE("deployment: an engine's max_draft and draft_policy bound and steer its speculation", "[manifest]") {
   const Deployment d = read_deployment("spec.toml", kModel + kEngine + R"([engines.g]
 model = "m"

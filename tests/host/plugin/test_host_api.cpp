@@ -185,6 +185,23 @@ TEST_CASE("host api: parallel_for runs every index once on the compute pool, wit
   api.parallel_for(nullptr, 0, 0, 0, PoolProbe::run, nullptr);  // nothing to do: fn is not called
 }
 
+TEST_CASE("host api: an instance of an engine on a compute partition computes on the partition's pool", "[host_api][compute_pool]") {
+  const th_host_api& api = *host_api();
+  th_host_ctx ctx;
+  ctx.pool = std::make_shared<ComputePool>(3);
+  REQUIRE(api.compute_threads(&ctx) == 3);
+  const uint64_t process_jobs = process_compute_pool().jobs();
+  PoolProbe probe(300);
+  api.parallel_for(&ctx, probe.hits.size(), 0, 0, PoolProbe::run, &probe);
+  for (const auto& h : probe.hits) REQUIRE(h == 1);
+  REQUIRE(ctx.pool->jobs() == 1);
+  REQUIRE(probe.threads.size() <= 3);
+  REQUIRE(process_compute_pool().jobs() == process_jobs);  // the process-wide pool did not run it
+  // An instance without a partition (ctx NULL or its pool NULL) has the process-wide pool.
+  th_host_ctx shared;
+  REQUIRE(api.compute_threads(&shared) == process_compute_pool().threads());
+}
+
 TEST_CASE("host api: the SDK's parallel_for carries an exception back to the caller", "[host_api]") {
   sdk::g_host = host_api();
   std::vector<std::atomic<int>> hits(500);
