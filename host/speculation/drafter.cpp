@@ -15,6 +15,8 @@ drafter_actor::behavior_type drafter(drafter_actor::stateful_pointer<DrafterStat
       [=](propose_atom, DraftJob& job) -> DraftReply {
         DraftReply r;
         const auto started = std::chrono::steady_clock::now();
+        // A draft model's forward passes compute on the engine's partition, as its steps do.
+        const UseComputePool partition(job.spec->ctx()->pool.get());
         try {
           add_drafts(*job.spec, job.bounds, job.candidates, job.batch, self->state.propose_failures);
         } catch (const PluginFault& e) {  // logged where it was caught; the batch is as it came

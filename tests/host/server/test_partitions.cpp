@@ -1,6 +1,7 @@
 // Compute partitions end to end: two engines, each on a partition of its own, answer concurrent
-// requests with exactly the tokens one engine on the process-wide pool gives; their steps compute on
-// their partitions (each partition's job count grows); status shows the partitions and each engine's.
+// requests with exactly the tokens one engine on the process-wide pool gives; their steps and a draft
+// model's passes compute on their partitions (each partition's job count grows, the process-wide
+// pool's does not); status shows the partitions and each engine's.
 #include <catch2/catch.hpp>
 
 #include <future>
@@ -32,6 +33,9 @@ attention = { plugin = "attention.reference" }
 kvcache = { plugin = "kvcache.paged", config = { block_size = 8, n_blocks = 256 } }
 scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
 )";
+    // b drafts with a model of its own: the draft model's passes (on the engine's drafter thread)
+    // belong to the partition too. Policy fixed: every step drafts, however slow a loaded machine is.
+    if (name[0] == 'b') engines += "draft_policy = \"fixed\"\nspec_decode = { plugin = \"spec_decode.draft\", config = { model = \"draft\" } }\n";
   }
   return R"(
 [server]
@@ -39,7 +43,7 @@ listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
 plugins_from_anywhere = true
-)" + tiny_model_toml() + engines;
+)" + tiny_model_toml() + tiny_model_toml("draft") + engines;
 }
 
 }  // namespace
@@ -54,6 +58,7 @@ TEST_CASE("partitions: engines on partitions of their own answer as one engine o
   auto status = server.status();
   REQUIRE(status["partitions"].size() == 2);
   const uint64_t jobs_a = status["partitions"]["a"]["jobs"], jobs_b = status["partitions"]["b"]["jobs"];
+  const uint64_t process_jobs = process_compute_pool().jobs();
 
   std::vector<std::future<GenerateResult>> futures;
   for (int round = 0; round < 3; ++round)
@@ -76,6 +81,10 @@ TEST_CASE("partitions: engines on partitions of their own answer as one engine o
   REQUIRE(uint64_t(status["partitions"]["a"]["jobs"]) > jobs_a);
   REQUIRE(uint64_t(status["partitions"]["b"]["jobs"]) > jobs_b);
   for (const auto& e : status["engines"]) REQUIRE(e["partition"] == e["name"]);
+  // Nothing of theirs, b's drafts included, ran on the process-wide pool.
+  for (const auto& e : status["engines"])
+    if (e["name"] == "b") REQUIRE(e["speculation"]["drafts"].get<uint64_t>() > 0);
+  REQUIRE(process_compute_pool().jobs() == process_jobs);
 }
 
 }  // namespace server_partitions_tests
