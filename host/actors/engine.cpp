@@ -160,7 +160,7 @@ bool release_pinned_prefixes(self_ptr self) {
   auto& s = self->state;
   size_t released = 0;
   for (auto& q : s.seqs) {
-    if (q.state != TH_SEQ_WAITING || !q.in_kvcache || q.lookup_pending || q.prefilled == 0) continue;
+    if (q.state != TH_SEQ_WAITING || !q.in_kvcache || q.lookup_pending || q.loading || q.prefilled == 0) continue;
     release_kv(self, q);
     q.prefilled = q.dropped = 0;
     q.cached = 0;
@@ -235,19 +235,53 @@ void look_up(self_ptr self, Sequence& q) {
         }
         if (Sequence* q = find(s, id)) {  // else it ended meanwhile: its free follows this lookup
           q->lookup_pending = false;
-          q->prefilled = q->cached = r.n_cached;
+          q->prefilled = q->cached = r.n_cached + r.loading;
+          q->loading = r.loading > 0;  // runs once the load is done (poll_kv_connectors)
           q->published_at_lookup = r.kv.published_blocks;
-          summarize_blocks(s, *q);
-          slide_window(self, *q);  // a cached prefix longer than the window keeps
+          if (!q->loading) {
+            summarize_blocks(s, *q);
+            slide_window(self, *q);  // a cached prefix longer than the window keeps
+          }
         }
         update_gauges(s);
         tick(self);
       });
 }
 
+// KV connectors: asks the worker for the transfers finished (a load's sequence then runs from what
+// arrived) after each step and, while a load is out, every 2 ms.
+void poll_kv_connectors(self_ptr self) {
+  auto& s = self->state;
+  const bool loading = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
+  if (!s.init.kv_connectors || s.kv_poll_in_flight) return;
+  if (s.polled_at_step == s.steps && !(loading && now_ns() >= s.next_load_poll_ns)) return;
+  s.kv_poll_in_flight = true;
+  s.polled_at_step = s.steps;
+  self->request(s.init.worker, caf::infinite, kv_poll_atom::value).then([self](const KvPollResult& r) {
+    auto& s = self->state;
+    s.kv_poll_in_flight = false;
+    if (s.frees_in_flight == 0 && !s.step_in_flight) s.kv = r.kv;
+    for (const KvLoadDone& d : r.loads) {
+      Sequence* q = find(s, d.seq_id);
+      if (q == nullptr || !q->loading) continue;  // ended meanwhile: the worker freed it
+      q->loading = false;
+      q->prefilled = q->cached = std::min(q->prefilled, d.positions);
+      summarize_blocks(s, *q);
+      slide_window(self, *q);
+    }
+    if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; })) {
+      s.next_load_poll_ns = now_ns() + 2'000'000;  // not sooner: the ticks in between do not ask again
+      self->delayed_send(self, std::chrono::milliseconds(2), tick_atom::value);
+    }
+    update_gauges(s);
+    tick(self);
+  });
+}
+
 void tick(self_ptr self) {
   auto& s = self->state;
   if (!s.kv_known) return;
+  poll_kv_connectors(self);
   drop_cancelled(self);
   if (s.step_in_flight || s.seqs.empty()) {
     if ((s.draining || s.retiring) && s.seqs.empty() && !s.step_in_flight) {
@@ -278,7 +312,7 @@ void tick(self_ptr self) {
     // Blocks on their way back: decide again once the worker has freed them. A prompt being looked up
     // was not shown to the scheduler: decide again when the answer comes.
     if (s.frees_in_flight > 0) return;
-    if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.lookup_pending; })) return;
+    if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.lookup_pending || q.loading; })) return;
     // The scheduler waits for resources; with nothing running, nothing will free any: a request that
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
@@ -604,6 +638,9 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           return SwapResult{true, name + ": " + old + " -> " + now};
         }
         swap.engine_idle = s.seqs.empty() && !s.step_in_flight;
+        // A connector layer may arrive: from now on the engine asks for finished transfers (harmless
+        // when the worker refuses the change or has none).
+        if (swap.slot == slot_of(TH_KIND_KV_CONNECTOR) && swap.instance) s.init.kv_connectors = true;
         return self->delegate(s.init.worker, swap_atom::value, std::move(swap));
       },
       [=](status_atom, const std::string&) -> caf::result<StatusJson> {

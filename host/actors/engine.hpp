@@ -56,6 +56,9 @@ struct EngineInit {
   // Its kvcache plugin caches prefixes (th_kvcache.h, ABI 1.5): each request looks its prompt up when
   // it arrives.
   bool prefix_cache = false;
+  // Its worker has KV connectors (th_kv_connector.h): a prompt may wait for its blocks (TH_SEQ_LOADING),
+  // and the engine asks the worker for finished transfers after each step and while a load is out.
+  bool kv_connectors = false;
   // What its prefix cache holds, for cache-aware routing (shared with the router, which reads it); NULL
   // when it keeps none. The engine adds the blocks its sequences publish and drops those evicted.
   std::shared_ptr<PrefixSummary> prefix_summary;

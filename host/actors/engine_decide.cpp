@@ -34,8 +34,8 @@ SlidingWindow plan_sliding_window(uint32_t sinks, uint32_t window, uint32_t bloc
 namespace engine_detail {
 
 th_sched_seq sched_view(const EngineState& s, const Sequence& q) {
-  th_sched_seq v{q.request.id, q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled, q.generated,
-                 q.request.max_tokens, blocks_for(q.kv_positions(), s.kv.block_size)};
+  th_sched_seq v{q.request.id, q.loading ? TH_SEQ_LOADING : q.state, q.request.priority, q.arrival_ns, q.prompt_len(), q.prefilled,
+                 q.generated, q.request.max_tokens, blocks_for(q.kv_positions(), s.kv.block_size)};
   if (!s.init.window.on()) return v;
   // Cache positions: what the window released is left out, and no more than its cap is ever asked.
   const uint32_t cap = s.init.window.cap;
@@ -134,11 +134,15 @@ bool sched_grants_drafts(const EngineState& s) { return s.init.scheduler().libra
 
 std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<uint64_t>& preempt_ids,
                    std::vector<uint32_t>& grants) {
-  // A sequence whose prompt the worker is still looking up is not shown: its prefilled is not known.
+  // A sequence whose prompt the worker is still looking up is not shown: its prefilled is not known. One
+  // whose blocks a KV connector is loading is shown as TH_SEQ_LOADING to a scheduler built against 1.9
+  // or later, and not at all to an older one (th_scheduler.h).
+  const bool shows_loading = s.init.scheduler().library().abi_minor() >= 9;
+  auto hidden = [&](const Sequence& q) { return q.lookup_pending || (q.loading && !shows_loading); };
   std::vector<th_sched_seq> view;
   std::vector<uint32_t> seq_draft, seq_cached;
   for (const auto& q : s.seqs) {
-    if (q.lookup_pending) continue;
+    if (hidden(q)) continue;
     view.push_back(sched_view(s, q));
     seq_draft.push_back(draft_bound(s, q));
     seq_cached.push_back(q.cached);
@@ -146,7 +150,7 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   std::vector<uint32_t> clients;
   std::map<std::string, uint32_t> numbers;  // the clients present now keep theirs
   for (const auto& q : s.seqs) {
-    if (q.lookup_pending) continue;
+    if (hidden(q)) continue;
     auto [it, fresh] = numbers.try_emplace(q.request.client, 0);
     if (fresh) {
       auto known = s.client_numbers.find(q.request.client);
@@ -183,7 +187,9 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   for (size_t k = 0; k < run.size(); ++k) {
     const th_sched_item& item = run[k];
     Sequence* q = find(s, item.seq_id);
-    if (q == nullptr) return sched.id() + " scheduled unknown sequence " + std::to_string(item.seq_id);
+    if (q == nullptr || hidden(*q)) return sched.id() + " scheduled unknown sequence " + std::to_string(item.seq_id);
+    if (q->loading)
+      return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + ", which is loading its blocks (TH_SEQ_LOADING)";
     if (!seen.insert(item.seq_id).second) return sched.id() + " scheduled sequence " + std::to_string(item.seq_id) + " twice";
     const bool preempted = std::find(preempt_ids.begin(), preempt_ids.end(), item.seq_id) != preempt_ids.end();
     const uint32_t grant = k < grants.size() ? grants[k] : 0, bound = preempted ? 0 : draft_bound(s, *q);

@@ -45,6 +45,9 @@ struct Sequence {
   // prompt positions the lookup found (th_sched_state.seq_cached; 0 once preempted).
   bool lookup_pending = false;
   bool in_kvcache = false;
+  // A KV connector is writing part of its prompt into blocks it holds (TH_SEQ_LOADING): prefilled counts
+  // those positions already; it may not run until the worker reports the load done (kv_poll).
+  bool loading = false;
   uint32_t cached = 0;
   uint64_t published_at_lookup = 0;  // the kvcache's published blocks when its lookup answered
   uint64_t cache_ns = 0;  // its prefix cache namespace (cache_namespace(): API key and cache_salt)
@@ -103,6 +106,9 @@ struct EngineState {
   uint32_t kv_planned = 0, kv_reported = 0;
   uint64_t kv_disagreements = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
+  bool kv_poll_in_flight = false;  // a kv_poll sent to the worker and not answered yet
+  uint64_t polled_at_step = 0;     // the step count at the last kv_poll
+  uint64_t next_load_poll_ns = 0;  // while a load is out and no step runs: the next kv_poll not before
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;

@@ -18,6 +18,7 @@
 #include <caf/all.hpp>
 
 #include "actors/engine_vitals.hpp"
+#include "actors/kv_connectors.hpp"
 #include "plugin/instance.hpp"
 #include "actors/request.hpp"
 #include "actors/token_stream.hpp"
@@ -46,6 +47,7 @@ using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using slide_atom = caf::atom_constant<caf::atom("slide")>;
 using stage_tick_atom = caf::atom_constant<caf::atom("stagetick")>;
+using kv_poll_atom = caf::atom_constant<caf::atom("kvpoll")>;
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {
@@ -66,7 +68,15 @@ struct KvState {
 // What a kvcache with prefix caching had of a new sequence's prompt (th_kvcache_vtable.seq_lookup).
 struct LookupResult {
   uint32_t n_cached = 0;  // positions of the prompt the sequence starts with
+  // Positions after those a KV connector is loading into blocks the sequence holds (TH_SEQ_LOADING
+  // until a kv_poll reports the load done).
+  uint32_t loading = 0;
   std::string error;      // the lookup failed: the sequence computes its whole prompt
+  KvState kv;
+};
+// The loads KV connectors finished since the last poll (KvConnectors::poll), and the pool after them.
+struct KvPollResult {
+  std::vector<KvLoadDone> loads;
   KvState kv;
 };
 // A sliding window's release of a sequence's oldest window blocks (th_kvcache_vtable.seq_drop_blocks,
@@ -108,6 +118,11 @@ struct SlotSwap {
   // The engine held no sequence when the swap reached it: the new plugin is in effect at once (its
   // latency ends there, not at the next request's first step).
   bool engine_idle = false;
+  // A stacking slot (SlotInfo::stacks) changes one layer: `instance` replaces layer `layer`, is
+  // inserted before it (layer == the stack's size: appended), or layer `layer` is removed (no instance).
+  enum class LayerOp : uint8_t { none, replace, insert, remove };
+  LayerOp layer_op = LayerOp::none;
+  uint32_t layer = 0;
 };
 
 struct SwapResult {
@@ -146,7 +161,8 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<slide_atom, uint64_t, uint32_t, uint32_t, uint32_t>::with<SlideResult>,
     caf::replies_to<status_atom>::with<KvState>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
-    caf::replies_to<status_atom, std::string>::with<StatusJson>>;
+    caf::replies_to<status_atom, std::string>::with<StatusJson>,
+    caf::replies_to<kv_poll_atom>::with<KvPollResult>>;  // KV connectors: the loads finished
 
 using engine_actor = caf::typed_actor<
     caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,
@@ -203,4 +219,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::StatusJson)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvState)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LookupResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::SlideResult)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::KvPollResult)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tokenhost::LoadReply)

@@ -9,6 +9,7 @@
 
 #include <tokenhost/plugin_kv.hpp>
 
+#include "actors/kv_connectors.hpp"
 #include "actors/plugin_json.hpp"
 #include "api/api_error.hpp"
 #include "model/quant.hpp"
@@ -25,6 +26,7 @@ struct WorkerState {
   uint64_t steps = 0;
   metrics::Family* plugin_seconds = nullptr;  // tokenhost_plugin_seconds_total{engine, slot, plugin}
   SwapLatency swaps;
+  std::unique_ptr<KvConnectors> connectors;  // the kv_connector stack's bookkeeping (made at start)
   static inline const char* name = "tokenhost.worker";
 };
 
@@ -233,7 +235,7 @@ uint32_t lookup_prefix(PluginInstance& kv, uint64_t seq_id, uint64_t salt, const
 // published since): the sequence's record is made again from the chunk's tokens, and the item keeps
 // only the tokens past what is now cached (the last one always stays: it may be sampled). Returns the
 // positions reused per item.
-std::vector<uint32_t> relookup_prefixes(StepBatch& batch, PluginInstance& kv, const std::string& engine) {
+std::vector<uint32_t> relookup_prefixes(StepBatch& batch, PluginInstance& kv, const std::string& engine, KvConnectors& connectors) {
   std::vector<uint32_t> reused(batch.items.size(), 0);
   for (size_t i = 0; i < batch.items.size(); ++i) {
     StepItem& item = batch.items[i];
@@ -243,6 +245,7 @@ std::vector<uint32_t> relookup_prefixes(StepBatch& batch, PluginInstance& kv, co
     const uint32_t cached = lookup_prefix(kv, item.seq_id, item.cache_salt, item.tokens.data(), uint32_t(item.tokens.size()), error);
     if (!error.empty()) spdlog::warn("engine {}: prefix relookup of request {} failed: {}", engine, item.seq_id, error);
     if (cached == 0) continue;
+    if (const th_kv_layout* layout = kv_layout(kv)) connectors.relooked(item.seq_id, cached, layout->block_size);
     item.tokens.erase(item.tokens.begin(), item.tokens.begin() + cached);
     item.start = cached;
     reused[i] = cached;
@@ -324,11 +327,55 @@ uint32_t kv_seqs(const PluginInstance& kvcache) {
   return stats.n_seqs;
 }
 
+// One layer of a stacking slot (kv_connector) replaced, inserted or removed between steps. A layer
+// with loads out is not replaced nor removed (its sequences wait on it): the change is refused, to be
+// asked again. Saves still out on a layer that goes are forgotten with it.
+SwapResult change_layer(WorkerState& st, SlotSwap swap) {
+  auto& s = st.init;
+  const std::string name = swap.slot.name();
+  auto& stack = s.plugins.stack(swap.slot);
+  const uint32_t at = swap.layer, size = uint32_t(stack.size());
+  using Op = SlotSwap::LayerOp;
+  const bool fits = swap.layer_op == Op::insert ? at <= size : at < size;
+  if (swap.layer_op == Op::none || !fits)
+    return {false, "engine " + s.engine + "'s " + name + " stack has " + std::to_string(size) + " layer(s): no position " +
+                       std::to_string(at) + " to " + (swap.layer_op == Op::insert ? "insert at" : "change")};
+  if ((swap.layer_op == Op::remove) != !swap.instance) return {false, "a layer change without a plugin instance"};
+  if (swap.layer_op != Op::insert)
+    if (const size_t out = st.connectors->loads_on(at); out > 0)
+      return {false, "layer " + std::to_string(at) + " of engine " + s.engine + "'s " + name + " stack has " + std::to_string(out) +
+                         " load(s) out: ask again once they are done"};
+  std::string what;
+  const std::string old = swap.layer_op == Op::insert ? "" : stack[at]->id() + " " + stack[at]->version();
+  const std::string now = swap.instance ? swap.instance->id() + " " + swap.instance->version() : "";
+  switch (swap.layer_op) {
+    case Op::replace:
+      stack[at] = std::move(swap.instance);  // the old instance goes here, between steps
+      what = "layer " + std::to_string(at) + ": " + old + " -> " + now;
+      break;
+    case Op::insert:
+      stack.insert(stack.begin() + at, std::move(swap.instance));
+      what = "layer " + std::to_string(at) + " inserted: " + now;
+      break;
+    case Op::remove:
+      stack.erase(stack.begin() + at);
+      what = "layer " + std::to_string(at) + " removed: " + old;
+      break;
+    case Op::none: break;
+  }
+  st.connectors->layer_changed(swap.layer_op == Op::insert ? +1 : swap.layer_op == Op::remove ? -1 : 0, at);
+  st.swaps.applied(name, swap.requested_ns, swap.engine_idle);
+  spdlog::info("engine {}: {} {}", s.engine, name, what);
+  return {true, name + " " + what};
+}
+
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {
   self->state.init = std::move(init);
   if (auto* r = self->state.init.metrics)
     self->state.plugin_seconds = &plugin_seconds_family(*r);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
+  self->state.connectors =
+      std::make_unique<KvConnectors>(self->state.init.engine, self->state.init.model_identity, self->state.init.metrics);
   return {
       [=](step_atom, StepBatch batch) -> StepResult {
         auto& s = self->state;
@@ -343,7 +390,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
             for (auto& item : batch.items)
               if (item.is_tree()) item.cut_draft(item.chain_length()), item.draft_parent.clear();
           }
-          if (caches_prefixes(s.init.kvcache())) result.reused = relookup_prefixes(batch, s.init.kvcache(), s.init.engine);
+          if (caches_prefixes(s.init.kvcache()))
+            result.reused = relookup_prefixes(batch, s.init.kvcache(), s.init.engine, *s.connectors);
           if (drafted) reserve_drafts(batch, s.init.kvcache());
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
@@ -352,7 +400,10 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
-          if (caches_prefixes(s.init.kvcache())) publish_step(batch, result, paths, s.init.kvcache(), s.init.engine);
+          if (caches_prefixes(s.init.kvcache())) {
+            publish_step(batch, result, paths, s.init.kvcache(), s.init.engine);
+            s.connectors->save_step(s.init.plugins, s.init.kvcache(), batch);  // the blocks read now, stored later
+          }
           result.kv = kv_state(s.init.kvcache());
           result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         } catch (const KvExhausted& e) {
@@ -375,7 +426,9 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       [=](free_atom, uint64_t seq_id) -> KvState {
         auto& kv = self->state.init.kvcache();
         try {
-          kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
+          // A sequence whose load is out keeps its blocks until the load's completion (kv_poll).
+          if (self->state.connectors->release(self->state.init.plugins, seq_id))
+            kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq_id);
         } catch (const PluginFault&) {
           // Logged; the sequence is gone either way (its blocks may be lost to the pool).
         }
@@ -387,6 +440,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         if (!caches_prefixes(kv)) r.error = kv.id() + " caches no prefixes";
         else try {
             r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
+            if (r.error.empty())
+              r.loading = self->state.connectors->start_load(self->state.init.plugins, kv, seq_id, salt, prompt, r.n_cached);
           } catch (const PluginFault& e) {
             r.error = e.what();
           }
@@ -423,10 +478,22 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         return r;
       },
       [=](status_atom) -> KvState { return kv_state(self->state.init.kvcache()); },
+      [=](kv_poll_atom) -> KvPollResult {
+        auto& s = self->state;
+        KvPollResult r;
+        try {
+          r.loads = s.connectors->poll(s.init.plugins, s.init.kvcache());
+        } catch (const PluginFault&) {
+          // Logged; the loads it had not reported stay out and are asked for again.
+        }
+        r.kv = kv_state_after_failure(s.init.kvcache());
+        return r;
+      },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state.init;
         const std::string name = swap.slot.name();
         if (swap.slot.info().owner != SlotOwner::worker) return {false, "the worker has no slot '" + name + "'"};
+        if (swap.slot.info().stacks) return change_layer(self->state, std::move(swap));
         const PluginInstance* current = s.plugins.get(swap.slot);
         if (current == nullptr) return {false, "engine " + s.engine + " serves a dense model: it has no " + name + " slot"};
         if (!swap.instance) return {false, "the " + name + " slot cannot be empty"};
@@ -457,7 +524,12 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           j["kv"]["published_blocks"] = kv.published_blocks;
         }
         for (SlotId slot : slots_owned_by(SlotOwner::worker))  // each filled slot the worker owns, under its name
-          if (const PluginInstance* p = s.init.plugins.get(slot)) j[slot.name()] = plugin_json(p);
+          if (const PluginInstance* p = s.init.plugins.get(slot); p != nullptr && !slot.info().stacks) j[slot.name()] = plugin_json(p);
+        if (!s.init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).empty()) {
+          j["kv_connectors"] = s.connectors->status(s.init.plugins);
+          if (!s.connectors->active(s.init.plugins))
+            j["kv_connectors"]["idle"] = s.init.kvcache().id() + " has no prefix caching with seq_truncate: the connectors are not used";
+        }
         j["last_worker_swap"] = s.swaps.last();
         return {api::dump_json(j)};
       },

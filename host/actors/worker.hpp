@@ -17,10 +17,12 @@ struct WorkerInit {
   std::string engine;
   std::shared_ptr<const ModelWeights> weights;  // as backend computes with them (place_weights)
   const Backend* backend = nullptr;             // the engine device's; runs every step
-  SlotInstances plugins;  // the slots the worker owns (slot table): attention, kvcache, moe (MoE models only)
+  SlotInstances plugins;  // the slots the worker owns (slot table): attention, kvcache, moe (MoE models only), kv_connector (a stack)
   metrics::Registry* metrics = nullptr;
   // The engine's compute partition: its steps compute there; NULL: the process-wide pool.
   std::shared_ptr<ComputePool> pool;
+  // The model's identity (model_identity(), actors/kv_connectors.hpp): part of every KV connector key.
+  uint64_t model_identity = 0;
   PluginInstance& attention() const { return *plugins.get(slot_of(TH_KIND_ATTENTION)); }
   PluginInstance& kvcache() const { return *plugins.get(slot_of(TH_KIND_KVCACHE)); }
 };

@@ -52,6 +52,13 @@ std::string status_text(const nlohmann::json& s) {
     if (e.contains("kv") && e["kv"].is_object())
       out << "  kv blocks   " << e["kv"].value("free_blocks", 0) << " free of " << e["kv"].value("total_blocks", 0) << " ("
           << e["kv"].value("block_size", 0) << " positions each, " << e["kv"].value("dtype", "?") << ")\n";
+    if (e.contains("kv_connectors") && e["kv_connectors"].is_object()) {  // the stack's layers, first asked first
+      for (const auto& l : e["kv_connectors"].value("layers", nlohmann::json::array()))
+        out << "  kv_connector " << l.value("tier", 0) << "  " << plugin_text(l) << "  stored " << l.value("stored_blocks", 0)
+            << " blocks  saved " << l.value("saved_blocks", 0) << "  loaded " << l.value("loaded_blocks", 0) << "  hits "
+            << l.value("hits", 0) << "  failed loads " << l.value("load_failures", 0) << "\n";
+      if (e["kv_connectors"].contains("idle")) out << "  kv_connector idle: " << e["kv_connectors"].value("idle", "") << "\n";
+    }
   }
   for (const auto& m : s.value("models", nlohmann::json::array())) {
     char mib[64];
@@ -166,6 +173,36 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
       if (config.is_discarded() || !config.is_object()) throw CLI::ValidationError("--config", "not a JSON object");
       config.update(parse_settings(a.settings));
       auto r = c.post("/admin/engines/" + a.engine + "/slots/" + a.slot, {{"plugin", a.plugin}, {"config", config}});
+      print_answer(opt, r, r.value("change", "done"));
+      return 0;
+    };
+  });
+  auto* layer = admin->add_subcommand("layer", "Change one layer of a stacking SLOT of ENGINE (kv_connector) while it serves: "
+                                               "insert PLUGIN (at --at N, else after the last), replace layer N with PLUGIN, or remove "
+                                               "layer N. Layers count from 0, the first asked first.");
+  layer->add_option("action", a.layer_op, "insert, replace or remove")->required()->check(CLI::IsMember({"insert", "replace", "remove"}));
+  layer->add_option("engine", a.engine, "Engine name")->required();
+  layer->add_option("slot", a.slot, "Slot name (kv_connector)")->required();
+  layer->add_option("plugin", a.plugin, "Plugin id (insert, replace), e.g. kv_connector.disk");
+  layer->add_option("--at", a.layer, "The layer's position (replace and remove need it)");
+  layer->add_option("--set", a.settings, "A config setting key=value (repeatable)");
+  layer->add_option("--config", a.config_json, "The whole config as a JSON object");
+  layer->callback([&o] {
+    o.action = [](AdminClient& c, const AdminOptions& opt) {
+      const AdminArgs& a = opt.args;
+      if (a.layer_op != "insert" && a.layer < 0) throw CLI::ValidationError("--at", a.layer_op + " needs the layer's position");
+      if (a.layer_op != "remove" && a.plugin.empty()) throw CLI::ValidationError("plugin", a.layer_op + " needs a plugin id");
+      const std::string path = "/admin/engines/" + a.engine + "/slots/" + a.slot + "/layers" +
+                               (a.layer >= 0 ? "/" + std::to_string(a.layer) : "") + (a.layer_op == "insert" && a.layer >= 0 ? "?insert=1" : "");
+      if (a.layer_op == "remove") {
+        auto r = c.del(path);
+        print_answer(opt, r, r.value("change", "done"));
+        return 0;
+      }
+      nlohmann::json config = a.config_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(a.config_json, nullptr, false);
+      if (config.is_discarded() || !config.is_object()) throw CLI::ValidationError("--config", "not a JSON object");
+      config.update(parse_settings(a.settings));
+      auto r = c.post(path, {{"plugin", a.plugin}, {"config", config}});
       print_answer(opt, r, r.value("change", "done"));
       return 0;
     };

@@ -26,6 +26,9 @@ struct AdminArgs {
   std::string sticky_key = "session";
   bool allow_request_choice = false;
   int min_samples = 0;  // 0: the server's default
+  // layer: what to do with a stacking slot's layer (insert, replace, remove) and where (-1: append).
+  std::string layer_op;
+  int layer = -1;
 };
 
 struct AdminOptions {

@@ -86,8 +86,11 @@ std::vector<std::string> check_plugins(const Deployment& d) {
       problems.push_back(engine + "." + slot + ": " + e.what());
     }
   };
-  for (const auto& [name, e] : d.engines)
+  for (const auto& [name, e] : d.engines) {
     for (const auto& [slot, s] : e.slots) check_slot(name, engine_model(d, e), slot, s);
+    for (const auto& [slot, layers] : e.stacks)
+      for (const auto& s : layers) check_slot(name, engine_model(d, e), slot, s);
+  }
   const std::string router = slot_of(TH_KIND_ROUTER).name();  // the router's instance is labelled by its slot
   check_slot(router, d.models.begin()->second.spec, router, d.router);
   return problems;

@@ -77,6 +77,7 @@ Report run(const std::string& manifest_path, const Options& options) {
     case TH_KIND_ROUTER: router_rules(catalog, plugin, rng, options, report); break;
     case TH_KIND_MOE: moe_rules(catalog, plugin, rng, options, report); break;
     case TH_KIND_SPEC_DECODE: spec_decode_rules(catalog, plugin, rng, options, report); break;
+    case TH_KIND_KV_CONNECTOR: kv_connector_rules(catalog, plugin, rng, options, report); break;
     default: report.not_applicable(kind_name(plugin.kind), "no rules for this kind");
   }
   return report;

@@ -18,6 +18,11 @@
 //   moe          moe.gate_valid (ids in range and distinct per token, weights finite and >= 0),
 //                moe.experts_match_reference (float64 SwiGLU experts, weighted)
 //   spec_decode  spec_decode.drafts_valid (at most max_draft, parents before their children)
+//   kv_connector kv_connector.round_trip.f32 / .f16 / .q8_0 (saved blocks load back byte for byte into
+//                other blocks; the bytes are read during save()), kv_connector.contains_leading (stops at
+//                the first missing key, never across namespaces), kv_connector.cancel_completes (a
+//                cancelled load still completes once; stats within capacity); every rule checks that each
+//                transfer completes exactly once with a count within its blocks
 #pragma once
 
 #include <cstdint>
@@ -83,6 +88,7 @@ void scheduler_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& 
 void router_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
+void kv_connector_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 
 // Loads the plugin that manifest_path declares and checks every rule of its kind. Throws PluginError or
 // ManifestError when it cannot be loaded at all.

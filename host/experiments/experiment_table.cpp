@@ -118,6 +118,26 @@ json prefix_cache_json(const std::map<std::string, double>& delta) {
           {"hit_rate", lookups > 0 ? json(hits / lookups) : json(nullptr)}};
 }
 
+// What an arm's engine moved through its KV connectors over the experiment (deltas of
+// tokenhost_kv_connector_*, every tier summed): blocks and bytes saved and loaded, prompts that found
+// blocks in a tier, loads that failed, and the mean time a load took.
+json kv_connectors_json(const std::map<std::string, double>& delta) {
+  auto sum = [&](const std::string& family) {
+    double total = 0;
+    for (const auto& [key, v] : delta)
+      if (key.rfind(family, 0) == 0 && (key.size() == family.size() || key[family.size()] == '{')) total += v;
+    return total;
+  };
+  const double hits = sum("tokenhost_kv_connector_hits_total"), seconds = sum("tokenhost_kv_connector_load_seconds_total");
+  return {{"saved_blocks", uint64_t(sum("tokenhost_kv_connector_saved_blocks_total"))},
+          {"saved_bytes", uint64_t(sum("tokenhost_kv_connector_saved_bytes_total"))},
+          {"loaded_blocks", uint64_t(sum("tokenhost_kv_connector_loaded_blocks_total"))},
+          {"loaded_bytes", uint64_t(sum("tokenhost_kv_connector_loaded_bytes_total"))},
+          {"hits", uint64_t(hits)},
+          {"load_failures", uint64_t(sum("tokenhost_kv_connector_load_failures_total"))},
+          {"mean_load_seconds", hits > 0 ? json(seconds / hits) : json(nullptr)}};
+}
+
 }  // namespace
 
 struct Experiment {
@@ -427,6 +447,7 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
               {"load", load_json(step)},
               {"speculation", speculation_json(step)},
               {"prefix_cache", prefix_cache_json(step)},
+              {"kv_connectors", kv_connectors_json(step)},
               {"plugin_metrics", plugin}};
     for (const auto& m : kMetrics) a[m.name] = summary_json(s.*m.sample);
     if (!spec.router.empty()) {

@@ -246,6 +246,50 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   admin_->route("POST", std::string("/admin/") + slot_of(TH_KIND_ROUTER).name(), [set_slot](const HttpRequest& req, HttpResponse& res) {
     set_slot("", slot_of(TH_KIND_ROUTER).name(), req, res);
   });
+  // A stacking slot's layers (kv_connector): POST .../layers appends, POST .../layers/N replaces layer N,
+  // POST .../layers/N?insert=1 inserts before it, DELETE .../layers/N removes it.
+  auto change_layer = [this](const HttpRequest& req, HttpResponse& res, SlotSwap::LayerOp op, std::optional<uint32_t> position) {
+    std::string plugin;
+    json config = json::object();
+    if (op != SlotSwap::LayerOp::remove) {
+      auto body = parse_body(req, res);
+      if (!body) return;
+      for (const auto& [k, v] : body->items())
+        if (k != "plugin" && k != "config")
+          return reply_error(res, 400, "unknown field '" + k + "' (expected 'plugin' and 'config')", "invalid_request_error");
+      auto p = body->find("plugin");
+      if (p == body->end() || !p->is_string())
+        return reply_error(res, 400, "field 'plugin' (a plugin id string) is required", "invalid_request_error");
+      plugin = p->get<std::string>();
+      config = body->value("config", json::object());
+      if (!config.is_object()) return reply_error(res, 400, "'config' must be an object", "invalid_request_error");
+    }
+    try {
+      const uint32_t at = position.value_or(Server::kAppendLayer);
+      reply_json(res, {{"ok", true}, {"change", server_.change_layer(req.matches[1], req.matches[2], op, at, plugin, json_to_toml(config))}});
+    } catch (const AdminError& e) {
+      reply_error(res, e.http_status, e.what(), "admin_error");
+    } catch (const std::invalid_argument& e) {
+      reply_error(res, 400, e.what(), "invalid_request_error");
+    }
+  };
+  auto layer_index = [](const std::string& text) -> std::optional<uint32_t> {
+    if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return uint32_t(std::stoul(text));
+  };
+  admin_->route("POST", R"(/admin/engines/([^/]+)/slots/([^/]+)/layers)", [change_layer](const HttpRequest& req, HttpResponse& res) {
+    change_layer(req, res, SlotSwap::LayerOp::insert, std::nullopt);
+  });
+  admin_->route("POST", R"(/admin/engines/([^/]+)/slots/([^/]+)/layers/([^/]+))", [change_layer, layer_index](const HttpRequest& req, HttpResponse& res) {
+    const auto at = layer_index(req.matches[3]);
+    if (!at) return reply_error(res, 400, "layer '" + std::string(req.matches[3]) + "' is not a position (0, 1, ...)", "invalid_request_error");
+    change_layer(req, res, req.param("insert") == "1" ? SlotSwap::LayerOp::insert : SlotSwap::LayerOp::replace, at);
+  });
+  admin_->route("DELETE", R"(/admin/engines/([^/]+)/slots/([^/]+)/layers/([^/]+))", [change_layer, layer_index](const HttpRequest& req, HttpResponse& res) {
+    const auto at = layer_index(req.matches[3]);
+    if (!at) return reply_error(res, 400, "layer '" + std::string(req.matches[3]) + "' is not a position (0, 1, ...)", "invalid_request_error");
+    change_layer(req, res, SlotSwap::LayerOp::remove, at);
+  });
   admin_->route("DELETE", R"(/admin/engines/([^/]+)/slots/([^/]+))", [this](const HttpRequest& req, HttpResponse& res) {
     try {
       reply_json(res, {{"ok", true}, {"change", server_.unload_slot(req.matches[1], req.matches[2])}});

@@ -303,6 +303,18 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
                       (info.need == SlotNeed::moe_models ? " for an MoE model)" : ")"));
       continue;
     }
+    if (info.stacks) {  // one table (one layer) or an array of tables (the layers, first called first)
+      const std::string where = "[[engines." + name + "." + slot + "]]";
+      std::vector<SlotDecl>& layers = e.stacks[slot];
+      if (const toml::array* a = s->as_array()) {
+        if (a->empty()) r.fail(*s, where + " lists no layer (leave the key out for none)");
+        for (size_t i = 0; i < a->size(); ++i)
+          layers.push_back(read_slot(r, *d.catalog, slot, *a->get(i), where + " #" + std::to_string(i + 1)));
+      } else {
+        layers.push_back(read_slot(r, *d.catalog, slot, *s, "[engines." + name + "." + slot + "]"));
+      }
+      continue;
+    }
     e.slots.emplace(slot, read_slot(r, *d.catalog, slot, *s, "[engines." + name + "." + slot + "]"));
   }
   return e;

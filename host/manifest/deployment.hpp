@@ -144,6 +144,9 @@ struct EngineDecl {
   // process-wide pool, shared with every engine without one.
   std::string partition;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
+  // The stacking slots (SlotInfo::stacks: kv_connector) by kind name: their layers, first called first
+  // (the manifest's [[engines.NAME.kv_connector]] tables in order, or one [engines.NAME.kv_connector]).
+  std::map<std::string, std::vector<SlotDecl>> stacks;
 };
 
 // A model group ([groups.NAME]): one public model name served by several models, each with a declared

@@ -40,6 +40,11 @@ toml::table engine_table(const EngineDecl& e) {
   }
   if (!e.partition.empty()) t.insert("partition", e.partition);
   for (const auto& [slot, decl] : e.slots) t.insert(slot, slot_table(decl));
+  for (const auto& [slot, layers] : e.stacks) {  // [[engines.NAME.slot]], in order
+    toml::array a;
+    for (const auto& layer : layers) a.push_back(slot_table(layer));
+    t.insert(slot, std::move(a));
+  }
   return t;
 }
 
@@ -89,6 +94,8 @@ std::string write_manifest(const RunningDeployment& running) {
   for (const auto& e : running.engines) {
     engines.insert(e.name, engine_table(e));
     for (const auto& [slot, decl] : e.slots) note_folder(decl);
+    for (const auto& [slot, layers] : e.stacks)
+      for (const auto& layer : layers) note_folder(layer);
   }
   root.insert_or_assign("engines", engines);
   if (!running.router.plugin.empty()) {

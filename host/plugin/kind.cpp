@@ -14,7 +14,7 @@ constexpr size_t kMinors = TH_ABI_VERSION_MINOR + 1;
 
 struct KindInfo {
   SlotInfo slot;
-  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8
+  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, ..., 1.9; 0 for minors before the kind existed
 };
 
 constexpr size_t kAttention = TH_SIZE_THROUGH(th_attention_vtable, forward);
@@ -27,6 +27,7 @@ constexpr size_t kSpecDecode = TH_SIZE_THROUGH(th_spec_decode_vtable, seq_end);
 constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
 constexpr size_t kRouter = TH_SIZE_THROUGH(th_router_vtable, feedback);
 constexpr size_t kRouter17 = TH_SIZE_THROUGH(th_router_vtable, select);
+constexpr size_t kKvConnector = TH_SIZE_THROUGH(th_kv_connector_vtable, stats);
 
 using enum SlotNeed;
 using enum SlotOwner;
@@ -36,15 +37,18 @@ using enum SwapMode;
 //  kind, name, header, need, owner, swap, unloadable, default plugin; vtable sizes by minor
 constexpr KindInfo kKinds[] = {
     {{TH_KIND_ATTENTION, "attention", "th_attention.h", always, worker, live, false, ""},
-     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
-    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16}},
+     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
+    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16, kKvcache16}},
     {{TH_KIND_SCHEDULER, "scheduler", "th_scheduler.h", always, engine, live, false, ""},
-     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
-    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
+     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
+    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
     {{TH_KIND_SPEC_DECODE, "spec_decode", "th_spec_decode.h", optional, engine, live, true, ""},
-     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
+     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
     {{TH_KIND_ROUTER, "router", "th_router.h", always, router, live, false, "router.round_robin"},
-     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17}},
+     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17, kRouter17}},
+    // ABI 1.9: an ordered stack of connectors per engine (SlotInfo::stacks), none by default.
+    {{TH_KIND_KV_CONNECTOR, "kv_connector", "th_kv_connector.h", optional, worker, live, true, "", true},
+     {0, 0, 0, 0, 0, 0, 0, 0, 0, kKvConnector}},
 };
 
 constexpr size_t headers_vtable_size(th_kind kind) {
@@ -55,6 +59,7 @@ constexpr size_t headers_vtable_size(th_kind kind) {
     case TH_KIND_SPEC_DECODE: return sizeof(th_spec_decode_vtable);
     case TH_KIND_SCHEDULER: return sizeof(th_scheduler_vtable);
     case TH_KIND_ROUTER: return sizeof(th_router_vtable);
+    case TH_KIND_KV_CONNECTOR: return sizeof(th_kv_connector_vtable);
     default: return 0;
   }
 }
@@ -202,6 +207,11 @@ std::vector<std::string> missing_vtable_members(th_kind kind, const void* vtable
       break;
     case TH_KIND_ROUTER:
       required<th_router_vtable>(vtable, missing)(&th_router_vtable::route, "route");
+      break;
+    case TH_KIND_KV_CONNECTOR:
+      required<th_kv_connector_vtable>(vtable, missing)(&th_kv_connector_vtable::contains, "contains")(
+          &th_kv_connector_vtable::save, "save")(&th_kv_connector_vtable::load, "load")(&th_kv_connector_vtable::poll, "poll")(
+          &th_kv_connector_vtable::cancel, "cancel")(&th_kv_connector_vtable::stats, "stats");
       break;
     default: break;
   }

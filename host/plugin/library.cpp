@@ -182,6 +182,9 @@ void PluginLibrary::load(PluginLibrary& lib, const std::string& path) {
   // struct_size are never called (PluginInstance::fn).
   const uint32_t vt_size = static_cast<const th_vtable_head*>(d->vtable)->struct_size;
   const size_t declared_size = vtable_size(d->kind, d->abi_minor);
+  if (declared_size == 0)  // a kind a later minor added (kv_connector: 1.9) cannot be built against an earlier one
+    throw PluginError(where + ": the kind " + kind_name(d->kind) + " does not exist in ABI " + plugin_abi +
+                      ", which the library declares (rebuild it against the headers that define the kind)");
   if (vt_size < declared_size) {
     throw PluginError(where + ": " + kind_name(d->kind) + " vtable struct_size " + std::to_string(vt_size) +
                       " is smaller than the ABI " + plugin_abi + " " + kind_name(d->kind) + " vtable (" +

@@ -1,5 +1,7 @@
 #include "server/engine_factory.hpp"
 
+#include "actors/kv_connectors.hpp"
+
 #include "runtime/generator.hpp"
 
 #include <thread>
@@ -120,6 +122,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
     auto& at = placed_weights_[{decl.model, decl.device}];
     if (!at) at = w.backend->place_weights(weights, device_index, model.placement);
     placed = at;
+    w.model_identity = model_identity(*weights);  // KV connector keys: nothing crosses models
     if (auto t = tokenizers_.find(decl.model); t != tokenizers_.end()) tokenizer = t->second;
   }
   w.weights = placed;
@@ -128,8 +131,11 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   // Each slot the declaration fills, by the actor that owns it (the manifest reader checked which a
   // model needs): the worker's first, then (after the draft sessions its proposer may use) the engine's.
   auto fill = [&](SlotOwner owner, SlotInstances& into) {
-    for (SlotId slot : slots_owned_by(owner))
+    for (SlotId slot : slots_owned_by(owner)) {
       if (auto it = decl.slots.find(slot.name()); it != decl.slots.end()) into.set(slot, make_instance(&decl, slot, it->second));
+      if (auto it = decl.stacks.find(slot.name()); it != decl.stacks.end())  // a stack's layers, in order
+        for (const SlotDecl& layer : it->second) into.stack(slot).push_back(make_instance(&decl, slot, layer));
+    }
   };
   fill(SlotOwner::worker, w.plugins);
   const SlidingWindow window = sliding_window_of(decl, w.kvcache(), model.spec.info.context_len);
@@ -178,6 +184,10 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   if (w.kvcache().fn(&th_kvcache_vtable::seq_truncate) == nullptr)
     e.no_speculation = "its kvcache plugin " + w.kvcache().id() + " has no seq_truncate (ABI 1.4) to roll back rejected drafts";
   e.prefix_cache = caches_prefixes(w.kvcache());
+  e.kv_connectors = !w.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).empty();
+  if (e.kv_connectors && (!e.prefix_cache || w.kvcache().fn(&th_kvcache_vtable::seq_truncate) == nullptr))
+    spdlog::warn("engine {}: its kv_connector stack stays idle: its kvcache plugin {} has no prefix caching with seq_truncate "
+                 "(kvcache.prefix has both)", name, w.kvcache().id());
   e.window = window;
   e.metrics = &metrics_;
   e.drafts = draft_sessions_.at(name);

@@ -60,6 +60,12 @@ class EngineHandle {
     if (change != nullptr) decl_.slots[slot] = *change;
     else decl_.slots.erase(slot);
   }
+  // The layers of a stacking slot now (after an admin change of one of them).
+  void set_stack_decl(const std::string& slot, std::vector<SlotDecl> layers) {
+    std::lock_guard lock(mutex_);
+    if (layers.empty()) decl_.stacks.erase(slot);
+    else decl_.stacks[slot] = std::move(layers);
+  }
   // What slot held before the admin API last changed it: the plugin a rebuild falls back to when the
   // slot's plugin is quarantined (server/engine_supervisor.hpp). nullopt: it held nothing, or no change.
   std::optional<SlotDecl> previous_slot(const std::string& slot) const {

@@ -74,7 +74,8 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
           auto values = metrics_.values_where("tokenhost_plugin_", "engine", engine);
           values.merge(metrics_.values_where("tokenhost_step_", "engine", engine));  // the arm's load
           values.merge(metrics_.values_where("tokenhost_spec_", "engine", engine));    // its speculation
-          values.merge(metrics_.values_where("tokenhost_prefix_", "engine", engine));  // and its prefix reuse
+          values.merge(metrics_.values_where("tokenhost_prefix_", "engine", engine));  // its prefix reuse
+          values.merge(metrics_.values_where("tokenhost_kv_connector_", "engine", engine));  // and its KV tiers
           return values;
         });
     for (const auto& spec : deployment_.experiments) start_experiment_checked(spec);
@@ -325,6 +326,23 @@ nlohmann::json Server::change_guards(const nlohmann::json& change) {
   return guards();
 }
 
+SlotDecl Server::slot_change(const std::string& plugin, const std::string& slot, const toml::table& config, LoadReply& loaded) {
+  // The registry re-reads the plugin's plugin.toml (a new version may be installed at the same path)
+  // and opens its library; nothing changes until the new instance exists.
+  loaded = factory_->load_library(plugin);
+  if (!loaded.manifest) throw AdminError(400, loaded.error);
+  SlotDecl change;
+  try {
+    change = read_slot_change(*loaded.manifest, slot, config, "admin request");
+  } catch (const ManifestError& e) {
+    throw AdminError(400, e.message());
+  }
+  if (!loaded.library) throw AdminError(422, loaded.error);
+  // The operator chose this plugin: a quarantine of it ends here (its rebuilt engines may take it again).
+  if (faults_.release(change.plugin)) spdlog::warn("admin: plugin {} released from quarantine by a change of {}", change.plugin, slot);
+  return change;
+}
+
 std::string Server::set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
                              const toml::table& config) {
   const uint64_t requested_ns = steady_now_ns();
@@ -338,6 +356,9 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     throw AdminError(404, "no slot '" + slot + "'" + suggestion(slot, names));
   }
   const SlotInfo* info = &id->info();
+  if (info->stacks)
+    throw AdminError(400, "the " + slot + " slot stacks layers: replace, insert or remove one by its position "
+                          "(POST or DELETE /admin/engines/" + engine + "/slots/" + slot + "/layers/N, POST .../layers to append)");
   if (info->owner == SlotOwner::router) {
     if (!engine.empty()) throw AdminError(400, "the " + slot + " slot belongs to the server, not to engine '" + engine + "'");
   } else {
@@ -347,19 +368,8 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
     if (info->need == SlotNeed::moe_models && deployment_.models.at(target->model()).spec.info.n_experts == 0)
       throw AdminError(400, "engine '" + engine + "' serves a dense model: it has no " + slot + " slot");
   }
-  // The registry re-reads the plugin's plugin.toml (a new version may be installed at the same path)
-  // and opens its library; nothing changes until the new instance exists.
-  LoadReply loaded = factory_->load_library(plugin);
-  if (!loaded.manifest) throw AdminError(400, loaded.error);
-  SlotDecl change;
-  try {
-    change = read_slot_change(*loaded.manifest, slot, config, "admin request");
-  } catch (const ManifestError& e) {
-    throw AdminError(400, e.message());
-  }
-  if (!loaded.library) throw AdminError(422, loaded.error);
-  // The operator chose this plugin: a quarantine of it ends here (its rebuilt engines may take it again).
-  if (faults_.release(change.plugin)) spdlog::warn("admin: plugin {} released from quarantine by a swap into {}", change.plugin, slot);
+  LoadReply loaded;
+  const SlotDecl change = slot_change(plugin, slot, config, loaded);
   if (target && target->stopped()) {  // a down engine: rebuilt with the new plugin in place
     EngineDecl decl = target->decl();
     decl.slots[slot] = change;
@@ -378,6 +388,61 @@ std::string Server::set_slot(const std::string& engine, const std::string& slot,
   if (!r.ok) throw AdminError(409, r.message);
   if (target) target->set_slot_decl(slot, &change);
   else deployment_.router = change;
+  return r.message;
+}
+
+std::string Server::change_layer(const std::string& engine, const std::string& slot, SlotSwap::LayerOp op, uint32_t position,
+                                 const std::string& plugin, const toml::table& config) {
+  using Op = SlotSwap::LayerOp;
+  const uint64_t requested_ns = steady_now_ns();
+  std::lock_guard lock(admin_mutex_);
+  if (!accepting()) throw AdminError(503, "the server is shutting down");
+  const std::optional<SlotId> id = slot_named(slot);
+  if (!id || !id->info().stacks) {
+    std::vector<std::string> stacking;
+    for (const auto& s : slot_table())
+      if (s.stacks) stacking.emplace_back(s.name);
+    throw AdminError(404, "no stacking slot '" + slot + "' (the slots that stack layers: " + join(stacking, ", ") + ")");
+  }
+  auto target = engines_->find(engine);
+  if (!target) no_such_engine(engine);
+  if (dynamic_cast<RemoteEngine*>(target.get()))
+    throw AdminError(501, "engine '" + engine + "' runs on another node: change its " + slot + " layers through that node's admin API");
+  EngineDecl decl = target->decl();
+  std::vector<SlotDecl> layers = decl.stacks.count(slot) ? decl.stacks.at(slot) : std::vector<SlotDecl>{};
+  if (op == Op::insert && position == kAppendLayer) position = uint32_t(layers.size());
+  if (op == Op::insert ? position > layers.size() : position >= layers.size())
+    throw AdminError(400, "engine '" + engine + "' has " + std::to_string(layers.size()) + " " + slot + " layer(s): position " +
+                              std::to_string(position) + " is out of range (" +
+                              (op == Op::insert ? "0 to " + std::to_string(layers.size()) : layers.empty() ? std::string("none") : "0 to " + std::to_string(layers.size() - 1)) +
+                              ")");
+  SlotDecl change;
+  std::shared_ptr<PluginInstance> instance;
+  if (op != Op::remove) {
+    LoadReply loaded;
+    change = slot_change(plugin, slot, config, loaded);
+    if (!target->stopped()) {
+      try {
+        instance = factory_->make_instance(&decl, *id, change, std::move(loaded.library));
+      } catch (const std::exception& e) {
+        throw AdminError(422, e.what());
+      }
+    }
+  }
+  if (op == Op::replace) layers[position] = change;
+  else if (op == Op::insert) layers.insert(layers.begin() + position, change);
+  else layers.erase(layers.begin() + position);
+  if (target->stopped()) {  // a down engine: rebuilt with the stack as changed
+    if (layers.empty()) decl.stacks.erase(slot);
+    else decl.stacks[slot] = layers;
+    return repair_engine(target, decl, slot + " layer " + std::to_string(position) + " changed");
+  }
+  SlotSwap swap{*id, std::move(instance), requested_ns};
+  swap.layer_op = op;
+  swap.layer = position;
+  SwapResult r = target->swap(std::move(swap));
+  if (!r.ok) throw AdminError(409, r.message);
+  target->set_stack_decl(slot, std::move(layers));
   return r.message;
 }
 
@@ -409,6 +474,9 @@ std::string Server::unload_slot(const std::string& engine, const std::string& sl
   if (!id->info().unloadable) {
     throw AdminError(400, "slot '" + slot + "' of engine '" + engine + "' is required: swap its plugin instead of unloading it");
   }
+  if (id->info().stacks)
+    throw AdminError(400, "the " + slot + " slot stacks layers: remove one by its position (DELETE /admin/engines/" + engine + "/slots/" +
+                              slot + "/layers/N)");
   if (auto* remote = dynamic_cast<RemoteEngine*>(target.get())) return change_remote_slot(*remote, slot, "", nullptr);
   if (!target->decl().slots.count(slot)) throw AdminError(404, "engine '" + engine + "' has no plugin in slot '" + slot + "'");
   if (target->stopped()) {  // a down engine: rebuilt with the slot empty

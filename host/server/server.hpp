@@ -82,6 +82,13 @@ class Server {
   // "router" targets the router. Returns a description of the change.
   std::string set_slot(const std::string& engine, const std::string& slot, const std::string& plugin,
                        const toml::table& config);
+  // One layer of a stacking slot (kv_connector) of engine: replaces layer `position` with plugin,
+  // inserts plugin before it (position == the stack's size appends), or removes it (plugin ignored).
+  // Validated, loaded and created before anything changes, as set_slot; a layer with loads out is not
+  // replaced nor removed (409). Returns a description of the change.
+  static constexpr uint32_t kAppendLayer = UINT32_MAX;  // insert's position: after the last layer
+  std::string change_layer(const std::string& engine, const std::string& slot, SlotSwap::LayerOp op, uint32_t position,
+                           const std::string& plugin, const toml::table& config);
   // Empties an optional slot (spec_decode). Throws AdminError for required slots.
   std::string unload_slot(const std::string& engine, const std::string& slot);
   // Drops engine's prefix cache (th_kvcache_vtable.cache_flush): the cached blocks no sequence holds
@@ -158,6 +165,9 @@ class Server {
   std::string rebuild_down_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl);
   // An admin change of a down engine's slots: it is rebuilt with `decl`. Throws AdminError.
   std::string repair_engine(const std::shared_ptr<EngineHandle>& down, const EngineDecl& decl, const std::string& what);
+  // An admin change's plugin for slot, read and checked with its config, its library opened (into
+  // loaded) and a quarantine of it lifted; AdminError 400/422 when it cannot serve.
+  SlotDecl slot_change(const std::string& plugin, const std::string& slot, const toml::table& config, LoadReply& loaded);
   // Asks the router (blocking up to 60 s); a failure to answer is a refused SwapResult.
   template <class... Ts>
   SwapResult ask_router(Ts... message);

@@ -43,6 +43,17 @@ admin_ok 'overload  on  action shed' guards
 admin_ok '"state": "closed"' --json guards
 admin_ok 'kvcache of main: kvcache.paged 1.0.0 -> kvcache.paged 1.0.0 \(a new engine' swap main kvcache kvcache.paged --set block_size=32 --set n_blocks=256
 admin_ok 'kv blocks +256 free of 256 \(32 positions each, f16\)' status
+# A stacking slot's layers (kv_connector): inserted, listed, refused out of range or as a whole-slot swap, removed.
+admin_ok 'kv_connector layer 0 inserted: kv_connector.disk 1.0.0' layer insert main kv_connector kv_connector.disk --set "folder=$work/kv"
+admin_ok 'kv_connector 0  kv_connector.disk 1.0.0  stored 0 blocks' status
+admin_ok 'kv_connector idle: kvcache.paged has no prefix caching' status
+refused 'position 4 is out of range \(0 to 0\)' layer remove main kv_connector --at 4
+rc=0; "$tokenhost" admin --url "$admin" layer replace main kv_connector kv_connector.disk > /dev/null 2> "$work/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "replace needs the layer's position" "$work/err" ||
+  { echo "FAIL: layer replace without --at -> exit $rc:"; cat "$work/err"; exit 1; }
+echo "ok: admin layer replace without a position is a usage error"
+refused 'the kv_connector slot stacks layers' swap main kv_connector kv_connector.disk
+admin_ok 'kv_connector layer 0 removed: kv_connector.disk 1.0.0' layer remove main kv_connector --at 0
 
 cat > "$work/second.toml" <<'TOML'
 [engines.second]

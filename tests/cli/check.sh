@@ -7,7 +7,9 @@ trap 'rm -rf "$work"' EXIT
 
 $tokenhost --log-level warn check "$here/../../manifests/default.toml"
 $tokenhost --log-level warn check   # the embedded default
-# Every manifest of the tree reads, and its plugins accept their engines (the KV dtype A/B included).
+# Every manifest of the tree reads, and its plugins accept their engines (the KV dtype A/B included;
+# disk-tier.toml's connector makes its folder, here a throwaway one).
+export TOKENHOST_KV_DIR="$work/kv"
 for m in "$here"/../../manifests/*.toml; do $tokenhost --log-level warn check "$m"; done
 
 expect_error() {  # expect_error FILE PATTERN

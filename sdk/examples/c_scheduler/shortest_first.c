@@ -77,6 +77,9 @@ static th_status schedule(th_instance *self, const th_sched_state *state, th_sch
     const th_sched_seq *s = &state->seqs[self->order[j]];
     const uint32_t left = remaining(s);
     uint32_t tokens = left == 0 ? 1 : left, need;
+#if TH_ABI_VERSION_MINOR >= 9
+    if (s->state == TH_SEQ_LOADING) continue; /* its blocks are still arriving: not runnable yet */
+#endif
     if (tokens > self->max_prefill_chunk) tokens = self->max_prefill_chunk;
     if (tokens > budget) tokens = budget;
     need = (s->prefilled + tokens + bs - 1) / bs; /* th_scheduler.h: the blocks of [0, prefilled + n) */

@@ -77,9 +77,13 @@ extern "C" {
  *        th_route_signal) and select (OPTIONAL: ensembles, TH_ROUTE_ENSEMBLE); TH_ROUTE_CACHED is
  *        served (as tokens).
  *   1.8  nodes: appended th_route_request.candidate_nodes and candidate_rtt_s (parallel to candidates:
- *        the cluster node each candidate runs on and the head's round trip to it). */
+ *        the cluster node each candidate runs on and the head's round trip to it).
+ *   1.9  KV connectors: the kind TH_KIND_KV_CONNECTOR (th_kv_connector.h: blocks saved to and loaded
+ *        from a tier or another engine, asynchronously, keyed by the host); th_seq_state
+ *        TH_SEQ_LOADING (a sequence whose cached prefix a connector is writing into its blocks, shown
+ *        to schedulers built against 1.9 or later; older ones never see such a sequence). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 8
+#define TH_ABI_VERSION_MINOR 9
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */
@@ -107,6 +111,7 @@ typedef int32_t th_kind;
 #define TH_KIND_SPEC_DECODE 4 /* th_spec_decode.h */
 #define TH_KIND_SCHEDULER 5   /* th_scheduler.h */
 #define TH_KIND_ROUTER 6      /* th_router.h */
+#define TH_KIND_KV_CONNECTOR 7 /* th_kv_connector.h (ABI 1.9) */
 
 /* ---- element types (numbering follows GGUF's ggml_type so model files map one to one) ----------- */
 

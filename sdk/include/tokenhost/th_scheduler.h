@@ -20,6 +20,11 @@ typedef int32_t th_seq_state;
                             * cached prefix (th_sched_state.seq_cached) */
 #define TH_SEQ_RUNNING 1   /* has KV blocks; prefilling or decoding */
 #define TH_SEQ_PREEMPTED 2 /* had its blocks taken; waits to be recomputed */
+#define TH_SEQ_LOADING 3   /* ABI 1.9: a KV connector (th_kv_connector.h) is writing its cached prefix
+                            * into blocks it holds: prefilled and kv_blocks count those positions and
+                            * blocks already; it may not run until it turns WAITING (a decision that
+                            * runs it is refused). Shown only to schedulers built against 1.9 or later:
+                            * an older one never sees the sequence, its blocks are not free to it. */
 
 typedef struct th_sched_seq {
   uint64_t seq_id;

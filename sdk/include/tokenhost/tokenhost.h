@@ -6,6 +6,7 @@
 #include "th_host_api.h"
 #include "th_attention.h"
 #include "th_kvcache.h"
+#include "th_kv_connector.h"
 #include "th_moe.h"
 #include "th_router.h"
 #include "th_scheduler.h"

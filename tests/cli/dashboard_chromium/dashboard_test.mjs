@@ -124,6 +124,9 @@ function kvText(e) {
   let text = (kv.total_blocks - kv.free_blocks - cached) + " / " + kv.total_blocks;
   const p = e.prefix_cache;
   if (p && p.enabled) text += " · " + cached + " cached" + (p.lookups ? ", " + Math.round(100 * p.hits / p.lookups) + "% hits" : "");
+  const c = e.kv_connectors;  // KV tiers (ABI 1.9), first asked first
+  if (c && c.layers && c.layers.length)
+    text += " · tiers " + c.layers.map(l => l.id + " " + l.stored_blocks + " stored, " + l.loaded_blocks + " loaded").join("; ");
   return text;
 }
 

@@ -129,6 +129,11 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
       v["tokenhost_prefix_lookups_total"] = {steps, true};
       v["tokenhost_prefix_hits_total"] = {steps / 2, true};
       v["tokenhost_prefix_cached_tokens_total"] = {step_tokens * 4, true};
+      // Two KV tiers: their counts add up in the report.
+      v["tokenhost_kv_connector_loaded_blocks_total{tier=\"0\",connector=\"kv_connector.disk\"}"] = {steps * 3, true};
+      v["tokenhost_kv_connector_loaded_blocks_total{tier=\"1\",connector=\"kv_connector.fixture\"}"] = {steps, true};
+      v["tokenhost_kv_connector_hits_total{tier=\"0\",connector=\"kv_connector.disk\"}"] = {steps / 2, true};
+      v["tokenhost_kv_connector_load_seconds_total{tier=\"0\",connector=\"kv_connector.disk\"}"] = {step_seconds, true};
     }
     return v;
   });
@@ -182,6 +187,13 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(arm_a["prefix_cache"]["hits"] == 5);
   REQUIRE(arm_a["prefix_cache"]["cached_tokens"] == 800);
   REQUIRE(arm_a["prefix_cache"]["hit_rate"].get<double>() == Approx(0.5));
+  // KV tiers since the start (both tiers' loads), and the mean load time over the prompts that hit.
+  REQUIRE(arm_a["kv_connectors"]["loaded_blocks"] == 30 + 10);
+  REQUIRE(arm_a["kv_connectors"]["hits"] == 5);
+  REQUIRE(arm_a["kv_connectors"]["mean_load_seconds"].get<double>() == Approx(0.5 / 5));
+  REQUIRE(arm_a["kv_connectors"]["load_failures"] == 0);
+  REQUIRE(report["arms"][1]["kv_connectors"]["loaded_blocks"] == 0);
+  REQUIRE(report["arms"][1]["kv_connectors"]["mean_load_seconds"].is_null());
   REQUIRE(report["arms"][1]["prefix_cache"]["hit_rate"].is_null());
   REQUIRE(report["arms"][1]["speculation"]["drafts"] == 0);
   REQUIRE(report["arms"][1]["speculation"]["acceptance"].is_null());

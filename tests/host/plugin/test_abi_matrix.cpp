@@ -97,6 +97,7 @@ TEST_CASE("abi matrix: once the host's own minor is frozen the SDK's headers are
 TEST_CASE("abi matrix: a plugin of every kind built against each frozen minor loads and declares that minor", "[abi]") {
   for (const auto& abi : frozen_abis()) {
     for (const std::string& kind : kind_names()) {
+      if (vtable_size(*kind_from_name(kind), abi.minor) == 0) continue;  // a kind a later minor added (kv_connector: 1.9)
       INFO("ABI " << abi.version << " " << kind);
       auto lib = PluginLibrary::open(read_plugin_manifest(matrix_fixture(abi, kind)));
       REQUIRE(lib->abi_major() == TH_ABI_VERSION_MAJOR);

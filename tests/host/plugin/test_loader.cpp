@@ -48,6 +48,7 @@ const std::vector<FailureMode> kLoadFailures = {
     {"vtable_short", {"scheduler vtable struct_size 32 is smaller than the ABI " + abi() + " scheduler vtable (40 bytes)"}},
     {"version_mismatch", {"the library declares version 1.0.1 but plugin.toml says 1.0.0"}},
     {"prefix_partial", {"kvcache vtable sets 1 of seq_lookup, seq_publish and cache_flush: prefix caching needs all three (or none)"}},
+    {"kv_connector_old", {"the kind kv_connector does not exist in ABI 1.8, which the library declares"}},
 };
 
 // What an engine's scheduler slot asks of a plugin instance, on the first device.
