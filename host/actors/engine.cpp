@@ -221,6 +221,7 @@ void look_up(self_ptr self, Sequence& q) {
   self->request(s.init.worker, caf::infinite, lookup_atom::value, id, q.cache_ns, q.tokens())
       .then([self, id](const LookupResult& r) {
         auto& s = self->state;
+        if (r.fault) return stop_for_fault(self, *r.fault);
         if (s.frees_in_flight == 0) s.kv = r.kv;
         ++s.prefix_lookups;
         if (s.m.prefix_lookups) s.m.prefix_lookups->add({s.init.name}, 1);
@@ -233,6 +234,7 @@ void look_up(self_ptr self, Sequence& q) {
           if (s.m.prefix_hits) s.m.prefix_hits->add({s.init.name}, 1);
           if (s.m.prefix_cached_tokens) s.m.prefix_cached_tokens->add({s.init.name}, double(r.n_cached));
         }
+        if (r.loading > 0) ++s.worker_loads_out;  // polled until it completes, whatever becomes of its sequence
         if (Sequence* q = find(s, id)) {  // else it ended meanwhile: its free follows this lookup
           q->lookup_pending = false;
           q->prefilled = q->cached = r.n_cached + r.loading;
@@ -252,7 +254,8 @@ void look_up(self_ptr self, Sequence& q) {
 // arrived) after each step and, while a load is out, every 2 ms.
 void poll_kv_connectors(self_ptr self) {
   auto& s = self->state;
-  const bool loading = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
+  // A sequence ended while loading keeps its blocks in the worker until its load completes: polled too.
+  const bool loading = s.worker_loads_out > 0 || std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
   if (!s.init.kv_connectors || s.kv_poll_in_flight) return;
   if (s.polled_at_step == s.steps && !(loading && now_ns() >= s.next_load_poll_ns)) return;
   s.kv_poll_in_flight = true;
@@ -260,6 +263,8 @@ void poll_kv_connectors(self_ptr self) {
   self->request(s.init.worker, caf::infinite, kv_poll_atom::value).then([self](const KvPollResult& r) {
     auto& s = self->state;
     s.kv_poll_in_flight = false;
+    if (r.fault) return stop_for_fault(self, *r.fault);
+    s.worker_loads_out = r.loads_out;
     if (s.frees_in_flight == 0 && !s.step_in_flight) s.kv = r.kv;
     for (const KvLoadDone& d : r.loads) {
       Sequence* q = find(s, d.seq_id);
@@ -269,7 +274,7 @@ void poll_kv_connectors(self_ptr self) {
       summarize_blocks(s, *q);
       slide_window(self, *q);
     }
-    if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; })) {
+    if (s.worker_loads_out > 0) {
       s.next_load_poll_ns = now_ns() + 2'000'000;  // not sooner: the ticks in between do not ask again
       self->delayed_send(self, std::chrono::milliseconds(2), tick_atom::value);
     }

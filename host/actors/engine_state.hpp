@@ -109,6 +109,7 @@ struct EngineState {
   bool kv_poll_in_flight = false;  // a kv_poll sent to the worker and not answered yet
   uint64_t polled_at_step = 0;     // the step count at the last kv_poll
   uint64_t next_load_poll_ns = 0;  // while a load is out and no step runs: the next kv_poll not before
+  uint32_t worker_loads_out = 0;   // the worker's loads out at the last kv_poll (plus those started since)
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;

@@ -10,6 +10,7 @@
 
 #include "plugin/host_api.hpp"
 #include "plugin/kind.hpp"
+#include "plugin/plugin_fault.hpp"
 #include "runtime/prefix_summary.hpp"
 #include "util/steady_clock.hpp"
 
@@ -168,7 +169,14 @@ uint32_t KvConnectors::start_load(const SlotInstances& plugins, PluginInstance& 
   }
   const uint64_t ticket = next_ticket_++;
   th_kv_transfer t{sizeof(th_kv_transfer), ticket, ns, keys.data() + first, table.data() + first, best_n, layout, nullptr};
-  if (th_status st = c.call(&th_kv_connector_vtable::load, "load", c.handle(), &t, &err)) {
+  th_status st = TH_OK;
+  try {
+    st = c.call(&th_kv_connector_vtable::load, "load", c.handle(), &t, &err);
+  } catch (const PluginFault&) {
+    give_back();  // nothing of the load stands; the fault stops the engine (LookupResult::fault)
+    throw;
+  }
+  if (st != TH_OK) {
     spdlog::warn("engine {}: kv_connector #{} {} refused a load of {} blocks ({}): {}", engine_, best, c.id(), best_n, status_name(st),
                  err.text());
     give_back();

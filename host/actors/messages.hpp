@@ -71,13 +71,18 @@ struct LookupResult {
   // Positions after those a KV connector is loading into blocks the sequence holds (TH_SEQ_LOADING
   // until a kv_poll reports the load done).
   uint32_t loading = 0;
+  // A KV connector (or the kvcache while a load was set up) threw: the engine stops for it, as for a
+  // step plugin's fault (its requests end, the supervisor rebuilds it).
+  std::optional<PluginFault> fault;
   std::string error;      // the lookup failed: the sequence computes its whole prompt
   KvState kv;
 };
 // The loads KV connectors finished since the last poll (KvConnectors::poll), and the pool after them.
 struct KvPollResult {
   std::vector<KvLoadDone> loads;
+  uint32_t loads_out = 0;  // loads still out after this poll (those of sequences ended meanwhile included)
   KvState kv;
+  std::optional<PluginFault> fault;  // a connector's poll threw: the engine stops for it
 };
 // A sliding window's release of a sequence's oldest window blocks (th_kvcache_vtable.seq_drop_blocks,
 // then its later keys re-rotated by the backend), or why it failed: TH_ERR_RESOURCE_EXHAUSTED when the

@@ -27,6 +27,9 @@ struct WorkerState {
   metrics::Family* plugin_seconds = nullptr;  // tokenhost_plugin_seconds_total{engine, slot, plugin}
   SwapLatency swaps;
   std::unique_ptr<KvConnectors> connectors;  // the kv_connector stack's bookkeeping (made at start)
+  // The connectors go before the kvcache: a load still writing into the pool ends in their destroy(),
+  // while the pool is there.
+  ~WorkerState() { init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).clear(); }
   static inline const char* name = "tokenhost.worker";
 };
 
@@ -440,10 +443,14 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         if (!caches_prefixes(kv)) r.error = kv.id() + " caches no prefixes";
         else try {
             r.n_cached = lookup_prefix(kv, seq_id, salt, prompt.data(), uint32_t(prompt.size()), r.error);
-            if (r.error.empty())
-              r.loading = self->state.connectors->start_load(self->state.init.plugins, kv, seq_id, salt, prompt, r.n_cached);
           } catch (const PluginFault& e) {
             r.error = e.what();
+          }
+        if (r.error.empty()) try {
+            r.loading = self->state.connectors->start_load(self->state.init.plugins, kv, seq_id, salt, prompt, r.n_cached);
+          } catch (const PluginFault& e) {
+            r.error = e.what();
+            r.fault = e;
           }
         r.kv = kv_state(kv);
         return r;
@@ -483,9 +490,10 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         KvPollResult r;
         try {
           r.loads = s.connectors->poll(s.init.plugins, s.init.kvcache());
-        } catch (const PluginFault&) {
-          // Logged; the loads it had not reported stay out and are asked for again.
+        } catch (const PluginFault& e) {
+          r.fault = e;  // the engine stops for it; its loads' blocks go with the rebuilt worker's pool
         }
+        r.loads_out = uint32_t(s.connectors->loading());
         r.kv = kv_state_after_failure(s.init.kvcache());
         return r;
       },

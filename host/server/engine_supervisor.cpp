@@ -34,6 +34,17 @@ RebuildPlan plan_rebuild(const EngineHandle& down, const FaultLedger& ledger) {
       return plan;
     }
   }
+  // A stack's quarantined layers leave it (the layers are optional tiers: the engine serves without them).
+  for (auto it = plan.decl.stacks.begin(); it != plan.decl.stacks.end();) {
+    auto& layers = it->second;
+    for (size_t i = layers.size(); i-- > 0;)
+      if (ledger.quarantined(layers[i].plugin, layers[i].manifest.version)) {
+        plan.changes.push_back(it->first + " layer " + std::to_string(i) + ": " + layers[i].plugin + " " + layers[i].manifest.version +
+                               " is quarantined; the layer is removed");
+        layers.erase(layers.begin() + long(i));
+      }
+    it = layers.empty() ? plan.decl.stacks.erase(it) : std::next(it);
+  }
   return plan;
 }
 

@@ -4,7 +4,9 @@
 // a file loads into any pool of the same shape). Files are written to a temporary name and renamed: a
 // crash leaves a whole file or none. At create() the folder is scanned (temporary files removed) and
 // its files become the index, oldest modification first in the least-recently-used order, so a server
-// restarted on the folder finds what it wrote before. The folder stays under max_bytes: the least
+// restarted on the folder finds what it wrote before; a block another instance wrote there since (an
+// engine beside it, another process) is found when a prompt asks for it. The folder stays under
+// max_bytes: the least
 // recently used files go first. A load checks every header field and the CRC before it writes a block
 // into the pool; a file that fails is refused by name (the completion's message), removed, and it and
 // the blocks after it are left for the host to compute.
@@ -142,10 +144,24 @@ class Disk {
     thread_.join();  // a load being written ends first: the host frees its blocks after destroy()
   }
 
+  // Keys the index lacks are looked for in the folder too (one stat, at the first missing key): a block
+  // another instance on the same folder wrote (another engine of the process, another process) is
+  // found and joins this index.
   uint32_t contains(uint64_t ns, const uint64_t* keys, uint32_t n) {
     std::lock_guard lock(mutex_);
     uint32_t i = 0;
-    while (i < n && index_.count(Id{ns, keys[i]})) ++i;
+    for (; i < n; ++i) {
+      const Id id{ns, keys[i]};
+      if (index_.count(id)) continue;
+      std::error_code ec;
+      const fs::path path = file_of(id);
+      if (!fs::is_regular_file(path, ec)) break;
+      const uintmax_t bytes = fs::file_size(path, ec);
+      if (ec) break;
+      add(id, uint64_t(bytes));
+      evict();
+      if (!index_.count(id)) break;  // evicted at once: over the cap by itself
+    }
     return i;
   }
 

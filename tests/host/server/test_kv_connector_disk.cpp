@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "test_server.hpp"
@@ -321,6 +322,53 @@ TEST_CASE("kv_connector: a connector in C inserted into a running engine serves 
   REQUIRE(t["hits"] == long_prompts().size());
   REQUIRE(t["loaded_blocks"] == kPerPrompt * long_prompts().size());
   REQUIRE(t["saved_blocks"] == kPerPrompt * long_prompts().size());
+  require_exact_accounting(server);
+}
+
+}  // namespace kv_connector_disk_tests
+
+namespace kv_connector_disk_tests {
+
+TEST_CASE("kv_connector.disk: two servers on one folder find each other's blocks", "[server][kv_connector]") {
+  Folder folder;
+  Server reader(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));  // its scan finds nothing
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server writer(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
+    expected = run_all(writer);
+    REQUIRE(wait_stored(writer, kPerPrompt * long_prompts().size()));
+  }
+  REQUIRE(tier(reader)["stored_blocks"] == 0);
+  REQUIRE(run_all(reader) == expected);
+  const auto t = tier(reader);
+  INFO(t.dump());
+  REQUIRE(t["hits"] == long_prompts().size());
+  REQUIRE(t["loaded_blocks"] == kPerPrompt * long_prompts().size());
+  require_exact_accounting(reader);
+}
+
+TEST_CASE("kv_connector: a request cancelled while its blocks load gives every block back once the load completes",
+          "[server][kv_connector]") {
+  Server server(read_deployment("plain.toml", manifest("f16", "attention.reference", "", 7, false)));
+  const std::string fixture = std::string(TOKENHOST_FIXTURE_DIR) + "/kv_connector_slow/plugin.toml";
+  server.change_layer("main", "kv_connector", SlotSwap::LayerOp::insert, Server::kAppendLayer, server.register_plugin(fixture), {});
+  server.flush_prefix_cache("main");
+  const auto expected = run_all(server);  // computed, saved to the tier
+  server.flush_prefix_cache("main");
+  auto loading = [&] { return server.status()["engines"][0]["kv_connectors"]["loading"].get<uint64_t>(); };
+  GenerateRequest r = request_for(server, long_prompts()[0], 6);
+  auto stream = std::make_shared<TokenStream>();
+  r.stream = stream;
+  auto answer = std::async(std::launch::async, [&server, r] { return server.gateway().generate(r); });
+  for (int i = 0; i < 2000 && loading() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(loading() == 1);  // its blocks are on their way (25 polls, about 50 ms)
+  stream->cancel();
+  REQUIRE(answer.get().finish_reason == "cancelled");
+  for (int i = 0; i < 2000 && loading() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  require_exact_accounting(server);
+  // The next ask of that prompt loads it and answers as computed.
+  REQUIRE(server.gateway().generate(request_for(server, long_prompts()[0], 6)).tokens == expected[0]);
+  REQUIRE(tier(server)["loaded_blocks"] == kPerPrompt);
   require_exact_accounting(server);
 }
 
