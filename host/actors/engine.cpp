@@ -97,6 +97,11 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   if (const PluginInstance* spec = s.init.spec_decode(); spec && spec->fn(&th_spec_decode_vtable::seq_end))
     self->send(drafter_of(self), seq_end_atom::value, DraftNotice{s.init.plugins.stack(slot_of(TH_KIND_SPEC_DECODE)).front(), seq.request.id});
   s.draft_control.forget(seq.request.id);
+  if (seq.request.kv_handoff && s.init.kv_connectors && reason == "length") {
+    // The decode engine is to load the prompt's blocks: answered once they are stored (poll_kv_connectors).
+    s.handoffs[seq.request.id] = {std::move(seq.promise), std::move(r), now_ns() + kKvHandoffWaitNs};
+    return;
+  }
   seq.promise.deliver(std::move(r));
 }
 
@@ -125,6 +130,13 @@ void fail_all(self_ptr self, const std::string& error) {
   while (!self->state.seqs.empty()) finish(self, 0, "error", error);
 }
 
+// First stages of disaggregated requests still waiting for their blocks to be stored: answered now (the
+// engine stops; the decode engine computes what it does not find).
+void answer_handoffs(self_ptr self) {
+  for (auto& [id, h] : self->state.handoffs) h.promise.deliver(std::move(h.result));
+  self->state.handoffs.clear();
+}
+
 // A plugin broke a rule the engine cannot go on past: it threw across the ABI, or a required call
 // failed or returned what the host's checks refuse. Its state (and the KV pool's) is unknown, so the
 // engine fails its requests with the fault, stops its worker and stops, the fault noted for the server,
@@ -135,6 +147,7 @@ void stop_for_fault(self_ptr self, const PluginFault& f) {
   if (s.init.vitals) s.init.vitals->note_fault(f);
   s.step_in_flight = false;
   fail_all(self, f.what());
+  answer_handoffs(self);
   self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
   self->quit(caf::exit_reason::unhandled_exception);
 }
@@ -255,7 +268,8 @@ void look_up(self_ptr self, Sequence& q) {
 void poll_kv_connectors(self_ptr self) {
   auto& s = self->state;
   // A sequence ended while loading keeps its blocks in the worker until its load completes: polled too.
-  const bool loading = s.worker_loads_out > 0 || std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
+  const bool loading = s.worker_loads_out > 0 || !s.handoffs.empty() ||
+                       std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
   if (!s.init.kv_connectors || s.kv_poll_in_flight) return;
   if (s.polled_at_step == s.steps && !(loading && now_ns() >= s.next_load_poll_ns)) return;
   s.kv_poll_in_flight = true;
@@ -266,6 +280,18 @@ void poll_kv_connectors(self_ptr self) {
     if (r.fault) return stop_for_fault(self, *r.fault);
     s.worker_loads_out = r.loads_out;
     if (s.frees_in_flight == 0 && !s.step_in_flight) s.kv = r.kv;
+    for (auto it = s.handoffs.begin(); it != s.handoffs.end();) {  // first stages whose blocks are stored
+      const bool saving = std::find(r.saving.begin(), r.saving.end(), it->first) != r.saving.end();
+      if (saving && now_ns() < it->second.deadline_ns) {
+        ++it;
+        continue;
+      }
+      if (saving)
+        spdlog::warn("engine {}: sequence {}'s prompt blocks were not all stored within {} s; the decode engine computes what it lacks",
+                     s.init.name, it->first, kKvHandoffWaitNs / 1'000'000'000);
+      it->second.promise.deliver(std::move(it->second.result));
+      it = s.handoffs.erase(it);
+    }
     for (const KvLoadDone& d : r.loads) {
       Sequence* q = find(s, d.seq_id);
       if (q == nullptr || !q->loading) continue;  // ended meanwhile: the worker freed it
@@ -274,7 +300,7 @@ void poll_kv_connectors(self_ptr self) {
       summarize_blocks(s, *q);
       slide_window(self, *q);
     }
-    if (s.worker_loads_out > 0) {
+    if (s.worker_loads_out > 0 || !s.handoffs.empty()) {
       s.next_load_poll_ns = now_ns() + 2'000'000;  // not sooner: the ticks in between do not ask again
       self->delayed_send(self, std::chrono::milliseconds(2), tick_atom::value);
     }
@@ -291,6 +317,7 @@ void tick(self_ptr self) {
   if (s.step_in_flight || s.seqs.empty()) {
     if ((s.draining || s.retiring) && s.seqs.empty() && !s.step_in_flight) {
       if (s.retiring) spdlog::info("engine {} retired: its last request is done", s.init.name);
+      answer_handoffs(self);
       self->send_exit(s.init.worker, caf::exit_reason::user_shutdown);
       self->quit();
     }

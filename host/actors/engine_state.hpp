@@ -21,6 +21,9 @@ namespace tokenhost::engine_detail {
 
 inline uint64_t now_ns() { return steady_now_ns(); }
 
+// The longest a disaggregated request's first stage waits for its prompt's blocks to be stored.
+constexpr uint64_t kKvHandoffWaitNs = 2'000'000'000;
+
 struct Sequence {
   GenerateRequest request;
   std::shared_ptr<SequenceContext> context;  // tokens (prompt, then generated) and sampler
@@ -110,6 +113,14 @@ struct EngineState {
   uint64_t polled_at_step = 0;     // the step count at the last kv_poll
   uint64_t next_load_poll_ns = 0;  // while a load is out and no step runs: the next kv_poll not before
   uint32_t worker_loads_out = 0;   // the worker's loads out at the last kv_poll (plus those started since)
+  // Disaggregation's first stages done (GenerateRequest::kv_handoff), answered once the worker has no
+  // save of theirs out, or at their deadline.
+  struct Handoff {
+    caf::typed_response_promise<GenerateResult> promise;
+    GenerateResult result;
+    uint64_t deadline_ns = 0;
+  };
+  std::map<uint64_t, Handoff> handoffs;
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;

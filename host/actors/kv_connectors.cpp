@@ -226,7 +226,7 @@ void KvConnectors::save_step(const SlotInstances& plugins, PluginInstance& kv, c
                        counts(i).saves_refused, status_name(st), err.text());
         continue;
       }
-      saves_[ticket] = Save{i, done - from, steady_now_ns()};
+      saves_[ticket] = Save{item.seq_id, i, done - from, steady_now_ns()};
     }
   }
 }
@@ -327,6 +327,13 @@ bool KvConnectors::release(const SlotInstances& plugins, uint64_t seq_id) {
   }
   seqs_.erase(seq_id);
   return true;
+}
+
+std::vector<uint64_t> KvConnectors::saving() const {
+  std::vector<uint64_t> out;
+  for (const auto& [ticket, save] : saves_)
+    if (std::find(out.begin(), out.end(), save.seq_id) == out.end()) out.push_back(save.seq_id);
+  return out;
 }
 
 size_t KvConnectors::loads_on(size_t layer) const {

@@ -63,6 +63,8 @@ class KvConnectors {
   // The engine freed seq_id: false when its load is out (cancelled: freed when it completes), true when
   // the caller frees it now.
   bool release(const SlotInstances& plugins, uint64_t seq_id);
+  // The sequences whose saves are still out.
+  std::vector<uint64_t> saving() const;
   // Loads out, in all and on one layer.
   size_t loading() const { return loads_.size(); }
   size_t loads_on(size_t layer) const;
@@ -88,6 +90,7 @@ class KvConnectors {
     bool released = false;  // the engine freed the sequence meanwhile
   };
   struct Save {
+    uint64_t seq_id = 0;
     size_t layer = 0;
     uint32_t n_blocks = 0;
     uint64_t started_ns = 0;

@@ -81,6 +81,7 @@ struct LookupResult {
 struct KvPollResult {
   std::vector<KvLoadDone> loads;
   uint32_t loads_out = 0;  // loads still out after this poll (those of sequences ended meanwhile included)
+  std::vector<uint64_t> saving;  // sequences whose saves are still out (a handoff waits for none)
   KvState kv;
   std::optional<PluginFault> fault;  // a connector's poll threw: the engine stops for it
 };
@@ -195,6 +196,7 @@ struct RoutedEngine {
   // th_route_request.candidate_nodes and candidate_rtt_s.
   std::string node{};
   std::shared_ptr<const std::atomic<double>> rtt_s{};
+  th_engine_role role = TH_ROLE_BOTH;  // its manifest's role (th_route_request.candidate_roles)
 };
 
 using router_actor = caf::typed_actor<

@@ -60,6 +60,10 @@ struct GenerateRequest {
   bool live = true;
   // Times the router ran it again after a lost node's engine had produced tokens for it.
   uint32_t reruns = 0;
+  // Prefill/decode disaggregation's first stage (TH_ROUTE_DISAGGREGATE): the engine answers only once
+  // its KV connectors have stored the prompt's blocks (at most 2 s: kKvHandoffWaitNs), for the decode engine
+  // to load them.
+  bool kv_handoff = false;
 
   // How log lines name it: "request ID (sequence N)", or "sequence N" without a request id.
   std::string label() const {
@@ -72,7 +76,8 @@ struct GenerateRequest {
 struct RouteHop {
   std::string engine, model;
   // "answered" (its tokens are the answer), "escalated" (a cascade moved on), "outvoted" (an
-  // ensemble chose another), "failed" (it ended with an error; the cascade moved on).
+  // ensemble chose another), "failed" (it ended with an error; the cascade moved on), "prefilled" (a
+  // disaggregated request's prefill engine: the prompt and the first token, then the decode engine).
   std::string outcome;
   uint32_t tokens = 0;  // generated there
   double mean_logprob = 0, min_logprob = 0, mean_entropy = 0;

@@ -97,13 +97,16 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   std::vector<size_t> engine_of;  // candidate index -> engine index
   std::vector<const char*> nodes;  // th_route_request.candidate_nodes
   std::vector<double> rtt;         // th_route_request.candidate_rtt_s
+  std::vector<th_engine_role> roles;  // th_route_request.candidate_roles
   candidates.reserve(eligible.size());
   cached.reserve(eligible.size());
   engine_of.reserve(eligible.size());
   nodes.reserve(eligible.size());
   rtt.reserve(eligible.size());
+  roles.reserve(eligible.size());
   for (const Eligible& c : eligible) {
     const CandidateView& v = s.views[c.engine];
+    roles.push_back(v.role);
     const uint32_t in_flight = v.entry->in_flight;
     nodes.push_back(v.node);
     rtt.push_back(v.rtt != nullptr ? v.rtt->load(std::memory_order_relaxed) : 0.0);
@@ -133,6 +136,7 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
   rr.payer = payer.c_str();
   rr.candidate_nodes = nodes.data();
   rr.candidate_rtt_s = rtt.data();
+  rr.candidate_roles = roles.data();
   std::vector<uint32_t> cascade(n);
   th_route_decision d{};
   d.struct_size = sizeof d;
@@ -174,6 +178,16 @@ PlanOutcome plan_route(RouterState& s, const RouteJob& job) {
       plan.check_every = d.check_every;
       plan.escalates = r.fn(&th_router_vtable::escalate) != nullptr;
       if (!plan.escalates) plan.stages.resize(1);  // a router before 1.7: its first stage alone
+      break;
+    }
+    case TH_ROUTE_DISAGGREGATE: {
+      if (auto why = listed(); !why.empty()) return why;
+      if (d.n_cascade != 2)
+        return r.id() + " listed " + std::to_string(d.n_cascade) + " candidates to disaggregate; a prefill and a decode engine are 2";
+      if (std::string(candidates[cascade[0]].model) != candidates[cascade[1]].model)
+        return r.id() + " disaggregated over engines of two models (" + candidates[cascade[0]].model + ", " + candidates[cascade[1]].model +
+               "): the decode engine continues the prefill engine's KV, of one model";
+      plan.stages = {stage(cascade[0]), stage(cascade[1])};
       break;
     }
     case TH_ROUTE_ENSEMBLE: {
@@ -325,7 +339,7 @@ void feedback(RouterState& s, const RouteJob& job, const GenerateResult& r, cons
 }
 
 // The request's end: its result completed with the plan's path and cost, the plugin told, counted,
-// delivered. how: the metrics' label (engine, cascade_first, escalated, ensemble, cached).
+// delivered. how: the metrics' label (engine, cascade_first, escalated, ensemble, cached, disaggregated).
 void answer(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult r, const char* how) {
   auto& s = self->state;
   if (!s.jobs.erase(job->req.id)) return;  // answered already
@@ -426,11 +440,43 @@ void fail(self_ptr self, const std::shared_ptr<RouteJob>& job, const std::string
   answer(self, job, GenerateResult::failed("", why), "failed");
 }
 
+// The end of a disaggregated request's first stage (the prompt and the first token on the prefill
+// engine, its blocks stored): the client gets that token and the decode engine continues; a request
+// that ended there is answered; a prefill engine that failed leaves the whole request to the decode
+// engine, as on one engine.
+void handoff(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult& r) {
+  StageRun& run = job->runs.at(0);
+  read_new(run);
+  const PlanStage& st = job->plan.stages[0];
+  const th_route_signal sig = run.signal.signal(routing::stop_of(r.finish_reason));
+  job->cost += stage_cost(st, job->req.prompt.size(), r.tokens.size());
+  if (r.finish_reason == "error" && !job->cancelled) {
+    spdlog::warn("router: {}: prefill engine {} failed ({}); the decode engine {} computes the whole request", job->req.label(),
+                 st.entry->engine.name, r.error, job->plan.stages[1].entry->engine.name);
+    job->path.push_back(hop(st, "failed", uint32_t(r.tokens.size()), &sig));
+    job->runs.clear();
+    ++job->stage;
+    return start_stage(self, job);
+  }
+  forward(*job, run);
+  if (r.finish_reason != "length" || job->cancelled || r.tokens.size() >= job->req.max_tokens) {
+    job->path.push_back(hop(st, "answered", uint32_t(r.tokens.size()), &sig));
+    r.model = st.entry->engine.model;
+    return answer(self, job, std::move(r), "disaggregated");
+  }
+  job->path.push_back(hop(st, "prefilled", uint32_t(r.tokens.size()), &sig));
+  job->handed = run.tokens;
+  job->runs.clear();
+  ++job->stage;
+  start_stage(self, job);
+}
+
 // The end of a stage before the last (seq its sequence): answered with, or escalated from.
 void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t seq, GenerateResult& r) {
   auto& s = self->state;
   if (!s.jobs.count(job->req.id) || job->runs.size() != 1 || job->runs[0].seq != seq) return;  // a stage it left
   if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job, r);
+  if (job->plan.action == TH_ROUTE_DISAGGREGATE) return handoff(self, job, r);
   StageRun& run = job->runs[0];
   read_new(run);
   if (r.finish_reason == "error" && !job->cancelled) return escalate(self, job, "failed");
@@ -454,10 +500,17 @@ void last_stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, Genera
   if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job, r);
   const PlanStage& st = job->plan.stages[job->stage];
   const th_route_signal sig = stream_signal(job->req.stream, routing::stop_of(r.finish_reason));
-  job->cost += stage_cost(st, job->req.prompt.size(), r.tokens.size());
+  job->cost += stage_cost(st, job->req.prompt.size() + job->handed.size(), r.tokens.size());
   job->path.push_back(hop(st, r.finish_reason == "error" ? "failed" : "answered", uint32_t(r.tokens.size()), &sig));
   r.model = st.entry->engine.model;
-  answer(self, job, std::move(r), job->stage == 0 ? "engine" : "escalated");
+  if (!job->handed.empty()) {  // a disaggregated answer: the prefill engine's first token, then the decode engine's
+    std::vector<int32_t> tokens;
+    for (const auto& t : job->handed) tokens.push_back(t.token);
+    r.tokens.insert(r.tokens.begin(), tokens.begin(), tokens.end());
+    if (job->req.logprobs) r.logprobs.insert(r.logprobs.begin(), job->handed.begin(), job->handed.end());
+  }
+  const bool disaggregated = job->plan.action == TH_ROUTE_DISAGGREGATE;
+  answer(self, job, std::move(r), disaggregated ? "disaggregated" : job->stage == 0 ? "engine" : "escalated");
 }
 
 void start_stage(self_ptr self, const std::shared_ptr<RouteJob>& job) {
@@ -466,6 +519,14 @@ void start_stage(self_ptr self, const std::shared_ptr<RouteJob>& job) {
   ++job->engines_run;
   job->answer_started = Clock::now();
   GenerateRequest sub = job->req;
+  if (!job->handed.empty()) {  // a disaggregated request's decode engine: the prompt and the first token
+    for (const auto& t : job->handed) sub.prompt.push_back(t.token);
+    sub.max_tokens -= uint32_t(std::min<size_t>(job->handed.size(), sub.max_tokens));
+  }
+  if (job->plan.action == TH_ROUTE_DISAGGREGATE && job->stage == 0) {
+    sub.max_tokens = 1;  // the prompt and its first token; its blocks stored before it answers
+    sub.kv_handoff = true;
+  }
   if (job->stage + 1 == job->plan.stages.size()) {
     // The last stage streams to the client itself, under the client's sequence id.
     run_on(self, st.entry, std::move(sub), [self, job](GenerateResult& r) { last_stage_done(self, job, r); });

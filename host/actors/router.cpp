@@ -185,6 +185,7 @@ void index_engines(RouterState& s) {
     v.entry = e.get();
     v.name = e->engine.name.c_str();
     v.node = e->engine.node.c_str();
+    v.role = e->engine.role;
     v.rtt = e->engine.rtt_s.get();
     if (const PrefixSummary* summary = e->engine.prefix_summary.get()) {
       v.summary = summary;

@@ -87,6 +87,9 @@ struct RouteJob {
   double cost = 0;
   uint32_t engines_run = 0;
   bool cancelled = false;
+  // DISAGGREGATE: the first stage's tokens (the first token), given to the client and to the second
+  // stage as the end of its prompt.
+  std::vector<SampledToken> handed;
 };
 
 // How long the router takes to decide (the A/B split, the guards, the router plugin and the checks of
@@ -122,6 +125,7 @@ struct CandidateView {
   PrefixSummary::Filter filter{};            // its filter (words NULL without a summary)
   uint32_t block_size = 0;                   // its summary's block size
   uint32_t model = 0;                        // index in RouterState::models
+  th_engine_role role = TH_ROLE_BOTH;        // th_route_request.candidate_roles
 };
 
 struct RouterState {

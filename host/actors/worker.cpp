@@ -494,6 +494,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           r.fault = e;  // the engine stops for it; its loads' blocks go with the rebuilt worker's pool
         }
         r.loads_out = uint32_t(s.connectors->loading());
+        r.saving = s.connectors->saving();
         r.kv = kv_state_after_failure(s.init.kvcache());
         return r;
       },

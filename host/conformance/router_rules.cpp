@@ -2,7 +2,8 @@
 // same requests answer alike; a cascade's escalate() and an ensemble's select() answer within their
 // ranges; no answer is given from a cache to a request that is not deterministic or to another
 // namespace (API key, cache_salt) than the one it was given in; a request as a host before 1.8 sends it
-// (no candidate nodes) is answered as validly as one with them.
+// (no candidate nodes) is answered as validly as one with them; a disaggregation (ABI 1.9, candidates
+// carry random roles) names two different engines of one model.
 #include <optional>
 
 #include "conformance/conformance.hpp"
@@ -17,6 +18,7 @@ struct Request {
   std::vector<uint32_t> cached;  // ABI 1.5: per candidate, whole blocks of 16 short of the last token
   std::vector<const char*> nodes;  // ABI 1.8: per candidate, "" (this process) or a node's name
   std::vector<double> rtt;         // ABI 1.8: 0 for "", else -1 (not yet measured) or a round trip
+  std::vector<th_engine_role> roles;  // ABI 1.9: per candidate, both, prefill or decode
   th_route_request request{};
 };
 
@@ -75,6 +77,9 @@ void random_request(Rng& rng, uint64_t id, Request& q) {
   }
   q.request.candidate_nodes = q.nodes.data();
   q.request.candidate_rtt_s = q.rtt.data();
+  q.roles.clear();
+  for (uint32_t i = 0; i < n; ++i) q.roles.push_back(th_engine_role(uniform(rng, 0, 2)));
+  q.request.candidate_roles = q.roles.data();
 }
 
 // An answer of `n` tokens for q, as the host tells it in feedback.
@@ -117,6 +122,15 @@ std::optional<uint32_t> route(PluginInstance& inst, const Request& q) {
       seen[cascade[i]] = true;
     }
     if (d.action == TH_ROUTE_ENSEMBLE) expect(d.n_samples <= 8, std::to_string(d.n_samples) + " samples per candidate (at most 8)");
+    return cascade[0];
+  }
+  if (d.action == TH_ROUTE_DISAGGREGATE) {  // ABI 1.9: a prefill and a decode engine of one model
+    expect(d.n_cascade == 2, "disaggregation over " + std::to_string(d.n_cascade) + " candidates (2: prefill, decode)");
+    expect(cascade[0] < n && cascade[1] < n && cascade[0] != cascade[1],
+           "disaggregation over candidates " + std::to_string(cascade[0]) + " and " + std::to_string(cascade[1]) + " of " + std::to_string(n));
+    expect(std::string(q.candidates[cascade[0]].model) == q.candidates[cascade[1]].model,
+           "disaggregation over engines of two models (" + std::string(q.candidates[cascade[0]].model) + ", " +
+               q.candidates[cascade[1]].model + ")");
     return cascade[0];
   }
   if (d.action == TH_ROUTE_CACHED) {

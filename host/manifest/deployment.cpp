@@ -234,12 +234,25 @@ SlotDecl read_slot(const TomlReader& r, const PluginCatalog& catalog, const std:
   return slot_of(r, *manifest, slot, t, ctx);
 }
 
+}  // namespace
+
+const char* engine_role_name(th_engine_role role) {
+  return role == TH_ROLE_PREFILL ? "prefill" : role == TH_ROLE_DECODE ? "decode" : "both";
+}
+std::optional<th_engine_role> engine_role_named(const std::string& name) {
+  for (th_engine_role r : {TH_ROLE_BOTH, TH_ROLE_PREFILL, TH_ROLE_DECODE})
+    if (name == engine_role_name(r)) return r;
+  return std::nullopt;
+}
+
+namespace {
+
 EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::string& name, const toml::node& node) {
   std::string ctx = "[engines." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
   std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy",
-                                     "sliding_window", "attention_sinks", "partition"};
+                                     "sliding_window", "attention_sinks", "partition", "role"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -287,6 +300,11 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
                                       (names.empty() ? std::string(" (the manifest declares no [partitions])") : suggestion(*partition, names)));
     }
     e.partition = *partition;
+  }
+  if (auto role = r.optional_string(t, "role", ctx)) {
+    if (auto parsed = engine_role_named(*role)) e.role = *parsed;
+    else r.fail(*t.get("role"), "role '" + *role + "' in " + ctx + " is not one of both, prefill, decode" +
+                                    suggestion(*role, {"both", "prefill", "decode"}));
   }
   // Whole blocks are checked when the engine starts (its kvcache's block size); the context here.
   if (const uint32_t context = model->second.spec.info.context_len;

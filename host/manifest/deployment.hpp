@@ -143,6 +143,9 @@ struct EngineDecl {
   // The compute partition it computes on ([partitions.NAME], manifest/partition_decl.hpp); empty: the
   // process-wide pool, shared with every engine without one.
   std::string partition;
+  // Its role in prefill/decode disaggregation (th_engine_role: TH_ROLE_BOTH, _PREFILL or _DECODE), what
+  // a router reads in th_route_request.candidate_roles; "both" by default.
+  th_engine_role role = TH_ROLE_BOTH;
   std::map<std::string, SlotDecl> slots;  // by kind name: attention, kvcache, scheduler, [moe], [spec_decode]
   // The stacking slots (SlotInfo::stacks: kv_connector) by kind name: their layers, first called first
   // (the manifest's [[engines.NAME.kv_connector]] tables in order, or one [engines.NAME.kv_connector]).
@@ -179,6 +182,10 @@ struct Deployment {
   // `tokenhost admin export` writes back (manifest/manifest_export.hpp).
   toml::table declared;
 };
+
+// An engine role's manifest name ("both", "prefill", "decode") and back (nullopt for another name).
+const char* engine_role_name(th_engine_role role);
+std::optional<th_engine_role> engine_role_named(const std::string& name);
 
 // The model an engine serves as its plugins see it: its model's spec with the engine's kv_dtype.
 ModelSpec engine_model(const Deployment& d, const EngineDecl& engine);

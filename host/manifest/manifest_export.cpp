@@ -39,6 +39,7 @@ toml::table engine_table(const EngineDecl& e) {
     t.insert("attention_sinks", int64_t(e.attention_sinks));
   }
   if (!e.partition.empty()) t.insert("partition", e.partition);
+  if (e.role != TH_ROLE_BOTH) t.insert("role", engine_role_name(e.role));
   for (const auto& [slot, decl] : e.slots) t.insert(slot, slot_table(decl));
   for (const auto& [slot, layers] : e.stacks) {  // [[engines.NAME.slot]], in order
     toml::array a;

@@ -34,6 +34,7 @@ void LocalEngine::abandon(const std::string& why) {
 RoutedEngine LocalEngine::routed() const {
   RoutedEngine r{name(), model(), actor_, facts().prefix_summary, vitals_};
   r.capacity = decl().max_step_seqs;
+  r.role = decl().role;
   return r;
 }
 

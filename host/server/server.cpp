@@ -253,6 +253,7 @@ nlohmann::json Server::status() {
     nlohmann::json j = e.status();
     j["device"] = e.device();
     if (const std::string partition = e.decl().partition; !partition.empty()) j["partition"] = partition;
+    j["role"] = engine_role_name(e.decl().role);
     j["state"] = "serving";
     return j;
   };

@@ -264,7 +264,7 @@ TH_PIN_OFFSET(th_route_candidate, load, 24);
 TH_PIN_OFFSET(th_route_candidate, cost_per_mtok, 32);
 TH_PIN_OFFSET(th_route_candidate, quality, 40);
 TH_PIN_OFFSET(th_route_candidate, healthy, 48);
-TH_PIN_SIZE(th_route_request, 152); /* 88 through ABI 1.6, 136 in 1.7 */
+TH_PIN_SIZE(th_route_request, 160); /* 88 through ABI 1.6, 136 in 1.7, 152 in 1.8 */
 TH_PIN_OFFSET(th_route_request, struct_size, 0);
 TH_PIN_OFFSET(th_route_request, request_id, 8);
 TH_PIN_OFFSET(th_route_request, model, 16);
@@ -284,6 +284,7 @@ TH_PIN_OFFSET(th_route_request, request_class, 120); /* 1.7 */
 TH_PIN_OFFSET(th_route_request, payer, 128); /* 1.7 */
 TH_PIN_OFFSET(th_route_request, candidate_nodes, 136); /* 1.8 */
 TH_PIN_OFFSET(th_route_request, candidate_rtt_s, 144); /* 1.8 */
+TH_PIN_OFFSET(th_route_request, candidate_roles, 152); /* 1.9 */
 TH_PIN_SIZE(th_route_decision, 80); /* 48 through ABI 1.6 */
 TH_PIN_OFFSET(th_route_decision, struct_size, 0);
 TH_PIN_OFFSET(th_route_decision, action, 4);
@@ -425,6 +426,40 @@ TH_PIN_OFFSET(th_spec_decode_vtable, check, 24);
 TH_PIN_OFFSET(th_spec_decode_vtable, propose, 32);
 TH_PIN_OFFSET(th_spec_decode_vtable, accepted, 40);
 TH_PIN_OFFSET(th_spec_decode_vtable, seq_end, 48);
+
+/* th_kv_connector.h (ABI 1.9) */
+TH_PIN_SIZE(th_kv_transfer, 64);
+TH_PIN_OFFSET(th_kv_transfer, struct_size, 0);
+TH_PIN_OFFSET(th_kv_transfer, ticket, 8);
+TH_PIN_OFFSET(th_kv_transfer, namespace_id, 16);
+TH_PIN_OFFSET(th_kv_transfer, keys, 24);
+TH_PIN_OFFSET(th_kv_transfer, blocks, 32);
+TH_PIN_OFFSET(th_kv_transfer, n_blocks, 40);
+TH_PIN_OFFSET(th_kv_transfer, layout, 48);
+TH_PIN_OFFSET(th_kv_transfer, peer, 56);
+TH_PIN_SIZE(th_kv_completion, 24);
+TH_PIN_OFFSET(th_kv_completion, ticket, 0);
+TH_PIN_OFFSET(th_kv_completion, status, 8);
+TH_PIN_OFFSET(th_kv_completion, n_done, 12);
+TH_PIN_OFFSET(th_kv_completion, message, 16);
+TH_PIN_SIZE(th_kv_connector_stats, 48);
+TH_PIN_OFFSET(th_kv_connector_stats, struct_size, 0);
+TH_PIN_OFFSET(th_kv_connector_stats, stored_blocks, 8);
+TH_PIN_OFFSET(th_kv_connector_stats, stored_bytes, 16);
+TH_PIN_OFFSET(th_kv_connector_stats, capacity_bytes, 24);
+TH_PIN_OFFSET(th_kv_connector_stats, evicted_blocks, 32);
+TH_PIN_OFFSET(th_kv_connector_stats, refused_blocks, 40);
+TH_PIN_SIZE(th_kv_connector_vtable, 80);
+TH_PIN_OFFSET(th_kv_connector_vtable, struct_size, 0);
+TH_PIN_OFFSET(th_kv_connector_vtable, create, 8);
+TH_PIN_OFFSET(th_kv_connector_vtable, destroy, 16);
+TH_PIN_OFFSET(th_kv_connector_vtable, check, 24);
+TH_PIN_OFFSET(th_kv_connector_vtable, contains, 32);
+TH_PIN_OFFSET(th_kv_connector_vtable, save, 40);
+TH_PIN_OFFSET(th_kv_connector_vtable, load, 48);
+TH_PIN_OFFSET(th_kv_connector_vtable, poll, 56);
+TH_PIN_OFFSET(th_kv_connector_vtable, cancel, 64);
+TH_PIN_OFFSET(th_kv_connector_vtable, stats, 72);
 
 int main(void) {
   printf("ABI %d.%d: layout of every struct matches the pins\n", TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR);

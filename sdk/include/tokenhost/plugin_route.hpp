@@ -5,7 +5,9 @@
 //     equally near ones;
 //   - candidate_node(), candidate_rtt_s(): where a candidate runs (ABI 1.8; "" and 0 from an older host);
 //     least_loaded_per_model(): one such candidate per model (a cascade's or an ensemble's stages);
-//   - set_target(), set_cascade(), set_cached(): fill a th_route_decision;
+//     least_loaded_if(): among the candidates a predicate takes; candidate_role(): an engine's role in
+//     prefill/decode disaggregation (ABI 1.9; TH_ROLE_BOTH from an older host);
+//   - set_target(), set_cascade(), set_disaggregate() (ABI 1.9), set_cached(): fill a th_route_decision;
 //   - ResponseCache: an exact-match response cache. A request is answered from it only when the host
 //     says the answer is deterministic (th_route_request.deterministic) and an earlier answer had the
 //     same prompt tokens, the same params_key (sampling parameters, max_tokens, model) and the same
@@ -42,11 +44,15 @@ inline double candidate_rtt_s(const th_route_request& request, uint32_t i) {
   return request.candidate_rtt_s[i];
 }
 
-// The healthy candidate with the fewest sequences running; among equals the nearest (the smallest
-// round trip in whole milliseconds, an unmeasured one last), and among equally near ones the first at
-// or after `rotation` (modulo n_candidates), so that equal engines share the load. Throws when none
-// is healthy.
-inline uint32_t least_loaded(const th_route_request& request, uint64_t rotation) {
+// Candidate i's role in prefill/decode disaggregation (ABI 1.9; TH_ROLE_BOTH from an older host).
+inline th_engine_role candidate_role(const th_route_request& request, uint32_t i) {
+  if (!TH_HAS_MEMBER(&request, th_route_request, candidate_roles) || request.candidate_roles == nullptr) return TH_ROLE_BOTH;
+  return request.candidate_roles[i];
+}
+
+// least_loaded() among the healthy candidates `accept(i)` takes; n_candidates when there is none.
+template <class Accept>
+uint32_t least_loaded_if(const th_route_request& request, uint64_t rotation, Accept accept) {
   const uint32_t n = request.n_candidates;
   uint32_t best = n;
   auto distance = [&](uint32_t i) {
@@ -56,12 +62,22 @@ inline uint32_t least_loaded(const th_route_request& request, uint64_t rotation)
   for (uint32_t step = 0; step < n; ++step) {
     const uint32_t i = uint32_t((rotation + step) % n);
     const th_route_candidate& c = request.candidates[i];
-    if (c.healthy == 0) continue;
+    if (c.healthy == 0 || !accept(i)) continue;
     if (best == n || c.running < request.candidates[best].running ||
         (c.running == request.candidates[best].running && distance(i) < distance(best)))
       best = i;
   }
-  if (best == n) throw Error(TH_ERR_UNSUPPORTED, "no healthy engine among " + std::to_string(n) + " candidates");
+  return best;
+}
+
+// The healthy candidate with the fewest sequences running; among equals the nearest (the smallest
+// round trip in whole milliseconds, an unmeasured one last), and among equally near ones the first at
+// or after `rotation` (modulo n_candidates), so that equal engines share the load. Throws when none
+// is healthy.
+inline uint32_t least_loaded(const th_route_request& request, uint64_t rotation) {
+  const uint32_t best = least_loaded_if(request, rotation, [](uint32_t) { return true; });
+  if (best == request.n_candidates)
+    throw Error(TH_ERR_UNSUPPORTED, "no healthy engine among " + std::to_string(request.n_candidates) + " candidates");
   return best;
 }
 
@@ -86,6 +102,15 @@ inline void set_target(th_route_decision& d, uint32_t target) {
   d.action = TH_ROUTE_TARGET;
   d.target = target;
   d.n_cascade = 0;
+}
+
+// Prefill/decode disaggregation (ABI 1.9): the prompt and the first token on candidate `prefill`, the
+// rest on candidate `decode` (two engines of one model).
+inline void set_disaggregate(th_route_decision& d, uint32_t prefill, uint32_t decode) {
+  d.action = TH_ROUTE_DISAGGREGATE;
+  d.n_cascade = 2;
+  d.cascade[0] = prefill;
+  d.cascade[1] = decode;
 }
 
 // A cascade over `order` (candidate indices, cheapest first), checked at every check_every tokens.

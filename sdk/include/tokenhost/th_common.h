@@ -81,7 +81,9 @@ extern "C" {
  *   1.9  KV connectors: the kind TH_KIND_KV_CONNECTOR (th_kv_connector.h: blocks saved to and loaded
  *        from a tier or another engine, asynchronously, keyed by the host); th_seq_state
  *        TH_SEQ_LOADING (a sequence whose cached prefix a connector is writing into its blocks, shown
- *        to schedulers built against 1.9 or later; older ones never see such a sequence). */
+ *        to schedulers built against 1.9 or later; older ones never see such a sequence);
+ *        prefill/decode disaggregation: th_engine_role, th_route_request.candidate_roles and the
+ *        router action TH_ROUTE_DISAGGREGATE (th_router.h). */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 9
 

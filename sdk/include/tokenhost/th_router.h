@@ -22,6 +22,12 @@
 extern "C" {
 #endif
 
+/* ABI 1.9: an engine's role in prefill/decode disaggregation (th_route_request.candidate_roles). */
+typedef int32_t th_engine_role;
+#define TH_ROLE_BOTH 0    /* computes prompts and decodes (the default) */
+#define TH_ROLE_PREFILL 1 /* meant for prompts: the first token, its KV connectors saving the blocks */
+#define TH_ROLE_DECODE 2  /* meant to continue from blocks its KV connectors load */
+
 /* OWNERSHIP of every pointer: host, valid during the call. */
 typedef struct th_route_candidate {
   const char *engine_id;
@@ -83,6 +89,10 @@ typedef struct th_route_request {
    * one's; host 1.8 always sets both. */
   const char *const *candidate_nodes;
   const double *candidate_rtt_s;
+  /* ABI 1.9, parallel to candidates (read it only when TH_HAS_MEMBER says it is there): each engine's
+   * declared role (its manifest's `role`), for prefill/decode disaggregation (TH_ROUTE_DISAGGREGATE).
+   * A role is the operator's intent: the host serves any request on any engine the router picks. */
+  const th_engine_role *candidate_roles;
 } th_route_request;
 
 typedef int32_t th_route_action;
@@ -100,6 +110,15 @@ typedef int32_t th_route_action;
  * differ), then select() picks the answer the client gets (without select(): the highest mean
  * log-probability). Every answer's tokens are accounted as cost. */
 #define TH_ROUTE_ENSEMBLE 3
+/* ABI 1.9. Prefill/decode disaggregation: cascade[0] computes the prompt and the first token (its
+ * request ends there, and its answer waits until its KV connectors have stored the prompt's blocks);
+ * cascade[1] continues from the prompt and that token, finding the prompt's blocks through its own
+ * connectors (a tier the two share), and computes what it does not find. n_cascade is 2, two different
+ * engines of one model. The client sees one stream: the first token as cascade[0] gives it, then
+ * cascade[1]'s. A request whose first token ends it (end of sequence, max_tokens 1) ends at cascade[0].
+ * Greedy answers equal an engine's alone; a sampled one is a sample of the same distribution, its
+ * random draws not the same as one engine's. Host 1.8 refuses the action. */
+#define TH_ROUTE_DISAGGREGATE 4
 
 typedef struct th_route_decision {
   uint32_t struct_size;

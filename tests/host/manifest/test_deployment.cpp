@@ -320,6 +320,13 @@ TEST_CASE("deployment: [partitions] give engines compute pools of their own, and
   CHECK(error_of(kModel + "[partitions.p]\n" + e).find("[partitions.p] needs threads (how many compute threads) or cores (which cores)") != std::string::npos);
   CHECK(error_of(kModel + parts + engine("decod")) == "10:13: engine 'e' names unknown partition 'decod' (did you mean 'decode'?)");
   CHECK(error_of(kModel + engine("decode")) == "6:13: engine 'e' names unknown partition 'decode' (the manifest declares no [partitions])");
+  // An engine's role in prefill/decode disaggregation: both unless it says prefill or decode.
+  CHECK(d.engines.at("e").role == TH_ROLE_BOTH);
+  const std::string roled = kModel + parts + "[engines.e]\nmodel = \"m\"\nrole = \"prefil\"\n" + e.substr(e.find("attention"));
+  CHECK(error_of(roled) == "10:8: role 'prefil' in [engines.e] is not one of both, prefill, decode (did you mean 'prefill'?)");
+  std::string good = roled;
+  good.replace(good.find("prefil\""), 7, "prefill\"");
+  CHECK(read_deployment("r.toml", good).engines.at("e").role == TH_ROLE_PREFILL);
 }
 
 TEST_CASE("deployment: an engine's max_draft and draft_policy bound and steer its speculation", "[manifest]") {

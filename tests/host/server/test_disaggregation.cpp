@@ -1,0 +1,126 @@
+// Prefill/decode disaggregation in one process: a prefill engine computes the prompt and the first token
+// and stores the prompt's KV blocks in a tier both engines share (kv_connector.disk on one folder); the
+// decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
+// attention plugins); the path names both engines; both pools account for every block afterwards;
+// short prompts and one-token answers stay on one engine.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "test_server.hpp"
+
+namespace disaggregation_tests {
+
+using namespace tokenhost;
+using namespace tokenhost::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr uint32_t kBlocks = 128;
+constexpr uint64_t kPerPrompt = 8;  // 67-token prompts: 8 whole blocks of 8 before the last token
+
+std::vector<std::string> prompts() {
+  std::vector<std::string> p;
+  for (int i = 0; i < 4; ++i) p.push_back("story " + std::to_string(i) + ": once upon a time a small robot walked to the sea and sang.");
+  return p;
+}
+
+std::string engine(const std::string& name, const std::string& role, const std::string& kv_dtype, const std::string& attention,
+                   const std::string& folder) {
+  std::string e = "\n[engines." + name + "]\nmodel = \"tiny\"\nkv_dtype = \"" + kv_dtype + "\"\n" +
+                  (role.empty() ? "" : "role = \"" + role + "\"\n") + R"(max_step_tokens = 64
+max_step_seqs = 16
+attention = { plugin = ")" + attention + R"(" }
+kvcache = { plugin = "kvcache.prefix", config = { block_size = 8, n_blocks = )" + std::to_string(kBlocks) + R"( } }
+scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
+)";
+  if (!folder.empty())
+    e += "[[engines." + name + ".kv_connector]]\nplugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\" }\n";
+  return e;
+}
+
+std::string header() {
+  return R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "warn"
+plugins_from_anywhere = true
+)" + tiny_model_toml();
+}
+
+nlohmann::json engine_status(Server& server, const std::string& name) {
+  const nlohmann::json status = server.status();  // held: a range over a temporary's member dangles
+  for (const auto& e : status["engines"])
+    if (e["name"] == name) return e;
+  FAIL("no engine " << name << " in " << status["engines"].dump());
+  return {};
+}
+
+void require_exact_accounting(Server& server, const std::string& name) {
+  const auto e = engine_status(server, name);
+  INFO(name << ": " << e.dump());
+  REQUIRE(e["kv"]["free_blocks"].get<uint32_t>() + e["kv"].value("cached_blocks", 0u) == kBlocks);
+  REQUIRE(e["kv_accounting"]["disagreements"] == 0);
+  REQUIRE(e["kv_connectors"]["loading"] == 0);
+}
+
+struct Folder {
+  fs::path path = fs::temp_directory_path() / ("tokenhost-pd-test-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
+  ~Folder() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, the decode engine loading the prompt's blocks",
+          "[server][disaggregation][kv_connector]") {
+  const std::string kv_dtype = GENERATE(std::string("f16"), std::string("q8_0"));
+  const std::string attention = GENERATE(std::string("attention.reference"), std::string("attention.cpu_flash"));
+  INFO(kv_dtype << " " << attention);
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server one(read_deployment("one.toml", header() + engine("main", "", kv_dtype, attention, "")));
+    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
+  }
+  Folder folder;
+  Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", kv_dtype, attention, folder.path.string()) +
+                                                 engine("decode", "decode", kv_dtype, attention, folder.path.string()) +
+                                                 "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
+  REQUIRE(engine_status(server, "prefill")["role"] == "prefill");
+  for (size_t i = 0; i < prompts().size(); ++i) {
+    auto r = server.gateway().generate(request_for(server, prompts()[i], 6));
+    INFO("prompt " << i << ": " << r.error);
+    REQUIRE(r.finish_reason == "length");
+    REQUIRE(r.tokens == expected[i]);
+    REQUIRE(r.path.size() == 2);
+    REQUIRE(r.path[0].engine == "prefill");
+    REQUIRE(r.path[0].outcome == "prefilled");
+    REQUIRE(r.path[0].tokens == 1);
+    REQUIRE(r.path[1].engine == "decode");
+    REQUIRE(r.path[1].outcome == "answered");
+    REQUIRE(r.path[1].tokens == 5);
+  }
+  const auto prefill = engine_status(server, "prefill")["kv_connectors"]["layers"][0];
+  const auto decode = engine_status(server, "decode")["kv_connectors"]["layers"][0];
+  INFO(prefill.dump() << "\n" << decode.dump());
+  REQUIRE(prefill["saved_blocks"] == kPerPrompt * prompts().size());  // stored before each first token went out
+  REQUIRE(decode["hits"] == prompts().size());
+  REQUIRE(decode["loaded_blocks"] == kPerPrompt * prompts().size());
+  REQUIRE(decode["load_failures"] == 0);
+  require_exact_accounting(server, "prefill");
+  require_exact_accounting(server, "decode");
+
+  // A short prompt stays on the decode engine; a one-token answer ends on the prefill engine.
+  auto short_one = server.gateway().generate(request_for(server, "hello there", 4));
+  REQUIRE(short_one.path.size() == 1);
+  REQUIRE(short_one.path[0].engine == "decode");
+  auto one_token = server.gateway().generate(request_for(server, prompts()[0] + " and then", 1));
+  REQUIRE(one_token.tokens.size() == 1);
+  REQUIRE(one_token.path.size() == 1);
+  REQUIRE(one_token.path[0].engine == "prefill");
+  require_exact_accounting(server, "prefill");
+  require_exact_accounting(server, "decode");
+}
+
+}  // namespace disaggregation_tests
