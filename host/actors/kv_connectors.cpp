@@ -256,9 +256,10 @@ std::vector<KvLoadDone> KvConnectors::poll(const SlotInstances& plugins, PluginI
           cnt.save_seconds += double(now - s->second.started_ns) * 1e-9;
           count_metrics(i, c, "saved_blocks", stored);
           count_metrics(i, c, "saved_bytes", double(stored * image));
-          if (cp.status != TH_OK)
-            spdlog::warn("engine {}: kv_connector #{} {} stored {} of {} blocks: {}: {}", engine_, i, c.id(), stored, s->second.n_blocks,
-                         status_name(cp.status), why);
+          if (cp.status != TH_OK) ++cnt.save_failures;
+          if (cp.status != TH_OK && cnt.save_failures % 100 == 1)
+            spdlog::warn("engine {}: kv_connector #{} {} stored {} of {} blocks ({} such saves): {}: {}", engine_, i, c.id(), stored,
+                         s->second.n_blocks, cnt.save_failures, status_name(cp.status), why);
           saves_.erase(s);
           continue;
         }
@@ -379,6 +380,7 @@ nlohmann::json KvConnectors::status(const SlotInstances& plugins) const {
                       {"loaded_bytes", cnt.loaded_bytes},
                       {"hits", cnt.hits},
                       {"load_failures", cnt.load_failures},
+                      {"save_failures", cnt.save_failures + cnt.saves_refused},
                       {"load_seconds", cnt.load_seconds},
                       {"save_seconds", cnt.save_seconds},
                       {"last_failure", cnt.last_failure}});

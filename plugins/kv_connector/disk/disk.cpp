@@ -319,7 +319,8 @@ class Disk {
   }
   void evict() {
     while (stored_bytes_ > max_bytes_ && !lru_.empty()) {
-      drop(lru_.front(), true);
+      const Id victim = lru_.front();  // a copy: drop() erases the list's element
+      drop(victim, true);
       ++evicted_;
     }
   }

@@ -1,4 +1,4 @@
-// Prefill/decode disaggregation in one process: a prefill engine computes the prompt and the first token
+// Prefill/decode disaggregation in one process (stories260K): a prefill engine computes the prompt and the first token
 // and stores the prompt's KV blocks in a tier both engines share (kv_connector.disk on one folder); the
 // decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
 // attention plugins); the path names both engines; both pools account for every block afterwards;
@@ -40,6 +40,7 @@ scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
   return e;
 }
 
+// stories260K, the real model compiled into the binary, under the name the engines use.
 std::string header() {
   return R"(
 [server]
@@ -47,7 +48,11 @@ listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
 plugins_from_anywhere = true
-)" + tiny_model_toml();
+
+[models.tiny]
+source = "builtin"
+name = "stories260K"
+)";
 }
 
 nlohmann::json engine_status(Server& server, const std::string& name) {

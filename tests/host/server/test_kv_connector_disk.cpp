@@ -33,7 +33,7 @@ std::vector<std::string> long_prompts() {
 }
 
 std::string manifest(const std::string& kv_dtype, const std::string& attention, const std::string& folder, int seed = 7,
-                     bool connector = true) {
+                     bool connector = true, const std::string& connector_extra = "") {
   std::string m = R"(
 [server]
 listen = "127.0.0.1:0"
@@ -59,7 +59,8 @@ kvcache = { plugin = "kvcache.prefix", config = { block_size = )" + std::to_stri
                   std::to_string(kBlocks) + R"( } }
 scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
 )";
-  if (connector) m += "[[engines.main.kv_connector]]\nplugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\" }\n";
+  if (connector)
+    m += "[[engines.main.kv_connector]]\nplugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\"" + connector_extra + " }\n";
   return m;
 }
 
@@ -213,6 +214,16 @@ TEST_CASE("kv_connector.disk: another model on the same folder finds nothing of 
   REQUIRE(run_all(other) == expected);
   REQUIRE(tier(other)["hits"] == 0);
   REQUIRE(tier(other)["loaded_blocks"] == 0);
+  // Nor does another client of the same model (another cache_salt: another namespace).
+  {
+    Server salted(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
+    for (const auto& p : long_prompts()) {
+      GenerateRequest r = request_for(salted, p, 6);
+      r.cache_salt = "another client";
+      REQUIRE(salted.gateway().generate(r).finish_reason == "length");
+    }
+    REQUIRE(tier(salted)["hits"] == 0);
+  }
   // Nor does a q8_0 cache of the same model: the KV shape is part of every key.
   Server q8(read_deployment("disk.toml", manifest("q8_0", "attention.reference", folder.path.string())));
   run_all(q8);
@@ -369,6 +380,95 @@ TEST_CASE("kv_connector: a request cancelled while its blocks load gives every b
   // The next ask of that prompt loads it and answers as computed.
   REQUIRE(server.gateway().generate(request_for(server, long_prompts()[0], 6)).tokens == expected[0]);
   REQUIRE(tier(server)["loaded_blocks"] == kPerPrompt);
+  require_exact_accounting(server);
+}
+
+}  // namespace kv_connector_disk_tests
+
+namespace kv_connector_disk_tests {
+
+TEST_CASE("kv_connector.disk: the folder stays within max_bytes, the least recently used blocks going first", "[server][kv_connector]") {
+  Folder folder;
+  constexpr uint64_t kFile = 64 + 1024;  // the header and a block of the tiny model in f16
+  const uint64_t cap = 10 * kFile + 100;
+  Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string(), 7, true,
+                                                      ", max_bytes = " + std::to_string(cap))));
+  const auto expected = run_all(server);
+  for (int i = 0; i < 500 && tier(server)["evicted_blocks"].get<uint64_t>() < kPerPrompt * long_prompts().size() - 10; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto t = tier(server);
+  INFO(t.dump());
+  REQUIRE(t["stored_blocks"] == 10);
+  REQUIRE(t["stored_bytes"].get<uint64_t>() <= cap);
+  REQUIRE(t["evicted_blocks"] == kPerPrompt * long_prompts().size() - 10);
+  uint64_t on_disk = 0;
+  for (const auto& f : block_files(folder.path)) on_disk += fs::file_size(f);
+  REQUIRE(on_disk <= cap);
+  // The newest blocks are the last prompt's: flushed from memory, it loads what the tier kept.
+  server.flush_prefix_cache("main");
+  REQUIRE(server.gateway().generate(request_for(server, long_prompts().back(), 6)).tokens == expected.back());
+  REQUIRE(tier(server)["loaded_blocks"] == kPerPrompt);
+  require_exact_accounting(server);
+}
+
+TEST_CASE("kv_connector.disk: a folder it cannot write is an error in the log, not a failed request", "[server][kv_connector]") {
+  Folder folder;
+  Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
+  // The folder gives way to a file: no block file can be made under it.
+  fs::remove_all(folder.path);
+  std::ofstream(folder.path) << "not a folder";
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server plain(read_deployment("plain.toml", manifest("f16", "attention.reference", "", 7, false)));
+    expected = run_all(plain);
+  }
+  REQUIRE(run_all(server) == expected);
+  for (int i = 0; i < 500 && tier(server)["save_failures"].get<uint64_t>() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto t = tier(server);
+  INFO(t.dump());
+  REQUIRE(t["save_failures"].get<uint64_t>() > 0);
+  REQUIRE(t["stored_blocks"] == 0);
+  require_exact_accounting(server);
+  fs::remove(folder.path);
+}
+
+TEST_CASE("kv_connector: layers replaced under load lose no request and change no answer", "[server][kv_connector][admin]") {
+  Folder a, b;
+  Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", a.path.string())));
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server plain(read_deployment("plain.toml", manifest("f16", "attention.reference", "", 7, false)));
+    expected = run_all(plain);
+  }
+  std::vector<std::future<GenerateResult>> answers;
+  for (int round = 0; round < 4; ++round)
+    for (const auto& p : long_prompts())
+      answers.push_back(std::async(std::launch::async, [&server, p] { return server.gateway().generate(request_for(server, p, 6)); }));
+  // Meanwhile the tier is replaced, back and forth, and the memory cache flushed (loads follow).
+  for (int i = 0; i < 6; ++i) {
+    toml::table config;
+    config.insert("folder", (i % 2 ? a : b).path.string());
+    for (int tries = 0;; ++tries) {  // a layer with loads out is refused until they are done
+      try {
+        server.change_layer("main", "kv_connector", SlotSwap::LayerOp::replace, 0, "kv_connector.disk", config);
+        break;
+      } catch (const AdminError& e) {
+        REQUIRE_THAT(std::string(e.what()), Catch::Matchers::Contains("load(s) out"));
+        REQUIRE(tries < 1000);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    server.flush_prefix_cache("main");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    auto r = answers[i].get();
+    INFO("request " << i << ": " << r.error);
+    REQUIRE(r.finish_reason == "length");
+    REQUIRE(r.tokens == expected[i % expected.size()]);
+  }
+  for (int i = 0; i < 500 && server.status()["engines"][0]["kv_connectors"]["loading"].get<uint64_t>() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   require_exact_accounting(server);
 }
 
