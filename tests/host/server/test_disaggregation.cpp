@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <future>
+#include <thread>
 
 #include "test_server.hpp"
 
@@ -126,6 +128,63 @@ TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, t
   REQUIRE(one_token.path[0].engine == "prefill");
   require_exact_accounting(server, "prefill");
   require_exact_accounting(server, "decode");
+}
+
+}  // namespace disaggregation_tests
+
+namespace disaggregation_tests {
+
+TEST_CASE("disaggregation: a failed prefill engine leaves the request to the decode engine; cancelled requests free both sides",
+          "[server][disaggregation][kv_connector]") {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
+    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
+  }
+  Folder folder;
+  const std::string router = "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
+  SECTION("the prefill engine's attention throws at its first step") {
+    std::string prefill = engine("prefill", "prefill", "f16", "attention.reference", folder.path.string());
+    prefill.replace(prefill.find("attention = { plugin = \"attention.reference\" }"), std::string("attention = { plugin = \"attention.reference\" }").size(),
+                    "attention = { plugin = \"attention.faulty\", config = { fault_on_call = 1 } }");
+    std::string manifest = header() + prefill + engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + router;
+    manifest.insert(manifest.find("plugins_from_anywhere = true\n") + 29, "plugin_paths = [\"" + fixture_dir() + "/attention_faulty\"]\n");
+    Server server(read_deployment("pd.toml", manifest));
+    auto r = server.gateway().generate(request_for(server, prompts()[0], 6));
+    INFO(r.error);
+    REQUIRE(r.finish_reason == "length");
+    REQUIRE(r.tokens == expected[0]);  // computed whole on the decode engine
+    REQUIRE(r.path.size() == 2);
+    REQUIRE(r.path[0].engine == "prefill");
+    REQUIRE(r.path[0].outcome == "failed");
+    REQUIRE(r.path[1].engine == "decode");
+    REQUIRE(r.path[1].outcome == "answered");
+    require_exact_accounting(server, "decode");
+  }
+  SECTION("cancelled before the first token, and while the decode engine streams") {
+    Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) +
+                                                   engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + router));
+    for (int at_token : {0, 3}) {
+      INFO("cancelled after " << at_token << " tokens");
+      GenerateRequest r = request_for(server, prompts()[1], 200);
+      auto stream = std::make_shared<TokenStream>();
+      r.stream = stream;
+      auto answer = std::async(std::launch::async, [&server, r] { return server.gateway().generate(r); });
+      for (int i = 0; i < 5000 && stream->wait(0, std::chrono::milliseconds(0)).tokens.size() < size_t(at_token); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      stream->cancel();
+      const auto result = answer.get();
+      REQUIRE(result.finish_reason == "cancelled");
+      REQUIRE(result.tokens.size() < 200);
+    }
+    // Both pools give every block back once the engines are idle.
+    for (int i = 0; i < 500 && (engine_status(server, "prefill")["sequences"] != 0 || engine_status(server, "decode")["sequences"] != 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    require_exact_accounting(server, "prefill");
+    require_exact_accounting(server, "decode");
+    // And serve the next request as before.
+    REQUIRE(server.gateway().generate(request_for(server, prompts()[2], 6)).tokens == expected[2]);
+  }
 }
 
 }  // namespace disaggregation_tests
