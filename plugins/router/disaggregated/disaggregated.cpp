@@ -2,7 +2,9 @@
 // min_prompt_tokens or more goes to the least loaded engine whose role is prefill, for its prompt and
 // first token, then to the least loaded decode engine of the same model, which loads the prompt's KV
 // blocks through the connectors the two share. A shorter prompt, or a request for which no such pair
-// is healthy, goes to the least loaded engine that decodes (role decode or both), else to any.
+// is healthy, goes to the least loaded engine that decodes (role decode or both), else to any. With
+// split off it disaggregates nothing and prefers engines whose role is both: the colocated arm of an A/B
+// experiment against itself with split on.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_route.hpp>
 
@@ -24,13 +26,19 @@ th_status check(const th_check_query* query, th_error* err) {
 
 class Disaggregated {
  public:
-  explicit Disaggregated(const th_create_args& args) : min_prompt_(uint32_t(sdk::Config(args.config).require_int("min_prompt_tokens"))) {}
+  explicit Disaggregated(const th_create_args& args)
+      : min_prompt_(uint32_t(sdk::Config(args.config).require_int("min_prompt_tokens"))),
+        split_(sdk::Config(args.config).require_bool("split")) {}
 
   void route(const th_route_request& r, th_route_decision& d) {
     if (r.n_candidates == 0 || r.candidates == nullptr) throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": the request has no candidates");
     const uint64_t turn = rotation_++;
     auto role = [&](uint32_t i) { return sdk::candidate_role(r, i); };
-    if (r.n_tokens >= min_prompt_) {
+    if (!split_) {  // colocated: engines that do both first
+      const uint32_t both = sdk::least_loaded_if(r, turn, [&](uint32_t i) { return role(i) == TH_ROLE_BOTH; });
+      if (both < r.n_candidates) return sdk::set_target(d, both);
+    }
+    if (split_ && r.n_tokens >= min_prompt_) {
       const uint32_t prefill = sdk::least_loaded_if(r, turn, [&](uint32_t i) { return role(i) == TH_ROLE_PREFILL; });
       if (prefill < r.n_candidates) {
         const char* model = r.candidates[prefill].model;
@@ -45,6 +53,7 @@ class Disaggregated {
 
  private:
   uint32_t min_prompt_;
+  bool split_;
   uint64_t rotation_ = 0;
 };
 

@@ -134,7 +134,7 @@ TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, t
 
 namespace disaggregation_tests {
 
-TEST_CASE("disaggregation: a failed prefill engine leaves the request to the decode engine; cancelled requests free both sides",
+TEST_CASE("disaggregation: a failed prefill engine leaves the request to the decode engine, and cancelled requests free both sides",
           "[server][disaggregation][kv_connector]") {
   std::vector<std::vector<int32_t>> expected;
   {
@@ -185,6 +185,56 @@ TEST_CASE("disaggregation: a failed prefill engine leaves the request to the dec
     // And serve the next request as before.
     REQUIRE(server.gateway().generate(request_for(server, prompts()[2], 6)).tokens == expected[2]);
   }
+}
+
+}  // namespace disaggregation_tests
+
+namespace disaggregation_tests {
+
+TEST_CASE("disaggregation: an A/B experiment compares colocated against disaggregated serving on live traffic",
+          "[server][disaggregation][experiments]") {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
+    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
+  }
+  Folder folder;
+  Server server(read_deployment("ab.toml", header() + engine("colocated", "both", "f16", "attention.reference", "") +
+                                                engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) +
+                                                engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + R"(
+[experiments.pd]
+model = "tiny"
+sticky_key = "none"
+arms = [
+  { name = "colocated", router = "router.disaggregated", config = { split = false, min_prompt_tokens = 16 }, percent = 50 },
+  { name = "disaggregated", router = "router.disaggregated", config = { min_prompt_tokens = 16 }, percent = 50 },
+]
+)"));
+  int split = 0, whole = 0;
+  for (int i = 0; i < 16; ++i) {
+    const size_t k = size_t(i) % prompts().size();
+    auto r = server.gateway().generate(request_for(server, prompts()[k], 6));
+    INFO("request " << i << ": " << r.error);
+    REQUIRE(r.tokens == expected[k]);
+    if (r.path.size() == 2) {  // the disaggregated arm: prefill, then decode
+      REQUIRE(r.path[0].engine == "prefill");
+      REQUIRE(r.path[1].engine == "decode");
+      ++split;
+    } else {  // the colocated arm: the engine that does both
+      REQUIRE(r.path.size() == 1);
+      REQUIRE(r.path[0].engine == "colocated");
+      ++whole;
+    }
+  }
+  const auto arms = server.experiment_report("pd")["arms"];
+  REQUIRE(arms.size() == 2);
+  REQUIRE(arms[0]["requests"].get<int>() == whole);
+  REQUIRE(arms[1]["requests"].get<int>() == split);
+  REQUIRE(whole > 0);
+  REQUIRE(split > 0);
+  REQUIRE(arms[1]["ttft_s"]["n"].get<int>() == split);
+  require_exact_accounting(server, "prefill");
+  require_exact_accounting(server, "decode");
 }
 
 }  // namespace disaggregation_tests
