@@ -238,3 +238,27 @@ arms = [
 }
 
 }  // namespace disaggregation_tests
+
+namespace disaggregation_tests {
+
+TEST_CASE("disaggregation: a decode engine that fails ends the request with its error and frees the prefill engine's blocks",
+          "[server][disaggregation][kv_connector]") {
+  Folder folder;
+  std::string decode = engine("decode", "decode", "f16", "attention.reference", folder.path.string());
+  decode.replace(decode.find("attention = { plugin = \"attention.reference\" }"), std::string("attention = { plugin = \"attention.reference\" }").size(),
+                 "attention = { plugin = \"attention.faulty\", config = { fault_on_call = 1 } }");
+  std::string manifest = header() + engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) + decode +
+                         "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
+  manifest.insert(manifest.find("plugins_from_anywhere = true\n") + 29, "plugin_paths = [\"" + fixture_dir() + "/attention_faulty\"]\n");
+  Server server(read_deployment("pd.toml", manifest));
+  auto r = server.gateway().generate(request_for(server, prompts()[0], 6));
+  REQUIRE(r.finish_reason == "error");
+  REQUIRE_THAT(r.error, Catch::Matchers::Contains("attention.faulty"));
+  REQUIRE(r.path.size() == 2);
+  REQUIRE(r.path[0].outcome == "prefilled");
+  REQUIRE(r.path[1].engine == "decode");
+  REQUIRE(r.path[1].outcome == "failed");
+  require_exact_accounting(server, "prefill");
+}
+
+}  // namespace disaggregation_tests
