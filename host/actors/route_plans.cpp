@@ -494,10 +494,31 @@ void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t se
   answer(self, job, std::move(r), job->stage == 0 ? "cascade_first" : "escalated");
 }
 
+void last_stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult& r);
+
+// A disaggregated request whose decode engine failed before its first token (a full pool, a fault): the
+// prefill engine, whose memory cache holds the prompt's blocks, continues in its place.
+void decode_on_prefill_engine(self_ptr self, const std::shared_ptr<RouteJob>& job, const GenerateResult& failed) {
+  const PlanStage& decode = job->plan.stages[1];
+  spdlog::warn("router: {}: decode engine {} failed before its first token ({}); prefill engine {} continues", job->req.label(),
+               decode.entry->engine.name, failed.error, job->plan.stages[0].entry->engine.name);
+  job->path.push_back(hop(decode, "failed", 0, nullptr));
+  job->decode_rerouted = true;
+  job->stage = 0;
+  ++job->engines_run;
+  GenerateRequest sub = job->req;
+  for (const auto& t : job->handed) sub.prompt.push_back(t.token);
+  sub.max_tokens -= uint32_t(std::min<size_t>(job->handed.size(), sub.max_tokens));
+  run_on(self, job->plan.stages[0].entry, std::move(sub), [self, job](GenerateResult& r) { last_stage_done(self, job, r); });
+}
+
 // The end of the last stage (or the only one): its tokens went to the client as they came.
 void last_stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult& r) {
   if (!self->state.jobs.count(job->req.id)) return;
   if (r.finish_reason == GenerateResult::kRerouted) return restart(self, job, r);
+  if (job->plan.action == TH_ROUTE_DISAGGREGATE && job->stage == 1 && !job->handed.empty() && !job->decode_rerouted &&
+      r.finish_reason == "error" && r.tokens.empty() && !job->cancelled)
+    return decode_on_prefill_engine(self, job, r);
   const PlanStage& st = job->plan.stages[job->stage];
   const th_route_signal sig = stream_signal(job->req.stream, routing::stop_of(r.finish_reason));
   job->cost += stage_cost(st, job->req.prompt.size() + job->handed.size(), r.tokens.size());

@@ -90,6 +90,7 @@ struct RouteJob {
   // DISAGGREGATE: the first stage's tokens (the first token), given to the client and to the second
   // stage as the end of its prompt.
   std::vector<SampledToken> handed;
+  bool decode_rerouted = false;  // its decode engine failed before a token: the prefill engine went on
 };
 
 // How long the router takes to decide (the A/B split, the guards, the router plugin and the checks of
