@@ -45,10 +45,9 @@ uint64_t sample(uint64_t h, const WeightView& w) {
 
 SlotId connector_slot() { return slot_of(TH_KIND_KV_CONNECTOR); }
 
-const th_kv_layout* layout_of(PluginInstance& kv) {
-  const th_kv_layout* layout = nullptr;
-  th_error err;
-  if (kv.call(&th_kvcache_vtable::get_layout, "get_layout", kv.handle(), &layout, &err) != TH_OK) return nullptr;
+// The kvcache's layout when it has whole blocks to move (plugin/instance.hpp's kv_layout), else NULL.
+const th_kv_layout* layout_of(const PluginInstance& kv) {
+  const th_kv_layout* layout = kv_layout(kv);
   return layout != nullptr && layout->block_size > 0 ? layout : nullptr;
 }
 
@@ -130,12 +129,13 @@ uint32_t KvConnectors::start_load(const SlotInstances& plugins, PluginInstance& 
   Seq& seq = seqs_[seq_id];
   seq.cache_ns = cache_ns;
   seq.prompt = prompt;
+  seq.keys.clear();
   seq.saved_blocks = n_cached / bs;
   // Whole blocks only, and never the last prompt token (its logits give the first token).
   if (prompt.size() < 2 || n_cached % bs != 0) return 0;
   const uint32_t first = n_cached / bs, last = uint32_t(prompt.size() - 1) / bs;
   if (first >= last) return 0;
-  std::vector<uint64_t> keys;
+  std::vector<uint64_t>& keys = seq.keys;
   extend_prefix_block_keys(cache_ns, prompt, last * bs, bs, keys);
   const uint64_t ns = namespace_of(cache_ns, *layout);
   const auto& stack = plugins.stack(connector_slot());
@@ -210,7 +210,7 @@ void KvConnectors::save_step(const SlotInstances& plugins, PluginInstance& kv, c
     if (done <= seq.saved_blocks) continue;
     const uint32_t from = seq.saved_blocks;
     seq.saved_blocks = done;
-    std::vector<uint64_t> keys;
+    std::vector<uint64_t>& keys = seq.keys;  // only the blocks this step completed are hashed
     extend_prefix_block_keys(seq.cache_ns, seq.prompt, done * bs, bs, keys);
     const std::vector<int32_t> table = block_table(kv, item.seq_id);
     if (!blocks_valid(table, from, done - from, *layout)) continue;

@@ -80,6 +80,7 @@ class KvConnectors {
   struct Seq {
     uint64_t cache_ns = 0;
     std::vector<int32_t> prompt;
+    std::vector<uint64_t> keys;  // of its prompt's first whole blocks, extended as they are needed
     uint32_t saved_blocks = 0;  // the prompt's leading whole blocks the tiers have (or were given)
   };
   struct Load {

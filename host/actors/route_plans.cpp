@@ -496,6 +496,15 @@ void stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, uint64_t se
 
 void last_stage_done(self_ptr self, const std::shared_ptr<RouteJob>& job, GenerateResult& r);
 
+// The client's request as an engine continues it: after a disaggregated request's first stage, with the
+// tokens handed on at the end of its prompt and taken off its max_tokens.
+GenerateRequest continuation(const RouteJob& job) {
+  GenerateRequest sub = job.req;
+  for (const auto& t : job.handed) sub.prompt.push_back(t.token);
+  sub.max_tokens -= uint32_t(std::min<size_t>(job.handed.size(), sub.max_tokens));
+  return sub;
+}
+
 // A disaggregated request whose decode engine failed before its first token (a full pool, a fault): the
 // prefill engine, whose memory cache holds the prompt's blocks, continues in its place.
 void decode_on_prefill_engine(self_ptr self, const std::shared_ptr<RouteJob>& job, const GenerateResult& failed) {
@@ -506,10 +515,7 @@ void decode_on_prefill_engine(self_ptr self, const std::shared_ptr<RouteJob>& jo
   job->decode_rerouted = true;
   job->stage = 0;
   ++job->engines_run;
-  GenerateRequest sub = job->req;
-  for (const auto& t : job->handed) sub.prompt.push_back(t.token);
-  sub.max_tokens -= uint32_t(std::min<size_t>(job->handed.size(), sub.max_tokens));
-  run_on(self, job->plan.stages[0].entry, std::move(sub), [self, job](GenerateResult& r) { last_stage_done(self, job, r); });
+  run_on(self, job->plan.stages[0].entry, continuation(*job), [self, job](GenerateResult& r) { last_stage_done(self, job, r); });
 }
 
 // The end of the last stage (or the only one): its tokens went to the client as they came.
@@ -539,11 +545,7 @@ void start_stage(self_ptr self, const std::shared_ptr<RouteJob>& job) {
   const PlanStage& st = job->plan.stages[job->stage];
   ++job->engines_run;
   job->answer_started = Clock::now();
-  GenerateRequest sub = job->req;
-  if (!job->handed.empty()) {  // a disaggregated request's decode engine: the prompt and the first token
-    for (const auto& t : job->handed) sub.prompt.push_back(t.token);
-    sub.max_tokens -= uint32_t(std::min<size_t>(job->handed.size(), sub.max_tokens));
-  }
+  GenerateRequest sub = continuation(*job);  // a disaggregated request's decode engine: the prompt and the first token
   if (job->plan.action == TH_ROUTE_DISAGGREGATE && job->stage == 0) {
     sub.max_tokens = 1;  // the prompt and its first token; its blocks stored before it answers
     sub.kv_handoff = true;

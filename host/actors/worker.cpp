@@ -59,8 +59,6 @@ void reserve_drafts(StepBatch& batch, PluginInstance& kv) {
   }
 }
 
-const th_kv_layout* kv_layout(const PluginInstance& kvcache);
-
 // A tree's accepted path (draft token indices, root first) lies at the positions of those tokens; the
 // sequence goes on from the first positions after its own tokens: each accepted token's keys and
 // values move there (in path order: a token's index is at least its depth, so no move overwrites a
@@ -187,14 +185,6 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
     result.accepted.push_back(uint32_t(run.size() - 1));
     result.sampled.insert(result.sampled.end(), run.begin(), run.end());
   }
-}
-
-// The kvcache's published layout, or null when it has none to give.
-const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
-  const th_kv_layout* layout = nullptr;
-  th_error err;
-  kvcache.call(&th_kvcache_vtable::get_layout, "get_layout", kvcache.handle(), &layout, &err);
-  return layout;
 }
 
 KvState kv_state(const PluginInstance& kvcache) {

@@ -36,4 +36,31 @@ inline std::optional<nlohmann::json> parse_body(const HttpRequest& req, HttpResp
   return std::move(body.value());
 }
 
+// A plugin for a slot or a stack's layer: {"plugin": ID, "config": {...}} (config optional), or nullopt
+// after replying 400 naming what was wrong.
+struct PluginChoice {
+  std::string plugin;
+  nlohmann::json config;
+};
+inline std::optional<PluginChoice> parse_plugin_choice(const HttpRequest& req, HttpResponse& res) {
+  auto body = parse_body(req, res);
+  if (!body) return std::nullopt;
+  auto plugin = body->find("plugin");
+  if (plugin == body->end() || !plugin->is_string()) {
+    reply_error(res, 400, "field 'plugin' (a plugin id string) is required", "invalid_request_error");
+    return std::nullopt;
+  }
+  for (const auto& [k, v] : body->items())
+    if (k != "plugin" && k != "config") {
+      reply_error(res, 400, "unknown field '" + k + "' (expected 'plugin' and 'config')", "invalid_request_error");
+      return std::nullopt;
+    }
+  PluginChoice choice{plugin->get<std::string>(), body->value("config", nlohmann::json::object())};
+  if (!choice.config.is_object()) {
+    reply_error(res, 400, "'config' must be an object", "invalid_request_error");
+    return std::nullopt;
+  }
+  return choice;
+}
+
 }  // namespace tokenhost

@@ -220,18 +220,10 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   });
 
   auto set_slot = [this](const std::string& engine, const std::string& slot, const HttpRequest& req, HttpResponse& res) {
-    auto body = parse_body(req, res);
-    if (!body) return;
-    auto plugin = body->find("plugin");
-    if (plugin == body->end() || !plugin->is_string())
-      return reply_error(res, 400, "field 'plugin' (a plugin id string) is required", "invalid_request_error");
-    for (const auto& [k, v] : body->items())
-      if (k != "plugin" && k != "config")
-        return reply_error(res, 400, "unknown field '" + k + "' (expected 'plugin' and 'config')", "invalid_request_error");
-    json config = body->value("config", json::object());
-    if (!config.is_object()) return reply_error(res, 400, "'config' must be an object", "invalid_request_error");
+    const auto choice = parse_plugin_choice(req, res);
+    if (!choice) return;
     try {
-      std::string change = server_.set_slot(engine, slot, plugin->get<std::string>(), json_to_toml(config));
+      std::string change = server_.set_slot(engine, slot, choice->plugin, json_to_toml(choice->config));
       reply_json(res, {{"ok", true}, {"change", change}});
     } catch (const AdminError& e) {
       reply_error(res, e.http_status, e.what(), "admin_error");
@@ -249,24 +241,16 @@ HttpServers::HttpServers(Server& server) : server_(server) {
   // A stacking slot's layers (kv_connector): POST .../layers appends, POST .../layers/N replaces layer N,
   // POST .../layers/N?insert=1 inserts before it, DELETE .../layers/N removes it.
   auto change_layer = [this](const HttpRequest& req, HttpResponse& res, SlotSwap::LayerOp op, std::optional<uint32_t> position) {
-    std::string plugin;
-    json config = json::object();
+    PluginChoice choice{"", json::object()};  // a removal names no plugin
     if (op != SlotSwap::LayerOp::remove) {
-      auto body = parse_body(req, res);
-      if (!body) return;
-      for (const auto& [k, v] : body->items())
-        if (k != "plugin" && k != "config")
-          return reply_error(res, 400, "unknown field '" + k + "' (expected 'plugin' and 'config')", "invalid_request_error");
-      auto p = body->find("plugin");
-      if (p == body->end() || !p->is_string())
-        return reply_error(res, 400, "field 'plugin' (a plugin id string) is required", "invalid_request_error");
-      plugin = p->get<std::string>();
-      config = body->value("config", json::object());
-      if (!config.is_object()) return reply_error(res, 400, "'config' must be an object", "invalid_request_error");
+      auto parsed = parse_plugin_choice(req, res);
+      if (!parsed) return;
+      choice = std::move(*parsed);
     }
     try {
       const uint32_t at = position.value_or(Server::kAppendLayer);
-      reply_json(res, {{"ok", true}, {"change", server_.change_layer(req.matches[1], req.matches[2], op, at, plugin, json_to_toml(config))}});
+      reply_json(res, {{"ok", true},
+                       {"change", server_.change_layer(req.matches[1], req.matches[2], op, at, choice.plugin, json_to_toml(choice.config))}});
     } catch (const AdminError& e) {
       reply_error(res, e.http_status, e.what(), "admin_error");
     } catch (const std::invalid_argument& e) {

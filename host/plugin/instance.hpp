@@ -114,6 +114,15 @@ class SlotInstances {
   std::vector<std::vector<std::shared_ptr<PluginInstance>>> by_slot_;
 };
 
+// The layout a kvcache instance publishes (th_kvcache_vtable.get_layout), or NULL when its call fails or
+// gives none. What the layout's members hold is for the caller to check.
+inline const th_kv_layout* kv_layout(const PluginInstance& kvcache) {
+  const th_kv_layout* layout = nullptr;
+  th_error err;
+  if (kvcache.call(&th_kvcache_vtable::get_layout, "get_layout", kvcache.handle(), &layout, &err) != TH_OK) return nullptr;
+  return layout;
+}
+
 // Whether a kvcache instance caches prefixes: it has seq_lookup, seq_publish and cache_flush (ABI 1.5,
 // th_kvcache.h), which the loader accepts all three or none.
 inline bool caches_prefixes(const PluginInstance& kvcache) {

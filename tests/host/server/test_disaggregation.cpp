@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "files.hpp"
 #include "test_server.hpp"
 
 namespace disaggregation_tests {
@@ -73,11 +74,6 @@ void require_exact_accounting(Server& server, const std::string& name) {
   REQUIRE(e["kv_connectors"]["loading"] == 0);
 }
 
-struct Folder {
-  fs::path path = fs::temp_directory_path() / ("tokenhost-pd-test-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
-  ~Folder() { fs::remove_all(path); }
-};
-
 }  // namespace
 
 TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, the decode engine loading the prompt's blocks",
@@ -90,7 +86,7 @@ TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, t
     Server one(read_deployment("one.toml", header() + engine("main", "", kv_dtype, attention, "")));
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
-  Folder folder;
+  TempDir folder;
   Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", kv_dtype, attention, folder.path.string()) +
                                                  engine("decode", "decode", kv_dtype, attention, folder.path.string()) +
                                                  "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
@@ -141,7 +137,7 @@ TEST_CASE("disaggregation: a failed prefill engine leaves the request to the dec
     Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
-  Folder folder;
+  TempDir folder;
   const std::string router = "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
   SECTION("the prefill engine's attention throws at its first step") {
     std::string prefill = engine("prefill", "prefill", "f16", "attention.reference", folder.path.string());
@@ -198,7 +194,7 @@ TEST_CASE("disaggregation: an A/B experiment compares colocated against disaggre
     Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
-  Folder folder;
+  TempDir folder;
   Server server(read_deployment("ab.toml", header() + engine("colocated", "both", "f16", "attention.reference", "") +
                                                 engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) +
                                                 engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + R"(
@@ -248,7 +244,7 @@ TEST_CASE("disaggregation: a decode engine that fails before its first token lea
     Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
-  Folder folder;
+  TempDir folder;
   std::string decode = engine("decode", "decode", "f16", "attention.reference", folder.path.string());
   // Its attention throws at its first step.
   decode.replace(decode.find("attention = { plugin = \"attention.reference\" }"), std::string("attention = { plugin = \"attention.reference\" }").size(),

@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "files.hpp"
 #include "test_server.hpp"
 
 namespace kv_connector_disk_tests {
@@ -95,11 +96,6 @@ void require_exact_accounting(Server& server) {
   REQUIRE(e["kv_connectors"]["loading"] == 0);
 }
 
-struct Folder {
-  fs::path path = fs::temp_directory_path() / ("tokenhost-kv-test-" + std::to_string(::getpid()) + "-" + std::to_string(rand()));
-  ~Folder() { fs::remove_all(path); }
-};
-
 std::vector<fs::path> block_files(const fs::path& folder) {
   std::vector<fs::path> files;
   for (const auto& f : fs::recursive_directory_iterator(folder))
@@ -115,7 +111,7 @@ TEST_CASE("kv_connector.disk: a restarted server loads its prompts' blocks from 
   const std::string kv_dtype = GENERATE(std::string("f16"), std::string("q8_0"));
   const std::string attention = GENERATE(std::string("attention.reference"), std::string("attention.cpu_flash"));
   INFO(kv_dtype << " " << attention);
-  Folder folder;
+  TempDir folder;
   std::vector<std::vector<int32_t>> expected;
   {
     Server plain(read_deployment("plain.toml", manifest(kv_dtype, attention, "", 7, false)));
@@ -150,7 +146,7 @@ TEST_CASE("kv_connector.disk: a restarted server loads its prompts' blocks from 
 }
 
 TEST_CASE("kv_connector.disk: a damaged or truncated block file is refused by name and its positions computed", "[server][kv_connector]") {
-  Folder folder;
+  TempDir folder;
   std::vector<std::vector<int32_t>> expected;
   {
     Server first(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
@@ -199,7 +195,7 @@ TEST_CASE("kv_connector.disk: a damaged or truncated block file is refused by na
 }
 
 TEST_CASE("kv_connector.disk: another model on the same folder finds nothing of the first", "[server][kv_connector]") {
-  Folder folder;
+  TempDir folder;
   {
     Server first(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
     run_all(first);
@@ -231,7 +227,7 @@ TEST_CASE("kv_connector.disk: another model on the same folder finds nothing of 
 }
 
 TEST_CASE("kv_connector.disk: a scheduler built against ABI 1.8 never sees a loading sequence", "[server][kv_connector][abi]") {
-  Folder folder;
+  TempDir folder;
   std::vector<std::vector<int32_t>> expected;
   {
     Server first(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
@@ -254,8 +250,8 @@ namespace kv_connector_disk_tests {
 
 TEST_CASE("kv_connector: the admin API inserts, replaces and removes layers of a running engine's stack", "[server][kv_connector][admin]") {
   using Op = SlotSwap::LayerOp;
-  Folder a, b, c;
-  auto folder_config = [](const Folder& f) {
+  TempDir a, b, c;
+  auto folder_config = [](const TempDir& f) {
     toml::table t;
     t.insert("folder", f.path.string());
     return t;
@@ -341,7 +337,7 @@ TEST_CASE("kv_connector: a connector in C inserted into a running engine serves 
 namespace kv_connector_disk_tests {
 
 TEST_CASE("kv_connector.disk: two servers on one folder find each other's blocks", "[server][kv_connector]") {
-  Folder folder;
+  TempDir folder;
   Server reader(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));  // its scan finds nothing
   std::vector<std::vector<int32_t>> expected;
   {
@@ -388,7 +384,7 @@ TEST_CASE("kv_connector: a request cancelled while its blocks load gives every b
 namespace kv_connector_disk_tests {
 
 TEST_CASE("kv_connector.disk: the folder stays within max_bytes, the least recently used blocks going first", "[server][kv_connector]") {
-  Folder folder;
+  TempDir folder;
   constexpr uint64_t kFile = 64 + 1024;  // the header and a block of the tiny model in f16
   const uint64_t cap = 10 * kFile + 100;
   Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string(), 7, true,
@@ -412,7 +408,7 @@ TEST_CASE("kv_connector.disk: the folder stays within max_bytes, the least recen
 }
 
 TEST_CASE("kv_connector.disk: a folder it cannot write is an error in the log, not a failed request", "[server][kv_connector]") {
-  Folder folder;
+  TempDir folder;
   Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", folder.path.string())));
   // The folder gives way to a file: no block file can be made under it.
   fs::remove_all(folder.path);
@@ -433,7 +429,7 @@ TEST_CASE("kv_connector.disk: a folder it cannot write is an error in the log, n
 }
 
 TEST_CASE("kv_connector: layers replaced under load lose no request and change no answer", "[server][kv_connector][admin]") {
-  Folder a, b;
+  TempDir a, b;
   Server server(read_deployment("disk.toml", manifest("f16", "attention.reference", a.path.string())));
   std::vector<std::vector<int32_t>> expected;
   {
