@@ -1,13 +1,20 @@
-// What moving KV blocks costs on this machine before any connector (issue 32): for the 110M and 1.1B
-// shapes in f16 and q8_0, a transfer of 64 blocks of 16 positions (a 1,024-token prompt) four ways:
-//   memcpy   the images' bytes from one buffer to another (the floor of any copy);
-//   save     sdk::save_kv_block of 64 pool blocks into images (what a connector's save reads);
-//   load     sdk::load_kv_block of 64 images into pool blocks (what a connector's load writes);
-//   tcp      the images through one loopback TCP connection to a receiving thread.
-// Blocks are picked at random from a pool of 256 laid out as the SDK's KvBlockPool lays them out. The
-// ways alternate within each run; GB/s (10^9 bytes of images per second), medians of the runs.
+// What moving KV blocks costs on this machine, the floors and the connectors (issue 32): for the 110M
+// and 1.1B shapes in f16 and q8_0, a transfer of 64 blocks of 16 positions (a 1,024-token prompt):
+//   memcpy    the images' bytes from one buffer to another (the floor of any copy);
+//   save      sdk::save_kv_block of 64 pool blocks into images (what a connector's save reads);
+//   load      sdk::load_kv_block of 64 images into pool blocks (what a connector's load writes);
+//   tcp       the images through one loopback TCP connection to a receiving thread;
+//   disk>     kv_connector.disk's save, from the call to its completion (files written to --folder);
+//   disk<     its load of those blocks into other blocks of the pool, from the call to its completion;
+//   ucx-sm>   kv_connector.ucx's save to a peer instance (tls "tcp,sm": UCX takes shared memory for the
+//             data within a machine), from the call to the completion after the peer's acknowledgement;
+//   ucx-tcp>  the same over UCX's TCP transport (tls "tcp");
+//   ucx<      the peer's load of those blocks from its memory tier.
+// Blocks are picked at random from a pool of 256 laid out as the SDK's KvBlockPool lays them out, with
+// fresh keys each run (a connector stores nothing twice). The ways alternate within each run; GB/s
+// (10^9 bytes of images per second), medians of the runs.
 //
-//   bench_kv_transfer [--runs 5] [--blocks 64]
+//   bench_kv_transfer [--runs 5] [--blocks 64] [--folder /tmp/tokenhost-bench-kv]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +31,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <tokenhost/plugin_kv_blocks.hpp>
+
+#include "plugin/catalog.hpp"
+#include "plugin/instance.hpp"
 
 using namespace tokenhost;
 using Clock = std::chrono::steady_clock;
@@ -122,6 +133,55 @@ class Loopback {
   int out_ = -1, in_ = -1;
 };
 
+// A KV connector instance driven as the host drives one: a transfer, then poll() until it completes.
+class Connector {
+ public:
+  Connector(PluginCatalog& catalog, const std::string& id, const toml::table& config) {
+    ModelSpec model;
+    model.name = "bench";
+    inst_ = instantiate(catalog, id, "bench", model, config);
+    vt_ = &inst_->vtable<th_kv_connector_vtable>();
+  }
+  // Saves (or loads) blocks under keys and returns once the connector reports the transfer done.
+  void transfer(bool load, uint64_t ns, const std::vector<uint64_t>& keys, const std::vector<int32_t>& blocks, const th_kv_layout& kv) {
+    const uint64_t ticket = next_++;
+    th_kv_transfer t{sizeof t, ticket, ns, keys.data(), blocks.data(), uint32_t(keys.size()), &kv, nullptr};
+    th_error err;
+    const th_status s = load ? vt_->load(inst_->handle(), &t, &err) : vt_->save(inst_->handle(), &t, &err);
+    if (s != TH_OK) throw std::runtime_error(inst_->id() + (load ? " load: " : " save: ") + err.text());
+    for (;;) {
+      th_kv_completion out[4];
+      uint32_t n = 0;
+      vt_->poll(inst_->handle(), out, 4, &n);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (out[i].ticket != ticket) continue;
+        if (out[i].status != TH_OK || out[i].n_done != keys.size())
+          throw std::runtime_error(inst_->id() + ": transfer of " + std::to_string(keys.size()) + " blocks moved " +
+                                   std::to_string(out[i].n_done) + ": " + (out[i].message ? out[i].message : ""));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  std::shared_ptr<PluginInstance> inst_;
+  const th_kv_connector_vtable* vt_ = nullptr;
+  uint64_t next_ = 1;
+};
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,11 +190,25 @@ int main(int argc, char** argv) {
   uint32_t blocks = 64;
   app.add_option("--runs", runs, "runs (the ways alternate within each)")->check(CLI::Range(1, 100));
   app.add_option("--blocks", blocks, "blocks per transfer (of 16 positions)")->check(CLI::Range(1, 256));
+  std::string folder = "/tmp/tokenhost-bench-kv";
+  app.add_option("--folder", folder, "kv_connector.disk's folder (emptied first and after)");
   CLI11_PARSE(app, argc, argv);
 
   std::mt19937_64 rng(1);
   Loopback tcp;
-  std::printf("%-6s %-5s %10s %10s %10s %10s %10s\n", "model", "dtype", "MB", "memcpy", "save", "load", "tcp");
+  std::filesystem::remove_all(folder);
+  PluginCatalog catalog({TOKENHOST_PLUGIN_BUILD_DIR});
+  catalog.scan();
+  Connector disk(catalog, "kv_connector.disk", toml::table{{"folder", folder}, {"max_bytes", int64_t(1) << 40}});
+  const std::string sm_port = std::to_string(free_port()), tcp_port = std::to_string(free_port());
+  Connector sm_to(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp,sm"}, {"listen", "127.0.0.1:" + sm_port}, {"max_bytes", int64_t(96) << 20}});
+  Connector sm_from(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp,sm"}, {"peers", "127.0.0.1:" + sm_port}});
+  Connector tcp_to(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp"}, {"listen", "127.0.0.1:" + tcp_port}, {"max_bytes", int64_t(96) << 20}});
+  Connector tcp_from(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp"}, {"peers", "127.0.0.1:" + tcp_port}});
+  const char* ways[] = {"memcpy", "save", "load", "tcp", "disk>", "disk<", "ucx-sm>", "ucx-tcp>", "ucx<"};
+  std::printf("%-6s %-5s %7s", "model", "dtype", "MB");
+  for (const char* w : ways) std::printf(" %8s", w);
+  std::printf("\n");
   for (const Shape& shape : {Shape{"110M", 12, 12, 64}, Shape{"1.1B", 22, 4, 64}})
     for (th_dtype dtype : {TH_DTYPE_F16, TH_DTYPE_Q8_0}) {
       sdk::KvBlockShape s{16, shape.n_layers, shape.n_kv_heads, shape.head_dim, dtype,
@@ -143,7 +217,7 @@ int main(int argc, char** argv) {
       const size_t image = sdk::kv_block_image_bytes(s), bytes = image * blocks;
       std::vector<char> images(bytes), copy(bytes);
       std::vector<int32_t> picks(blocks);
-      std::vector<std::vector<double>> gbs(4);
+      std::vector<std::vector<double>> gbs(std::size(ways));
       for (int r = 0; r < runs; ++r) {
         for (auto& b : picks) b = int32_t(rng() % 256);
         auto time = [&](auto&& fn) {
@@ -159,9 +233,21 @@ int main(int argc, char** argv) {
         gbs[2].push_back(time([&] {
           for (uint32_t i = 0; i < blocks; ++i) sdk::load_kv_block(pool.kv, picks[(i + 1) % blocks], images.data() + i * image);
         }));
+        std::vector<uint64_t> keys(blocks);
+        std::vector<int32_t> others(blocks);
+        for (uint32_t i = 0; i < blocks; ++i) others[i] = picks[(i + 1) % blocks];
+        const uint64_t ns = rng();
+        for (auto& k : keys) k = rng();
+        gbs[4].push_back(time([&] { disk.transfer(false, ns, keys, picks, pool.kv); }));
+        gbs[6].push_back(time([&] { sm_from.transfer(false, ns, keys, picks, pool.kv); }));
+        gbs[5].push_back(time([&] { disk.transfer(true, ns, keys, others, pool.kv); }));
+        gbs[8].push_back(time([&] { sm_to.transfer(true, ns, keys, others, pool.kv); }));
+        gbs[7].push_back(time([&] { tcp_from.transfer(false, ns, keys, picks, pool.kv); }));
       }
-      std::printf("%-6s %-5s %10.1f %10.2f %10.2f %10.2f %10.2f\n", shape.name, sdk::dtype_name(dtype).c_str(), double(bytes) / 1e6,
-                  median(gbs[0]), median(gbs[1]), median(gbs[2]), median(gbs[3]));
+      std::printf("%-6s %-5s %7.1f", shape.name, sdk::dtype_name(dtype).c_str(), double(bytes) / 1e6);
+      for (const auto& g : gbs) std::printf(" %8.2f", median(g));
+      std::printf("\n");
     }
+  std::filesystem::remove_all(folder);
   return 0;
 }

@@ -268,7 +268,7 @@ void look_up(self_ptr self, Sequence& q) {
 void poll_kv_connectors(self_ptr self) {
   auto& s = self->state;
   // A sequence ended while loading keeps its blocks in the worker until its load completes: polled too.
-  const bool loading = s.worker_loads_out > 0 || !s.handoffs.empty() ||
+  const bool loading = s.worker_loads_out > 0 || !s.handoffs.empty() || s.worker_saves_out ||
                        std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
   if (!s.init.kv_connectors || s.kv_poll_in_flight) return;
   if (s.polled_at_step == s.steps && !(loading && now_ns() >= s.next_load_poll_ns)) return;
@@ -300,9 +300,15 @@ void poll_kv_connectors(self_ptr self) {
       summarize_blocks(s, *q);
       slide_window(self, *q);
     }
+    s.worker_saves_out = !r.saving.empty();
     if (s.worker_loads_out > 0 || !s.handoffs.empty()) {
       s.next_load_poll_ns = now_ns() + 2'000'000;  // not sooner: the ticks in between do not ask again
       self->delayed_send(self, std::chrono::milliseconds(2), tick_atom::value);
+    } else if (s.worker_saves_out) {
+      // Saves that finish after the last step are reported (counted, their failures seen) without
+      // waiting for the next request; nobody waits on them, so less often.
+      s.next_load_poll_ns = now_ns() + 10'000'000;
+      self->delayed_send(self, std::chrono::milliseconds(10), tick_atom::value);
     }
     update_gauges(s);
     tick(self);

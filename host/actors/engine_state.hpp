@@ -113,6 +113,7 @@ struct EngineState {
   uint64_t polled_at_step = 0;     // the step count at the last kv_poll
   uint64_t next_load_poll_ns = 0;  // while a load is out and no step runs: the next kv_poll not before
   uint32_t worker_loads_out = 0;   // the worker's loads out at the last kv_poll (plus those started since)
+  bool worker_saves_out = false;   // the worker had saves out at the last kv_poll: polled until they report
   // Disaggregation's first stages done (GenerateRequest::kv_handoff), answered once the worker has no
   // save of theirs out, or at their deadline.
   struct Handoff {

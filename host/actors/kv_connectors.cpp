@@ -256,10 +256,13 @@ std::vector<KvLoadDone> KvConnectors::poll(const SlotInstances& plugins, PluginI
           cnt.save_seconds += double(now - s->second.started_ns) * 1e-9;
           count_metrics(i, c, "saved_blocks", stored);
           count_metrics(i, c, "saved_bytes", double(stored * image));
-          if (cp.status != TH_OK) ++cnt.save_failures;
-          if (cp.status != TH_OK && cnt.save_failures % 100 == 1)
-            spdlog::warn("engine {}: kv_connector #{} {} stored {} of {} blocks ({} such saves): {}: {}", engine_, i, c.id(), stored,
-                         s->second.n_blocks, cnt.save_failures, status_name(cp.status), why);
+          if (cp.status != TH_OK) {
+            ++cnt.save_failures;
+            cnt.last_failure = c.id() + " stored " + std::to_string(stored) + " of " + std::to_string(s->second.n_blocks) +
+                               " blocks (" + status_name(cp.status) + (why.empty() ? "" : ": " + why) + ")";
+            if (cnt.save_failures % 100 == 1)
+              spdlog::warn("engine {}: kv_connector #{}: {} ({} such saves)", engine_, i, cnt.last_failure, cnt.save_failures);
+          }
           saves_.erase(s);
           continue;
         }

@@ -101,7 +101,7 @@ class KvConnectors {
     uint64_t saved_blocks = 0, saved_bytes = 0, loaded_blocks = 0, loaded_bytes = 0, hits = 0, load_failures = 0, saves_refused = 0;
     uint64_t save_failures = 0;  // saves that completed short (a full or unwritable store): logged, counted
     double load_seconds = 0, save_seconds = 0;
-    std::string last_failure;  // the last load that stopped short, in the connector's words
+    std::string last_failure;  // the last load that stopped short or save that failed, in the connector's words
   };
   uint64_t namespace_of(uint64_t cache_ns, const th_kv_layout& layout) const;
   Counts& counts(size_t layer);

@@ -13,6 +13,21 @@
 
 namespace tokenhost::testing {
 
+// A loopback TCP port free a moment ago (bound to port 0 and closed): for a listener that must be
+// named before it starts (a peer's address in a manifest).
+inline int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
 // A loopback TCP connection read and written byte by byte, as a hostile client would.
 class RawClient {
  public:

@@ -16,6 +16,7 @@
 // what finished.
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv_blocks.hpp>
+#include <tokenhost/plugin_kv_connector.hpp>
 
 #include <zlib.h>
 
@@ -27,13 +28,9 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <list>
-#include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -113,13 +110,7 @@ std::string expand(const std::string& value) {
   return out;
 }
 
-struct Id {
-  uint64_t ns = 0, key = 0;
-  bool operator==(const Id& o) const { return ns == o.ns && key == o.key; }
-};
-struct IdHash {
-  size_t operator()(const Id& id) const { return size_t(id.ns * 0x9e3779b97f4a7c15ull ^ id.key); }
-};
+using Id = sdk::KvBlockId;
 
 class Disk {
  public:
@@ -152,21 +143,21 @@ class Disk {
     uint32_t i = 0;
     for (; i < n; ++i) {
       const Id id{ns, keys[i]};
-      if (index_.count(id)) continue;
+      if (index_.contains(id)) continue;
       std::error_code ec;
       const fs::path path = file_of(id);
       if (!fs::is_regular_file(path, ec)) break;
       const uintmax_t bytes = fs::file_size(path, ec);
       if (ec) break;
-      add(id, uint64_t(bytes));
+      index_.add(id, uint64_t(bytes), true);
       evict();
-      if (!index_.count(id)) break;  // evicted at once: over the cap by itself
+      if (!index_.contains(id)) break;  // evicted at once: over the cap by itself
     }
     return i;
   }
 
   void save(const th_kv_transfer& t) {
-    check_transfer(t, "save");
+    sdk::check_kv_transfer(t, kId, "save");
     Job job;
     job.load = false;
     job.ticket = t.ticket;
@@ -176,7 +167,7 @@ class Disk {
     {
       std::lock_guard lock(mutex_);
       for (uint32_t i = 0; i < t.n_blocks; ++i)
-        if (!index_.count(Id{t.namespace_id, t.keys[i]}) && !writing_.count(Id{t.namespace_id, t.keys[i]})) job.keys.push_back(t.keys[i]);
+        if (!index_.contains(Id{t.namespace_id, t.keys[i]}) && !writing_.count(Id{t.namespace_id, t.keys[i]})) job.keys.push_back(t.keys[i]);
     }
     job.n_given = t.n_blocks;
     job.images.resize(job.keys.size() * bytes);
@@ -191,7 +182,7 @@ class Disk {
   }
 
   void load(const th_kv_transfer& t) {
-    check_transfer(t, "load");
+    sdk::check_kv_transfer(t, kId, "load");
     Job job;
     job.load = true;
     job.ticket = t.ticket;
@@ -206,37 +197,21 @@ class Disk {
     wake_.notify_one();
   }
 
-  void poll(th_kv_completion* out, uint32_t capacity, uint32_t* n_out) {
-    std::lock_guard lock(mutex_);
-    messages_.clear();
-    uint32_t n = 0;
-    while (n < capacity && !done_.empty()) {
-      Done& d = done_.front();
-      messages_.push_back(std::move(d.message));
-      out[n++] = th_kv_completion{d.ticket, d.status, d.n_done, d.status == TH_OK ? nullptr : messages_.back().c_str()};
-      done_.pop_front();
-    }
-    *n_out = n;
-  }
+  void poll(th_kv_completion* out, uint32_t capacity, uint32_t* n_out) { done_.poll(out, capacity, n_out); }
 
-  void cancel(uint64_t ticket) {
-    std::lock_guard lock(mutex_);
-    cancelled_.insert(ticket);
-  }
+  void cancel(uint64_t ticket) { cancelled_.cancel(ticket); }
 
   void stats(th_kv_connector_stats* out) {
     th_kv_connector_stats s{};
     {
       std::lock_guard lock(mutex_);
       s.stored_blocks = index_.size();
-      s.stored_bytes = stored_bytes_;
+      s.stored_bytes = index_.bytes();
       s.capacity_bytes = max_bytes_;
       s.evicted_blocks = evicted_;
       s.refused_blocks = refused_;
     }
-    const uint32_t size = std::min<uint32_t>(out->struct_size, sizeof s);
-    s.struct_size = size;
-    std::memcpy(out, &s, size);
+    sdk::write_kv_connector_stats(s, out);
   }
 
  private:
@@ -256,21 +231,6 @@ class Disk {
     uint32_t n_done;
     std::string message;
   };
-  struct Entry {
-    uint64_t bytes = 0;
-    std::list<Id>::iterator lru;
-  };
-
-  void check_transfer(const th_kv_transfer& t, const char* what) const {
-    if (t.layout == nullptr || (t.n_blocks > 0 && (t.keys == nullptr || t.blocks == nullptr)))
-      throw sdk::Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": " + what + " of a transfer without layout, keys or blocks");
-    if (t.layout->device != TH_DEVICE_CPU)
-      throw sdk::Error(TH_ERR_UNSUPPORTED, std::string(kId) + ": " + what + " of blocks outside host memory");
-    for (uint32_t i = 0; i < t.n_blocks; ++i)
-      if (t.blocks[i] < 0 || uint32_t(t.blocks[i]) >= t.layout->n_blocks)
-        throw sdk::Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": " + what + " of block " + std::to_string(t.blocks[i]) +
-                                                      ", outside the pool of " + std::to_string(t.layout->n_blocks));
-  }
 
   fs::path file_of(const Id& id) const { return fs::path(folder_) / hex(id.ns) / (hex(id.key) + ".kvb"); }
 
@@ -293,40 +253,20 @@ class Disk {
       }
     }
     std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [time, entry] : found) add(entry.first, entry.second);
+    for (const auto& [time, entry] : found) index_.add(entry.first, entry.second, true);
     evict();
     if (!found.empty())
       sdk::log(ctx_, TH_LOG_INFO, std::string(kId) + ": " + folder_ + " holds " + std::to_string(index_.size()) + " blocks (" +
-                                      std::to_string(stored_bytes_) + " bytes) from before");
+                                      std::to_string(index_.bytes()) + " bytes) from before");
   }
 
-  // Under mutex_.
-  void add(const Id& id, uint64_t bytes) {
-    lru_.push_back(id);
-    index_[id] = Entry{bytes, std::prev(lru_.end())};
-    stored_bytes_ += bytes;
-  }
-  void drop(const Id& id, bool remove_file) {
-    auto it = index_.find(id);
-    if (it == index_.end()) return;
-    stored_bytes_ -= it->second.bytes;
-    lru_.erase(it->second.lru);
-    index_.erase(it);
-    if (remove_file) {
-      std::error_code ec;
-      fs::remove(file_of(id), ec);
-    }
-  }
+  // Under mutex_: the least recently used files go until the folder fits.
   void evict() {
-    while (stored_bytes_ > max_bytes_ && !lru_.empty()) {
-      const Id victim = lru_.front();  // a copy: drop() erases the list's element
-      drop(victim, true);
+    for (const auto& [victim, unused] : index_.evict_over(max_bytes_)) {
+      std::error_code ec;
+      fs::remove(file_of(victim), ec);
       ++evicted_;
     }
-  }
-  void touch(const Id& id) {
-    auto it = index_.find(id);
-    if (it != index_.end()) lru_.splice(lru_.end(), lru_, it->second.lru);
   }
 
   void run() {
@@ -340,9 +280,8 @@ class Disk {
         jobs_.pop_front();
       }
       Done d = job.load ? read(job) : write(job);
-      std::lock_guard lock(mutex_);
-      cancelled_.erase(job.ticket);
-      done_.push_back(std::move(d));
+      cancelled_.forget(job.ticket);
+      done_.push(d.ticket, d.status, d.n_done, std::move(d.message));
     }
   }
 
@@ -385,8 +324,7 @@ class Disk {
         for (size_t j = k + 1; j < job.keys.size(); ++j) writing_.erase(Id{job.ns, job.keys[j]});
         break;
       }
-      drop(id, false);
-      add(id, kHeaderBytes + bytes);
+      index_.add(id, kHeaderBytes + bytes, true);
       ++written;
       evict();
     }
@@ -400,10 +338,7 @@ class Disk {
     const uint64_t shape = sdk::kv_shape_fingerprint(job.shape);
     std::vector<char> file(kHeaderBytes + bytes);
     for (size_t k = 0; k < job.keys.size(); ++k) {
-      {
-        std::lock_guard lock(mutex_);
-        if (cancelled_.count(job.ticket)) return Done{job.ticket, TH_ERR_NOT_FOUND, uint32_t(k), std::string(kId) + ": load cancelled"};
-      }
+      if (cancelled_.cancelled(job.ticket)) return Done{job.ticket, TH_ERR_NOT_FOUND, uint32_t(k), std::string(kId) + ": load cancelled"};
       const Id id{job.ns, job.keys[k]};
       const fs::path path = file_of(id);
       std::string why;
@@ -425,15 +360,14 @@ class Disk {
       }
       if (!why.empty()) {
         std::lock_guard lock(mutex_);
-        if (index_.count(id)) ++refused_;
-        drop(id, true);
+        if (index_.erase(id)) ++refused_;
         std::error_code ec;
         fs::remove(path, ec);
         return Done{job.ticket, TH_ERR_NOT_FOUND, uint32_t(k), std::string(kId) + ": refused " + path.string() + ": it " + why};
       }
       sdk::load_kv_block(job.layout, job.blocks[k], file.data() + kHeaderBytes);
       std::lock_guard lock(mutex_);
-      touch(id);
+      index_.touch(id);
     }
     return Done{job.ticket, TH_OK, uint32_t(job.keys.size()), ""};
   }
@@ -441,50 +375,27 @@ class Disk {
   th_host_ctx* ctx_;
   std::string folder_;
   uint64_t max_bytes_ = 0;
+  sdk::KvCompletions done_;
+  sdk::KvCancellations cancelled_;
   std::mutex mutex_;  // everything below
   std::condition_variable wake_;
   std::deque<Job> jobs_;
-  std::deque<Done> done_;
-  std::vector<std::string> messages_;  // the last poll's messages (th_kv_completion.message)
-  std::set<uint64_t> cancelled_;
-  std::unordered_map<Id, Entry, IdHash> index_;
-  std::unordered_set<Id, IdHash> writing_;  // keys a queued save will write: not saved twice
-  std::list<Id> lru_;  // least recently used first
-  uint64_t stored_bytes_ = 0, evicted_ = 0, refused_ = 0;
+  sdk::KvLru<bool> index_;  // the folder's files (the value is unused)
+  std::unordered_set<Id, sdk::KvBlockIdHash> writing_;  // keys a queued save will write: not saved twice
+  uint64_t evicted_ = 0, refused_ = 0;
   bool stopping_ = false;
   std::thread thread_;
 };
 
-Disk& self(th_instance* i) { return sdk::self<Disk>(i); }
-
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
-    if (query == nullptr || query->device == nullptr) throw sdk::Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": check() needs a device");
-    if (query->device->kind != TH_DEVICE_CPU)
-      throw sdk::Error(TH_ERR_UNSUPPORTED, std::string(kId) + " moves blocks of host memory; the engine's device is not the CPU");
+    sdk::check_host_memory_device(query, kId);
     if (query->config != nullptr) expand(sdk::Config(query->config).require_string("folder"));  // an unset variable is named now
     return TH_OK;
   });
 }
 
-const th_kv_connector_vtable kVtable = {
-    sizeof(th_kv_connector_vtable),
-    sdk::create_instance<Disk>,
-    sdk::destroy_instance<Disk>,
-    check,
-    [](th_instance* i, uint64_t ns, const uint64_t* keys, uint32_t n, uint32_t* n_leading, th_error* err) {
-      return sdk::guard(err, [&] {
-        if (n_leading == nullptr || (n > 0 && keys == nullptr))
-          throw sdk::Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": contains() got a NULL argument");
-        *n_leading = self(i).contains(ns, keys, n);
-      });
-    },
-    [](th_instance* i, const th_kv_transfer* t, th_error* err) { return sdk::guard(err, [&] { self(i).save(*t); }); },
-    [](th_instance* i, const th_kv_transfer* t, th_error* err) { return sdk::guard(err, [&] { self(i).load(*t); }); },
-    [](th_instance* i, th_kv_completion* out, uint32_t capacity, uint32_t* n_out) { self(i).poll(out, capacity, n_out); },
-    [](th_instance* i, uint64_t ticket) { self(i).cancel(ticket); },
-    [](th_instance* i, th_kv_connector_stats* out) { self(i).stats(out); },
-};
+const th_kv_connector_vtable kVtable = sdk::kv_connector_vtable<Disk>(check);
 
 const th_plugin_descriptor kDescriptor = {
     sizeof(th_plugin_descriptor), TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR, TH_KIND_KV_CONNECTOR, kId, TH_PLUGIN_VERSION, &kVtable,

@@ -1,6 +1,6 @@
 // Prefill/decode disaggregation in one process (stories260K): a prefill engine computes the prompt and the first token
-// and stores the prompt's KV blocks in a tier both engines share (kv_connector.disk on one folder); the
-// decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
+// and stores the prompt's KV blocks in a tier both engines share (kv_connector.disk on one folder) or sends
+// them to the decode engine (kv_connector.ucx); the decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
 // attention plugins); the path names both engines; both pools account for every block afterwards;
 // short prompts and one-token answers stay on one engine.
 #include <catch2/catch.hpp>
@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "files.hpp"
+#include "raw_client.hpp"
 #include "test_server.hpp"
 
 namespace disaggregation_tests {
@@ -29,8 +30,18 @@ std::vector<std::string> prompts() {
   return p;
 }
 
+// The [[engines.NAME.kv_connector]] table's body of a disk tier on folder, empty for none.
+std::string disk(const std::string& folder) {
+  return folder.empty() ? "" : "plugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\" }\n";
+}
+
+// The same for kv_connector.ucx with the given settings, over TCP and shared memory.
+std::string ucx(const std::string& settings) {
+  return "plugin = \"kv_connector.ucx\"\nconfig = { tls = \"tcp,sm\", " + settings + " }\n";
+}
+
 std::string engine(const std::string& name, const std::string& role, const std::string& kv_dtype, const std::string& attention,
-                   const std::string& folder) {
+                   const std::string& connector) {
   std::string e = "\n[engines." + name + "]\nmodel = \"tiny\"\nkv_dtype = \"" + kv_dtype + "\"\n" +
                   (role.empty() ? "" : "role = \"" + role + "\"\n") + R"(max_step_tokens = 64
 max_step_seqs = 16
@@ -38,8 +49,7 @@ attention = { plugin = ")" + attention + R"(" }
 kvcache = { plugin = "kvcache.prefix", config = { block_size = 8, n_blocks = )" + std::to_string(kBlocks) + R"( } }
 scheduler = { plugin = "scheduler.fifo", config = { max_prefill_chunk = 16 } }
 )";
-  if (!folder.empty())
-    e += "[[engines." + name + ".kv_connector]]\nplugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\" }\n";
+  if (!connector.empty()) e += "[[engines." + name + ".kv_connector]]\n" + connector;
   return e;
 }
 
@@ -78,17 +88,23 @@ void require_exact_accounting(Server& server, const std::string& name) {
 
 TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, the decode engine loading the prompt's blocks",
           "[server][disaggregation][kv_connector]") {
+  // The blocks go through a folder both engines share, or over UCX (shared memory and TCP) from the
+  // prefill engine to the decode engine's listener.
+  const std::string transport = GENERATE(std::string("disk"), std::string("ucx"));
   const std::string kv_dtype = GENERATE(std::string("f16"), std::string("q8_0"));
   const std::string attention = GENERATE(std::string("attention.reference"), std::string("attention.cpu_flash"));
-  INFO(kv_dtype << " " << attention);
+  INFO(transport << " " << kv_dtype << " " << attention);
   std::vector<std::vector<int32_t>> expected;
   {
     Server one(read_deployment("one.toml", header() + engine("main", "", kv_dtype, attention, "")));
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
   TempDir folder;
-  Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", kv_dtype, attention, folder.path.string()) +
-                                                 engine("decode", "decode", kv_dtype, attention, folder.path.string()) +
+  const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
+  const std::string from = transport == "disk" ? disk(folder.path.string()) : ucx("peers = \"" + address + "\"");
+  const std::string to = transport == "disk" ? disk(folder.path.string()) : ucx("listen = \"" + address + "\"");
+  Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", kv_dtype, attention, from) +
+                                                 engine("decode", "decode", kv_dtype, attention, to) +
                                                  "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
   REQUIRE(engine_status(server, "prefill")["role"] == "prefill");
   for (size_t i = 0; i < prompts().size(); ++i) {
@@ -140,10 +156,10 @@ TEST_CASE("disaggregation: a failed prefill engine leaves the request to the dec
   TempDir folder;
   const std::string router = "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
   SECTION("the prefill engine's attention throws at its first step") {
-    std::string prefill = engine("prefill", "prefill", "f16", "attention.reference", folder.path.string());
+    std::string prefill = engine("prefill", "prefill", "f16", "attention.reference", disk(folder.path.string()));
     prefill.replace(prefill.find("attention = { plugin = \"attention.reference\" }"), std::string("attention = { plugin = \"attention.reference\" }").size(),
                     "attention = { plugin = \"attention.faulty\", config = { fault_on_call = 1 } }");
-    std::string manifest = header() + prefill + engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + router;
+    std::string manifest = header() + prefill + engine("decode", "decode", "f16", "attention.reference", disk(folder.path.string())) + router;
     manifest.insert(manifest.find("plugins_from_anywhere = true\n") + 29, "plugin_paths = [\"" + fixture_dir() + "/attention_faulty\"]\n");
     Server server(read_deployment("pd.toml", manifest));
     auto r = server.gateway().generate(request_for(server, prompts()[0], 6));
@@ -158,8 +174,8 @@ TEST_CASE("disaggregation: a failed prefill engine leaves the request to the dec
     require_exact_accounting(server, "decode");
   }
   SECTION("cancelled before the first token, and while the decode engine streams") {
-    Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) +
-                                                   engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + router));
+    Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", "f16", "attention.reference", disk(folder.path.string())) +
+                                                   engine("decode", "decode", "f16", "attention.reference", disk(folder.path.string())) + router));
     for (int at_token : {0, 3}) {
       INFO("cancelled after " << at_token << " tokens");
       GenerateRequest r = request_for(server, prompts()[1], 200);
@@ -196,8 +212,8 @@ TEST_CASE("disaggregation: an A/B experiment compares colocated against disaggre
   }
   TempDir folder;
   Server server(read_deployment("ab.toml", header() + engine("colocated", "both", "f16", "attention.reference", "") +
-                                                engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) +
-                                                engine("decode", "decode", "f16", "attention.reference", folder.path.string()) + R"(
+                                                engine("prefill", "prefill", "f16", "attention.reference", disk(folder.path.string())) +
+                                                engine("decode", "decode", "f16", "attention.reference", disk(folder.path.string())) + R"(
 [experiments.pd]
 model = "tiny"
 sticky_key = "none"
@@ -245,11 +261,11 @@ TEST_CASE("disaggregation: a decode engine that fails before its first token lea
     for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
   }
   TempDir folder;
-  std::string decode = engine("decode", "decode", "f16", "attention.reference", folder.path.string());
+  std::string decode = engine("decode", "decode", "f16", "attention.reference", disk(folder.path.string()));
   // Its attention throws at its first step.
   decode.replace(decode.find("attention = { plugin = \"attention.reference\" }"), std::string("attention = { plugin = \"attention.reference\" }").size(),
                  "attention = { plugin = \"attention.faulty\", config = { fault_on_call = 1 } }");
-  std::string manifest = header() + engine("prefill", "prefill", "f16", "attention.reference", folder.path.string()) + decode +
+  std::string manifest = header() + engine("prefill", "prefill", "f16", "attention.reference", disk(folder.path.string())) + decode +
                          "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
   manifest.insert(manifest.find("plugins_from_anywhere = true\n") + 29, "plugin_paths = [\"" + fixture_dir() + "/attention_faulty\"]\n");
   Server server(read_deployment("pd.toml", manifest));
@@ -264,6 +280,40 @@ TEST_CASE("disaggregation: a decode engine that fails before its first token lea
   REQUIRE(r.path[2].engine == "prefill");
   REQUIRE(r.path[2].outcome == "answered");
   require_exact_accounting(server, "prefill");
+}
+
+}  // namespace disaggregation_tests
+
+namespace disaggregation_tests {
+
+TEST_CASE("disaggregation over UCX: a decode engine nobody listens for is a failed save named in the log and status, and the answer is the same",
+          "[server][disaggregation][kv_connector]") {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
+    expected.push_back(one.gateway().generate(request_for(one, prompts()[0], 6)).tokens);
+  }
+  // The prefill engine sends to a port where nothing listens; the decode engine receives nothing.
+  const std::string nowhere = "127.0.0.1:" + std::to_string(free_tcp_port());
+  Server server(read_deployment("pd.toml", header() +
+                                               engine("prefill", "prefill", "f16", "attention.reference",
+                                                      ucx("peers = \"" + nowhere + "\", timeout_ms = 300")) +
+                                               engine("decode", "decode", "f16", "attention.reference", ucx("max_bytes = 1048576")) +
+                                               "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
+  auto r = server.gateway().generate(request_for(server, prompts()[0], 6));
+  INFO(r.error);
+  REQUIRE(r.finish_reason == "length");
+  REQUIRE(r.tokens == expected[0]);  // the decode engine computed the prompt again
+  REQUIRE(r.path.size() == 2);
+  REQUIRE(r.path[1].engine == "decode");
+  const auto prefill = engine_status(server, "prefill")["kv_connectors"]["layers"][0];
+  const auto decode = engine_status(server, "decode")["kv_connectors"]["layers"][0];
+  INFO(prefill.dump() << "\n" << decode.dump());
+  REQUIRE(prefill["save_failures"].get<uint64_t>() >= 1);
+  REQUIRE(prefill["last_failure"].get<std::string>().find(nowhere) != std::string::npos);
+  REQUIRE(decode["hits"] == 0);
+  require_exact_accounting(server, "prefill");
+  require_exact_accounting(server, "decode");
 }
 
 }  // namespace disaggregation_tests
