@@ -57,6 +57,10 @@ constexpr uint32_t kMagic = 0x564b4854;  // "THKV"
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kMaxBlocksPerMessage = 1u << 16;
 constexpr uint64_t kMaxImageBytes = 1ull << 30;
+// A save goes as messages of at most this many bytes (a block at least): UCX's eager protocol moves
+// a few megabytes at GB/s and a message of tens of megabytes at a tenth of that (bench/RESULTS.md), and
+// the peer stores each part as it comes.
+constexpr size_t kMessageBytes = size_t(4) << 20;
 
 struct BlocksHeader {
   uint32_t magic, version;
@@ -227,22 +231,31 @@ class Ucx {
       done_.push(t.ticket, TH_OK, 0);
       return;
     }
-    // The blocks are read now (the host may reuse them once save() returns): one buffer, keys first,
-    // then the images, that is the message to the peers or, without peers, the memory tier's.
+    // The blocks are read now (the host may reuse them once save() returns) into one buffer of parts of
+    // at most kMessageBytes, each its keys then its images: a message to the peers or, without peers,
+    // blocks of the memory tier.
+    const uint32_t per_part = uint32_t(std::max<size_t>(1, kMessageBytes / (sizeof(uint64_t) + bytes)));
     std::shared_ptr<Buffer> data = buffers_->get(size_t(t.n_blocks) * (sizeof(uint64_t) + bytes));
-    std::memcpy(data->data(), t.keys, size_t(t.n_blocks) * sizeof(uint64_t));
-    char* images = data->data() + size_t(t.n_blocks) * sizeof(uint64_t);
-    for (uint32_t i = 0; i < t.n_blocks; ++i) sdk::save_kv_block(*t.layout, t.blocks[i], images + size_t(i) * bytes);
+    std::vector<Part> parts;
+    for (uint32_t first = 0; first < t.n_blocks; first += per_part) {
+      const Part part{size_t(first) * (sizeof(uint64_t) + bytes), std::min(per_part, t.n_blocks - first)};
+      char* keys = data->data() + part.offset;
+      std::memcpy(keys, t.keys + first, size_t(part.n_blocks) * sizeof(uint64_t));
+      char* images = keys + size_t(part.n_blocks) * sizeof(uint64_t);
+      for (uint32_t i = 0; i < part.n_blocks; ++i) sdk::save_kv_block(*t.layout, t.blocks[first + i], images + size_t(i) * bytes);
+      parts.push_back(part);
+    }
     if (peers_.empty()) {
-      store(t.namespace_id, fingerprint, bytes, t.n_blocks, std::move(data));
+      for (const Part& part : parts) store(t.namespace_id, fingerprint, bytes, part.n_blocks, data, part.offset);
       done_.push(t.ticket, TH_OK, t.n_blocks);
       return;
     }
     Outgoing out;
     out.ticket = t.ticket;
     out.n_blocks = t.n_blocks;
-    out.header = BlocksHeader{kMagic, kVersion, 0, t.namespace_id, fingerprint, bytes, t.n_blocks, 0};
+    out.header = BlocksHeader{kMagic, kVersion, 0, t.namespace_id, fingerprint, bytes, 0, 0};
     out.data = std::move(data);
+    out.parts = std::move(parts);
     {
       std::lock_guard lock(net_mutex_);
       outgoing_.push_back(std::move(out));
@@ -287,16 +300,21 @@ class Ucx {
     ucp_ep_h ep;
     bool failed;  // its endpoint reported an error: closed and reopened at the next send
   };
+  struct Part {  // a message's share of a save's buffer
+    size_t offset = 0;
+    uint32_t n_blocks = 0;
+  };
   struct Outgoing {  // a save on its way to the peers
     uint64_t ticket = 0;
     uint32_t n_blocks = 0;
-    BlocksHeader header{};
+    BlocksHeader header{};  // n_blocks and peer set per message
     std::shared_ptr<const Buffer> data;
+    std::vector<Part> parts;
   };
   struct InFlight {  // a sent save waiting for its peers' acks
     uint64_t ticket = 0;
     uint32_t n_blocks = 0;
-    std::set<size_t> waiting;  // peers not yet answered
+    std::map<size_t, uint32_t> waiting;  // peers not yet done: blocks they have not acknowledged
     std::string failure;       // the first peer's failure
     Clock::time_point deadline;
   };
@@ -318,9 +336,9 @@ class Ucx {
     std::vector<int32_t> blocks;
   };
 
-  // Adds the n blocks of a message's buffer (n keys, then n images of `bytes`) to the memory tier.
-  void store(uint64_t ns, uint64_t shape, size_t bytes, uint32_t n, std::shared_ptr<const Buffer> buffer) {
-    const char* keys = buffer->data();
+  // Adds the n blocks at offset of a buffer (n keys, then n images of `bytes`) to the memory tier.
+  void store(uint64_t ns, uint64_t shape, size_t bytes, uint32_t n, const std::shared_ptr<const Buffer>& buffer, size_t offset = 0) {
+    const char* keys = buffer->data() + offset;
     const char* images = keys + size_t(n) * sizeof(uint64_t);
     std::lock_guard lock(mutex_);
     for (uint32_t i = 0; i < n; ++i) {
@@ -506,7 +524,7 @@ class Ucx {
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;  // events arrived: progress again
       pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {bell_, POLLIN, 0}};
-      ::poll(fds, 2, in_flight_.empty() ? 1000 : 50);  // in-flight saves have deadlines
+      ::poll(fds, 2, in_flight_.empty() ? 1000 : 1);  // in-flight saves have deadlines
       uint64_t rung = 0;
       [[maybe_unused]] ssize_t n = read(bell_, &rung, sizeof rung);
     }
@@ -549,22 +567,26 @@ class Ucx {
           fail_peer(f, i, "cannot connect to peer " + peers_[i].name);
           continue;
         }
-        f.waiting.insert(i);
-        auto* send = new Send;
-        send->blocks = out.header;
-        send->blocks.peer = uint32_t(i);
-        send->data = out.data;
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags = UCP_AM_SEND_FLAG_REPLY | eager_;
-        param.cb.send = &Ucx::on_sent;
-        param.user_data = send;
-        ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmBlocks, &send->blocks, sizeof send->blocks, send->data->data(), send->data->size, &param);
-        if (r == nullptr) delete send;  // done already (the data was copied or sent)
-        else if (UCS_PTR_IS_ERR(r)) {
-          delete send;
-          f.waiting.erase(i);
-          fail_peer(f, i, "sending to peer " + peers_[i].name + " failed: " + ucs_status_string(UCS_PTR_STATUS(r)));
+        f.waiting[i] = out.n_blocks;
+        for (const Part& part : out.parts) {
+          auto* send = new Send;
+          send->blocks = out.header;
+          send->blocks.n_blocks = part.n_blocks;
+          send->blocks.peer = uint32_t(i);
+          send->data = out.data;
+          ucp_request_param_t param{};
+          param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+          param.flags = UCP_AM_SEND_FLAG_REPLY | eager_;
+          param.cb.send = &Ucx::on_sent;
+          param.user_data = send;
+          const size_t length = size_t(part.n_blocks) * (sizeof(uint64_t) + out.header.image_bytes);
+          ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmBlocks, &send->blocks, sizeof send->blocks, send->data->data() + part.offset, length, &param);
+          if (r == nullptr) delete send;  // done already (the data was copied or sent)
+          else if (UCS_PTR_IS_ERR(r)) {
+            delete send;
+            fail_peer(f, i, "sending to peer " + peers_[i].name + " failed: " + ucs_status_string(UCS_PTR_STATUS(r)));
+            break;
+          }
         }
       }
       finish_if_answered(message);
@@ -598,8 +620,11 @@ class Ucx {
     for (uint64_t message : late) {
       InFlight& f = in_flight_[message];
       std::string names;
-      for (size_t i : f.waiting) names += (names.empty() ? "" : ", ") + peers_[i].name;
-      const std::set<size_t> waiting = f.waiting;
+      std::vector<size_t> waiting;
+      for (const auto& [i, left] : f.waiting) {
+        names += (names.empty() ? "" : ", ") + peers_[i].name;
+        waiting.push_back(i);
+      }
       for (size_t i : waiting) fail_peer(f, i, "no answer from peer " + names + " within " + std::to_string(timeout_.count()) + " ms");
       finish_if_answered(message);
     }
@@ -770,8 +795,9 @@ class Ucx {
     auto it = in_flight_.find(a.message);
     if (it == in_flight_.end() || !it->second.waiting.count(a.peer)) return UCS_OK;  // expired, or not ours
     InFlight& f = it->second;
-    if (a.status != TH_OK || a.stored != f.n_blocks) fail_peer(f, a.peer, "peer " + peers_[a.peer].name + " refused the blocks");
-    else f.waiting.erase(a.peer);
+    uint32_t& left = f.waiting[a.peer];
+    if (a.status != TH_OK || a.stored == 0 || a.stored > left) fail_peer(f, a.peer, "peer " + peers_[a.peer].name + " refused the blocks");
+    else if ((left -= a.stored) == 0) f.waiting.erase(a.peer);
     finish_if_answered(a.message);
     return UCS_OK;
   }
