@@ -41,10 +41,28 @@ drafter_actor drafter_of(self_ptr self) {
   return d;
 }
 
-// Whether q has reached its model's context (its last request-length stop). A sliding window has none:
-// the cache never holds more than its cap.
+// Whether q fills the engine's whole KV pool: alone, it could not go on (its next position has no block
+// even with every other sequence preempted, and preempting it would only recompute the same positions).
+// A sliding window's cache never holds more than its cap.
+// A prompt longer than the pool is not this: it is refused by name when nothing can run (tick()).
+bool past_pool(const EngineState& s, const Sequence& q) {
+  return !s.init.window.on() && q.generated > 0 && s.kv.total_blocks > 0 &&
+         q.tokens().size() >= uint64_t(s.kv.total_blocks) * s.kv.block_size;
+}
+
+// Why q can never run here (its prompt, or recomputed its prompt and tokens so far, needs more blocks
+// than the engine's whole pool), or "".
+std::string unfit(const EngineState& s, const Sequence& q) {
+  const uint32_t need = blocks_for(std::min(q.prompt_len(), kv_limit(s)), s.kv.block_size);
+  if (s.kv.total_blocks == 0 || need <= s.kv.total_blocks) return "";
+  return "the request needs " + std::to_string(need) + " KV blocks of " + std::to_string(s.kv.block_size) + " positions for " +
+         std::to_string(q.prompt_len()) + " tokens; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks);
+}
+
+// Whether q has reached its context (its last request-length stop): its model's, or the pool's when
+// that is smaller.
 bool past_context(const EngineState& s, const Sequence& q) {
-  return !s.init.window.on() && q.tokens().size() >= s.init.context_len;
+  return (!s.init.window.on() && q.tokens().size() >= s.init.context_len) || past_pool(s, q);
 }
 
 // Cache-aware routing: the whole blocks q holds go into the engine's prefix summary, those it computed
@@ -344,7 +362,17 @@ void tick(self_ptr self) {
     // scheduler's state is as untrustworthy as after a throw.
     return stop_for_fault(self, PluginFault("scheduler error: " + problem, s.init.scheduler().call_site("schedule")));
   }
-  for (auto id : preempt_ids) preempt(self, *find(s, id));
+  for (auto id : preempt_ids) {
+    // A sequence preempted because its prompt (or, recomputed, its prompt and tokens so far) needs more
+    // blocks than the whole pool would be admitted again and preempted again forever: it ends here.
+    const auto it = std::find_if(s.seqs.begin(), s.seqs.end(), [&](const Sequence& q) { return q.request.id == id; });
+    if (const std::string why = unfit(s, *it); !why.empty()) {
+      spdlog::error("engine {}: failing {}: {}", s.init.name, it->request.label(), why);
+      finish(self, size_t(it - s.seqs.begin()), "error", why);
+      continue;
+    }
+    preempt(self, *it);
+  }
   if (run.empty()) {
     if (s.init.vitals) s.init.vitals->step_ended();
     // Blocks on their way back: decide again once the worker has freed them. A prompt being looked up
@@ -358,18 +386,19 @@ void tick(self_ptr self) {
     if (!any_running) {
       // The request that cannot fit even in the whole cache, else the oldest.
       size_t victim = 0;
-      auto needs = [&](const Sequence& q) { return blocks_for(std::min(q.prompt_len() + 1, kv_limit(s)), s.kv.block_size); };
       for (size_t i = 0; i < s.seqs.size(); ++i) {
-        if (needs(s.seqs[i]) > s.kv.total_blocks) {
+        if (!unfit(s, s.seqs[i]).empty()) {
           victim = i;
           break;
         }
       }
-      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing {}", s.init.name,
-                    s.init.scheduler().id(), s.seqs[victim].request.label());
-      finish(self, victim, "error",
-             "the request needs " + std::to_string(needs(s.seqs[victim])) +
-                 " KV blocks; engine " + s.init.name + " has " + std::to_string(s.kv.total_blocks));
+      std::string why = unfit(s, s.seqs[victim]);
+      if (why.empty())
+        why = "scheduler " + s.init.scheduler().id() + " ran nothing with the KV cache of engine " + s.init.name + " empty (" +
+              std::to_string(s.kv.total_blocks) + " blocks)";
+      spdlog::error("engine {}: scheduler {} runs nothing with the KV cache empty; failing {}: {}", s.init.name,
+                    s.init.scheduler().id(), s.seqs[victim].request.label(), why);
+      finish(self, victim, "error", why);
       self->send(self, tick_atom::value);
     }
     return;
@@ -567,6 +596,9 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
         finish(self, i, "stop");
       } else if (q.generated >= q.request.max_tokens || past_context(s, q)) {
+        if (q.generated < q.request.max_tokens && past_pool(s, q))
+          spdlog::info("engine {}: {} stops at {} of {} tokens: with its prompt it fills the KV pool ({} blocks of {} positions)",
+                       s.init.name, q.request.label(), q.generated, q.request.max_tokens, s.kv.total_blocks, s.kv.block_size);
         finish(self, i, "length");
       } else {
         ++i;

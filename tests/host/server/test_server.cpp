@@ -56,6 +56,38 @@ TEST_CASE("server: a small KV cache forces preemption and outputs stay identical
   REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 12);
 }
 
+TEST_CASE("server: a request that outgrows the whole KV pool stops there with length, and the engine goes on", "[server]") {
+  auto server = make_test_server("", 4);  // 4 blocks of 8 positions: 32 positions in all
+  auto with_prompt = [&](size_t n, uint32_t max_tokens) {
+    GenerateRequest r = request_for(*server, "x", max_tokens);
+    r.prompt.assign(n, r.prompt.front());
+    return r;
+  };
+  // Alone, each fills the pool and stops: 20 + 12 and 31 + 1 positions, not the tokens asked for.
+  auto r = server->gateway().generate(with_prompt(20, 30));
+  INFO(r.error);
+  REQUIRE(r.finish_reason == "length");
+  REQUIRE(r.tokens.size() == 12);
+  r = server->gateway().generate(with_prompt(31, 4));
+  REQUIRE(r.finish_reason == "length");
+  REQUIRE(r.tokens.size() == 1);
+  // A prompt the pool cannot hold at all is an error naming the blocks.
+  r = server->gateway().generate(with_prompt(40, 4));
+  REQUIRE(r.finish_reason == "error");
+  REQUIRE_THAT(r.error, Contains("needs 5 KV blocks") && Contains("has 4"));
+  // Two at once take turns (one is preempted while the other fills the pool) and both end the same way.
+  auto a = std::async(std::launch::async, [&] { return server->gateway().generate(with_prompt(20, 30)); });
+  auto b = std::async(std::launch::async, [&] { return server->gateway().generate(with_prompt(20, 30)); });
+  for (auto* f : {&a, &b}) {
+    auto x = f->get();
+    REQUIRE(x.finish_reason == "length");
+    REQUIRE(x.tokens.size() == 12);
+  }
+  REQUIRE(server->gateway().generate(request_for(*server, "fine", 2)).finish_reason == "length");
+  const auto status = server->status();
+  REQUIRE(status["engines"][0]["kv"]["free_blocks"] == 4);
+}
+
 TEST_CASE("server: invalid slot changes are refused with the reason and change nothing", "[server][admin]") {
   auto server = make_test_server();
   auto before = server->status();
