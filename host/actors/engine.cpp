@@ -286,10 +286,10 @@ void look_up(self_ptr self, Sequence& q) {
 void poll_kv_connectors(self_ptr self) {
   auto& s = self->state;
   // A sequence ended while loading keeps its blocks in the worker until its load completes: polled too.
-  const bool loading = s.worker_loads_out > 0 || !s.handoffs.empty() || s.worker_saves_out ||
-                       std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
+  const bool transfers_out = s.worker_loads_out > 0 || !s.handoffs.empty() || s.worker_saves_out ||
+                             std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.loading; });
   if (!s.init.kv_connectors || s.kv_poll_in_flight) return;
-  if (s.polled_at_step == s.steps && !(loading && now_ns() >= s.next_load_poll_ns)) return;
+  if (s.polled_at_step == s.steps && !(transfers_out && now_ns() >= s.next_load_poll_ns)) return;
   s.kv_poll_in_flight = true;
   s.polled_at_step = s.steps;
   self->request(s.init.worker, caf::infinite, kv_poll_atom::value).then([self](const KvPollResult& r) {
@@ -365,13 +365,13 @@ void tick(self_ptr self) {
   for (auto id : preempt_ids) {
     // A sequence preempted because its prompt (or, recomputed, its prompt and tokens so far) needs more
     // blocks than the whole pool would be admitted again and preempted again forever: it ends here.
-    const auto it = std::find_if(s.seqs.begin(), s.seqs.end(), [&](const Sequence& q) { return q.request.id == id; });
-    if (const std::string why = unfit(s, *it); !why.empty()) {
-      spdlog::error("engine {}: failing {}: {}", s.init.name, it->request.label(), why);
-      finish(self, size_t(it - s.seqs.begin()), "error", why);
+    Sequence& q = *find(s, id);
+    if (const std::string why = unfit(s, q); !why.empty()) {
+      spdlog::error("engine {}: failing {}: {}", s.init.name, q.request.label(), why);
+      finish(self, size_t(&q - s.seqs.data()), "error", why);
       continue;
     }
-    preempt(self, *it);
+    preempt(self, q);
   }
   if (run.empty()) {
     if (s.init.vitals) s.init.vitals->step_ended();

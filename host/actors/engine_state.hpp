@@ -111,7 +111,7 @@ struct EngineState {
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
   bool kv_poll_in_flight = false;  // a kv_poll sent to the worker and not answered yet
   uint64_t polled_at_step = 0;     // the step count at the last kv_poll
-  uint64_t next_load_poll_ns = 0;  // while a load is out and no step runs: the next kv_poll not before
+  uint64_t next_load_poll_ns = 0;  // while a load or save is out and no step runs: the next kv_poll not before
   uint32_t worker_loads_out = 0;   // the worker's loads out at the last kv_poll (plus those started since)
   bool worker_saves_out = false;   // the worker had saves out at the last kv_poll: polled until they report
   // Disaggregation's first stages done (GenerateRequest::kv_handoff), answered once the worker has no

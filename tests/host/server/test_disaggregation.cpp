@@ -84,6 +84,15 @@ void require_exact_accounting(Server& server, const std::string& name) {
   REQUIRE(e["kv_connectors"]["loading"] == 0);
 }
 
+// What one engine of the same settings answers to each of prompts(), greedy, 6 tokens: what the
+// disaggregated engines must answer.
+std::vector<std::vector<int32_t>> one_engine_answers(const std::string& kv_dtype, const std::string& attention) {
+  Server one(read_deployment("one.toml", header() + engine("main", "", kv_dtype, attention, "")));
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
+  return expected;
+}
+
 }  // namespace
 
 TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, the decode engine loading the prompt's blocks",
@@ -94,11 +103,7 @@ TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, t
   const std::string kv_dtype = GENERATE(std::string("f16"), std::string("q8_0"));
   const std::string attention = GENERATE(std::string("attention.reference"), std::string("attention.cpu_flash"));
   INFO(transport << " " << kv_dtype << " " << attention);
-  std::vector<std::vector<int32_t>> expected;
-  {
-    Server one(read_deployment("one.toml", header() + engine("main", "", kv_dtype, attention, "")));
-    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
-  }
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers(kv_dtype, attention);
   TempDir folder;
   const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
   const std::string from = transport == "disk" ? disk(folder.path.string()) : ucx("peers = \"" + address + "\"");
@@ -148,11 +153,7 @@ namespace disaggregation_tests {
 
 TEST_CASE("disaggregation: a failed prefill engine leaves the request to the decode engine, and cancelled requests free both sides",
           "[server][disaggregation][kv_connector]") {
-  std::vector<std::vector<int32_t>> expected;
-  {
-    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
-    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
-  }
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers("f16", "attention.reference");
   TempDir folder;
   const std::string router = "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n";
   SECTION("the prefill engine's attention throws at its first step") {
@@ -205,11 +206,7 @@ namespace disaggregation_tests {
 
 TEST_CASE("disaggregation: an A/B experiment compares colocated against disaggregated serving on live traffic",
           "[server][disaggregation][experiments]") {
-  std::vector<std::vector<int32_t>> expected;
-  {
-    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
-    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
-  }
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers("f16", "attention.reference");
   TempDir folder;
   Server server(read_deployment("ab.toml", header() + engine("colocated", "both", "f16", "attention.reference", "") +
                                                 engine("prefill", "prefill", "f16", "attention.reference", disk(folder.path.string())) +
@@ -255,11 +252,7 @@ namespace disaggregation_tests {
 
 TEST_CASE("disaggregation: a decode engine that fails before its first token leaves the rest to the prefill engine",
           "[server][disaggregation][kv_connector]") {
-  std::vector<std::vector<int32_t>> expected;
-  {
-    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
-    for (const auto& p : prompts()) expected.push_back(one.gateway().generate(request_for(one, p, 6)).tokens);
-  }
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers("f16", "attention.reference");
   TempDir folder;
   std::string decode = engine("decode", "decode", "f16", "attention.reference", disk(folder.path.string()));
   // Its attention throws at its first step.
@@ -288,11 +281,7 @@ namespace disaggregation_tests {
 
 TEST_CASE("disaggregation over UCX: a decode engine nobody listens for is a failed save named in the log and status, and the answer is the same",
           "[server][disaggregation][kv_connector]") {
-  std::vector<std::vector<int32_t>> expected;
-  {
-    Server one(read_deployment("one.toml", header() + engine("main", "", "f16", "attention.reference", "")));
-    expected.push_back(one.gateway().generate(request_for(one, prompts()[0], 6)).tokens);
-  }
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers("f16", "attention.reference");
   // The prefill engine sends to a port where nothing listens; the decode engine receives nothing.
   const std::string nowhere = "127.0.0.1:" + std::to_string(free_tcp_port());
   Server server(read_deployment("pd.toml", header() +
