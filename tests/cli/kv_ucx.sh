@@ -71,13 +71,15 @@ text_b=$(complete "$gw_b" "$prompt")
 [ "$(layer "$admin_b" hits)" = 1 ] || { echo "FAIL: B did not load the prompt from A's blocks"; cat "$work/status.json"; exit 1; }
 loaded=$(layer "$admin_b" loaded_blocks)
 [ "$loaded" -ge 1 ] || { echo "FAIL: B loaded no blocks"; exit 1; }
-curl -s "$admin_b/metrics" "${auth[@]}" | grep -q 'tokenhost_kv_connector_loaded_blocks_total{.*connector="kv_connector.ucx".*} '"$loaded" ||
-  { echo "FAIL: B's /metrics do not count $loaded loaded blocks"; curl -s "$admin_b/metrics" "${auth[@]}" | grep kv_connector; exit 1; }
+# Read whole first: `grep -q` leaving a pipe early fails curl's side of it under pipefail.
+curl -s "$admin_b/metrics" "${auth[@]}" > "$work/metrics.txt"
+grep -q 'tokenhost_kv_connector_loaded_blocks_total{.*connector="kv_connector.ucx".*} '"$loaded" "$work/metrics.txt" ||
+  { echo "FAIL: B's /metrics do not count $loaded loaded blocks"; grep kv_connector "$work/metrics.txt"; exit 1; }
 echo "ok: B answers the same prompt from the $loaded blocks A sent (same text, a hit, counted in /metrics)"
 
 kill -9 "${pids[0]}"
 text=$(complete "$gw_a" "Lily and Tom went to the park to see the ducks and the big old tree by the pond near the school")
 [ -n "$text" ] || { echo "FAIL: A stopped answering with B gone"; exit 1; }
 for _ in $(seq 50); do [ "$(layer "$admin_a" save_failures)" -ge 1 ] && break; sleep 0.1; done
-layer "$admin_a" last_failure | grep -q "127.0.0.1:$port" || { echo "FAIL: A's status does not name B"; cat "$work/status.json"; exit 1; }
+[[ "$(layer "$admin_a" last_failure)" == *"127.0.0.1:$port"* ]] || { echo "FAIL: A's status does not name B"; cat "$work/status.json"; exit 1; }
 echo "ok: with B gone A answers, and its status names B in the failed save"
