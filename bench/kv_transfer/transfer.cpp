@@ -9,11 +9,15 @@
 //   ucx-sm>   kv_connector.ucx's save to a peer instance (tls "tcp,sm": UCX takes shared memory for the
 //             data within a machine), from the call to the completion after the peer's acknowledgement;
 //   ucx-tcp>  the same over UCX's TCP transport (tls "tcp");
-//   ucx<      the peer's load of those blocks from its memory tier.
+//   ucx<      the peer's load of those blocks from its memory tier;
+//   actor>    kv_connector.actor's save to a peer engine's instance, its messages carried as the host
+//             carries them in one process (peer_send copies them into a byte string; the peer's
+//             receive() reads it; here both on this thread, where a server hands the string from one
+//             worker's mailbox to the other's), from the call to the completion after the answer.
 // Blocks are picked at random from a pool of 256 laid out as the SDK's KvBlockPool lays them out, with
 // fresh keys each run (a connector stores nothing twice). The ways alternate within each run; GB/s
 // (10^9 bytes of images per second), medians of the runs. Before each shape's runs, --warmup untimed
-// runs fill the UCX receivers' tiers (max_bytes 96 MB) to their cap, as a serving tier is: the memory
+// runs fill the UCX and actor receivers' tiers (max_bytes 96 MB) to their cap, as a serving tier is: the memory
 // of dropped blocks is reused, where a tier still growing touches fresh pages (a page fault per 4 KiB,
 // which costs more than the copy on this virtual machine).
 //
@@ -22,6 +26,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -136,14 +142,42 @@ class Loopback {
   int out_ = -1, in_ = -1;
 };
 
-// A KV connector instance driven as the host drives one: a transfer, then poll() until it completes.
+class Connector;
+
+// th_host_api.peer_send between the bench's connectors: messages queue here until pump() hands each to
+// its engine's connector (receive()).
+struct Post : PeerPost {
+  struct Letter {
+    std::string from, to, bytes;
+  };
+  std::map<std::string, Connector*> engines;
+  std::deque<Letter> letters;
+  th_status send(const std::string& from, const std::string&, const std::string& to, std::string bytes, std::string& why) override {
+    if (!engines.count(to)) {
+      why = "no engine " + to;
+      return TH_ERR_NOT_FOUND;
+    }
+    letters.push_back({from, to, std::move(bytes)});
+    return TH_OK;
+  }
+  void pump();
+};
+
+// A KV connector instance driven as the host drives one: a transfer, then poll() until it completes
+// (delivering the messages of post, when it has one, between polls).
 class Connector {
  public:
-  Connector(PluginCatalog& catalog, const std::string& id, const toml::table& config) {
+  Connector(PluginCatalog& catalog, const std::string& id, const toml::table& config, std::shared_ptr<Post> post = nullptr,
+            const std::string& engine = "bench")
+      : post_(post) {
     ModelSpec model;
     model.name = "bench";
-    inst_ = instantiate(catalog, id, "bench", model, config);
+    inst_ = instantiate(catalog, id, engine, model, config, nullptr, post);
     vt_ = &inst_->vtable<th_kv_connector_vtable>();
+    if (post) post->engines[engine] = this;
+  }
+  void receive(const std::string& from, const std::string& bytes) {
+    vt_->receive(inst_->handle(), from.c_str(), bytes.data(), bytes.size());
   }
   // Saves (or loads) blocks under keys and returns once the connector reports the transfer done.
   void transfer(bool load, uint64_t ns, const std::vector<uint64_t>& keys, const std::vector<int32_t>& blocks, const th_kv_layout& kv) {
@@ -153,6 +187,7 @@ class Connector {
     const th_status s = load ? vt_->load(inst_->handle(), &t, &err) : vt_->save(inst_->handle(), &t, &err);
     if (s != TH_OK) throw std::runtime_error(inst_->id() + (load ? " load: " : " save: ") + err.text());
     for (;;) {
+      if (post_) post_->pump();
       th_kv_completion out[4];
       uint32_t n = 0;
       vt_->poll(inst_->handle(), out, 4, &n);
@@ -163,15 +198,24 @@ class Connector {
                                    std::to_string(out[i].n_done) + ": " + (out[i].message ? out[i].message : ""));
         return;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (!post_) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
  private:
+  std::shared_ptr<Post> post_;
   std::shared_ptr<PluginInstance> inst_;
   const th_kv_connector_vtable* vt_ = nullptr;
   uint64_t next_ = 1;
 };
+
+void Post::pump() {
+  while (!letters.empty()) {
+    Letter l = std::move(letters.front());
+    letters.pop_front();
+    engines.at(l.to)->receive(l.from, l.bytes);
+  }
+}
 
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -211,7 +255,10 @@ int main(int argc, char** argv) {
   Connector sm_from(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp,sm"}, {"peers", "127.0.0.1:" + sm_port}, {"protocol", protocol}});
   Connector tcp_to(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp"}, {"listen", "127.0.0.1:" + tcp_port}, {"max_bytes", int64_t(96) << 20}, {"protocol", protocol}});
   Connector tcp_from(catalog, "kv_connector.ucx", toml::table{{"tls", "tcp"}, {"peers", "127.0.0.1:" + tcp_port}, {"protocol", protocol}});
-  const char* ways[] = {"memcpy", "save", "load", "tcp", "disk>", "disk<", "ucx-sm>", "ucx-tcp>", "ucx<"};
+  auto post = std::make_shared<Post>();
+  Connector actor_to(catalog, "kv_connector.actor", toml::table{{"max_bytes", int64_t(96) << 20}}, post, "decode");
+  Connector actor_from(catalog, "kv_connector.actor", toml::table{{"peers", "decode"}}, post, "prefill");
+  const char* ways[] = {"memcpy", "save", "load", "tcp", "disk>", "disk<", "ucx-sm>", "ucx-tcp>", "ucx<", "actor>"};
   std::printf("%-6s %-5s %7s", "model", "dtype", "MB");
   for (const char* w : ways) std::printf(" %8s", w);
   std::printf("\n");
@@ -249,6 +296,7 @@ int main(int argc, char** argv) {
         gbs[5].push_back(time([&] { disk.transfer(true, ns, keys, others, pool.kv); }));
         gbs[8].push_back(time([&] { sm_to.transfer(true, ns, keys, others, pool.kv); }));
         gbs[7].push_back(time([&] { tcp_from.transfer(false, ns, keys, picks, pool.kv); }));
+        gbs[9].push_back(time([&] { actor_from.transfer(false, ns, keys, picks, pool.kv); }));
       }
       for (auto& g : gbs) g.erase(g.begin(), g.begin() + warmup);  // the warm-up runs' figures
       std::printf("%-6s %-5s %7.1f", shape.name, sdk::dtype_name(dtype).c_str(), double(bytes) / 1e6);

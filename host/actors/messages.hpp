@@ -48,6 +48,7 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using slide_atom = caf::atom_constant<caf::atom("slide")>;
 using stage_tick_atom = caf::atom_constant<caf::atom("stagetick")>;
 using kv_poll_atom = caf::atom_constant<caf::atom("kvpoll")>;
+using kv_peer_atom = caf::atom_constant<caf::atom("kvpeer")>;
 
 // Where a worker's KV memory stands: what the scheduler needs each step.
 struct KvState {
@@ -168,7 +169,9 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<status_atom>::with<KvState>,
     caf::replies_to<swap_atom, SlotSwap>::with<SwapResult>,
     caf::replies_to<status_atom, std::string>::with<StatusJson>,
-    caf::replies_to<kv_poll_atom>::with<KvPollResult>>;  // KV connectors: the loads finished
+    caf::replies_to<kv_poll_atom>::with<KvPollResult>,  // KV connectors: the loads finished
+    // A KV connector's message from another engine (th_host_api.peer_send): from, plugin, bytes.
+    caf::reacts_to<kv_peer_atom, std::string, std::string, std::string>>;
 
 using engine_actor = caf::typed_actor<
     caf::replies_to<generate_atom, GenerateRequest>::with<GenerateResult>,

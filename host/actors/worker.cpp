@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -27,6 +28,10 @@ struct WorkerState {
   metrics::Family* plugin_seconds = nullptr;  // tokenhost_plugin_seconds_total{engine, slot, plugin}
   SwapLatency swaps;
   std::unique_ptr<KvConnectors> connectors;  // the kv_connector stack's bookkeeping (made at start)
+  // A connector's receive() threw (kv_peer_atom answers nobody): the next step or poll reports it, and
+  // the engine stops for it as for any fault of its plugins.
+  std::optional<PluginFault> receive_fault;
+  std::chrono::steady_clock::time_point last_undelivered{};  // the last message no layer took, logged
   // The connectors go before the kvcache: a load still writing into the pool ends in their destroy(),
   // while the pool is there.
   ~WorkerState() { init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).clear(); }
@@ -362,6 +367,34 @@ SwapResult change_layer(WorkerState& st, SlotSwap swap) {
   return {true, name + " " + what};
 }
 
+void rethrow_receive_fault(WorkerState& s) {
+  if (!s.receive_fault) return;
+  PluginFault fault = std::move(*s.receive_fault);
+  s.receive_fault.reset();
+  throw fault;
+}
+
+// A message from another engine's connector (KvPeerPost): to each layer of the sending plugin that
+// takes messages. One that reaches no layer is logged (at most one line a few seconds per engine).
+void deliver_peer_message(WorkerState& s, const std::string& from, const std::string& plugin, const std::string& bytes) {
+  bool delivered = false;
+  for (const auto& layer : s.init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR))) {
+    if (!layer || layer->id() != plugin || layer->fn(&th_kv_connector_vtable::receive) == nullptr) continue;
+    delivered = true;
+    try {
+      layer->call(&th_kv_connector_vtable::receive, "receive", layer->handle(), from.c_str(), bytes.data(), bytes.size());
+    } catch (const PluginFault& e) {
+      if (!s.receive_fault) s.receive_fault = e;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!delivered && now - s.last_undelivered > std::chrono::seconds(5)) {
+    s.last_undelivered = now;
+    spdlog::warn("engine {}: dropped a message of {} bytes from {} on engine {}: no kv_connector layer of {} here takes messages",
+                 s.init.engine, bytes.size(), plugin, from, plugin);
+  }
+}
+
 worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> self, WorkerInit init) {
   self->state.init = std::move(init);
   if (auto* r = self->state.init.metrics)
@@ -369,6 +402,10 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
   self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
   self->state.connectors =
       std::make_unique<KvConnectors>(self->state.init.engine, self->state.init.model_identity, self->state.init.metrics);
+  if (auto post = self->state.init.post) {  // other engines' connectors reach this one's while it runs
+    post->enter(self->state.init.engine, caf::actor_cast<worker_actor>(self));
+    self->attach_functor([post, engine = self->state.init.engine, me = self->address()] { post->leave(engine, me); });
+  }
   return {
       [=](step_atom, StepBatch batch) -> StepResult {
         auto& s = self->state;
@@ -376,6 +413,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         StepResult result;
         s.swaps.step_started();
         try {
+          rethrow_receive_fault(s);
           auto started = std::chrono::steady_clock::now();
           const bool drafted = std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.n_draft > 0; });
           if (drafted && s.init.attention().library().abi_minor() < 4) {
@@ -479,6 +517,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         auto& s = self->state;
         KvPollResult r;
         try {
+          rethrow_receive_fault(s);
           r.loads = s.connectors->poll(s.init.plugins, s.init.kvcache());
         } catch (const PluginFault& e) {
           r.fault = e;  // the engine stops for it; its loads' blocks go with the rebuilt worker's pool
@@ -487,6 +526,9 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         r.saving = s.connectors->saving();
         r.kv = kv_state_after_failure(s.init.kvcache());
         return r;
+      },
+      [=](kv_peer_atom, const std::string& from, const std::string& plugin, const std::string& bytes) {
+        deliver_peer_message(self->state, from, plugin, bytes);
       },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state.init;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/kv_peer_post.hpp"
 #include "actors/messages.hpp"
 #include "metrics/metrics.hpp"
 #include "backends/backend.hpp"
@@ -23,6 +24,9 @@ struct WorkerInit {
   std::shared_ptr<ComputePool> pool;
   // The model's identity (model_identity(), actors/kv_connectors.hpp): part of every KV connector key.
   uint64_t model_identity = 0;
+  // Where the engine's name leads messages between KV connectors (th_host_api.peer_send): the worker
+  // enters itself there while it runs. NULL: no connector of another engine reaches this one.
+  std::shared_ptr<KvPeerPost> post;
   PluginInstance& attention() const { return *plugins.get(slot_of(TH_KIND_ATTENTION)); }
   PluginInstance& kvcache() const { return *plugins.get(slot_of(TH_KIND_KVCACHE)); }
 };

@@ -202,7 +202,23 @@ link_actor::behavior_type link(link_ptr self, LinkInit init) {
     if (self->state.node && down.source == self->state.node.address()) lost(self, "its node went down: " + self->system().render(down.reason));
   });
   connect(self);
-  return {[=](beat_atom, uint64_t timer) { beat(self, timer); }};
+  return {
+      [=](beat_atom, uint64_t timer) { beat(self, timer); },
+      [=](kv_send_atom, const std::string& from, const std::string& plugin, const std::string& to, std::string& bytes) {
+        auto& s = self->state;
+        if (!s.up) {
+          spdlog::warn("cluster: a KV message of {} bytes from {} to {}@{} dropped: the worker is not joined", bytes.size(), from, to, s.init.node);
+          return;
+        }
+        s.init.health->count_sent(bytes.size());
+        self->send(s.node, kv_peer_atom::value, from, plugin, to, std::move(bytes));
+      },
+      [=](kv_peer_atom, const std::string& from, const std::string& plugin, const std::string& to, std::string& bytes) {
+        auto& s = self->state;
+        if (!s.up || self->current_sender() == nullptr || self->current_sender()->address() != s.node.address()) return;  // only its node's
+        s.init.health->count_received(bytes.size());
+        if (s.init.kv_arrived) s.init.kv_arrived(from + "@" + s.init.node, plugin, to, std::move(bytes));
+      }};
 }
 
 }  // namespace

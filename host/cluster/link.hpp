@@ -61,10 +61,10 @@ struct LinkInit {
   // The versions of the node's prefix summaries this head holds, sent with each heartbeat (may be
   // unset: every heartbeat then brings every summary).
   std::function<PrefixVersions(const std::string& node)> held_prefixes;
+  // A KV connector's message from an engine of the worker (named ENGINE@NODE) to an engine here: from,
+  // plugin, to, bytes. Unset: such messages are dropped.
+  std::function<void(const std::string& from, const std::string& plugin, const std::string& to, std::string bytes)> kv_arrived;
 };
-
-// Internal: its timer (heartbeats while up, new attempts while down).
-using link_actor = caf::typed_actor<caf::reacts_to<beat_atom, uint64_t>>;
 
 link_actor spawn_link(caf::actor_system& system, LinkInit init);
 

@@ -39,6 +39,7 @@ struct NodeState {
   struct Head {
     std::string name;
     caf::actor_addr link;  // the head's link actor: its end is the head's
+    link_actor link_handle;  // the same, to send the head's engines KV connectors' messages
   };
   std::map<caf::node_id, Head> heads;  // proved, by CAF node
   std::unordered_map<uint64_t, Relay> relays;  // by the id the engine knows (local_ids)
@@ -144,7 +145,7 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
             return c.error;
           }
         }
-        s.heads[peer] = {p.name, self->current_sender()->address()};
+        s.heads[peer] = {p.name, self->current_sender()->address(), caf::actor_cast<link_actor>(self->current_sender())};
         self->monitor(self->current_sender());  // the head's link: when it goes, so do its sequences
         spdlog::info("cluster: head {} joined (node {})", p.name, to_string(peer));
         return "";
@@ -259,6 +260,24 @@ node_actor::behavior_type node(node_ptr self, NodeInit init) {
           }
       },
       [=](relay_atom, uint64_t local) { relay_tokens(self, local); },
+      [=](kv_peer_atom, const std::string& from, const std::string& plugin, const std::string& to, std::string& bytes) {
+        const std::string head = self->current_sender() ? head_name(self) : "";
+        if (head.empty()) {
+          spdlog::error("cluster: refused a KV message of {} bytes: not from a head that proved its name", bytes.size());
+          return;
+        }
+        if (self->state.init.kv_arrived) self->state.init.kv_arrived(from + "@" + head, plugin, to, std::move(bytes));
+      },
+      [=](kv_send_atom, const std::string& head, const std::string& from, const std::string& plugin, const std::string& to,
+          std::string& bytes) {
+        for (const auto& [node, h] : self->state.heads)
+          if (h.name == head) {
+            if (!h.link_handle) break;
+            self->send(h.link_handle, kv_peer_atom::value, from, plugin, to, std::move(bytes));  // the link names it from@NODE
+            return;
+          }
+        spdlog::warn("cluster: a KV message of {} bytes from {} to {}@{} dropped: no head of that name is joined", bytes.size(), from, to, head);
+      },
   };
 }
 

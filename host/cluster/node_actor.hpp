@@ -38,6 +38,9 @@ struct NodeInit {
   // A head's slot change on one of them, as this node's admin API would make it (it may block: it runs
   // on an actor of its own thread).
   std::function<AdminReply(const SlotChange&)> change_slot;
+  // A KV connector's message from an engine of a head (named ENGINE@HEAD) to an engine here: from,
+  // plugin, to, bytes. Unset: such messages are dropped.
+  std::function<void(const std::string& from, const std::string& plugin, const std::string& to, std::string bytes)> kv_arrived;
 };
 
 node_actor spawn_node_actor(caf::actor_system& system, NodeInit init);

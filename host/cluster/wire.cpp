@@ -145,7 +145,7 @@ Hello hello_of(const Fields& f) {
 json engine_json(const EngineInfo& e) {
   json j{{"name", e.name}, {"model", e.model}, {"device", e.device}, {"kv", e.kv_positions},
          {"prefix", e.prefix_cache}, {"window", e.window_cap}, {"capacity", e.capacity}, {"plugins", e.plugins},
-         {"serving", e.serving}, {"down", e.down_reason}};
+         {"serving", e.serving}, {"down", e.down_reason}, {"role", e.role}};
   if (e.prefix_block > 0) {
     j["pblock"] = e.prefix_block;
     j["pversion"] = e.prefix_version;
@@ -173,6 +173,9 @@ std::vector<EngineInfo> engines_of(const Fields& f, const char* key) {
     info.prefix_cache = e.flag("prefix");
     info.window_cap = uint32_t(e.u64("window", false, std::numeric_limits<uint32_t>::max()));
     if (const uint64_t capacity = e.u64("capacity", false, 65536); capacity > 0) info.capacity = uint32_t(capacity);
+    if (e.find("role") != nullptr) info.role = e.str("role", true, 16);  // a node that sent none: "both"
+    if (info.role != "both" && info.role != "prefill" && info.role != "decode")
+      e.fail("role", "\"" + info.role + "\" is not both, prefill or decode");
     info.serving = e.flag("serving");
     info.prefix_block = uint32_t(e.u64("pblock", false, 1u << 20));
     info.prefix_version = e.u64("pversion", false);
@@ -309,7 +312,8 @@ std::string encode(const RemoteGenerate& m) {
                    {"logprobs", r.logprobs},
                    {"ignore_eos", r.ignore_eos},
                    {"max_draft", r.max_draft},
-                   {"cache_salt", r.cache_salt}});
+                   {"cache_salt", r.cache_salt},
+                   {"handoff", r.kv_handoff}});
 }
 
 std::string encode(const TokenBatch& m) {
@@ -388,6 +392,7 @@ RemoteGenerate decode_generate(std::string_view bytes) {
   r.ignore_eos = f.flag("ignore_eos");
   r.max_draft = uint32_t(f.u64("max_draft", true, kMaxDraftTokens));
   r.cache_salt = f.str("cache_salt", false);
+  r.kv_handoff = f.flag("handoff");
   return m;
 }
 

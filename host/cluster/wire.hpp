@@ -43,6 +43,7 @@ struct EngineInfo {
   bool prefix_cache = false;
   uint32_t window_cap = 0;
   uint32_t capacity = 64;  // sequences it runs at once (its max_step_seqs; 64 from a node that sent none)
+  std::string role = "both";  // in prefill/decode disaggregation: "both", "prefill" or "decode"
   std::map<std::string, std::string> plugins;  // slot name -> plugin id
   bool serving = true;
   std::string down_reason;

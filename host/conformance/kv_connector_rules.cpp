@@ -1,7 +1,7 @@
 // kv_connector rules (ABI 1.9): blocks saved under random keys come back byte for byte into other blocks
 // of a pool (f32, f16, q8_0 with its scales), contains() counts leading keys only and never across
-// namespaces, every transfer completes exactly once with a count within its blocks, and a cancelled load
-// still completes. The pools are the runner's own host memory, laid out as th_kvcache.h describes.
+// namespaces, every transfer completes exactly once with a count within its blocks, a cancelled load
+// still completes, and receive() (when the plugin takes messages) survives random bytes. The pools are the runner's own host memory, laid out as th_kvcache.h describes.
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -142,6 +142,7 @@ void kv_connector_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rn
     for (const char* d : dtypes) r.not_applicable(std::string("kv_connector.round_trip.") + d, "check() refuses the model: " + why);
     r.not_applicable("kv_connector.contains_leading", "check() refuses the model: " + why);
     r.not_applicable("kv_connector.cancel_completes", "check() refuses the model: " + why);
+    r.not_applicable("kv_connector.receive_checks", "check() refuses the model: " + why);
     return;
   }
   Connector c(*inst);
@@ -206,6 +207,34 @@ void kv_connector_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rn
     expect(st.struct_size > 0 && st.struct_size <= sizeof st, "stats() wrote struct_size " + std::to_string(st.struct_size));
     expect(st.capacity_bytes == 0 || st.stored_bytes <= st.capacity_bytes,
            "stats() reports " + std::to_string(st.stored_bytes) + " bytes stored over a capacity of " + std::to_string(st.capacity_bytes));
+  });
+  // receive() (optional) takes bytes from anywhere: random messages, empty ones and ones cut short
+  // neither crash it nor change what it holds.
+  if (inst->fn(&th_kv_connector_vtable::receive) == nullptr) {
+    r.not_applicable("kv_connector.receive_checks", "the plugin takes no messages (receive is NULL)");
+    return;
+  }
+  r.rule("kv_connector.receive_checks", [&] {
+    Pool pool(TH_DTYPE_F16, 8, rng);
+    const uint64_t ns = rng();
+    const auto keys = random_keys(rng, 3);
+    expect(c.wait(c.transfer(false, ns, keys, {0, 1, 2}, pool), 3).status == TH_OK, "a save of 3 blocks failed");
+    auto stored = [&] {
+      th_kv_connector_stats st{};
+      st.struct_size = sizeof st;
+      inst->call(&th_kv_connector_vtable::stats, "stats", inst->handle(), &st);
+      return st.stored_blocks;
+    };
+    const uint64_t before = stored();
+    for (uint32_t i = 0; i < std::max(8u, o.rounds); ++i) {
+      std::vector<unsigned char> bytes(uniform(rng, 0, 4096));
+      for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+      if (bytes.size() >= 4 && i % 2 == 0) bytes[0] = 0x31, bytes[1] = 0x4b, bytes[2] = 0, bytes[3] = 0;  // kv_connector.actor's BLOCKS tag, garbage after
+      inst->call(&th_kv_connector_vtable::receive, "receive", inst->handle(), "conformance", static_cast<const void*>(bytes.data()), bytes.size());
+    }
+    inst->call(&th_kv_connector_vtable::receive, "receive", inst->handle(), "conformance", static_cast<const void*>(nullptr), size_t(0));
+    expect(stored() == before, "random messages changed the blocks held from " + std::to_string(before) + " to " + std::to_string(stored()));
+    expect(c.contains(ns, keys) == 3, "after random messages, contains() no longer finds the 3 blocks saved before");
   });
 }
 

@@ -121,7 +121,7 @@ std::shared_ptr<PluginLibrary> PluginCatalog::load(const PluginManifest& manifes
 
 std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
                                             const ModelSpec& model, const toml::table& settings,
-                                            metrics::Registry* metrics) {
+                                            metrics::Registry* metrics, std::shared_ptr<PeerPost> peers) {
   auto manifest = catalog.find(id);
   if (!manifest) throw PluginError("no plugin '" + id + "' in " + join(catalog.search_paths(), ":"));
   InstanceSpec spec;
@@ -140,6 +140,7 @@ std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::s
     throw PluginError("plugin " + id + ": " + e.message());
   }
   spec.metrics = metrics;
+  spec.peers = std::move(peers);
   return PluginInstance::create(catalog.load(*manifest), spec);
 }
 

@@ -55,9 +55,11 @@ class PluginCatalog {
 
 // An instance of plugin id outside a deployment (the generate command, benchmarks, tests): its
 // plugin.toml defaults overridden by settings (checked against plugin.toml's keys, types and ranges
-// as a manifest's are), on the CPU, for model. Throws PluginError.
+// as a manifest's are), on the CPU, for model; peers carries its th_host_api.peer_send messages (a
+// kv_connector's; NULL: none). Throws PluginError.
 std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
                                             const ModelSpec& model, const toml::table& settings = {},
-                                            metrics::Registry* metrics = nullptr);
+                                            metrics::Registry* metrics = nullptr,
+                                            std::shared_ptr<PeerPost> peers = nullptr);
 
 }  // namespace tokenhost

@@ -239,7 +239,7 @@ void api_parallel_for(th_host_ctx* ctx, size_t n, size_t grain, uint32_t max_thr
 uint32_t api_compute_threads(th_host_ctx* ctx) { return uint32_t(pool_of(ctx).threads()); }
 
 // Draft sessions (ABI 1.5): checked here (the calling instance's own sessions), run by ctx->drafts.
-th_status draft_refuse(th_error* err, th_status status, const std::string& why) {
+th_status draft_refuse(th_error* err, th_status status, const std::string& why) {  // and peer_send's
   api_error_set(err, why.c_str());
   return status;
 }
@@ -314,6 +314,21 @@ void api_draft_close(th_draft_session* session) {
   ctx->draft_sessions.erase(session);
 }
 
+// Messages between KV connectors (ABI 1.9): checked here, carried by ctx->peers.
+th_status api_peer_send(th_host_ctx* ctx, const char* peer, const void* bytes, size_t n, th_error* err) {
+  if (ctx == nullptr || !ctx->peers)
+    return draft_refuse(err, TH_ERR_UNSUPPORTED, "peer_send: this host carries messages between kv_connector instances only");
+  if (peer == nullptr || *peer == '\0') return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "peer_send: no peer engine named");
+  if (n > TH_PEER_MESSAGE_MAX_BYTES)
+    return draft_refuse(err, TH_ERR_INVALID_ARGUMENT,
+                        "peer_send: " + std::to_string(n) + " bytes, over the " + std::to_string(TH_PEER_MESSAGE_MAX_BYTES) + " a message carries");
+  if (n > 0 && bytes == nullptr) return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "peer_send: NULL bytes");
+  std::string why;
+  std::string copy(static_cast<const char*>(bytes), n);
+  if (th_status s = ctx->peers->send(ctx->engine, ctx->plugin_id, peer, std::move(copy), why)) return draft_refuse(err, s, "peer_send: " + why);
+  return TH_OK;
+}
+
 const th_host_api kHostApi = {
     sizeof(th_host_api),   TH_ABI_VERSION_MAJOR,  TH_ABI_VERSION_MINOR,  TOKENHOST_VERSION,
     api_error_set,         api_log,               api_config_get_int,    api_config_get_double,
@@ -321,6 +336,7 @@ const th_host_api kHostApi = {
     api_metric_set,        api_metric_observe,    api_mem_alloc,         api_mem_free,
     api_model_run,         api_parallel_for,      api_compute_threads,   api_draft_open,
     api_draft_append,      api_draft_rollback,    api_draft_run,         api_draft_close,
+    api_peer_send,
 };
 
 }  // namespace

@@ -42,6 +42,16 @@ class DraftSessionHost {
   virtual void close(uint64_t session) = 0;
 };
 
+// The host's side of messages between KV connectors (th_host_api.peer_send, ABI 1.9): the actors
+// implement it (actors/kv_peer_post.hpp), one per process, and the server gives it to the instances of
+// every engine's kv_connector stack. Returns TH_OK (the bytes are on their way) or a status with `why`.
+class PeerPost {
+ public:
+  virtual ~PeerPost() = default;
+  virtual th_status send(const std::string& from_engine, const std::string& plugin, const std::string& to, std::string bytes,
+                         std::string& why) = 0;
+};
+
 }  // namespace tokenhost
 
 // A draft session as a plugin holds it.
@@ -69,6 +79,8 @@ struct th_host_ctx {
   std::shared_ptr<tokenhost::DraftSessionHost> drafts;
   // The engine's compute partition, NULL for the process-wide pool (parallel_for, compute_threads).
   std::shared_ptr<tokenhost::ComputePool> pool;
+  // Where peer_send's messages go (ABI 1.9): NULL for instances that send none (all but kv_connector).
+  std::shared_ptr<tokenhost::PeerPost> peers;
   std::map<th_draft_session*, std::unique_ptr<th_draft_session>> draft_sessions;
 
   ~th_host_ctx();  // frees (and logs) allocations and draft sessions the plugin leaked

@@ -71,6 +71,7 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   self->ctx_->metrics = spec.metrics;
   self->ctx_->drafts = spec.drafts;
   self->ctx_->pool = spec.pool;
+  self->ctx_->peers = spec.peers;
   self->config_.table = spec.config;
   self->device_ = spec.device;
   th_model_info model = spec.model.to_abi();

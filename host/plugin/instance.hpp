@@ -36,6 +36,8 @@ struct InstanceSpec {
   // The engine's compute partition (th_host_api.parallel_for and compute_threads use it); NULL: the
   // process-wide pool. device.threads is its thread count then.
   std::shared_ptr<ComputePool> pool;
+  // Where the instance's th_host_api.peer_send messages go: an engine's kv_connector layers only.
+  std::shared_ptr<PeerPost> peers;
 };
 
 // Reasons the plugin of lib says it cannot serve spec (empty: it can). Throws nothing.

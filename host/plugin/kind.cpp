@@ -27,7 +27,7 @@ constexpr size_t kSpecDecode = TH_SIZE_THROUGH(th_spec_decode_vtable, seq_end);
 constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
 constexpr size_t kRouter = TH_SIZE_THROUGH(th_router_vtable, feedback);
 constexpr size_t kRouter17 = TH_SIZE_THROUGH(th_router_vtable, select);
-constexpr size_t kKvConnector = TH_SIZE_THROUGH(th_kv_connector_vtable, stats);
+constexpr size_t kKvConnector = TH_SIZE_THROUGH(th_kv_connector_vtable, receive);  // receive: optional (NULL)
 
 using enum SlotNeed;
 using enum SlotOwner;

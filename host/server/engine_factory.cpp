@@ -96,6 +96,7 @@ std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* e
   if (engine != nullptr && (spec.pool = pool_of(*engine))) spec.device.threads = uint32_t(spec.pool->threads());
   if (engine != nullptr && slot == slot_of(TH_KIND_SPEC_DECODE) && draft_sessions_.count(engine->name))
     spec.drafts = draft_sessions_.at(engine->name);
+  if (engine != nullptr && slot == slot_of(TH_KIND_KV_CONNECTOR)) spec.peers = peer_post_;
   if (!library) {
     LoadReply loaded = load_library(decl.plugin);
     if (!loaded.library) throw PluginError(loaded.error);
@@ -128,6 +129,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   w.weights = placed;
   w.metrics = &metrics_;
   w.pool = pool_of(decl);
+  w.post = peer_post_;
   // Each slot the declaration fills, by the actor that owns it (the manifest reader checked which a
   // model needs): the worker's first, then (after the draft sessions its proposer may use) the engine's.
   auto fill = [&](SlotOwner owner, SlotInstances& into) {

@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/kv_peer_post.hpp"
 #include "actors/messages.hpp"
 #include "manifest/deployment.hpp"
 #include "metrics/metrics.hpp"
@@ -61,6 +62,8 @@ class EngineFactory {
   // The compute pool of an engine: its partition's (made when the first engine of it is built, kept
   // for the server's life: an engine rebuilt computes where it did), NULL without one.
   std::shared_ptr<ComputePool> pool_of(const EngineDecl& decl);
+  // Where the engines' KV connectors' messages go (th_host_api.peer_send); the cluster adds its routes.
+  const std::shared_ptr<KvPeerPost>& peer_post() const { return peer_post_; }
   // The partitions made so far: each one's threads, cores and engines built on it, for the admin status.
   nlohmann::json partitions_json() const;
 
@@ -81,6 +84,8 @@ class EngineFactory {
   // Draft sessions (th_host_api.draft_*) by engine: what the instances of its spec_decode slot draft
   // with. Made with the engine, replaced when it is rebuilt.
   std::map<std::string, std::shared_ptr<DraftSessions>> draft_sessions_;
+  // Messages between the engines' KV connectors (th_host_api.peer_send): every worker enters it.
+  std::shared_ptr<KvPeerPost> peer_post_ = std::make_shared<KvPeerPost>();
   mutable std::mutex pools_mutex_;
   std::map<std::string, std::shared_ptr<ComputePool>> pools_;  // by partition name
   std::map<std::string, std::set<std::string>> partition_engines_;  // engines built on each

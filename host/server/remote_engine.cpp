@@ -22,6 +22,7 @@ RoutedEngine RemoteEngine::routed() const {
   if (facts().capacity > 0) r.capacity = facts().capacity;
   r.node = node_;
   r.rtt_s = facts().link_rtt_s;
+  r.role = decl().role;  // as its node announces it
   return r;
 }
 

@@ -24,6 +24,7 @@ std::vector<cluster::EngineInfo> Server::local_engine_infos(const cluster::Prefi
     info.prefix_cache = e->facts().prefix_cache;
     info.window_cap = e->facts().window_cap;
     info.capacity = e->decl().max_step_seqs;
+    info.role = engine_role_name(e->decl().role);
     for (const auto& [slot, d] : e->decl().slots) info.plugins[slot] = d.plugin;
     info.serving = e->serving();
     info.down_reason = e->serving() ? "" : e->stop_reason();
@@ -98,6 +99,15 @@ std::string Server::change_remote_slot(RemoteEngine& engine, const std::string& 
 void Server::start_cluster() {
   const ClusterDecl& c = deployment_.cluster;
   cluster::check_transport(*system_, c);
+  // KV connectors' messages (th_host_api.peer_send) between engines of different nodes: to ENGINE@NODE
+  // over the head's link to that worker, or from a worker over its node actor back to a head; what
+  // arrives goes to the engine it names here.
+  const std::shared_ptr<KvPeerPost> post = factory_->peer_post();
+  auto kv_arrived = [post](const std::string& from, const std::string& plugin, const std::string& to, std::string bytes) {
+    std::string why;
+    if (post->deliver(from, plugin, to, std::move(bytes), why) != TH_OK)
+      spdlog::warn("cluster: a KV message from {} for {} dropped: {}", from, to, why);
+  };
   if (c.listens()) {
     cluster::NodeInit n;
     n.name = c.node;
@@ -110,6 +120,7 @@ void Server::start_cluster() {
     n.engines = [this](const cluster::PrefixVersions& held) { return local_engine_infos(held); };
     n.change_slot = [this](const cluster::SlotChange& c) { return change_slot_for_head(c); };
     n.admit = [this](const std::string& engine, const GenerateRequest& r) { return admit_for_head(engine, r); };
+    n.kv_arrived = kv_arrived;
     node_actor_ = cluster::spawn_node_actor(*system_, std::move(n));
     cluster::publish_node(*system_, c, node_actor_);
   }
@@ -132,9 +143,26 @@ void Server::start_cluster() {
     };
     l.left = [this](const std::string& node, const std::string& why) { remote_left(node, why); };
     l.held_prefixes = [this](const std::string& node) { return held_prefixes(node); };
+    l.kv_arrived = kv_arrived;
     auto health = l.health;
     links_.push_back({w.name, cluster::spawn_link(*system_, std::move(l)), health});
   }
+  // links_ is complete: the route reads it from the engines' threads from now on.
+  post->add_route([this](const std::string& node, const std::string& engine, const std::string& from, const std::string& plugin,
+                         std::string& bytes) {
+    for (const auto& link : links_)
+      if (link.name == node) {
+        caf::anon_send(link.actor, cluster::kv_send_atom::value, from, plugin, engine, std::move(bytes));
+        return true;
+      }
+    return false;
+  });
+  if (node_actor_)  // after the links: a name neither a worker of this head nor an engine here is a head's
+    post->add_route([node = node_actor_](const std::string& head, const std::string& engine, const std::string& from,
+                                         const std::string& plugin, std::string& bytes) {
+      caf::anon_send(node, cluster::kv_send_atom::value, head, from, plugin, engine, std::move(bytes));
+      return true;  // a head of that name may not be joined: the node actor logs the drop
+    });
 }
 
 cluster::PrefixVersions Server::held_prefixes(const std::string& node) const {
@@ -203,6 +231,7 @@ void Server::sync_remote_engines(const std::string& node, const std::vector<clus
     decl.name = name;
     decl.model = info.model;
     decl.device = info.device;
+    decl.role = engine_role_named(info.role).value_or(TH_ROLE_BOTH);  // the wire admits the three names only
     for (const auto& [slot, plugin] : info.plugins) decl.slots[slot].plugin = plugin;
     EngineFacts facts;
     facts.kv_positions = info.kv_positions;

@@ -11,15 +11,8 @@ trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "
 
 port=$((20000 + RANDOM % 20000))
 manifest() {  # manifest CONNECTOR_CONFIG > FILE
+  stories_manifest_head
   cat <<TOML
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-log_level = "info"
-
-[models.stories]
-source = "builtin"
-name = "stories260K"
 
 [engines.main]
 model = "stories"
@@ -32,21 +25,6 @@ plugin = "kv_connector.ucx"
 config = { tls = "tcp,sm", $1 }
 TOML
 }
-start() {  # start NAME MANIFEST: serve, wait until it listens, set gw_NAME and admin_NAME
-  "$tokenhost" serve "$2" > "$work/$1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do grep -q "gateway listening" "$work/$1.log" && break; sleep 0.1; done
-  local line
-  line=$(grep "gateway listening" "$work/$1.log") || { cat "$work/$1.log"; exit 1; }
-  eval "gw_$1=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")"
-  eval "admin_$1=http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
-}
-complete() {  # complete PORT PROMPT: the completion's text, greedy
-  curl -s "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"$2\", \"max_tokens\": 12, \"temperature\": 0}" > "$work/answer.json"
-  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$work/answer.json" 2>/dev/null ||
-    { echo "FAIL: no completion from port $1: $(cat "$work/answer.json")" >&2; return 1; }
-}
 layer() {  # layer ADMIN FIELD: the engine's first kv_connector layer's FIELD in admin status
   "$tokenhost" admin --url "$1" --json status > "$work/status.json"
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engines"][0]["kv_connectors"]["layers"][0][sys.argv[2]])' "$work/status.json" "$2"
@@ -54,19 +32,19 @@ layer() {  # layer ADMIN FIELD: the engine's first kv_connector layer's FIELD in
 
 manifest "listen = \"127.0.0.1:$port\"" > "$work/b.toml"
 manifest "peers = \"127.0.0.1:$port\", timeout_ms = 500" > "$work/a.toml"
-start b "$work/b.toml"
+serve_named b "$work/b.toml"
 grep -q "receiving blocks on 127.0.0.1:$port" "$work/b.log" || { echo "FAIL: B does not say where it receives"; cat "$work/b.log"; exit 1; }
-start a "$work/a.toml"
+serve_named a "$work/a.toml"
 
 prompt="Once upon a time there was a little girl named Lily who loved to play in the park with her dog and her friends every day"
-text_a=$(complete "$gw_a" "$prompt")
+text_a=$(complete_text "$gw_a" "$prompt")
 saved=$(layer "$admin_a" saved_blocks)
 [ "$saved" -ge 1 ] || { echo "FAIL: A saved no blocks"; cat "$work/status.json"; exit 1; }
 stored_b=$(layer "$admin_b" stored_blocks)
 [ "$stored_b" -ge "$saved" ] || { echo "FAIL: B holds $stored_b blocks, A sent $saved"; exit 1; }
 echo "ok: A's $saved prompt blocks are stored at B"
 
-text_b=$(complete "$gw_b" "$prompt")
+text_b=$(complete_text "$gw_b" "$prompt")
 [ -n "$text_a" ] && [ "$text_a" = "$text_b" ] || { echo "FAIL: B answered '$text_b', A '$text_a'"; exit 1; }
 [ "$(layer "$admin_b" hits)" = 1 ] || { echo "FAIL: B did not load the prompt from A's blocks"; cat "$work/status.json"; exit 1; }
 loaded=$(layer "$admin_b" loaded_blocks)
@@ -78,7 +56,7 @@ grep -q 'tokenhost_kv_connector_loaded_blocks_total{.*connector="kv_connector.uc
 echo "ok: B answers the same prompt from the $loaded blocks A sent (same text, a hit, counted in /metrics)"
 
 kill -9 "${pids[0]}"
-text=$(complete "$gw_a" "Lily and Tom went to the park to see the ducks and the big old tree by the pond near the school")
+text=$(complete_text "$gw_a" "Lily and Tom went to the park to see the ducks and the big old tree by the pond near the school")
 [ -n "$text" ] || { echo "FAIL: A stopped answering with B gone"; exit 1; }
 for _ in $(seq 50); do [ "$(layer "$admin_a" save_failures)" -ge 1 ] && break; sleep 0.1; done
 [[ "$(layer "$admin_a" last_failure)" == *"127.0.0.1:$port"* ]] || { echo "FAIL: A's status does not name B"; cat "$work/status.json"; exit 1; }

@@ -2,7 +2,7 @@
 # ports chosen by the system and sets pid, gw (gateway port), admin (admin API base URL) and work (a
 # temporary folder removed at exit, with the process killed if still running); require_models sets
 # models (the folder of stories260K: $TOKENHOST_MODELS, else the tree's models/) or skips the test (77)
-# when the model is not there.
+# when the model is not there; serve_named and complete_text run a named server of several and ask it.
 work=$(mktemp -d)
 # The admin API's token: curl "${auth[@]}" "$admin/admin/..." sends it.
 export TOKENHOST_ADMIN_TOKEN=cli-test-admin-token-0123456789
@@ -41,4 +41,34 @@ expect_fail() {  # expect_fail COMMAND TEXT ARGS...: `tokenhost COMMAND ARGS` ($
 require_models() {  # require_models TESTS_CLI_DIR
   models=${TOKENHOST_MODELS:-$1/../../models}
   if [ ! -f "$models/stories260K.gguf" ]; then echo "SKIPPED: $models/stories260K.gguf not found"; exit 77; fi
+}
+
+serve_named() {  # serve_named NAME MANIFEST: `$tokenhost serve MANIFEST` logging to $work/NAME.log; waits until it listens, adds its pid to pids, sets gw_NAME and admin_NAME
+  "$tokenhost" serve "$2" > "$work/$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do grep -q "gateway listening" "$work/$1.log" && break; sleep 0.1; done
+  local line
+  line=$(grep "gateway listening" "$work/$1.log") || { cat "$work/$1.log"; exit 1; }
+  eval "gw_$1=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")"
+  eval "admin_$1=http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+}
+
+complete_text() {  # complete_text PORT PROMPT [MAX_TOKENS]: the greedy completion's text (12 tokens by default)
+  curl -s "http://127.0.0.1:$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$2\", \"max_tokens\": ${3:-12}, \"temperature\": 0}" > "$work/answer.json"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$work/answer.json" 2>/dev/null ||
+    { echo "FAIL: no completion from port $1: $(cat "$work/answer.json")" >&2; return 1; }
+}
+
+stories_manifest_head() {  # stories_manifest_head: a manifest's [server] (ports the system picks, info log) and stories260K as model "stories"
+  cat <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "info"
+
+[models.stories]
+source = "builtin"
+name = "stories260K"
+TOML
 }

@@ -120,7 +120,7 @@ TH_PIN_OFFSET(th_model_run_result, struct_size, 0);
 TH_PIN_OFFSET(th_model_run_result, tokens, 8);
 TH_PIN_OFFSET(th_model_run_result, capacity, 16);
 TH_PIN_OFFSET(th_model_run_result, n_tokens, 20);
-TH_PIN_SIZE(th_host_api, 176);
+TH_PIN_SIZE(th_host_api, 184);
 TH_PIN_OFFSET(th_host_api, struct_size, 0);
 TH_PIN_OFFSET(th_host_api, abi_major, 4);
 TH_PIN_OFFSET(th_host_api, abi_minor, 6);
@@ -145,6 +145,7 @@ TH_PIN_OFFSET(th_host_api, draft_append, 144); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, draft_rollback, 152); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, draft_run, 160); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, draft_close, 168); /* 1.5 */
+TH_PIN_OFFSET(th_host_api, peer_send, 176); /* 1.9 */
 TH_PIN_SIZE(th_draft_open_args, 24); /* 1.5 */
 TH_PIN_OFFSET(th_draft_open_args, struct_size, 0);
 TH_PIN_OFFSET(th_draft_open_args, model, 8);
@@ -449,7 +450,7 @@ TH_PIN_OFFSET(th_kv_connector_stats, stored_bytes, 16);
 TH_PIN_OFFSET(th_kv_connector_stats, capacity_bytes, 24);
 TH_PIN_OFFSET(th_kv_connector_stats, evicted_blocks, 32);
 TH_PIN_OFFSET(th_kv_connector_stats, refused_blocks, 40);
-TH_PIN_SIZE(th_kv_connector_vtable, 80);
+TH_PIN_SIZE(th_kv_connector_vtable, 88);
 TH_PIN_OFFSET(th_kv_connector_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_kv_connector_vtable, create, 8);
 TH_PIN_OFFSET(th_kv_connector_vtable, destroy, 16);
@@ -460,6 +461,7 @@ TH_PIN_OFFSET(th_kv_connector_vtable, load, 48);
 TH_PIN_OFFSET(th_kv_connector_vtable, poll, 56);
 TH_PIN_OFFSET(th_kv_connector_vtable, cancel, 64);
 TH_PIN_OFFSET(th_kv_connector_vtable, stats, 72);
+TH_PIN_OFFSET(th_kv_connector_vtable, receive, 80);
 
 int main(void) {
   printf("ABI %d.%d: layout of every struct matches the pins\n", TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR);

@@ -48,9 +48,10 @@ inline ModelSpec model_spec(uint32_t n_heads = 4, uint32_t n_kv_heads = 2, uint3
 // defaults overridden by config.
 inline std::shared_ptr<PluginInstance> make_plugin(const std::string& id, const ModelSpec& model,
                                                    const toml::table& config = {},
-                                                   metrics::Registry* registry = nullptr) {
+                                                   metrics::Registry* registry = nullptr,
+                                                   std::shared_ptr<PeerPost> peers = nullptr, const std::string& engine = "test") {
   if (!builtin_catalog().find(id)) throw std::runtime_error("test: no built-in plugin " + id);
-  return instantiate(builtin_catalog(), id, "test", model, config, registry);
+  return instantiate(builtin_catalog(), id, engine, model, config, registry, std::move(peers));
 }
 
 // A random engine from a fresh seed each run; the seed is printed so a failure can be replayed.

@@ -23,6 +23,7 @@
 #include <tokenhost/plugin.hpp>
 #include <tokenhost/plugin_kv_blocks.hpp>
 #include <tokenhost/plugin_kv_connector.hpp>
+#include <tokenhost/plugin_kv_push.hpp>
 
 #include <netdb.h>
 #include <poll.h>
@@ -33,6 +34,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -53,29 +55,10 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kId = TH_PLUGIN_ID;
 constexpr uint16_t kAmBlocks = 0x4b31;  // active message ids of this connector
 constexpr uint16_t kAmAck = 0x4b32;
-constexpr uint32_t kMagic = 0x564b4854;  // "THKV"
-constexpr uint32_t kVersion = 1;
-constexpr uint32_t kMaxBlocksPerMessage = 1u << 16;
-constexpr uint64_t kMaxImageBytes = 1ull << 30;
 // A save goes as messages of at most this many bytes (a block at least): UCX's eager protocol moves
 // a few megabytes at GB/s and a message of tens of megabytes at a tenth of that (bench/RESULTS.md), and
 // the peer stores each part as it comes.
 constexpr size_t kMessageBytes = size_t(4) << 20;
-
-struct BlocksHeader {
-  uint32_t magic, version;
-  uint64_t message, ns, shape, image_bytes;
-  uint32_t n_blocks;
-  uint32_t peer;  // the sender's number for the receiver, echoed in the ACK
-};
-struct AckHeader {
-  uint32_t magic, version;
-  uint64_t message;
-  uint32_t stored;
-  int32_t status;  // a th_status
-  uint32_t peer;   // BlocksHeader.peer
-  uint32_t reserved;
-};
 
 std::string ucx_error(const std::string& what, ucs_status_t s) {
   return std::string(kId) + ": " + what + ": " + ucs_status_string(s);
@@ -109,88 +92,14 @@ std::string address_text(const sockaddr_storage& a) {
   return std::string(host) + ":" + port;
 }
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(start, end - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) out.push_back(item);
-    start = end + 1;
-  }
-  return out;
-}
-
-// A message's bytes, keys then images, uninitialized when made (not zeroed: every byte is written).
-struct Buffer {
-  Buffer(std::unique_ptr<char[]> b, size_t n, size_t c) : bytes(std::move(b)), size(n), capacity(c) {}
-  std::unique_ptr<char[]> bytes;
-  size_t size, capacity;
-  char* data() const { return bytes.get(); }
-};
-
-// Buffers given back and handed out again. A message's buffer is tens of megabytes: fresh memory costs
-// a page fault per 4 KiB on first touch (on a virtual machine, more than the copy itself), so sent
-// messages' buffers and the buffers of blocks the tier dropped are kept (up to kKeepBytes) for the
-// next message of a similar size.
-class Buffers : public std::enable_shared_from_this<Buffers> {
+class Ucx : public sdk::KvPushConnector {
  public:
-  static constexpr size_t kKeepBytes = size_t(256) << 20;
-  std::shared_ptr<Buffer> get(size_t n) {
-    std::unique_ptr<char[]> bytes;
-    size_t capacity = n;
-    {
-      std::lock_guard lock(mutex_);
-      for (auto it = free_.begin(); it != free_.end(); ++it)
-        if (it->second >= n && it->second <= 2 * n) {  // not a much larger one: it would hold memory idle
-          bytes = std::move(it->first);
-          capacity = it->second;
-          kept_ -= capacity;
-          free_.erase(it);
-          break;
-        }
-    }
-    if (!bytes) bytes.reset(new char[n]);
-    std::weak_ptr<Buffers> home = weak_from_this();
-    return std::shared_ptr<Buffer>(new Buffer(std::move(bytes), n, capacity), [home](Buffer* b) {
-      if (auto pool = home.lock()) pool->put(std::move(b->bytes), b->capacity);
-      delete b;
-    });
-  }
-
- private:
-  void put(std::unique_ptr<char[]> bytes, size_t capacity) {
-    std::lock_guard lock(mutex_);
-    if (kept_ + capacity > kKeepBytes) return;  // freed
-    kept_ += capacity;
-    free_.emplace_back(std::move(bytes), capacity);
-  }
-  std::mutex mutex_;
-  std::deque<std::pair<std::unique_ptr<char[]>, size_t>> free_;
-  size_t kept_ = 0;
-};
-
-// A block in the memory tier: its image lies in the buffer of the message that brought it, which its
-// blocks share and which goes with the last of them (blocks of one message neighbour in the LRU order,
-// so they mostly go together).
-struct Stored {
-  uint64_t shape = 0;
-  size_t bytes = 0;
-  std::shared_ptr<const Buffer> buffer;
-  const char* image = nullptr;  // inside *buffer
-};
-
-class Ucx {
- public:
-  explicit Ucx(const th_create_args& args) : ctx_(args.host_ctx) {
+  explicit Ucx(const th_create_args& args)
+      : KvPushConnector(kId, uint64_t(sdk::Config(args.config).require_int("max_bytes"))), ctx_(args.host_ctx) {
     const sdk::Config config(args.config);
-    max_bytes_ = uint64_t(config.require_int("max_bytes"));
     timeout_ = std::chrono::milliseconds(config.require_int("timeout_ms"));
     const std::string listen = config.require_string("listen");
-    for (const std::string& p : split_list(config.require_string("peers"))) peers_.push_back(Peer{p, resolve(p, "peer"), nullptr, false});
+    for (const std::string& p : sdk::split_peer_list(config.require_string("peers"))) peers_.push_back(Peer{p, resolve(p, "peer"), nullptr, false});
     const std::string tls = config.require_string("tls");
     const std::string protocol = config.require_string("protocol");
     if (protocol == "eager") eager_ = UCP_AM_SEND_FLAG_EAGER;
@@ -198,99 +107,29 @@ class Ucx {
     else if (protocol != "auto")
       throw sdk::Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": protocol '" + protocol + "' is not eager, rendezvous or auto");
     if (!listen.empty() || !peers_.empty()) start_ucx(listen, tls);
-    loads_thread_ = std::thread([this] { run_loads(); });
   }
 
+  // The network stops first, then the tier (its loads thread: a load being written ends before the
+  // host frees its blocks).
   ~Ucx() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_loads_.notify_all();
-    loads_thread_.join();  // a load being written ends first: the host frees its blocks after destroy()
     if (worker_ != nullptr) {
+      net_stopping_ = true;
       ring();
       net_thread_.join();
       stop_ucx();
     }
   }
 
-  uint32_t contains(uint64_t ns, const uint64_t* keys, uint32_t n) {
-    std::lock_guard lock(mutex_);
-    uint32_t i = 0;
-    while (i < n && store_.contains(sdk::KvBlockId{ns, keys[i]})) ++i;
-    return i;
-  }
-
+  // The blocks are read now (the host may reuse them once save() returns) into parts of at most
+  // kMessageBytes: messages to the peers, which the network thread sends.
   void save(const th_kv_transfer& t) {
-    sdk::check_kv_transfer(t, kId, "save");
-    const sdk::KvBlockShape shape = sdk::kv_block_shape(*t.layout);
-    const uint64_t fingerprint = sdk::kv_shape_fingerprint(shape);
-    const size_t bytes = sdk::kv_block_image_bytes(shape);
-    if (t.n_blocks == 0) {
-      done_.push(t.ticket, TH_OK, 0);
-      return;
-    }
-    // The blocks are read now (the host may reuse them once save() returns) into one buffer of parts of
-    // at most kMessageBytes, each its keys then its images: a message to the peers or, without peers,
-    // blocks of the memory tier.
-    const uint32_t per_part = uint32_t(std::max<size_t>(1, kMessageBytes / (sizeof(uint64_t) + bytes)));
-    std::shared_ptr<Buffer> data = buffers_->get(size_t(t.n_blocks) * (sizeof(uint64_t) + bytes));
-    std::vector<Part> parts;
-    for (uint32_t first = 0; first < t.n_blocks; first += per_part) {
-      const Part part{size_t(first) * (sizeof(uint64_t) + bytes), std::min(per_part, t.n_blocks - first)};
-      char* keys = data->data() + part.offset;
-      std::memcpy(keys, t.keys + first, size_t(part.n_blocks) * sizeof(uint64_t));
-      char* images = keys + size_t(part.n_blocks) * sizeof(uint64_t);
-      for (uint32_t i = 0; i < part.n_blocks; ++i) sdk::save_kv_block(*t.layout, t.blocks[first + i], images + size_t(i) * bytes);
-      parts.push_back(part);
-    }
-    if (peers_.empty()) {
-      for (const Part& part : parts) store(t.namespace_id, fingerprint, bytes, part.n_blocks, data, part.offset);
-      done_.push(t.ticket, TH_OK, t.n_blocks);
-      return;
-    }
-    Outgoing out;
-    out.ticket = t.ticket;
-    out.n_blocks = t.n_blocks;
-    out.header = BlocksHeader{kMagic, kVersion, 0, t.namespace_id, fingerprint, bytes, 0, 0};
-    out.data = std::move(data);
-    out.parts = std::move(parts);
+    sdk::KvPacked packed;
+    if (!pack_or_keep(t, !peers_.empty(), kMessageBytes, packed)) return;
     {
       std::lock_guard lock(net_mutex_);
-      outgoing_.push_back(std::move(out));
+      outgoing_.push_back(Outgoing{t.ticket, t.n_blocks, t.namespace_id, std::move(packed)});
     }
     ring();
-  }
-
-  void load(const th_kv_transfer& t) {
-    sdk::check_kv_transfer(t, kId, "load");
-    Load job;
-    job.ticket = t.ticket;
-    job.ns = t.namespace_id;
-    job.layout = *t.layout;  // its memory stays where it is while the engine runs (th_kvcache.h)
-    job.keys.assign(t.keys, t.keys + t.n_blocks);
-    job.blocks.assign(t.blocks, t.blocks + t.n_blocks);
-    std::lock_guard lock(mutex_);
-    loads_.push_back(std::move(job));
-    wake_loads_.notify_one();
-  }
-
-  void poll(th_kv_completion* out, uint32_t capacity, uint32_t* n_out) { done_.poll(out, capacity, n_out); }
-
-  void cancel(uint64_t ticket) { cancelled_.cancel(ticket); }
-
-  void stats(th_kv_connector_stats* out) {
-    th_kv_connector_stats s{};
-    {
-      std::lock_guard lock(mutex_);
-      s.stored_blocks = store_.size();
-      s.stored_bytes = store_.bytes();
-      s.capacity_bytes = max_bytes_;
-      s.evicted_blocks = evicted_;
-      s.refused_blocks = refused_;
-    }
-    sdk::write_kv_connector_stats(s, out);
   }
 
  private:
@@ -300,102 +139,23 @@ class Ucx {
     ucp_ep_h ep;
     bool failed;  // its endpoint reported an error: closed and reopened at the next send
   };
-  struct Part {  // a message's share of a save's buffer
-    size_t offset = 0;
-    uint32_t n_blocks = 0;
-  };
   struct Outgoing {  // a save on its way to the peers
     uint64_t ticket = 0;
     uint32_t n_blocks = 0;
-    BlocksHeader header{};  // n_blocks and peer set per message
-    std::shared_ptr<const Buffer> data;
-    std::vector<Part> parts;
-  };
-  struct InFlight {  // a sent save waiting for its peers' acks
-    uint64_t ticket = 0;
-    uint32_t n_blocks = 0;
-    std::map<size_t, uint32_t> waiting;  // peers not yet done: blocks they have not acknowledged
-    std::string failure;       // the first peer's failure
-    Clock::time_point deadline;
+    uint64_t ns = 0;
+    sdk::KvPacked packed;
   };
   struct Send {  // what a UCX send needs until its completion
-    BlocksHeader blocks{};
-    AckHeader ack{};
-    std::shared_ptr<const Buffer> data;
+    sdk::KvBlocksHeader blocks{};
+    sdk::KvAckHeader ack{};
+    std::shared_ptr<const sdk::KvBuffer> data;
   };
   struct Incoming {  // a received rendezvous message being fetched
     Ucx* self = nullptr;
-    BlocksHeader header{};
-    std::shared_ptr<Buffer> data;
+    sdk::KvBlocksHeader header{};
+    std::shared_ptr<sdk::KvBuffer> data;
     ucp_ep_h reply = nullptr;
   };
-  struct Load {
-    uint64_t ticket = 0, ns = 0;
-    th_kv_layout layout{};
-    std::vector<uint64_t> keys;
-    std::vector<int32_t> blocks;
-  };
-
-  // Adds the n blocks at offset of a buffer (n keys, then n images of `bytes`) to the memory tier.
-  void store(uint64_t ns, uint64_t shape, size_t bytes, uint32_t n, const std::shared_ptr<const Buffer>& buffer, size_t offset = 0) {
-    const char* keys = buffer->data() + offset;
-    const char* images = keys + size_t(n) * sizeof(uint64_t);
-    std::lock_guard lock(mutex_);
-    for (uint32_t i = 0; i < n; ++i) {
-      uint64_t key = 0;
-      std::memcpy(&key, keys + size_t(i) * sizeof key, sizeof key);
-      store_.add(sdk::KvBlockId{ns, key}, bytes, Stored{shape, bytes, buffer, images + size_t(i) * bytes});
-    }
-    evicted_ += store_.evict_over(max_bytes_).size();
-  }
-
-  void run_loads() {
-    for (;;) {
-      Load job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_loads_.wait(lock, [&] { return stopping_ || !loads_.empty(); });
-        if (stopping_) return;  // queued loads are dropped: a load not started wrote nothing
-        job = std::move(loads_.front());
-        loads_.pop_front();
-      }
-      const sdk::KvBlockShape shape = sdk::kv_block_shape(job.layout);
-      const uint64_t fingerprint = sdk::kv_shape_fingerprint(shape);
-      const size_t bytes = sdk::kv_block_image_bytes(shape);
-      th_status status = TH_OK;
-      std::string message;
-      uint32_t k = 0;
-      for (; k < job.keys.size(); ++k) {
-        Stored block;
-        {
-          std::lock_guard lock(mutex_);
-          if (cancelled_.cancelled(job.ticket)) {
-            status = TH_ERR_NOT_FOUND;
-            message = std::string(kId) + ": load cancelled";
-            break;
-          }
-          const sdk::KvBlockId id{job.ns, job.keys[k]};
-          if (const Stored* s = store_.find(id)) block = *s;
-          if (block.image != nullptr && (block.shape != fingerprint || block.bytes != bytes)) {
-            store_.erase(id);
-            ++refused_;
-            status = TH_ERR_NOT_FOUND;
-            message = std::string(kId) + ": refused block " + std::to_string(job.keys[k]) + ": it holds another KV shape";
-            break;
-          }
-          if (block.image == nullptr) {
-            status = TH_ERR_NOT_FOUND;
-            message = std::string(kId) + ": block " + std::to_string(job.keys[k]) + " is no longer held";
-            break;
-          }
-          store_.touch(id);
-        }
-        sdk::load_kv_block(job.layout, job.blocks[k], block.image);  // block.buffer keeps it alive through the copy
-      }
-      cancelled_.forget(job.ticket);
-      done_.push(job.ticket, status, k, std::move(message));
-    }
-  }
 
   // ---- the UCX side: everything below runs on net_thread_ once it started ----
 
@@ -502,20 +262,15 @@ class Ucx {
     [[maybe_unused]] ssize_t n = write(bell_, &one, sizeof one);
   }
 
-  bool net_stopping() {
-    std::lock_guard lock(mutex_);
-    return stopping_;
-  }
-
   void run_net() {
-    while (!net_stopping()) {
+    while (!net_stopping_) {
       while (ucp_worker_progress(worker_) != 0) {
       }
       send_outgoing();
       fetch_incoming();
       send_acks();
       reopen_failed();
-      expire();
+      saves_.expire([this](uint32_t i) { return peers_[i].name; }, timeout_);
       if (ucp_worker_progress(worker_) != 0) continue;
       {
         std::lock_guard lock(net_mutex_);
@@ -524,7 +279,7 @@ class Ucx {
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;  // events arrived: progress again
       pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {bell_, POLLIN, 0}};
-      ::poll(fds, 2, in_flight_.empty() ? 1000 : 1);  // in-flight saves have deadlines
+      ::poll(fds, 2, saves_.empty() ? 1000 : 1);  // in-flight saves have deadlines
       uint64_t rung = 0;
       [[maybe_unused]] ssize_t n = read(bell_, &rung, sizeof rung);
     }
@@ -555,79 +310,42 @@ class Ucx {
       batch.swap(outgoing_);
     }
     for (Outgoing& out : batch) {
-      const uint64_t message = ++next_message_;
-      out.header.message = message;
-      InFlight& f = in_flight_[message];
-      f.ticket = out.ticket;
-      f.n_blocks = out.n_blocks;
-      f.deadline = Clock::now() + timeout_;
-      for (size_t i = 0; i < peers_.size(); ++i) {
+      const uint64_t message = saves_.start(out.ticket, out.n_blocks, timeout_);
+      for (uint32_t i = 0; i < peers_.size(); ++i) {
         ucp_ep_h ep = peer_ep(peers_[i]);
         if (ep == nullptr) {
-          fail_peer(f, i, "cannot connect to peer " + peers_[i].name);
+          saves_.fail(message, i, "cannot connect to peer " + peers_[i].name);
           continue;
         }
-        f.waiting[i] = out.n_blocks;
-        for (const Part& part : out.parts) {
+        saves_.sent(message, i);
+        for (const sdk::KvPacked::Part& part : out.packed.parts) {
           auto* send = new Send;
-          send->blocks = out.header;
-          send->blocks.n_blocks = part.n_blocks;
-          send->blocks.peer = uint32_t(i);
-          send->data = out.data;
+          send->blocks = out.packed.header(out.ns, part);
+          send->blocks.message = message;
+          send->blocks.peer = i;
+          send->data = out.packed.data;
           ucp_request_param_t param{};
           param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
           param.flags = UCP_AM_SEND_FLAG_REPLY | eager_;
           param.cb.send = &Ucx::on_sent;
           param.user_data = send;
-          const size_t length = size_t(part.n_blocks) * (sizeof(uint64_t) + out.header.image_bytes);
-          ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmBlocks, &send->blocks, sizeof send->blocks, send->data->data() + part.offset, length, &param);
+          ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmBlocks, &send->blocks, sizeof send->blocks, send->data->data() + part.offset,
+                                               part.bytes(out.packed.image_bytes), &param);
           if (r == nullptr) delete send;  // done already (the data was copied or sent)
           else if (UCS_PTR_IS_ERR(r)) {
             delete send;
-            fail_peer(f, i, "sending to peer " + peers_[i].name + " failed: " + ucs_status_string(UCS_PTR_STATUS(r)));
+            saves_.fail(message, i, "sending to peer " + peers_[i].name + " failed: " + ucs_status_string(UCS_PTR_STATUS(r)));
             break;
           }
         }
       }
-      finish_if_answered(message);
+      saves_.finish(message);
     }
   }
 
   static void on_sent(void* request, ucs_status_t, void* user_data) {
     delete static_cast<Send*>(user_data);  // a failure shows as the peer's error or a missing ack
     ucp_request_free(request);
-  }
-
-  void fail_peer(InFlight& f, size_t peer, const std::string& why) {
-    f.waiting.erase(peer);
-    if (f.failure.empty()) f.failure = std::string(kId) + ": " + why;
-  }
-
-  void finish_if_answered(uint64_t message) {
-    auto it = in_flight_.find(message);
-    if (it == in_flight_.end() || !it->second.waiting.empty()) return;
-    const InFlight& f = it->second;
-    if (f.failure.empty()) done_.push(f.ticket, TH_OK, f.n_blocks);
-    else done_.push(f.ticket, TH_ERR_INTERNAL, 0, f.failure);
-    in_flight_.erase(it);
-  }
-
-  void expire() {
-    const auto now = Clock::now();
-    std::vector<uint64_t> late;
-    for (auto& [message, f] : in_flight_)
-      if (now >= f.deadline) late.push_back(message);
-    for (uint64_t message : late) {
-      InFlight& f = in_flight_[message];
-      std::string names;
-      std::vector<size_t> waiting;
-      for (const auto& [i, left] : f.waiting) {
-        names += (names.empty() ? "" : ", ") + peers_[i].name;
-        waiting.push_back(i);
-      }
-      for (size_t i : waiting) fail_peer(f, i, "no answer from peer " + names + " within " + std::to_string(timeout_.count()) + " ms");
-      finish_if_answered(message);
-    }
   }
 
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -637,8 +355,7 @@ class Ucx {
       if (p.ep != ep) continue;
       p.failed = true;
       self->note_failure("peer " + p.name + ": " + ucs_status_string(status));
-      for (auto& [message, f] : self->in_flight_)
-        if (f.waiting.count(i)) self->fail_peer(f, i, "peer " + p.name + ": " + ucs_status_string(status));
+      self->saves_.fail_peer(uint32_t(i), "peer " + p.name + ": " + ucs_status_string(status));
       return;
     }
     // An inbound endpoint (a peer that sends here) went away: forget it.
@@ -658,10 +375,7 @@ class Ucx {
     std::vector<ucp_ep_h> closing;  // a copy: closing runs callbacks that may add to closing_
     closing.swap(closing_);
     for (ucp_ep_h& ep : closing) close_ep(ep);
-    std::vector<uint64_t> answered;
-    for (auto& [message, f] : in_flight_)
-      if (f.waiting.empty()) answered.push_back(message);
-    for (uint64_t m : answered) finish_if_answered(m);
+    saves_.finish_answered();
   }
 
   void note_failure(const std::string& why) {
@@ -683,27 +397,12 @@ class Ucx {
     if (ucp_ep_create(self->worker_, &ep, &h) == UCS_OK) self->inbound_.push_back(h);
   }
 
-  // Checks a BLOCKS header against the message's length; "" when it fits.
-  static std::string refusal(const void* header, size_t header_length, size_t length, BlocksHeader& h) {
-    if (header_length != sizeof h) return "a header of " + std::to_string(header_length) + " bytes";
-    std::memcpy(&h, header, sizeof h);
-    if (h.magic != kMagic || h.version != kVersion) return "an unknown format";
-    if (h.n_blocks == 0 || h.n_blocks > kMaxBlocksPerMessage) return std::to_string(h.n_blocks) + " blocks";
-    if (h.image_bytes == 0 || h.image_bytes > kMaxImageBytes) return "images of " + std::to_string(h.image_bytes) + " bytes";
-    if (length != uint64_t(h.n_blocks) * (sizeof(uint64_t) + h.image_bytes))
-      return std::to_string(length) + " bytes for " + std::to_string(h.n_blocks) + " blocks of " + std::to_string(h.image_bytes);
-    return "";
-  }
-
   ucs_status_t on_blocks(const void* header, size_t header_length, void* data, size_t length, const ucp_am_recv_param_t* param) {
     ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-    BlocksHeader h{};
-    const std::string why = refusal(header, header_length, length, h);
+    sdk::KvBlocksHeader h{};
+    const std::string why = sdk::kv_blocks_refusal(header, header_length, length, h);
     if (!why.empty()) {
-      {
-        std::lock_guard lock(mutex_);
-        refused_ += std::max<uint32_t>(1, h.n_blocks <= kMaxBlocksPerMessage ? h.n_blocks : 1);
-      }
+      tier().refused(std::max<uint32_t>(1, h.n_blocks <= sdk::kKvPushMaxBlocks ? h.n_blocks : 1));
       note_failure("refused a message of " + why);
       queue_ack(reply, h, 0, TH_ERR_INVALID_ARGUMENT);
       return UCS_OK;
@@ -713,14 +412,14 @@ class Ucx {
       in->self = this;
       in->header = h;
       in->reply = reply;
-      in->data = buffers_->get(length);
+      in->data = tier().buffers().get(length);
       std::lock_guard lock(net_mutex_);
       pending_rndv_.push_back({std::move(in), data});
       return UCS_INPROGRESS;
     }
-    std::shared_ptr<Buffer> copy = buffers_->get(length);  // eager data lives only as long as this callback
+    std::shared_ptr<sdk::KvBuffer> copy = tier().buffers().get(length);  // eager data lives only as long as this callback
     std::memcpy(copy->data(), data, length);
-    store(h.ns, h.shape, h.image_bytes, h.n_blocks, std::move(copy));
+    tier().store(h.ns, h.shape, h.image_bytes, h.n_blocks, std::move(copy));
     queue_ack(reply, h, h.n_blocks, TH_OK);
     return UCS_OK;
   }
@@ -752,24 +451,24 @@ class Ucx {
 
   void received(std::unique_ptr<Incoming> in, ucs_status_t status) {
     --receiving_;
-    const BlocksHeader& h = in->header;
+    const sdk::KvBlocksHeader& h = in->header;
     if (status != UCS_OK) {
       note_failure(std::string("receiving blocks failed: ") + ucs_status_string(status));
       queue_ack(in->reply, h, 0, TH_ERR_INTERNAL);
       return;
     }
-    store(h.ns, h.shape, h.image_bytes, h.n_blocks, std::move(in->data));
+    tier().store(h.ns, h.shape, h.image_bytes, h.n_blocks, std::move(in->data));
     queue_ack(in->reply, h, h.n_blocks, TH_OK);
   }
 
-  void queue_ack(ucp_ep_h reply, const BlocksHeader& h, uint32_t stored, th_status status) {
+  void queue_ack(ucp_ep_h reply, const sdk::KvBlocksHeader& h, uint32_t stored, th_status status) {
     if (reply == nullptr) return;  // the sender asked for no answer
     std::lock_guard lock(net_mutex_);
-    acks_.push_back({reply, AckHeader{kMagic, kVersion, h.message, stored, int32_t(status), h.peer, 0}});
+    acks_.push_back({reply, sdk::KvAckHeader{sdk::kKvPushMagic, sdk::kKvPushVersion, h.message, stored, int32_t(status), h.peer, 0}});
   }
 
   void send_acks() {
-    std::vector<std::pair<ucp_ep_h, AckHeader>> batch;
+    std::vector<std::pair<ucp_ep_h, sdk::KvAckHeader>> batch;
     {
       std::lock_guard lock(net_mutex_);
       batch.swap(acks_);
@@ -788,38 +487,20 @@ class Ucx {
   }
 
   ucs_status_t on_ack(const void* header, size_t header_length, void*, size_t, const ucp_am_recv_param_t*) {
-    AckHeader a{};
+    sdk::KvAckHeader a{};
     if (header_length != sizeof a) return UCS_OK;
     std::memcpy(&a, header, sizeof a);
-    if (a.magic != kMagic || a.version != kVersion) return UCS_OK;
-    auto it = in_flight_.find(a.message);
-    if (it == in_flight_.end() || !it->second.waiting.count(a.peer)) return UCS_OK;  // expired, or not ours
-    InFlight& f = it->second;
-    uint32_t& left = f.waiting[a.peer];
-    if (a.status != TH_OK || a.stored == 0 || a.stored > left) fail_peer(f, a.peer, "peer " + peers_[a.peer].name + " refused the blocks");
-    else if ((left -= a.stored) == 0) f.waiting.erase(a.peer);
-    finish_if_answered(a.message);
+    if (a.peer < peers_.size()) saves_.ack(a, peers_[a.peer].name);  // a late or foreign one is ignored
     return UCS_OK;
   }
 
   th_host_ctx* ctx_;
-  std::shared_ptr<Buffers> buffers_ = std::make_shared<Buffers>();
-  uint64_t max_bytes_ = 0;
   std::chrono::milliseconds timeout_{5000};
-  sdk::KvCompletions done_;
-  sdk::KvCancellations cancelled_;
-
-  std::mutex mutex_;  // the memory tier, the loads, stopping_
-  std::condition_variable wake_loads_;
-  sdk::KvLru<Stored> store_;
-  std::deque<Load> loads_;
-  uint64_t evicted_ = 0, refused_ = 0;
-  bool stopping_ = false;
-  std::thread loads_thread_;
+  std::atomic<bool> net_stopping_{false};
 
   std::mutex net_mutex_;  // what the host's threads and UCX's callbacks hand to net_thread_
   std::deque<Outgoing> outgoing_;
-  std::vector<std::pair<ucp_ep_h, AckHeader>> acks_;
+  std::vector<std::pair<ucp_ep_h, sdk::KvAckHeader>> acks_;
   std::vector<std::pair<std::unique_ptr<Incoming>, void*>> pending_rndv_;
 
   // net_thread_'s own (and create()'s before it starts)
@@ -830,8 +511,7 @@ class Ucx {
   std::string listening_;
   std::vector<Peer> peers_;
   std::vector<ucp_ep_h> inbound_, closing_;
-  std::map<uint64_t, InFlight> in_flight_;
-  uint64_t next_message_ = 0;
+  sdk::KvSavesInFlight saves_{kId, done()};
   uint32_t receiving_ = 0;  // rendezvous receives under way
   uint32_t eager_ = 0;      // the send flag `protocol` names (UCP_AM_SEND_FLAG_EAGER or _RNDV), 0 for UCX's choice
   Clock::time_point last_warning_{};
@@ -845,7 +525,7 @@ th_status check(const th_check_query* query, th_error* err) {
       const sdk::Config config(query->config);
       const std::string listen = config.require_string("listen");
       if (!listen.empty()) resolve(listen, "listen");
-      for (const std::string& p : split_list(config.require_string("peers"))) resolve(p, "peer");
+      for (const std::string& p : sdk::split_peer_list(config.require_string("peers"))) resolve(p, "peer");
     }
     return TH_OK;
   });

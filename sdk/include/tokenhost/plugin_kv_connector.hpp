@@ -13,7 +13,8 @@
 //   - sdk::kv_connector_vtable<C>(check): the th_kv_connector_vtable of a plugin whose instances are
 //     a class C with contains(ns, keys, n) -> n_leading, save(t), load(t), poll(out, capacity, n_out),
 //     cancel(ticket) and stats(out); its arguments checked for NULL and its exceptions turned into
-//     statuses (guard()).
+//     statuses (guard()). A C that also has receive(from, bytes, n) takes messages (the vtable's
+//     optional receive; what it throws is logged, not thrown across the boundary).
 #ifndef TOKENHOST_PLUGIN_KV_CONNECTOR_HPP
 #define TOKENHOST_PLUGIN_KV_CONNECTOR_HPP
 
@@ -27,6 +28,7 @@
 #include <list>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -214,7 +216,24 @@ struct KvConnectorMembers {
   static void stats(th_instance* i, th_kv_connector_stats* out) {
     if (out != nullptr) self<C>(i).stats(out);
   }
+  static void receive(th_instance* i, const char* from, const void* bytes, size_t n) {
+    if (from == nullptr || (n > 0 && bytes == nullptr)) return;
+    try {
+      self<C>(i).receive(from, static_cast<const char*>(bytes), n);
+    } catch (const std::exception& e) {
+      log(nullptr, TH_LOG_WARN, std::string("a KV connector dropped a message from ") + from + ": " + e.what());
+    } catch (...) {
+      log(nullptr, TH_LOG_WARN, std::string("a KV connector dropped a message from ") + from + ": unknown exception");
+    }
+  }
 };
+
+// Whether C takes messages from its instances on other engines: has receive(from, bytes, n).
+template <class C, class = void>
+struct KvTakesMessages : std::false_type {};
+template <class C>
+struct KvTakesMessages<C, std::void_t<decltype(std::declval<C&>().receive("", static_cast<const char*>(nullptr), size_t(0)))>>
+    : std::true_type {};
 
 template <class C>
 th_kv_connector_vtable kv_connector_vtable(th_status (*check)(const th_check_query*, th_error*)) {
@@ -230,6 +249,7 @@ th_kv_connector_vtable kv_connector_vtable(th_status (*check)(const th_check_que
   vt.poll = M::poll;
   vt.cancel = M::cancel;
   vt.stats = M::stats;
+  if constexpr (KvTakesMessages<C>::value) vt.receive = M::receive;
   return vt;
 }
 

@@ -83,7 +83,8 @@ extern "C" {
  *        TH_SEQ_LOADING (a sequence whose cached prefix a connector is writing into its blocks, shown
  *        to schedulers built against 1.9 or later; older ones never see such a sequence);
  *        prefill/decode disaggregation: th_engine_role, th_route_request.candidate_roles and the
- *        router action TH_ROUTE_DISAGGREGATE (th_router.h). */
+ *        router action TH_ROUTE_DISAGGREGATE (th_router.h); messages between a connector's instances
+ *        on different engines: th_host_api.peer_send and th_kv_connector_vtable.receive. */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 9
 

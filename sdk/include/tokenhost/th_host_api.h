@@ -61,6 +61,9 @@ typedef struct th_model_run_result {
   uint32_t n_tokens;      /* out: tokens written */
 } th_model_run_result;
 
+/* The most bytes one th_host_api.peer_send message carries (ABI 1.9). */
+#define TH_PEER_MESSAGE_MAX_BYTES ((size_t)64 << 20)
+
 /* ---- draft sessions (ABI 1.5) ----
  * A draft session is one sequence of a model the host runs for a plugin: a speculative decoding
  * proposer's draft model, or the engine's own model cut after its first layers (self-speculation). The
@@ -191,6 +194,22 @@ typedef struct th_host_api {
   th_status (*draft_run)(th_host_ctx *ctx, const th_draft_run_args *args, th_error *err);
   /* Closes the session and frees its keys and values. NULL is ignored. */
   void (*draft_close)(th_draft_session *session);
+
+  /* ---- messages between KV connectors (ABI 1.9; th_kv_connector.h) ----
+   * Sends n_bytes to the instances of the calling plugin (the same plugin id) in the kv_connector stack
+   * of the engine named peer, through their receive() member: an engine of this process, or in a
+   * cluster an engine of another node as ENGINE@NODE (a head's name for a worker's engine, and a
+   * worker's for a head's: the receiver's `from` is the sender's name in that form), carried over the
+   * cluster's authenticated links. The host copies the bytes during the call and delivers them later on
+   * the peer engine's worker thread, between its steps, in order from one sender to one peer. Delivery
+   * is not confirmed: a connector
+   * that needs to know answers with a message of its own (the peer may have gone meanwhile, or have no
+   * layer of the plugin; the host logs such a message and drops it). Offered to kv_connector
+   * instances; any other instance (and a host built before 1.9: check TH_HAS_MEMBER) gets
+   * TH_ERR_UNSUPPORTED. TH_ERR_NOT_FOUND: no engine of that name runs here and no linked node has that name; TH_ERR_INVALID_ARGUMENT: no
+   * peer, or more than TH_PEER_MESSAGE_MAX_BYTES. OWNERSHIP: peer and bytes are the caller's, read
+   * during the call only. THREADING: the instance's thread. */
+  th_status (*peer_send)(th_host_ctx *ctx, const char *peer, const void *bytes, size_t n_bytes, th_error *err);
 } th_host_api;
 
 #ifdef __cplusplus

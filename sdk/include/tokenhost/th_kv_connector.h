@@ -21,6 +21,11 @@
  * and loads from the one that holds the most (the first of equals), and saves every block it publishes
  * to each of them.
  *
+ * Instances of one plugin on different engines may talk: th_host_api.peer_send hands bytes to the
+ * host, which delivers them to the same plugin's layers on the named engine, in this process or on
+ * another node of a cluster, through receive() (kv_connector.actor sends its saves to a decode engine
+ * that way).
+ *
  * THREADING: an instance belongs to the engine's worker actor and is called from its thread only,
  * between steps (th_common.h). A connector does its transfers on threads of its own; nothing of a
  * transfer happens inside a host call beyond what the member says.
@@ -117,6 +122,13 @@ typedef struct th_kv_connector_vtable {
 
   /* Totals (see th_kv_connector_stats). */
   void (*stats)(th_instance *instance, th_kv_connector_stats *out);
+
+  /* OPTIONAL (NULL: the connector takes no messages). A message another instance of this plugin, on
+   * the engine named from, sent here with th_host_api.peer_send; an answer goes back with
+   * peer_send(from). Host 1.9 calls it on the worker's thread between steps, in the order one sender
+   * sent. The bytes are whatever the sender wrote: check everything before trusting a size in them.
+   * OWNERSHIP: from and bytes are the host's, valid during the call only: copy what you keep. */
+  void (*receive)(th_instance *instance, const char *from, const void *bytes, size_t n_bytes);
 } th_kv_connector_vtable;
 
 #ifdef __cplusplus

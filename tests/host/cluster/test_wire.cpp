@@ -76,6 +76,7 @@ TEST_CASE("cluster wire: a sequence's request, tokens and result survive the rou
     r.ignore_eos = rng() % 2;
     r.max_draft = uint32_t(rng() % 8);
     r.cache_salt = random_text(rng, 16);
+    r.kv_handoff = rng() % 2;
     RemoteGenerate back = decode_generate(encode(g));
     const GenerateRequest& b = back.request;
     CHECK(back.engine == g.engine);
@@ -98,6 +99,7 @@ TEST_CASE("cluster wire: a sequence's request, tokens and result survive the rou
     CHECK(b.sampling.logit_bias == r.sampling.logit_bias);
     CHECK((b.seeded == r.seeded && b.logprobs == r.logprobs && b.ignore_eos == r.ignore_eos));
     CHECK(b.max_draft == r.max_draft);
+    CHECK(b.kv_handoff == r.kv_handoff);
     CHECK(b.cache_salt == r.cache_salt);
     CHECK(b.stream == nullptr);
 
@@ -151,6 +153,7 @@ TEST_CASE("cluster wire: hellos and engine lists survive the round trip", "[clus
   e.plugins = {{"attention", "attention.cpu_flash"}, {"kvcache", "kvcache.paged"}};
   e.serving = false;
   e.down_reason = "plugin fault";
+  e.role = "decode";
   w.engines = {e};
   Welcome b = decode_welcome(encode(w));
   CHECK(b.hello.node == "worker-1");
@@ -165,6 +168,7 @@ TEST_CASE("cluster wire: hellos and engine lists survive the round trip", "[clus
   CHECK(b.engines[0].plugins == e.plugins);
   CHECK(!b.engines[0].serving);
   CHECK(b.engines[0].down_reason == "plugin fault");
+  CHECK(b.engines[0].role == "decode");
   CHECK(decode_engines(encode(w.engines)).size() == 1);
 }
 
@@ -209,6 +213,11 @@ TEST_CASE("cluster wire: a peer's malformed messages are refused, naming the mes
   refused(decode_result, msgpack({{"tokens", {1}}, {"finish", "stop"}, {"refused", 429}}), "result.refused: not a refusal's status");
   refused(decode_engines, msgpack({{"engines", {{{"name", ""}, {"model", "m"}, {"device", "cpu"}, {"kv", 1}, {"plugins", nlohmann::json::object()}}}}}),
           "name: empty");
+  refused(decode_engines,
+          msgpack({{"engines", {{{"name", "e"}, {"model", "m"}, {"device", "cpu"}, {"kv", 1}, {"plugins", nlohmann::json::object()}, {"role", "boss"}}}}}),
+          "engines.engines[0].role: \"boss\" is not both, prefill or decode");
+  // A node that sends no role (an older one) serves both stages.
+  CHECK(decode_engines(msgpack({{"engines", {{{"name", "e"}, {"model", "m"}, {"device", "cpu"}, {"kv", 1}, {"plugins", nlohmann::json::object()}}}}}))[0].role == "both");
   refused(decode_hello, std::string(kMaxWireBytes + 1, '\0'), "larger than");
 }
 

@@ -1,6 +1,7 @@
 // Prefill/decode disaggregation in one process (stories260K): a prefill engine computes the prompt and the first token
 // and stores the prompt's KV blocks in a tier both engines share (kv_connector.disk on one folder) or sends
-// them to the decode engine (kv_connector.ucx); the decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
+// them to the decode engine (kv_connector.ucx over UCX, kv_connector.actor over the host's messages); the
+// decode engine loads them and continues. Greedy answers equal one engine's (f16 and q8_0 KV, both
 // attention plugins); the path names both engines; both pools account for every block afterwards;
 // short prompts and one-token answers stay on one engine.
 #include <catch2/catch.hpp>
@@ -33,6 +34,11 @@ std::vector<std::string> prompts() {
 // The [[engines.NAME.kv_connector]] table's body of a disk tier on folder, empty for none.
 std::string disk(const std::string& folder) {
   return folder.empty() ? "" : "plugin = \"kv_connector.disk\"\nconfig = { folder = \"" + folder + "\" }\n";
+}
+
+// The same for kv_connector.actor with the given settings.
+std::string actor(const std::string& settings) {
+  return "plugin = \"kv_connector.actor\"\nconfig = { " + settings + " }\n";
 }
 
 // The same for kv_connector.ucx with the given settings, over TCP and shared memory.
@@ -97,17 +103,21 @@ std::vector<std::vector<int32_t>> one_engine_answers(const std::string& kv_dtype
 
 TEST_CASE("disaggregation: a prefill and a decode engine answer as one engine, the decode engine loading the prompt's blocks",
           "[server][disaggregation][kv_connector]") {
-  // The blocks go through a folder both engines share, or over UCX (shared memory and TCP) from the
-  // prefill engine to the decode engine's listener.
-  const std::string transport = GENERATE(std::string("disk"), std::string("ucx"));
+  // The blocks go through a folder both engines share, over UCX (shared memory and TCP) from the
+  // prefill engine to the decode engine's listener, or as actor messages from engine to engine.
+  const std::string transport = GENERATE(std::string("disk"), std::string("ucx"), std::string("actor"));
   const std::string kv_dtype = GENERATE(std::string("f16"), std::string("q8_0"));
   const std::string attention = GENERATE(std::string("attention.reference"), std::string("attention.cpu_flash"));
   INFO(transport << " " << kv_dtype << " " << attention);
   const std::vector<std::vector<int32_t>> expected = one_engine_answers(kv_dtype, attention);
   TempDir folder;
   const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
-  const std::string from = transport == "disk" ? disk(folder.path.string()) : ucx("peers = \"" + address + "\"");
-  const std::string to = transport == "disk" ? disk(folder.path.string()) : ucx("listen = \"" + address + "\"");
+  const std::string from = transport == "disk"  ? disk(folder.path.string())
+                           : transport == "ucx" ? ucx("peers = \"" + address + "\"")
+                                                : actor("peers = \"decode\"");
+  const std::string to = transport == "disk"  ? disk(folder.path.string())
+                         : transport == "ucx" ? ucx("listen = \"" + address + "\"")
+                                              : actor("");
   Server server(read_deployment("pd.toml", header() + engine("prefill", "prefill", kv_dtype, attention, from) +
                                                  engine("decode", "decode", kv_dtype, attention, to) +
                                                  "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
@@ -301,6 +311,48 @@ TEST_CASE("disaggregation over UCX: a decode engine nobody listens for is a fail
   REQUIRE(prefill["save_failures"].get<uint64_t>() >= 1);
   REQUIRE(prefill["last_failure"].get<std::string>().find(nowhere) != std::string::npos);
   REQUIRE(decode["hits"] == 0);
+  require_exact_accounting(server, "prefill");
+  require_exact_accounting(server, "decode");
+}
+
+TEST_CASE("disaggregation over actor messages: a decode engine rebuilt by a swap is reached under its name, and a peer "
+          "without the connector is a failed save named in the status",
+          "[server][disaggregation][kv_connector]") {
+  const std::vector<std::vector<int32_t>> expected = one_engine_answers("f16", "attention.reference");
+  Server server(read_deployment("pd.toml", header() +
+                                               engine("prefill", "prefill", "f16", "attention.reference",
+                                                      actor("peers = \"decode, plain\", timeout_ms = 300")) +
+                                               engine("decode", "decode", "f16", "attention.reference", actor("")) +
+                                               engine("plain", "both", "f16", "attention.reference", "") +
+                                               "\n[router]\nplugin = \"router.disaggregated\"\nconfig = { min_prompt_tokens = 16 }\n"));
+  // "plain" runs but has no kv_connector.actor layer: the host drops what is sent there, the save
+  // waits for its answer in vain and fails naming it; the decode engine got the blocks all the same.
+  auto r = server.gateway().generate(request_for(server, prompts()[0], 6));
+  INFO(r.error);
+  REQUIRE(r.tokens == expected[0]);
+  REQUIRE(r.path.size() == 2);
+  REQUIRE(r.path[1].engine == "decode");
+  auto prefill = engine_status(server, "prefill")["kv_connectors"]["layers"][0];
+  auto decode = engine_status(server, "decode")["kv_connectors"]["layers"][0];
+  INFO(prefill.dump() << "\n" << decode.dump());
+  REQUIRE(prefill["save_failures"].get<uint64_t>() >= 1);
+  REQUIRE(prefill["last_failure"].get<std::string>().find("no answer from peer plain") != std::string::npos);
+  REQUIRE(decode["hits"] == 1);
+  REQUIRE(decode["loaded_blocks"] == kPerPrompt);
+
+  // A kvcache swap rebuilds the decode engine (a new worker, a new memory tier): the prefill engine's
+  // next save reaches the new one under the same name, which loads from it.
+  REQUIRE_THAT(server.set_slot("decode", "kvcache", "kvcache.prefix", toml::table{{"block_size", 8}, {"n_blocks", int64_t(kBlocks)}}),
+               Catch::Contains("a new engine"));
+  auto again = server.gateway().generate(request_for(server, prompts()[1], 6));
+  INFO(again.error);
+  REQUIRE(again.tokens == expected[1]);
+  REQUIRE(again.path.size() == 2);
+  REQUIRE(again.path[1].engine == "decode");
+  decode = engine_status(server, "decode")["kv_connectors"]["layers"][0];
+  INFO(decode.dump());
+  REQUIRE(decode["hits"] == 1);  // the rebuilt engine's counts start again
+  REQUIRE(decode["loaded_blocks"] == kPerPrompt);
   require_exact_accounting(server, "prefill");
   require_exact_accounting(server, "decode");
 }

@@ -16,8 +16,7 @@
 
 #include <tokenhost/plugin_kv_blocks.hpp>
 
-#include "harness.hpp"
-#include "kv_cache.hpp"
+#include "kv_connector_client.hpp"
 #include "raw_client.hpp"
 
 namespace kv_connector_ucx_tests {
@@ -30,75 +29,15 @@ namespace {
 std::string address(int port) { return "127.0.0.1:" + std::to_string(port); }
 
 // An instance of kv_connector.ucx with config (tls "tcp,sm" unless given).
-struct Connector {
-  std::shared_ptr<PluginInstance> inst;
-  const th_kv_connector_vtable* vt;
-  uint64_t next_ticket = 1;
-  std::map<uint64_t, th_kv_completion> done;
-  std::map<uint64_t, std::string> messages;
-
-  explicit Connector(toml::table config) {
+struct Connector : ConnectorClient {
+  explicit Connector(toml::table config) : ConnectorClient("kv_connector.ucx", with_tls(std::move(config))) {}
+  static toml::table with_tls(toml::table config) {
     if (!config.contains("tls")) config.insert("tls", "tcp,sm");
-    inst = make_plugin("kv_connector.ucx", model_spec(), config);
-    vt = &inst->vtable<th_kv_connector_vtable>();
-  }
-  uint32_t contains(uint64_t ns, const std::vector<uint64_t>& keys) {
-    uint32_t n = 0;
-    th_error err;
-    REQUIRE(vt->contains(inst->handle(), ns, keys.data(), uint32_t(keys.size()), &n, &err) == TH_OK);
-    return n;
-  }
-  uint64_t transfer(bool load, uint64_t ns, const std::vector<uint64_t>& keys, const std::vector<int32_t>& blocks, const th_kv_layout& layout) {
-    const uint64_t ticket = next_ticket++;
-    th_kv_transfer t{sizeof t, ticket, ns, keys.data(), blocks.data(), uint32_t(keys.size()), &layout, nullptr};
-    th_error err;
-    const th_status s = load ? vt->load(inst->handle(), &t, &err) : vt->save(inst->handle(), &t, &err);
-    INFO(err.text());
-    REQUIRE(s == TH_OK);
-    return ticket;
-  }
-  th_kv_completion wait(uint64_t ticket, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!done.count(ticket)) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      th_kv_completion out[8];
-      uint32_t n = 0;
-      vt->poll(inst->handle(), out, 8, &n);
-      for (uint32_t i = 0; i < n; ++i) {
-        REQUIRE(!done.count(out[i].ticket));
-        done[out[i].ticket] = out[i];
-        if (out[i].message != nullptr) messages[out[i].ticket] = out[i].message;
-      }
-      if (n == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return done.at(ticket);
-  }
-  th_kv_connector_stats stats() {
-    th_kv_connector_stats s{};
-    s.struct_size = sizeof s;
-    vt->stats(inst->handle(), &s);
-    return s;
+    return config;
   }
 };
 
-// A pool of a kvcache.paged instance with random bytes in every block.
-struct Pool {
-  KvCache cache;
-  explicit Pool(th_dtype dtype, std::mt19937_64& rng)
-      : cache("kvcache.paged", with_kv_dtype(model_spec(4, 2, 32, 2), dtype), 4, 16) {
-    const th_kv_layout& l = *cache.layout;
-    for (int32_t b = 0; b < int32_t(l.n_blocks); ++b) {
-      std::vector<char> image(sdk::kv_block_image_bytes(sdk::kv_block_shape(l)));
-      for (auto& c : image) c = char(rng());
-      sdk::load_kv_block(l, b, image.data());
-    }
-  }
-  std::vector<char> image(int32_t b) const {
-    std::vector<char> out(sdk::kv_block_image_bytes(sdk::kv_block_shape(*cache.layout)));
-    sdk::save_kv_block(*cache.layout, b, out.data());
-    return out;
-  }
-};
+using Pool = RandomBlocks;
 
 // A UCX client of the test's own, for messages no instance would send.
 struct RawSender {
