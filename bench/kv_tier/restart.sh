@@ -37,7 +37,7 @@ cat > "$out/manifest.toml" <<TOML
 [server]
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
-log_level = "warn"
+log_level = "info"
 
 [models.m]
 source = "gguf"
@@ -60,35 +60,38 @@ stop() {  # stop PID
   wait "$1" 2>/dev/null || true
 }
 ask_tokenhost() {  # ask_tokenhost: seconds to the answer of one token
+  rm -f "$out/answer.json"
   curl -s -o "$out/answer.json" -w '%{time_total}' "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
     -d "{\"prompt\": $(cat "$out/prompt.json"), \"max_tokens\": 1, \"temperature\": 0}"
   grep -q '"choices"' "$out/answer.json" || { echo "tokenhost failed: $(cat "$out/answer.json")" >&2; exit 1; }
 }
-llama_start() {  # llama_start: a fresh llama-server on the file, slots saved to $out/slots
+llama_start() {  # llama_start NAME: a fresh llama-server on the file, slots saved to $out/slots, logging to llama-NAME.log
   local port=$(( 20000 + RANDOM % 20000 ))
   "$LLAMA_SERVER" -m "$file" --host 127.0.0.1 --port $port -t 2 --parallel 1 -c 4096 --no-webui \
-    --slot-save-path "$out/slots" > "$out/llama.log" 2>&1 &
+    --slot-save-path "$out/slots" > "$out/llama-$1.log" 2>&1 &
   llama_pid=$!
   llama_url="http://127.0.0.1:$port"
   for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
-  echo "llama-server did not start:"; tail -20 "$out/llama.log"; exit 1
+  echo "llama-server did not start:"; tail -20 "$out/llama-$1.log"; exit 1
 }
 ask_llama() {  # ask_llama: seconds to the answer of one token
+  rm -f "$out/answer.json"
   curl -s -o "$out/answer.json" -w '%{time_total}' "$llama_url/completion" -H 'Content-Type: application/json' \
     -d "{\"prompt\": $(cat "$out/prompt.json"), \"n_predict\": 1, \"temperature\": 0, \"cache_prompt\": true, \"id_slot\": 0}"
   grep -q '"content"' "$out/answer.json" || { echo "llama-server failed: $(cat "$out/answer.json")" >&2; exit 1; }
 }
 
-# run SETTING: prints "ms [restore_ms]" for one ask of that setting.
+# run SETTING ROUND: prints "ms [restore_ms]" for one ask of that setting (each server logs to a file of
+# its own: a stopped server's last lines never land in the next one's log).
 run() {
   case "$1" in
     computed)
       rm -rf "$out/kv"
-      start_server "$out/manifest.toml" "$out/serve.log"
+      start_server "$out/manifest.toml" "$out/serve-$1-$2.log"
       python3 -c 'print(round(float(__import__("sys").argv[1]) * 1000, 1))' "$(ask_tokenhost)"
       stop "$pid"; pid="" ;;
     disk)  # the folder the computed ask of this round filled
-      start_server "$out/manifest.toml" "$out/serve.log"
+      start_server "$out/manifest.toml" "$out/serve-$1-$2.log"
       python3 -c 'print(round(float(__import__("sys").argv[1]) * 1000, 1))' "$(ask_tokenhost)"
       "$tokenhost" admin --url "$admin" --json status > "$out/status.json"
       python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["engines"][0]["kv_connectors"]["layers"][0]; sys.exit(0 if l["hits"]==1 else 1)' "$out/status.json" ||
@@ -96,12 +99,12 @@ run() {
       stop "$pid"; pid="" ;;
     llama-computed)
       rm -rf "$out/slots"; mkdir -p "$out/slots"
-      llama_start
+      llama_start "$1-$2"
       python3 -c 'print(round(float(__import__("sys").argv[1]) * 1000, 1))' "$(ask_llama)"
       curl -sf -X POST "$llama_url/slots/0?action=save" -H 'Content-Type: application/json' -d '{"filename": "prompt.bin"}' > /dev/null
       stop "$llama_pid"; llama_pid="" ;;
     llama-restored)  # the slot file the llama-computed ask of this round saved
-      llama_start
+      llama_start "$1-$2"
       local t0 t1
       t0=$(date +%s.%N)
       curl -sf -X POST "$llama_url/slots/0?action=restore" -H 'Content-Type: application/json' -d '{"filename": "prompt.bin"}' > "$out/restore.json" ||
@@ -122,7 +125,7 @@ for round in $(seq "$rounds"); do
   order=$settings
   [ $(( round % 2 )) -eq 0 ] && [ -n "${LLAMA_SERVER:-}" ] && order="llama-computed llama-restored computed disk"
   for setting in $order; do
-    read -r ms restore < <(run "$setting")
+    read -r ms restore < <(run "$setting" "$round")
     printf '%s\t%s\t%s\t%s\n' "$setting" "$round" "$ms" "${restore:--}" >> "$out/runs.tsv"
     echo "round $round $setting: $ms ms${restore:+ (restore $restore ms)}" >&2
   done

@@ -214,6 +214,7 @@ void Post::pump() {
     Letter l = std::move(letters.front());
     letters.pop_front();
     engines.at(l.to)->receive(l.from, l.bytes);
+    recycle(std::move(l.bytes));  // as a worker gives a delivered message's memory back
   }
 }
 

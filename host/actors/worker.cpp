@@ -527,8 +527,9 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
         r.kv = kv_state_after_failure(s.init.kvcache());
         return r;
       },
-      [=](kv_peer_atom, const std::string& from, const std::string& plugin, const std::string& bytes) {
+      [=](kv_peer_atom, const std::string& from, const std::string& plugin, std::string& bytes) {
         deliver_peer_message(self->state, from, plugin, bytes);
+        if (self->state.init.post) self->state.init.post->recycle(std::move(bytes));  // the next message's memory
       },
       [=](swap_atom, SlotSwap swap) -> SwapResult {
         auto& s = self->state.init;

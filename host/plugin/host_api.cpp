@@ -324,7 +324,8 @@ th_status api_peer_send(th_host_ctx* ctx, const char* peer, const void* bytes, s
                         "peer_send: " + std::to_string(n) + " bytes, over the " + std::to_string(TH_PEER_MESSAGE_MAX_BYTES) + " a message carries");
   if (n > 0 && bytes == nullptr) return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "peer_send: NULL bytes");
   std::string why;
-  std::string copy(static_cast<const char*>(bytes), n);
+  std::string copy = ctx->peers->take(n);
+  copy.assign(static_cast<const char*>(bytes), n);
   if (th_status s = ctx->peers->send(ctx->engine, ctx->plugin_id, peer, std::move(copy), why)) return draft_refuse(err, s, "peer_send: " + why);
   return TH_OK;
 }
@@ -342,6 +343,31 @@ const th_host_api kHostApi = {
 }  // namespace
 
 const th_host_api* host_api() { return &kHostApi; }
+
+std::string PeerPost::take(size_t n) {
+  if (n >= 4096) {  // small messages (answers) need no memory kept for them
+    std::lock_guard lock(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->capacity() >= n && it->capacity() <= 2 * n) {  // not a much larger one: it would hold memory idle
+        std::string s = std::move(*it);
+        kept_ -= s.capacity();
+        free_.erase(it);
+        s.clear();
+        return s;
+      }
+  }
+  std::string s;
+  s.reserve(n);
+  return s;
+}
+
+void PeerPost::recycle(std::string bytes) {
+  if (bytes.capacity() < 4096) return;
+  std::lock_guard lock(mutex_);
+  if (kept_ + bytes.capacity() > kKeepBytes) return;  // freed
+  kept_ += bytes.capacity();
+  free_.push_back(std::move(bytes));
+}
 
 std::string status_name(th_status status) {
   switch (status) {

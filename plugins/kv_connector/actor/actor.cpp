@@ -105,12 +105,14 @@ class ActorConnector : public sdk::KvPushConnector {
   // peer_send of tag, header and body as one message; false (why set) when the host refused it.
   bool send(const std::string& peer, uint32_t tag, const void* header, size_t header_bytes, const char* body, size_t body_bytes,
             std::string& why) {
-    message_.resize(sizeof tag + header_bytes + body_bytes);
-    std::memcpy(message_.data(), &tag, sizeof tag);
-    std::memcpy(message_.data() + sizeof tag, header, header_bytes);
-    if (body_bytes > 0) std::memcpy(message_.data() + sizeof tag + header_bytes, body, body_bytes);
+    const size_t n = sizeof tag + header_bytes + body_bytes;
+    if (!message_ || message_->capacity < n) message_ = tier().buffers().get(std::max(n, kMessageBytes + 256));
+    char* m = message_->data();
+    std::memcpy(m, &tag, sizeof tag);
+    std::memcpy(m + sizeof tag, header, header_bytes);
+    if (body_bytes > 0) std::memcpy(m + sizeof tag + header_bytes, body, body_bytes);
     th_error* err = nullptr;
-    const th_status s = sdk::host().peer_send(ctx_, peer.c_str(), message_.data(), message_.size(), err);
+    const th_status s = sdk::host().peer_send(ctx_, peer.c_str(), m, n, err);
     if (s == TH_OK) return true;
     why = s == TH_ERR_NOT_FOUND ? "no such engine runs" : "the host refused the message (status " + std::to_string(s) + ")";
     return false;
@@ -141,7 +143,7 @@ class ActorConnector : public sdk::KvPushConnector {
   std::chrono::milliseconds timeout_{5000};
   std::vector<std::string> peers_;
   sdk::KvSavesInFlight saves_{kId, done()};
-  std::vector<char> message_;  // the message being sent (peer_send copies it)
+  std::shared_ptr<sdk::KvBuffer> message_;  // the message being sent (peer_send copies it), reused
   std::chrono::steady_clock::time_point last_warning_{};
 };
 
