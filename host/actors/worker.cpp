@@ -17,6 +17,7 @@
 #include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
 #include "base/compute_pool.hpp"
+#include "base/expert_load.hpp"
 #include "plugin/step_plugins.hpp"
 
 namespace tokenhost {
@@ -32,6 +33,10 @@ struct WorkerState {
   // the engine stops for it as for any fault of its plugins.
   std::optional<PluginFault> receive_fault;
   std::chrono::steady_clock::time_point last_undelivered{};  // the last message no layer took, logged
+  // An MoE model's tokens per layer and expert (NULL for a dense one), exported after each step.
+  std::unique_ptr<ExpertLoad> expert_load;
+  metrics::Family* expert_tokens = nullptr;     // tokenhost_moe_expert_tokens_total{engine, layer, expert}
+  metrics::Family* expert_imbalance = nullptr;  // tokenhost_moe_expert_imbalance{engine, layer}
   // The connectors go before the kvcache: a load still writing into the pool ends in their destroy(),
   // while the pool is there.
   ~WorkerState() { init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).clear(); }
@@ -367,6 +372,34 @@ SwapResult change_layer(WorkerState& st, SlotSwap swap) {
   return {true, name + " " + what};
 }
 
+// What the step's gate() calls chose, into /metrics: the tokens per layer and expert, and each layer's
+// imbalance since the engine started.
+void export_expert_load(WorkerState& s) {
+  if (!s.expert_load) return;
+  std::vector<bool> changed(s.expert_load->n_layers());
+  s.expert_load->drain([&](uint32_t layer, uint32_t expert, uint64_t tokens) {
+    changed[layer] = true;
+    if (s.expert_tokens) s.expert_tokens->add({s.init.engine, std::to_string(layer), std::to_string(expert)}, double(tokens));
+  });
+  for (uint32_t l = 0; l < changed.size(); ++l)
+    if (changed[l] && s.expert_imbalance)
+      s.expert_imbalance->set({s.init.engine, std::to_string(l)}, ExpertLoad::imbalance(s.expert_load->totals(l)));
+}
+
+// The admin status' view of the expert load: per layer, tokens per expert and the imbalance (the
+// busiest expert's tokens over the mean), and the worst layer's.
+nlohmann::json expert_load_json(const ExpertLoad& load) {
+  nlohmann::json layers = nlohmann::json::array();
+  double worst = 0;
+  for (uint32_t l = 0; l < load.n_layers(); ++l) {
+    const std::vector<uint64_t> tokens = load.totals(l);
+    const double imbalance = ExpertLoad::imbalance(tokens);
+    worst = std::max(worst, imbalance);
+    layers.push_back({{"layer", l}, {"tokens", tokens}, {"imbalance", imbalance}});
+  }
+  return {{"experts", load.n_experts()}, {"layers", std::move(layers)}, {"max_imbalance", worst}};
+}
+
 void rethrow_receive_fault(WorkerState& s) {
   if (!s.receive_fault) return;
   PluginFault fault = std::move(*s.receive_fault);
@@ -400,6 +433,17 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
   if (auto* r = self->state.init.metrics)
     self->state.plugin_seconds = &plugin_seconds_family(*r);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.engine);
+  if (const auto& info = self->state.init.weights->spec.info; info.n_experts > 0) {
+    self->state.expert_load = std::make_unique<ExpertLoad>(info.n_layers, info.n_experts);
+    if (auto* r = self->state.init.metrics) {
+      self->state.expert_tokens = &r->family(metrics::Type::counter, "tokenhost_moe_expert_tokens_total",
+                                             "Tokens an MoE engine's gate routed to each expert of each layer (a token counts once per expert it uses)",
+                                             {"engine", "layer", "expert"});
+      self->state.expert_imbalance = &r->family(metrics::Type::gauge, "tokenhost_moe_expert_imbalance",
+                                                "Per MoE layer: the busiest expert's tokens over the mean per expert, since the engine started (1: even)",
+                                                {"engine", "layer"});
+    }
+  }
   self->state.connectors =
       std::make_unique<KvConnectors>(self->state.init.engine, self->state.init.model_identity, self->state.init.metrics);
   if (auto post = self->state.init.post) {  // other engines' connectors reach this one's while it runs
@@ -426,8 +470,9 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           if (drafted) reserve_drafts(batch, s.init.kvcache());
           PluginSeconds seconds;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
-                                                 {&s.init.plugins, &seconds});
+                                                 {&s.init.plugins, &seconds, s.expert_load.get()});
           count_plugin_seconds(s, seconds);
+          export_expert_load(s);
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
@@ -572,6 +617,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           if (!s.connectors->active(s.init.plugins))
             j["kv_connectors"]["idle"] = s.init.kvcache().id() + " has no prefix caching with seq_truncate: the connectors are not used";
         }
+        if (s.expert_load) j["expert_load"] = expert_load_json(*s.expert_load);
         j["last_worker_swap"] = s.swaps.last();
         return {api::dump_json(j)};
       },

@@ -11,6 +11,8 @@
 
 namespace tokenhost {
 
+class ExpertLoad;  // base/expert_load.hpp
+
 // Seconds one step spent inside each slot's plugin calls (for the per-plugin time metrics).
 struct PluginSeconds {
   std::vector<double> by_slot = std::vector<double>(all_slots().size(), 0.0);
@@ -22,6 +24,7 @@ struct PluginSeconds {
 struct StepPlugins {
   const SlotInstances* instances = nullptr;
   PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
+  ExpertLoad* expert_load = nullptr;  // when set, an MoE model's gate() choices are counted there
   // The instance of slot, NULL when it is empty.
   PluginInstance* get(SlotId slot) const { return instances != nullptr ? instances->get(slot) : nullptr; }
   // Where the time in slot's calls adds up; NULL when not counted.

@@ -10,6 +10,7 @@
 
 #include "model/quant.hpp"
 #include "base/compute_pool.hpp"
+#include "base/expert_load.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/vector_ops.hpp"
@@ -306,6 +307,11 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
       th_moe_gate_args ga{sizeof ga, l, uint32_t(n_rows), ne, kk, logits.data(), ids.data(), weights.data()};
       if (th_status s = moe_plugin->call(&th_moe_vtable::gate, "gate", moe_plugin->handle(), &ga, &err)) throw_plugin_failure(*moe_plugin, "gate", s, err);
+      // Its choices are checked before anything reads them (and counted: the engine's expert load).
+      if (const std::string wrong = plugins.expert_load != nullptr ? plugins.expert_load->add(l, ids.data(), weights.data(), ids.size())
+                                                                   : ExpertLoad::check(l, ids.data(), ids.size(), ne);
+          !wrong.empty())
+        throw std::runtime_error(moe_plugin->id() + " gate returned " + wrong);
       std::vector<th_moe_expert_weights> experts;
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
       th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),

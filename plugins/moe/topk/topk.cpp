@@ -1,5 +1,6 @@
-// moe.topk: softmax top-k gating, SwiGLU expert compute on f32 weights, and greedy (LPT) expert
-// placement. Plain loops with double accumulation: the reference MoE plugin.
+// moe.topk: softmax top-k gating (optionally group-limited, DeepSeek's node-limited routing, and with a
+// capacity per expert past which tokens are dropped), SwiGLU expert compute on f32 weights, and greedy
+// (LPT) expert placement. Plain loops with double accumulation: the reference MoE plugin.
 #include <tokenhost/plugin.hpp>
 
 #include <algorithm>
@@ -32,7 +33,10 @@ std::string type_name(th_dtype dtype) {
 th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
     if (query == nullptr || query->model == nullptr) invalid("check() needs a model");
-    sdk::Config(query->config).require_bool("normalize");
+    const sdk::Config config(query->config);
+    config.require_bool("normalize");
+    const uint32_t groups = uint32_t(config.require_int("n_groups")), top_groups = uint32_t(config.require_int("topk_groups"));
+    config.require_double("capacity_factor");
     const th_model_info& m = *query->model;
     th_status status = TH_OK;
     auto refuse = [&](const std::string& why) {
@@ -44,6 +48,15 @@ th_status check(const th_check_query* query, th_error* err) {
     } else if (m.n_experts_used == 0 || m.n_experts_used > m.n_experts) {
       refuse("n_experts_used (" + std::to_string(m.n_experts_used) + ") must lie in [1, n_experts = " +
              std::to_string(m.n_experts) + "]");
+    }
+    if (m.n_experts > 0 && groups > 1) {
+      if (m.n_experts % groups != 0)
+        refuse("n_groups = " + std::to_string(groups) + " does not divide the model's " + std::to_string(m.n_experts) + " experts");
+      else if (top_groups > groups)
+        refuse("topk_groups = " + std::to_string(top_groups) + " is more than n_groups = " + std::to_string(groups));
+      else if (uint64_t(top_groups) * (m.n_experts / groups) < m.n_experts_used)
+        refuse("topk_groups = " + std::to_string(top_groups) + " groups of " + std::to_string(m.n_experts / groups) +
+               " experts hold fewer than the " + std::to_string(m.n_experts_used) + " experts each token uses");
     }
     if (m.weight_dtype != TH_DTYPE_F32) {
       refuse("computes f32 expert weights only, the model's weights are " + type_name(m.weight_dtype));
@@ -104,13 +117,22 @@ struct Expert {
 };
 
 struct TopK {
-  explicit TopK(const th_create_args& args) : normalize(sdk::Config(args.config).require_bool("normalize")) {}
+  explicit TopK(const th_create_args& args) {
+    const sdk::Config config(args.config);
+    normalize = config.require_bool("normalize");
+    n_groups = uint32_t(config.require_int("n_groups"));
+    topk_groups = uint32_t(config.require_int("topk_groups"));
+    capacity_factor = config.require_double("capacity_factor");
+  }
   bool normalize;
+  uint32_t n_groups, topk_groups;  // n_groups 1: every expert may be chosen
+  double capacity_factor;          // 0: no capacity
 };
 
 th_status gate(th_instance* instance, const th_moe_gate_args* args, th_error* err) {
   return sdk::guard(err, [&] {
-    const bool normalize = sdk::self<TopK>(instance).normalize;
+    const TopK& cfg = sdk::self<TopK>(instance);
+    const bool normalize = cfg.normalize;
     if (args == nullptr || args->logits == nullptr || args->expert_ids == nullptr || args->expert_weights == nullptr) {
       invalid("gate() got a NULL argument");
     }
@@ -118,15 +140,35 @@ th_status gate(th_instance* instance, const th_moe_gate_args* args, th_error* er
     if (a.k == 0 || a.k > a.n_experts) {
       invalid("k (" + std::to_string(a.k) + ") must lie in [1, n_experts = " + std::to_string(a.n_experts) + "]");
     }
-    std::vector<double> prob(a.n_experts);
-    std::vector<char> taken(a.n_experts);
+    // Group-limited routing: the experts split into n_groups groups of consecutive ids; a token may only
+    // use experts of its topk_groups groups whose best logit is highest (ties: the lower group).
+    const bool grouped = cfg.n_groups > 1;
+    if (grouped && (a.n_experts % cfg.n_groups != 0 || uint64_t(cfg.topk_groups) * (a.n_experts / cfg.n_groups) < a.k))
+      invalid("n_groups = " + std::to_string(cfg.n_groups) + " and topk_groups = " + std::to_string(cfg.topk_groups) +
+              " do not fit " + std::to_string(a.n_experts) + " experts with k = " + std::to_string(a.k));
+    const uint32_t group_size = grouped ? a.n_experts / cfg.n_groups : a.n_experts;
+    std::vector<double> prob(a.n_experts), group_best(grouped ? cfg.n_groups : 0);
+    std::vector<char> taken(a.n_experts), allowed(a.n_experts, 1), group_taken(group_best.size());
     for (uint32_t t = 0; t < a.n_tokens; ++t) {
       const float* logits = a.logits + size_t(t) * a.n_experts;
       const double max_logit = *std::max_element(logits, logits + a.n_experts);
       double sum = 0.0;
       for (uint32_t e = 0; e < a.n_experts; ++e) sum += prob[e] = std::exp(double(logits[e]) - max_logit);
+      if (grouped) {
+        for (uint32_t g = 0; g < cfg.n_groups; ++g)
+          group_best[g] = *std::max_element(logits + g * group_size, logits + (g + 1) * group_size);
+        std::fill(group_taken.begin(), group_taken.end(), 0);
+        for (uint32_t j = 0; j < cfg.topk_groups; ++j) {
+          int64_t best = -1;
+          for (uint32_t g = 0; g < cfg.n_groups; ++g)
+            if (!group_taken[g] && (best < 0 || group_best[g] > group_best[size_t(best)])) best = g;
+          group_taken[size_t(best)] = 1;
+        }
+        for (uint32_t e = 0; e < a.n_experts; ++e) allowed[e] = group_taken[e / group_size];
+      }
       // k passes of selection: the largest logit not yet taken, the lower id on ties.
-      std::fill(taken.begin(), taken.end(), 0);
+      std::copy(allowed.begin(), allowed.end(), taken.begin());
+      for (auto& t : taken) t = !t;  // an expert outside the token's groups counts as taken
       int32_t* ids = a.expert_ids + size_t(t) * a.k;
       double chosen = 0.0;
       for (uint32_t j = 0; j < a.k; ++j) {
@@ -142,6 +184,15 @@ th_status gate(th_instance* instance, const th_moe_gate_args* args, th_error* er
       for (uint32_t j = 0; j < a.k; ++j) {
         weights[j] = float(prob[size_t(ids[j])] / (normalize ? chosen : sum));
       }
+    }
+    // Capacity: each expert takes at most ceil(capacity_factor * n_tokens * k / n_experts) of this call's
+    // choices, the earlier tokens first; a choice past it is dropped (its weight 0: the expert does not
+    // compute for that token, whose other choices keep their weights).
+    if (cfg.capacity_factor > 0) {
+      const uint64_t capacity = uint64_t(std::ceil(cfg.capacity_factor * double(a.n_tokens) * a.k / a.n_experts));
+      std::vector<uint64_t> load(a.n_experts, 0);
+      for (size_t i = 0; i < size_t(a.n_tokens) * a.k; ++i)
+        if (load[size_t(a.expert_ids[i])]++ >= capacity) a.expert_weights[i] = 0.0f;
     }
   });
 }
@@ -177,6 +228,7 @@ th_status experts(th_instance*, const th_moe_experts_args* args, th_error* err) 
       std::fill(acc.begin(), acc.end(), 0.0);
       for (uint32_t j = 0; j < a.k; ++j) {
         const size_t i = size_t(t) * a.k + j;
+        if (a.expert_weights[i] == 0.0f) continue;  // dropped past the expert's capacity
         used[size_t(slot[size_t(a.expert_ids[i])])].apply(x.data(), a.expert_weights[i], h, acc.data());
       }
       for (const Expert& s : shared) s.apply(x.data(), 1.0, h, acc.data());

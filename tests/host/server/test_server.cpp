@@ -167,6 +167,41 @@ TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "
   for (size_t i = 0; i < futures.size(); ++i) REQUIRE(futures[i].get().tokens == expected[i]);
   REQUIRE(server.status()["engines"][0]["moe"]["id"] == "moe.topk");
 
+  // Every token of every step went through both layers to 2 of the 4 experts: the admin status counts
+  // them per layer and expert (2 x the rows computed per layer), with each layer's imbalance (the
+  // busiest expert over the mean, recomputed here), and /metrics the same counts.
+  const nlohmann::json status = server.status();
+  const nlohmann::json load = status["engines"][0]["expert_load"];
+  INFO(load.dump());
+  const std::string text = server.metrics().prometheus_text();
+  auto series = [&](const std::string& name, const std::string& labels) {
+    const size_t at = text.find(name + "{" + labels + ",");  // the exposition adds experiment and arm
+    INFO(name << "{" << labels << "} in:\n" << text);
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(text.find("} ", at) + 2));
+  };
+  const double rows = series("tokenhost_step_tokens_total", "engine=\"main\"");
+  REQUIRE(load["experts"] == 4);
+  REQUIRE(load["layers"].size() == 2);
+  double worst = 0;
+  for (const auto& layer : load["layers"]) {
+    const auto tokens = layer["tokens"].get<std::vector<uint64_t>>();
+    REQUIRE(tokens.size() == 4);
+    uint64_t sum = 0, most = 0;
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      sum += tokens[e], most = std::max(most, tokens[e]);
+      const std::string labels = "engine=\"main\",layer=\"" + std::to_string(layer["layer"].get<int>()) + "\",expert=\"" + std::to_string(e) + "\"";
+      if (tokens[e] > 0) REQUIRE(series("tokenhost_moe_expert_tokens_total", labels) == double(tokens[e]));
+    }
+    REQUIRE(double(sum) == 2 * rows);
+    const double imbalance = double(most) * 4 / double(sum);
+    REQUIRE(layer["imbalance"].get<double>() == Approx(imbalance));
+    REQUIRE(series("tokenhost_moe_expert_imbalance", "engine=\"main\",layer=\"" + std::to_string(layer["layer"].get<int>()) + "\"") ==
+            Approx(imbalance));
+    worst = std::max(worst, imbalance);
+  }
+  REQUIRE(load["max_imbalance"].get<double>() == Approx(worst));
+
   // The same model without its moe slot is refused before anything starts.
   std::string without = moe_manifest.substr(0, moe_manifest.find("moe = {"));
   REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));

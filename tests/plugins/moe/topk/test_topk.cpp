@@ -1,5 +1,6 @@
-// moe.topk: gate against a float64 softmax/top-k, experts against a float64 SwiGLU, rebalance
-// against a brute-force optimum, check() on dense models.
+// moe.topk: gate against a float64 softmax/top-k (plain, group-limited, with a capacity per expert),
+// experts against a float64 SwiGLU, rebalance against a brute-force optimum, check() on dense models and
+// on groups that do not fit.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -243,6 +244,89 @@ TEST_CASE("moe.topk check() refuses a dense model", "[moe][topk]") {
   CHECK_THROWS_WITH(make_plugin("moe.topk", dense), Catch::Contains("n_experts > 0"));
   CHECK_THROWS_WITH(make_plugin("moe.topk", model_spec(4, 2, 16, 2, 8, 9)), Catch::Contains("n_experts_used (9)"));
   CHECK_NOTHROW(make_plugin("moe.topk", kMoe));
+}
+
+TEST_CASE("moe.topk group-limited gate picks its k experts from the best groups only, as a float64 reference",
+          "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk groups");
+  const uint32_t n_tokens = 40, n_experts = 8, n_groups = 4, group_size = 2;
+  for (bool normalize : {true, false})
+    for (uint32_t top_groups : {1u, 2u, 3u})
+      for (uint32_t k : {1u, 2u}) {
+        if (k > top_groups * group_size) continue;
+        auto moe = make_plugin("moe.topk", kMoe, toml::table{{"normalize", normalize}, {"n_groups", int64_t(n_groups)}, {"topk_groups", int64_t(top_groups)}});
+        const std::vector<float> logits = random_floats(rng, size_t(n_tokens) * n_experts, 4.0f);
+        std::vector<int32_t> ids(size_t(n_tokens) * k);
+        std::vector<float> w(ids.size());
+        th_moe_gate_args a{sizeof(th_moe_gate_args), 0, n_tokens, n_experts, k, logits.data(), ids.data(), w.data()};
+        th_error err;
+        REQUIRE(moe->vtable<th_moe_vtable>().gate(moe->handle(), &a, &err) == TH_OK);
+        for (uint32_t t = 0; t < n_tokens; ++t) {
+          INFO("token " << t << " k " << k << " groups " << top_groups << " normalize " << normalize);
+          const float* l = &logits[size_t(t) * n_experts];
+          // The groups by their best logit, then the best k experts of the chosen groups.
+          std::vector<double> best(n_groups, -INFINITY);
+          for (uint32_t e = 0; e < n_experts; ++e) best[e / group_size] = std::max(best[e / group_size], double(l[e]));
+          std::vector<uint32_t> groups(n_groups);
+          std::iota(groups.begin(), groups.end(), 0u);
+          std::stable_sort(groups.begin(), groups.end(), [&](uint32_t x, uint32_t y) { return best[x] > best[y]; });
+          std::vector<int32_t> candidates;
+          for (uint32_t e = 0; e < n_experts; ++e)
+            if (std::find(groups.begin(), groups.begin() + top_groups, e / group_size) != groups.begin() + top_groups) candidates.push_back(int32_t(e));
+          std::stable_sort(candidates.begin(), candidates.end(), [&](int32_t x, int32_t y) { return l[x] > l[y]; });
+          double mx = -INFINITY, all = 0, chosen = 0;
+          for (uint32_t e = 0; e < n_experts; ++e) mx = std::max(mx, double(l[e]));
+          for (uint32_t e = 0; e < n_experts; ++e) all += std::exp(double(l[e]) - mx);
+          for (uint32_t j = 0; j < k; ++j) chosen += std::exp(double(l[candidates[j]]) - mx);
+          for (uint32_t j = 0; j < k; ++j) {
+            REQUIRE(ids[size_t(t) * k + j] == candidates[j]);
+            const double want = std::exp(double(l[candidates[j]]) - mx) / (normalize ? chosen : all);
+            REQUIRE(std::abs(double(w[size_t(t) * k + j]) - want) <= 1e-6 * want);
+          }
+        }
+      }
+}
+
+TEST_CASE("moe.topk with a capacity drops the choices past each expert's share, earlier tokens first", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk capacity");
+  const uint32_t n_tokens = 40, n_experts = 8, k = 2;
+  for (double factor : {0.5, 1.0, 1.25}) {
+    INFO("capacity factor " << factor);
+    auto moe = make_plugin("moe.topk", kMoe, toml::table{{"capacity_factor", factor}});
+    std::vector<float> logits = random_floats(rng, size_t(n_tokens) * n_experts, 2.0f);
+    for (uint32_t t = 0; t < n_tokens; ++t) logits[size_t(t) * n_experts] += 5.0f;  // expert 0 is every token's first choice
+    std::vector<int32_t> ids(size_t(n_tokens) * k), ref_ids;
+    std::vector<float> w(ids.size());
+    std::vector<double> ref_w;
+    th_moe_gate_args a{sizeof(th_moe_gate_args), 0, n_tokens, n_experts, k, logits.data(), ids.data(), w.data()};
+    th_error err;
+    REQUIRE(moe->vtable<th_moe_vtable>().gate(moe->handle(), &a, &err) == TH_OK);
+    reference_gate(logits, n_tokens, n_experts, k, true, ref_ids, ref_w);
+    const uint64_t capacity = uint64_t(std::ceil(factor * n_tokens * k / n_experts));
+    std::vector<uint64_t> taken(n_experts, 0);
+    size_t dropped = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      REQUIRE(ids[i] == ref_ids[i]);  // the choices stand; a dropped one has weight 0
+      const bool drop = taken[size_t(ref_ids[i])]++ >= capacity;
+      dropped += drop;
+      if (drop) REQUIRE(w[i] == 0.0f);
+      else REQUIRE(std::abs(double(w[i]) - ref_w[i]) <= 1e-6 * ref_w[i]);
+    }
+    REQUIRE(dropped >= n_tokens - capacity);  // expert 0 alone overflows
+    for (uint32_t e = 0; e < n_experts; ++e) {
+      size_t kept = 0;
+      for (size_t i = 0; i < ids.size(); ++i) kept += ids[i] == int32_t(e) && w[i] != 0.0f;
+      REQUIRE(kept <= capacity);
+    }
+  }
+}
+
+TEST_CASE("moe.topk check() refuses groups that do not fit the model, naming them", "[moe][topk]") {
+  CHECK_THROWS_WITH(make_plugin("moe.topk", kMoe, toml::table{{"n_groups", 3}}), Catch::Contains("n_groups = 3 does not divide the model's 8 experts"));
+  CHECK_THROWS_WITH(make_plugin("moe.topk", kMoe, toml::table{{"n_groups", 4}, {"topk_groups", 5}}), Catch::Contains("topk_groups = 5 is more than n_groups = 4"));
+  CHECK_THROWS_WITH(make_plugin("moe.topk", model_spec(4, 2, 8, 2, 8, 3), toml::table{{"n_groups", 8}, {"topk_groups", 2}}),
+                    Catch::Contains("hold fewer than the 3 experts"));
+  CHECK_NOTHROW(make_plugin("moe.topk", kMoe, toml::table{{"n_groups", 4}, {"topk_groups", 1}}));
 }
 
 TEST_CASE("moe.topk rebalance (LPT) is within 4/3 of the brute-force optimum", "[moe][topk]") {
