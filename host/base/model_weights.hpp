@@ -40,6 +40,7 @@ struct LayerWeights {
   WeightView attn_norm, ffn_norm;  // f32 [dim]
   WeightView wq, wk, wv, wo;
   WeightView bq, bk, bv;           // optional biases (Qwen2), f32
+  WeightView q_norm, k_norm;       // optional per-head RMS norms of the queries and keys (Qwen3), f32 [head_dim]
   WeightView router;               // [n_experts][dim], MoE only
   std::vector<ExpertWeights> experts;  // one for dense models
   // MoE only, optional (Qwen2-MoE, DeepSeek): a dense expert of its own width that every token runs,

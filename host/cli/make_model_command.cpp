@@ -19,6 +19,9 @@ CLI::App* add_make_model_command(CLI::App& app, MakeModelCommand& c) {
   cmd->add_option("--preset", c.preset, "Start from a shape: stories260K, 110M, 1.1B");
   cmd->add_option("--type", c.type, "Element type of the matrices: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--scale", o.scale, "Standard deviation of the weights (each ~ normal(0, scale); norms ~ 1)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--dim", o.shape.dim, "Embedding width");
   cmd->add_option("--layers", o.shape.n_layers, "Transformer blocks");
   cmd->add_option("--heads", o.shape.n_heads, "Query heads");
@@ -38,7 +41,8 @@ CLI::App* add_make_model_command(CLI::App& app, MakeModelCommand& c) {
                 "as Qwen2-MoE)");
   cmd->add_flag("--tied", o.shape.tied_output, "No output.weight: the embedding is reused");
   cmd->add_option("--arch", o.shape.architecture,
-                  "llama, qwen2 or qwen2moe (needs --experts, --experts-used, --shared-experts 1 and --shared-gate)")
+                  "llama, qwen2, qwen2moe (needs --experts, --experts-used, --shared-experts 1 and --shared-gate), "
+                  "qwen3 (per-head query and key RMS norms, NEOX RoPE) or qwen3moe (qwen3 with --experts and --experts-used)")
       ->capture_default_str();
   return cmd;
 }

@@ -49,6 +49,11 @@ struct Reader {
   }
   // Expert e of a [cols, rows, n_experts] tensor.
   WeightView expert(const std::string& name, int64_t rows, int64_t cols, uint32_t e, uint32_t n_experts) const {
+    // All three dimensions: [cols, n_experts, rows] holds as many elements, and would mix the experts.
+    if (const gguf::File::Tensor* t = file.tensor(name);
+        t != nullptr && (t->ne.size() != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_experts))
+      fail("tensor '" + name + "' has shape " + shape(t->ne) + ", expected [" + std::to_string(cols) + ", " +
+           std::to_string(rows) + ", " + std::to_string(n_experts) + "] (" + std::to_string(n_experts) + " experts)");
     WeightView all = matrix(name, rows * n_experts, cols);
     all.rows = rows;
     all.data = all.row(int64_t(e) * rows);
@@ -116,9 +121,9 @@ TokenizerSpec read_tokenizer_spec(const gguf::File& file, const std::string& pat
 LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   std::shared_ptr<gguf::File> file = gguf::File::open(path);
   Reader r{*file, path, file->get_string("general.architecture").value_or("")};
-  const bool qwen2moe = r.arch == "qwen2moe";
-  if (r.arch != "llama" && r.arch != "qwen2" && !qwen2moe) {
-    r.fail("unsupported architecture '" + r.arch + "' (this runtime serves llama, qwen2 and qwen2moe)");
+  const bool qwen2moe = r.arch == "qwen2moe", qwen3 = r.arch == "qwen3" || r.arch == "qwen3moe";
+  if (r.arch != "llama" && r.arch != "qwen2" && !qwen2moe && !qwen3) {
+    r.fail("unsupported architecture '" + r.arch + "' (this runtime serves llama, qwen2, qwen2moe, qwen3 and qwen3moe)");
   }
   auto w = std::make_shared<ModelWeights>();
   th_model_info& i = w->spec.info;
@@ -135,8 +140,8 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   i.context_len = uint32_t(context_len);
   i.n_experts = uint32_t(r.hparam("expert_count", 0));
   i.n_experts_used = uint32_t(r.hparam("expert_used_count", 0));
-  if (qwen2moe && (i.n_experts == 0 || i.n_experts_used == 0))
-    r.fail("qwen2moe needs 'qwen2moe.expert_count' and 'qwen2moe.expert_used_count' (it is an MoE architecture)");
+  if ((qwen2moe || r.arch == "qwen3moe") && (i.n_experts == 0 || i.n_experts_used == 0))
+    r.fail(r.arch + " needs '" + r.arch + ".expert_count' and '" + r.arch + ".expert_used_count' (it is an MoE architecture)");
   const int64_t dense_ffn = i.ffn_dim;
   // Routed experts may have a width of their own; without the key llama.cpp takes feed_forward_length
   // for llama and divides it among the experts used for qwen2moe.
@@ -159,7 +164,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   w->rope.theta = float(r.hparam_float("rope.freq_base", 10000.0));
   if (!std::isfinite(w->rope.theta) || w->rope.theta <= 0)
     r.fail("'" + r.arch + ".rope.freq_base' is " + std::to_string(w->rope.theta) + "; rotary embeddings need a finite positive base");
-  w->rope.neox = r.arch == "qwen2" || qwen2moe;
+  w->rope.neox = r.arch == "qwen2" || qwen2moe || qwen3;
   if (file->get_string(r.arch + ".rope.scaling.type").value_or("none") == "linear")
     w->rope.freq_scale = float(1.0 / r.hparam_float("rope.scaling.factor", 1.0));
 
@@ -181,6 +186,9 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
     L.bq = r.vector(b + "attn_q.bias", q, false);
     L.bk = r.vector(b + "attn_k.bias", kv, false);
     L.bv = r.vector(b + "attn_v.bias", kv, false);
+    // Qwen3: each head's query and key RMS-normed (weights of head_dim) before RoPE.
+    L.q_norm = r.vector(b + "attn_q_norm.weight", i.head_dim, qwen3);
+    L.k_norm = r.vector(b + "attn_k_norm.weight", i.head_dim, qwen3);
     if (i.n_experts == 0) {
       L.experts.push_back({r.matrix(b + "ffn_gate.weight", i.ffn_dim, dim), r.matrix(b + "ffn_up.weight", i.ffn_dim, dim),
                            r.matrix(b + "ffn_down.weight", dim, i.ffn_dim)});

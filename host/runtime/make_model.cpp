@@ -82,7 +82,11 @@ void make_model(const MakeModelOptions& o) {
   require(s.n_layers > 0 && s.ffn_dim > 0, "n_layers and ffn_dim must be positive");
   require(s.n_experts_used <= s.n_experts, "n_experts_used must not exceed n_experts");
   const bool qwen2moe = s.architecture == "qwen2moe", biases = s.architecture == "qwen2" || qwen2moe;
-  require(s.architecture == "llama" || biases, "architecture must be llama, qwen2 or qwen2moe");
+  const bool qwen3moe = s.architecture == "qwen3moe", head_norms = s.architecture == "qwen3" || qwen3moe;
+  require(s.architecture == "llama" || biases || head_norms, "architecture must be llama, qwen2, qwen2moe, qwen3 or qwen3moe");
+  require(!qwen3moe || (s.n_experts > 0 && s.n_experts_used > 0 && s.n_shared_experts == 0),
+          "architecture qwen3moe needs n_experts and n_experts_used > 0 and no shared expert");
+  require(s.architecture != "qwen3" || s.n_experts == 0, "architecture qwen3 is dense: use qwen3moe for experts");
   require(s.n_shared_experts <= 1, "n_shared_experts must be 0 or 1");
   require(s.n_shared_experts == 0 || s.n_experts > 0, "a shared expert needs an MoE shape (n_experts > 0)");
   require(s.n_shared_experts == 1 || (s.shared_ffn_dim == 0 && !s.shared_expert_gate),
@@ -113,7 +117,7 @@ void make_model(const MakeModelOptions& o) {
   if (s.n_experts > 0) {
     w.set(a + ".expert_count", s.n_experts);
     w.set(a + ".expert_used_count", s.n_experts_used);
-    if (qwen2moe) w.set(a + ".expert_feed_forward_length", s.ffn_dim);
+    if (qwen2moe || qwen3moe) w.set(a + ".expert_feed_forward_length", s.ffn_dim);
   }
   if (shared_ffn > 0) {
     if (!qwen2moe) w.set(a + ".expert_shared_count", s.n_shared_experts);  // qwen2moe's is implied
@@ -125,7 +129,7 @@ void make_model(const MakeModelOptions& o) {
   std::vector<float> values;
   std::vector<uint8_t> packed;
   size_t made = 0;
-  const size_t per_layer = 6 + (s.n_experts ? 4 : 3) + (biases ? 3 : 0) + (shared_ffn ? 3 : 0) + s.shared_expert_gate;
+  const size_t per_layer = 6 + (s.n_experts ? 4 : 3) + (biases ? 3 : 0) + (head_norms ? 2 : 0) + (shared_ffn ? 3 : 0) + s.shared_expert_gate;
   const size_t total = (s.tied_output ? 2 : 3) + size_t(s.n_layers) * per_layer;
   auto tensor = [&](const std::string& name, th_dtype type, std::vector<int64_t> ne, bool norm = false) {
     size_t n = 1;
@@ -154,6 +158,10 @@ void make_model(const MakeModelOptions& o) {
       tensor(b + "attn_q.bias", TH_DTYPE_F32, {dim});
       tensor(b + "attn_k.bias", TH_DTYPE_F32, {kv});
       tensor(b + "attn_v.bias", TH_DTYPE_F32, {kv});
+    }
+    if (head_norms) {  // Qwen3: per-head RMS norms of the queries and keys
+      tensor(b + "attn_q_norm.weight", TH_DTYPE_F32, {hd}, true);
+      tensor(b + "attn_k_norm.weight", TH_DTYPE_F32, {hd}, true);
     }
     tensor(b + "ffn_norm.weight", TH_DTYPE_F32, {dim}, true);
     if (s.n_experts == 0) {

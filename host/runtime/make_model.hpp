@@ -21,8 +21,10 @@ struct ModelShape {
   bool shared_expert_gate = false;
   bool tied_output = false;  // no output.weight: the embedding is reused
   float rope_theta = 10000.0f;
-  std::string architecture = "llama";  // llama, qwen2 (QKV biases, NEOX RoPE) or qwen2moe (qwen2 with
-                                       // experts and a gated shared expert, which it requires)
+  std::string architecture = "llama";  // llama, qwen2 (QKV biases, NEOX RoPE), qwen2moe (qwen2 with
+                                       // experts and a gated shared expert, which it requires), qwen3
+                                       // (per-head query and key RMS norms, NEOX RoPE, no biases) or
+                                       // qwen3moe (qwen3 with routed experts, no shared one)
 };
 
 struct MakeModelOptions {

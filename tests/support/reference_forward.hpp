@@ -56,6 +56,13 @@ inline Vec rmsnorm(const Vec& x, const WeightView& weight, double eps) {
   return out;
 }
 
+// Head h (hd values from h * hd) of v, RMS-normed with weight in place.
+inline void head_rmsnorm(Vec& v, size_t h, size_t hd, const WeightView& weight, double eps) {
+  const Vec head(v.begin() + long(h * hd), v.begin() + long((h + 1) * hd));
+  const Vec normed = rmsnorm(head, weight, eps);
+  std::copy(normed.begin(), normed.end(), v.begin() + long(h * hd));
+}
+
 inline void add_bias(Vec& y, const WeightView& b) {
   if (b.empty()) return;
   const RefMatrix m(b);
@@ -110,6 +117,10 @@ inline ReferenceOutput reference_forward(const ModelWeights& w, const std::vecto
       add_bias(q[t], L.bq);
       add_bias(k[t], L.bk);
       add_bias(v[t], L.bv);
+      if (!L.q_norm.empty()) {  // Qwen3: per-head RMS norms of the queries and keys
+        for (size_t h = 0; h < nh; ++h) head_rmsnorm(q[t], h, hd, L.q_norm, w.rms_eps);
+        for (size_t h = 0; h < nkv; ++h) head_rmsnorm(k[t], h, hd, L.k_norm, w.rms_eps);
+      }
       rope(q[t], nh, hd, t, w.rope);
       rope(k[t], nkv, hd, t, w.rope);
     }

@@ -244,6 +244,10 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
         add_bias(qr, L.bq, qdim);
         add_bias(kr, L.bk, kvdim);
         add_bias(vr, L.bv, kvdim);
+        if (!L.q_norm.empty()) {  // Qwen3: each head's query and key RMS-normed before RoPE (in place: the sum comes first)
+          for (size_t h = 0; h < nh; ++h) vec::rmsnorm(qr + h * hd, f32(L.q_norm), w.rms_eps, qr + h * hd, hd);
+          for (size_t h = 0; h < nkv; ++h) vec::rmsnorm(kr + h * hd, f32(L.k_norm), w.rms_eps, kr + h * hd, hd);
+        }
         rope(qr, nh, hd, &ws.rope[r * half * 2], w.rope.neox);
         rope(kr, nkv, hd, &ws.rope[r * half * 2], w.rope.neox);
         // Store this row's keys and values through the published layout, in its element type.

@@ -218,6 +218,59 @@ TEST_CASE("gguf model: a bad shared expert is refused, naming the tensor and the
   refused(path, "a shared expert needs an MoE model, but 'llama.expert_count' is 0 or missing");
 }
 
+namespace {
+// Overwrites dimension `dim` of a tensor's shape in its info (uint32 n_dims, uint64 ne[n_dims] after the name).
+void patch_dim(const std::string& path, const std::string& tensor, uint32_t dim, uint64_t value) {
+  std::vector<uint8_t> bytes = read_file(path);
+  uint8_t* info = &bytes[find_once(bytes, tensor) + tensor.size()];
+  uint32_t n_dims;
+  std::memcpy(&n_dims, info, 4);
+  REQUIRE(dim < n_dims);
+  std::memcpy(info + 4 + 8 * dim, &value, 8);
+  write_file(path, bytes.data(), bytes.size());
+}
+}  // namespace
+
+TEST_CASE("gguf model: corrupt or misshapen expert tensors and qwen3 head norms are refused, naming the tensor", "[gguf_model][moe]") {
+  TempDir dir;
+  int files = 0;
+  auto make = [&](const std::string& arch, th_dtype type) {
+    MakeModelOptions o = shared_expert_model(dir.file("m" + std::to_string(files++) + ".gguf"), arch, false, type);
+    if (arch.rfind("qwen3", 0) == 0) o.shape.n_shared_experts = 0, o.shape.shared_ffn_dim = 0;
+    if (arch == "qwen3") o.shape.n_experts = o.shape.n_experts_used = 0;
+    make_model(o);
+    REQUIRE(load_error(o.path) == "(loaded)");
+    return o.path;
+  };
+  for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_F16}) {
+    INFO(quant::dtype_name(type));
+    // Experts and rows swapped: as many elements, the experts' rows interleaved.
+    std::string path = make("qwen3moe", type);
+    patch_dim(path, "blk.1.ffn_up_exps.weight", 1, 4);
+    patch_dim(path, "blk.1.ffn_up_exps.weight", 2, kExpertFfn);
+    refused(path, "tensor 'blk.1.ffn_up_exps.weight' has shape [64, 4, 32], expected [64, 32, 4] (4 experts)");
+    // One expert fewer than the metadata says.
+    path = make("llama", type);
+    patch_dim(path, "blk.0.ffn_down_exps.weight", 2, 3);
+    refused(path, "tensor 'blk.0.ffn_down_exps.weight' has shape [32, 64, 3], expected [32, 64, 4] (4 experts)");
+    // Its data past the end of the file.
+    path = make("qwen3moe", type);
+    patch_dim(path, "blk.1.ffn_gate_exps.weight", 2, 4000);
+    refused(path, "tensor 'blk.1.ffn_gate_exps.weight' shape [64, 32, 4000] of " + std::string(quant::dtype_name(type)) + " needs more bytes than the whole file");
+    // A missing one.
+    path = make("qwen3moe", type);
+    rename(path, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_expz.weight");
+    refused(path, "missing tensor 'blk.0.ffn_gate_exps.weight'");
+  }
+  // Qwen3's per-head norms: required, of the head's width, f32.
+  std::string path = make("qwen3", TH_DTYPE_F32);
+  rename(path, "blk.1.attn_k_norm.weight", "blk.1.attn_k_norX.weight");
+  refused(path, "missing tensor 'blk.1.attn_k_norm.weight'");
+  path = make("qwen3", TH_DTYPE_F32);
+  patch_dim(path, "blk.0.attn_q_norm.weight", 0, 8);
+  refused(path, "tensor 'blk.0.attn_q_norm.weight' has shape [8], expected [16, 1]");
+}
+
 TEST_CASE("make_model: inconsistent shared-expert shapes are refused, naming the field, and write nothing", "[gguf_model][moe]") {
   TempDir dir;
   const std::string path = dir.file("bad.gguf");
@@ -232,8 +285,12 @@ TEST_CASE("make_model: inconsistent shared-expert shapes are refused, naming the
   refused([](MakeModelOptions& o) { o.shape.n_shared_experts = 0; }, "need a shared expert");
   refused([](MakeModelOptions& o) { o.shape.architecture = "qwen2moe", o.shape.shared_expert_gate = false; },
           "qwen2moe needs");
-  refused([](MakeModelOptions& o) { o.shape.architecture = "deepseek2"; }, "architecture must be llama, qwen2 or qwen2moe");
+  refused([](MakeModelOptions& o) { o.shape.architecture = "deepseek2"; }, "architecture must be llama, qwen2, qwen2moe, qwen3 or qwen3moe");
   refused([](MakeModelOptions& o) { o.type = TH_DTYPE_Q4_0, o.shape.shared_ffn_dim = 48; }, "multiples of 32");
+  refused([](MakeModelOptions& o) { o.shape.architecture = "qwen3moe"; }, "qwen3moe needs n_experts and n_experts_used > 0 and no shared expert");
+  refused([](MakeModelOptions& o) { o.shape.architecture = "qwen3", o.shape.n_shared_experts = 0, o.shape.shared_ffn_dim = 0,
+                                    o.shape.shared_expert_gate = false; },
+          "architecture qwen3 is dense");
 }
 
 namespace {

@@ -268,6 +268,91 @@ TEST_CASE("forward: an MoE model without a moe plugin is refused with a message,
                     Catch::Contains("4 experts per layer: its forward pass needs a moe plugin"));
 }
 
+TEST_CASE("forward: a qwen3 model (per-head query and key norms) matches a float64 reference, and the norms count",
+          "[forward][qwen3]") {
+  auto rng = fresh_rng("forward qwen3 reference");
+  TempDir dir;
+  MakeModelOptions o;
+  o.path = dir.file("qwen3.gguf");
+  o.seed = rng();
+  o.scale = 0.1f;
+  o.shape.dim = 64;
+  o.shape.n_heads = 4;
+  o.shape.n_kv_heads = 2;
+  o.shape.ffn_dim = 96;
+  o.shape.vocab_size = 300;
+  o.shape.context_len = 128;
+  o.shape.architecture = "qwen3";
+  make_model(o);
+  auto w = load_gguf_model(o.path, "qwen3").weights;
+  REQUIRE(w->rope.neox);
+  REQUIRE(w->layers[0].q_norm.rows * w->layers[0].q_norm.cols == 16);  // head_dim
+  REQUIRE(w->layers[0].bq.empty());
+  const std::vector<int32_t> tokens = random_tokens(rng, 24, w->spec.info.vocab_size);
+  const ReferenceOutput ref = reference_forward(*w, tokens);
+  Engine engine(w->spec);
+  auto logits = engine.run(*w, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
+  REQUIRE(relative_diff(logits[0], ref.logits) < 1e-5);
+  ModelWeights unnormed = *w;
+  for (auto& layer : unnormed.layers) layer.q_norm = layer.k_norm = {};
+  REQUIRE(relative_diff(reference_forward(unnormed, tokens).logits, ref.logits) > 1e-2);
+  check_batch_invariance(*w, rng);
+}
+
+// llama.cpp's logits for files make-model writes, pinned: the repository does not build llama.cpp. Recorded
+// with llama.cpp 3f545becc (CPU, one thread, an f32 KV cache, flash attention off: its CPU kernel rounds
+// through f16, 2e-3 away from its own plain attention here) from
+//   tokenhost make-model M.gguf --arch A --seed 7 --scale 0.1 --dim 64 --heads 4 --kv-heads 2 --ffn F
+//       --vocab 300 --context 128 --layers 2 [--experts 4 --experts-used 2]
+// (F = 96; qwen3moe: F = 32 with the experts) by a program that decodes kPinnedTokens in one batch
+// (llama_batch_get_one) and prints llama_get_logits_ith(ctx, -1): every 23rd logit of the last position
+// is kept, and its argmax. Both sides compute in f32 from f32 weights, so they differ by rounding only.
+TEST_CASE("forward: llama, qwen2, qwen3 and qwen3moe files from make-model give llama.cpp's logits", "[forward][qwen3]") {
+  const std::vector<int32_t> kPinnedTokens = {1, 17, 42, 99, 123, 7, 256, 88, 3, 150, 201, 64};
+  struct Pinned {
+    const char* arch;
+    uint32_t ffn, experts, experts_used;
+    std::vector<float> every_23rd;  // logits 0, 23, 46, ... of the last position
+    int argmax;
+  };
+  const Pinned pinned[] = {
+      {"qwen3", 96, 0, 0, {0.09507f, 0.91061f, 0.57036f, -0.90083f, 0.28936f, 0.83620f, -0.03248f, -0.02545f, 1.13592f, -1.02145f, -0.02592f, 1.54351f, 0.93242f, -0.63396f}, 145},
+      {"llama", 96, 0, 0, {-0.78406f, -0.42325f, -0.93715f, 0.36782f, 0.17523f, -0.11620f, -1.30017f, 0.59860f, -0.91611f, 0.77661f, -0.16720f, 0.17646f, 0.95489f, -0.69197f}, 114},
+      {"qwen2", 96, 0, 0, {-0.11099f, 1.29037f, -0.95681f, -0.36395f, 0.16820f, 0.37654f, 1.75572f, -0.65987f, 1.94737f, 0.85104f, 1.16699f, 0.92293f, 1.35646f, -0.40407f}, 26},
+      {"qwen3moe", 32, 4, 2, {0.29169f, 1.32182f, -0.42058f, -1.73028f, 0.62686f, -0.59210f, 0.49447f, -0.21016f, 0.55380f, 0.63009f, 0.40848f, -0.39354f, 1.35326f, 0.83313f}, 33},
+  };
+  for (const Pinned& p : pinned) {
+    INFO(p.arch);
+    TempDir dir;
+    MakeModelOptions o;
+    o.path = dir.file("m.gguf");
+    o.seed = 7;
+    o.scale = 0.1f;
+    o.shape.dim = 64;
+    o.shape.n_heads = 4;
+    o.shape.n_kv_heads = 2;
+    o.shape.ffn_dim = p.ffn;
+    o.shape.vocab_size = 300;
+    o.shape.context_len = 128;
+    o.shape.n_layers = 2;
+    o.shape.n_experts = p.experts;
+    o.shape.n_experts_used = p.experts_used;
+    o.shape.architecture = p.arch;
+    make_model(o);
+    auto w = load_gguf_model(o.path, "m").weights;
+    Engine engine(w->spec);  // qwen3moe renormalizes its top-k weights, as moe.topk does by default
+    auto logits = engine.run(*w, StepBatch{{StepItem{1, 0, kPinnedTokens, true, nullptr}}});
+    REQUIRE(logits.size() == 1);
+    REQUIRE(logits[0].size() == 300);
+    CHECK(std::max_element(logits[0].begin(), logits[0].end()) - logits[0].begin() == p.argmax);
+    double worst = 0;
+    for (size_t i = 0; i < p.every_23rd.size(); ++i)
+      worst = std::max(worst, std::abs(double(logits[0][23 * i]) - p.every_23rd[i]));
+    INFO("largest difference " << worst);
+    CHECK(worst < 2e-5);  // measured up to 5.4e-6, the pins' own rounding being 5e-6
+  }
+}
+
 TEST_CASE("forward: MoE models match a float64 reference, with no shared expert, a shared one, a gated one", "[forward][moe]") {
   auto rng = fresh_rng("forward moe reference");
   struct Variant {
@@ -279,7 +364,8 @@ TEST_CASE("forward: MoE models match a float64 reference, with no shared expert,
   const Variant variants[] = {{"routed experts only", "llama", 0, false, true},
                               {"shared expert (DeepSeek-like)", "llama", 1, false, true},
                               {"gated shared expert", "llama", 1, true, true},
-                              {"qwen2moe (gated shared expert, unnormalized top-k)", "qwen2moe", 1, true, false}};
+                              {"qwen2moe (gated shared expert, unnormalized top-k)", "qwen2moe", 1, true, false},
+                              {"qwen3moe (per-head query and key norms, routed experts)", "qwen3moe", 0, false, true}};
   for (const Variant& v : variants) {
     INFO(v.name);
     auto w = moe_model(rng(), v.arch, v.n_shared, v.gate);
@@ -304,6 +390,12 @@ TEST_CASE("forward: MoE models match a float64 reference, with no shared expert,
       ModelWeights without = *w;
       for (auto& layer : without.layers) layer.shared_expert = {};
       REQUIRE(relative_diff(reference_forward(without, tokens, v.normalize).logits, ref.logits) > 1e-2);
+    }
+    if (v.arch == "qwen3moe") {  // and the per-head norms
+      REQUIRE_FALSE(w->layers[0].q_norm.empty());
+      ModelWeights unnormed = *w;
+      for (auto& layer : unnormed.layers) layer.q_norm = layer.k_norm = {};
+      REQUIRE(relative_diff(reference_forward(unnormed, tokens, v.normalize).logits, ref.logits) > 1e-2);
     }
     if (v.gate) {
       ModelWeights ungated = *w;
