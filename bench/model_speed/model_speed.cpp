@@ -95,6 +95,7 @@ struct ModelRun {
   LoadedModel model;
   std::unique_ptr<Generator> generator;
   std::shared_ptr<PluginInstance> attention, batch_kvcache;  // for batched decode
+  std::shared_ptr<PluginInstance> moe;  // MoE models: moe.topk
   size_t bytes_per_token = 0;
   std::vector<std::vector<double>> decode, prefill;  // per kernel set
   std::vector<std::vector<double>> batched;          // per batch size
@@ -112,6 +113,7 @@ double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t gener
   SlotInstances instances;
   instances.set(slot_of(TH_KIND_ATTENTION), r.attention);
   instances.set(slot_of(TH_KIND_KVCACHE), r.batch_kvcache);
+  instances.set(slot_of(TH_KIND_MOE), r.moe);
   const StepPlugins plugins{&instances};
   StepBatch step;
   for (size_t s = 0; s < batch; ++s) {
@@ -180,14 +182,22 @@ int main(int argc, char** argv) {
     // output projection is the embedding itself).
     r.bytes_per_token = w.bytes;
     if (w.output.data != w.embed.data) r.bytes_per_token -= size_t(w.embed.rows) * w.embed.row_bytes;
+    if (w.spec.info.n_experts > 0) {  // MoE: a token reads only its experts_used experts of each layer
+      size_t experts = 0;
+      for (const auto& L : w.layers)
+        for (const auto& e : L.experts)
+          for (const WeightView* m : {&e.gate, &e.up, &e.down}) experts += size_t(m->rows) * m->row_bytes;
+      r.bytes_per_token -= experts - experts / w.spec.info.n_experts * w.spec.info.n_experts_used;
+    }
     toml::table kv;
     kv.insert("block_size", 16);
     kv.insert("n_blocks", int64_t((prefill_tokens + decode_tokens + 16) / 16 + 2));
     ModelSpec spec = w.spec;  // as the plugins see it: with the KV cache's element type
     spec.info.kv_dtype = kv_dtype_named(kv_dtype).value();  // one of --kv-dtype's members
     r.attention = instantiate(catalog, attention, "bench", spec);
+    if (spec.info.n_experts > 0) r.moe = instantiate(catalog, "moe.topk", "bench", spec);
     r.generator = std::make_unique<Generator>(r.model.weights, r.attention,
-                                              instantiate(catalog, "kvcache.paged", "bench", spec, kv), prefill_tokens);
+                                              instantiate(catalog, "kvcache.paged", "bench", spec, kv), prefill_tokens, r.moe);
     r.batched.resize(batches.size());
     if (!batches.empty()) {
       const size_t most = *std::max_element(batches.begin(), batches.end());

@@ -27,6 +27,20 @@ const Backend* find_backend(th_device_kind kind) {
   return nullptr;
 }
 
+th_status Backend::grouped_matmul(const th_grouped_matmul_args&, std::string& why) const {
+  why = std::string("the ") + name() + " backend has no grouped product";
+  return TH_ERR_UNSUPPORTED;
+}
+
+th_status device_grouped_matmul(th_device_kind kind, const th_grouped_matmul_args& args, std::string& why) {
+  const Backend* b = find_backend(kind);
+  if (b == nullptr) {
+    why = "no device of kind " + std::to_string(int(kind));
+    return TH_ERR_UNSUPPORTED;
+  }
+  return b->grouped_matmul(args, why);
+}
+
 void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alignment, std::string& why,
                    th_status* status) {
   th_status ignored = TH_OK;

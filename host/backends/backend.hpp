@@ -55,6 +55,9 @@ class Backend {
   // Throws std::runtime_error when it cannot.
   virtual std::shared_ptr<const ModelWeights> place_weights(std::shared_ptr<const ModelWeights> weights, int32_t index,
                                                             const WeightPlacement& placement) const = 0;
+  // th_host_api.grouped_matmul on this backend's device, its arguments checked (base/devices.hpp):
+  // TH_OK, or a status with why set. The default: TH_ERR_UNSUPPORTED.
+  virtual th_status grouped_matmul(const th_grouped_matmul_args& args, std::string& why) const;
   // One step: the logits of every row the batch marks (StepItem::marked_rows()), [n_marked][vocab],
   // in item then row order. Throws std::runtime_error naming the plugin and call that failed, and
   // KvExhausted when the kvcache has no blocks for the step.

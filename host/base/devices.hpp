@@ -43,4 +43,10 @@ void* device_alloc(th_device_kind kind, int32_t index, size_t bytes, size_t alig
                    th_status* status = nullptr);
 void device_free(th_device_kind kind, void* ptr);
 
+// The grouped product of th_host_api.grouped_matmul (its arguments already checked against the
+// header's rules) by the backend of device `kind`: Backend::grouped_matmul; TH_ERR_UNSUPPORTED with why
+// set where no backend drives the kind or it has no grouped product. Declared here for the plugin host,
+// defined with the registry.
+th_status device_grouped_matmul(th_device_kind kind, const th_grouped_matmul_args& args, std::string& why);
+
 }  // namespace tokenhost

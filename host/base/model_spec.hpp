@@ -16,6 +16,8 @@ struct ModelSpec {
     th_model_info m = info;
     m.struct_size = sizeof(th_model_info);
     m.architecture = architecture.c_str();
+    // An MoE model whose source states nothing (a synthetic shape) renormalizes, as Mixtral does.
+    if (m.n_experts > 0 && m.expert_weights_norm == TH_EXPERT_WEIGHTS_UNSTATED) m.expert_weights_norm = TH_EXPERT_WEIGHTS_NORMALIZED;
     return m;
   }
   // The model as an engine (or its draft sessions) holding its KV cache in `kv_dtype` serves it: the

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "backends/backend.hpp"
+#include "model/quant.hpp"
 #include "model/tokenizer.hpp"
 #include "plugin/catalog.hpp"
 #include "runtime/generator.hpp"
@@ -39,10 +40,12 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
       ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   cmd->add_option("--moe", o.moe, "MoE plugin id, for a model with experts")->capture_default_str();
-  cmd->add_option("--moe-normalize", o.moe_normalize,
-                  "Renormalize each token's top-k expert weights (default: false for qwen2moe, whose\n"
-                  "gating keeps the softmax probabilities, true otherwise)")
-      ->check(CLI::IsMember({"true", "false"}));
+  cmd->add_option("--moe-weights", o.moe_weights,
+                  "Each token's top-k expert weights (moe.topk's `weights`): model (as the model's\n"
+                  "metadata says: qwen2moe keeps the softmax probabilities, the others renormalize),\n"
+                  "normalized or softmax")
+      ->check(CLI::IsMember({"model", "normalized", "softmax"}))
+      ->capture_default_str();
   cmd->add_option("--prefill-chunk", o.prefill_chunk, "Prompt tokens per prefill step")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
@@ -74,11 +77,12 @@ int run_generate(const GenerateOptions& o) {
   std::shared_ptr<PluginInstance> moe;
   if (info.n_experts > 0) {
     toml::table gating;
-    const bool normalize = o.moe_normalize.empty() ? model.weights->spec.architecture != "qwen2moe" : o.moe_normalize == "true";
-    gating.insert("normalize", normalize);
+    gating.insert("weights", o.moe_weights);
     moe = instantiate(catalog, o.moe, "generate", spec, gating);
-    spdlog::info("{} experts per layer, {} used per token: {} (normalize = {})", info.n_experts, info.n_experts_used,
-                 o.moe, normalize);
+    const bool stated = spec.to_abi().expert_weights_norm == TH_EXPERT_WEIGHTS_NORMALIZED;
+    spdlog::info("{} experts per layer, {} used per token: {} (weights = {}; the model's top-k weights are {}), {} experts", info.n_experts,
+                 info.n_experts_used, o.moe, o.moe_weights, stated ? "renormalized" : "its softmax probabilities",
+                 quant::dtype_name(model.weights->layers[0].experts[0].gate.type));
   }
   const Backend& cpu = *find_backend(TH_DEVICE_CPU);
   Generator generator(cpu.place_weights(model.weights, 0, WeightPlacement{}), instantiate(catalog, o.attention, "generate", spec),

@@ -20,7 +20,7 @@ struct GenerateOptions {
   uint32_t block_size = 16;
   std::string kv_dtype = "f16";  // the KV cache's elements, as an engine's kv_dtype
   std::string moe = "moe.topk";  // for a model with experts
-  std::string moe_normalize;     // "true" / "false"; empty: by architecture
+  std::string moe_weights = "model";  // moe.topk's `weights`: model, normalized or softmax
   uint32_t prefill_chunk = 512;
   bool no_bos = false;
   bool show_logprobs = false;

@@ -1,9 +1,11 @@
 // moe rules: gate() picks valid experts with usable weights, experts() computes the weighted SwiGLU
-// experts as float64 plain loops do.
+// experts as float64 plain loops do, with f32 weights and (where check() takes them) q8_0 ones.
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "conformance/conformance.hpp"
+#include "model/quant.hpp"
 
 namespace tokenhost::conformance {
 namespace {
@@ -35,12 +37,95 @@ double dot(const float* row, const double* x, uint32_t n) {
   return s;
 }
 
+// Experts of q8_0 weights against float64 loops over what they dequantize to, for a plugin whose check()
+// takes a q8_0 model (ABI 1.10: the host's grouped products compute them). Per token, within 3% of its
+// largest output: the host's integer kernels round activations to 8 bits per 32-element block.
+void quantized_experts_rule(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
+  const uint32_t n_experts = 6, k = 2;
+  ModelSpec model = model_shape(4, 2, 8, TH_DTYPE_F16, n_experts, k);
+  model.info.weight_dtype = TH_DTYPE_Q8_0;
+  const uint32_t dim = model.info.dim, ffn = model.info.ffn_dim;
+  std::string why;
+  auto inst = instance_for(catalog, plugin, model, why);
+  if (!inst) return r.not_applicable("moe.quantized_experts_match_reference", "check() refuses a q8_0 model: " + why);
+  r.rule("moe.quantized_experts_match_reference", [&] {
+    // Per expert: q8_0 bytes of gate, up, down and the floats they dequantize to.
+    struct Stored {
+      std::vector<uint8_t> bytes[3];
+      std::vector<float> values[3];
+    };
+    std::vector<Stored> experts(n_experts);
+    std::vector<th_moe_expert_weights> abi(n_experts);
+    for (uint32_t e = 0; e < n_experts; ++e) {
+      th_tensor* views[3] = {&abi[e].gate, &abi[e].up, &abi[e].down};
+      for (int m = 0; m < 3; ++m) {
+        const uint32_t rows = m < 2 ? ffn : dim, cols = m < 2 ? dim : ffn;
+        std::vector<float>& v = experts[e].values[m];
+        v.resize(size_t(rows) * cols);
+        for (float& x : v) x = 0.3f * normal(rng);
+        const size_t rb = quant::row_bytes(TH_DTYPE_Q8_0, cols);
+        experts[e].bytes[m].resize(rb * rows);
+        for (uint32_t row = 0; row < rows; ++row) {
+          quant::quantize_row(TH_DTYPE_Q8_0, &v[size_t(row) * cols], &experts[e].bytes[m][row * rb], cols);
+          quant::dequantize_row(TH_DTYPE_Q8_0, &experts[e].bytes[m][row * rb], &v[size_t(row) * cols], cols);
+        }
+        th_tensor t = matrix(v, rows, cols);
+        t.dtype = TH_DTYPE_Q8_0;
+        t.nb[0] = int64_t(quant::block_bytes(TH_DTYPE_Q8_0));
+        t.nb[1] = int64_t(rb);
+        t.nb[2] = t.nb[3] = int64_t(rb) * rows;
+        t.data = experts[e].bytes[m].data();
+        *views[m] = t;
+      }
+    }
+    for (uint32_t round = 0; round < o.rounds; ++round) {
+      const uint32_t n_tokens = uniform(rng, 1, 9);
+      std::vector<int32_t> ids(size_t(n_tokens) * k);
+      std::vector<float> weights(ids.size()), x(size_t(n_tokens) * dim), out(x.size(), std::nanf(""));
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        const int32_t first = int32_t(uniform(rng, 0, n_experts - 1));
+        ids[t * k] = first;
+        ids[t * k + 1] = (first + int32_t(uniform(rng, 1, n_experts - 1))) % int32_t(n_experts);
+      }
+      for (float& w : weights) w = std::fabs(normal(rng));
+      for (float& v : x) v = normal(rng);
+      th_moe_experts_args a{sizeof a, 0, n_tokens, dim, ffn, n_experts, k, x.data(), ids.data(), weights.data(),
+                            abi.data(), nullptr, out.data()};
+      th_error err;
+      const th_status st = inst->call(&th_moe_vtable::experts, "experts", inst->handle(), &a, &err);
+      expect(st == TH_OK, "experts() returned " + std::to_string(st) + " on q8_0 experts: " + err.text());
+      std::vector<double> xd(dim), h(ffn);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        for (uint32_t d = 0; d < dim; ++d) xd[d] = x[size_t(t) * dim + d];
+        std::vector<double> ref(dim, 0.0);
+        for (uint32_t j = 0; j < k; ++j) {
+          const Stored& e = experts[size_t(ids[t * k + j])];
+          for (uint32_t f = 0; f < ffn; ++f) {
+            const double g = dot(&e.values[0][size_t(f) * dim], xd.data(), dim);
+            h[f] = g / (1.0 + std::exp(-g)) * dot(&e.values[1][size_t(f) * dim], xd.data(), dim);
+          }
+          for (uint32_t d = 0; d < dim; ++d) ref[d] += double(weights[t * k + j]) * dot(&e.values[2][size_t(d) * ffn], h.data(), ffn);
+        }
+        double top = 0, worst = 0;
+        for (uint32_t d = 0; d < dim; ++d) {
+          top = std::max(top, std::fabs(ref[d]));
+          const double diff = std::fabs(double(out[size_t(t) * dim + d]) - ref[d]);
+          worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
+        }
+        expect(worst <= 3e-2 * top + 1e-4, "token " + std::to_string(t) + ": an output is " + std::to_string(worst) +
+                                               " from the float64 experts' (largest " + std::to_string(top) + ")");
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
   const uint32_t n_experts = 6, k = 2;
   const ModelSpec model = model_shape(4, 2, 8, TH_DTYPE_F16, n_experts, k);
   const uint32_t dim = model.info.dim, ffn = model.info.ffn_dim;
+  quantized_experts_rule(catalog, plugin, rng, o, r);
   std::string why;
   auto inst = instance_for(catalog, plugin, model, why);
   if (!inst) {

@@ -8,6 +8,7 @@
 
 #include "base/devices.hpp"
 #include "base/compute_pool.hpp"
+#include "plugin/grouped_matmul_rules.hpp"
 
 std::string th_error::text() const {
   std::string out;
@@ -330,6 +331,28 @@ th_status api_peer_send(th_host_ctx* ctx, const char* peer, const void* bytes, s
   return TH_OK;
 }
 
+// Grouped products (ABI 1.10): checked here, run by the weights' backend on the instance's compute
+// partition (the calling thread's pool otherwise).
+th_status api_grouped_matmul(th_host_ctx* ctx, const th_grouped_matmul_args* args, th_error* err) {
+  if (const std::string wrong = grouped_matmul_error(args); !wrong.empty())
+    return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "grouped_matmul: " + wrong);
+  if (args->row_begin[args->n_groups] == 0) return TH_OK;
+  th_device_kind device = TH_DEVICE_CPU;
+  for (size_t i = 0; i < size_t(args->n_groups) * args->n_products; ++i)
+    if (args->weights[i].data != nullptr) {
+      device = args->weights[i].device;
+      break;
+    }
+  try {
+    UseComputePool partition(ctx != nullptr ? ctx->pool.get() : nullptr);
+    std::string why;
+    if (th_status s = device_grouped_matmul(device, *args, why)) return draft_refuse(err, s, "grouped_matmul: " + why);
+    return TH_OK;
+  } catch (const std::exception& e) {
+    return draft_refuse(err, TH_ERR_INTERNAL, std::string("grouped_matmul: ") + e.what());
+  }
+}
+
 const th_host_api kHostApi = {
     sizeof(th_host_api),   TH_ABI_VERSION_MAJOR,  TH_ABI_VERSION_MINOR,  TOKENHOST_VERSION,
     api_error_set,         api_log,               api_config_get_int,    api_config_get_double,
@@ -337,7 +360,7 @@ const th_host_api kHostApi = {
     api_metric_set,        api_metric_observe,    api_mem_alloc,         api_mem_free,
     api_model_run,         api_parallel_for,      api_compute_threads,   api_draft_open,
     api_draft_append,      api_draft_rollback,    api_draft_run,         api_draft_close,
-    api_peer_send,
+    api_peer_send,         api_grouped_matmul,
 };
 
 }  // namespace

@@ -14,7 +14,7 @@ constexpr size_t kMinors = TH_ABI_VERSION_MINOR + 1;
 
 struct KindInfo {
   SlotInfo slot;
-  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, ..., 1.9; 0 for minors before the kind existed
+  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, ..., 1.10; 0 for minors before the kind existed
 };
 
 constexpr size_t kAttention = TH_SIZE_THROUGH(th_attention_vtable, forward);
@@ -37,18 +37,18 @@ using enum SwapMode;
 //  kind, name, header, need, owner, swap, unloadable, default plugin; vtable sizes by minor
 constexpr KindInfo kKinds[] = {
     {{TH_KIND_ATTENTION, "attention", "th_attention.h", always, worker, live, false, ""},
-     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
-    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16, kKvcache16}},
+     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
+    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16, kKvcache16, kKvcache16}},
     {{TH_KIND_SCHEDULER, "scheduler", "th_scheduler.h", always, engine, live, false, ""},
-     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
-    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
+     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
+    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
     {{TH_KIND_SPEC_DECODE, "spec_decode", "th_spec_decode.h", optional, engine, live, true, ""},
-     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
+     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
     {{TH_KIND_ROUTER, "router", "th_router.h", always, router, live, false, "router.round_robin"},
-     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17, kRouter17}},
+     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17, kRouter17, kRouter17}},
     // ABI 1.9: an ordered stack of connectors per engine (SlotInfo::stacks), none by default.
     {{TH_KIND_KV_CONNECTOR, "kv_connector", "th_kv_connector.h", optional, worker, live, true, "", true},
-     {0, 0, 0, 0, 0, 0, 0, 0, 0, kKvConnector}},
+     {0, 0, 0, 0, 0, 0, 0, 0, 0, kKvConnector, kKvConnector}},
 };
 
 constexpr size_t headers_vtable_size(th_kind kind) {

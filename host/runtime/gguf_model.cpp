@@ -147,6 +147,11 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& name) {
   // for llama and divides it among the experts used for qwen2moe.
   if (i.n_experts > 0)
     i.ffn_dim = uint32_t(r.hparam("expert_feed_forward_length", qwen2moe ? dense_ffn / i.n_experts_used : dense_ffn));
+  // Whether each token's top-k expert weights are renormalized: DeepSeek's files say so
+  // (expert_weights_norm); Qwen2-MoE keeps the softmax probabilities, the others renormalize.
+  if (i.n_experts > 0)
+    i.expert_weights_norm = file->get_bool(r.arch + ".expert_weights_norm").value_or(!qwen2moe) ? TH_EXPERT_WEIGHTS_NORMALIZED
+                                                                                                   : TH_EXPERT_WEIGHTS_SOFTMAX;
   const uint32_t shared_ffn = shared_expert_width(r, i, dense_ffn);
   if (i.n_heads == 0 || i.n_kv_heads == 0 || i.n_heads % i.n_kv_heads != 0 || i.dim % i.n_heads != 0)
     r.fail("inconsistent head counts: " + std::to_string(i.n_heads) + " heads, " + std::to_string(i.n_kv_heads) +

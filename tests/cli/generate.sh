@@ -30,15 +30,26 @@ done
 echo "ok: --logprobs 2 prints each token's log-probability and its top 2"
 
 "$tokenhost" make-model "$work/moe.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 32 --vocab 300 \
-  --experts 4 --experts-used 2 --seed 1 > /dev/null 2>&1
+  --experts 4 --experts-used 2 --seed 1 --type q8_0 > /dev/null 2>&1
 "$tokenhost" generate -m "$work/moe.gguf" -p "hello" -n 8 > "$work/out.txt" 2> "$work/err.txt" ||
   { cat "$work/err.txt"; fail "generate on an MoE model exited $?"; }
-grep -q '4 experts per layer, 2 used per token: moe.topk (normalize = true)' "$work/err.txt" || fail "no moe plugin chosen"
+grep -q "4 experts per layer, 2 used per token: moe.topk (weights = model; the model's top-k weights are renormalized), q8_0 experts" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "no moe plugin chosen"; }
 grep -q '^decode: 8 tokens in' "$work/err.txt" || fail "the MoE model did not generate 8 tokens"
-echo "ok: an MoE model generates through moe.topk"
+echo "ok: a q8_0 MoE model generates through moe.topk"
+
+# Qwen2-MoE's gating keeps the softmax probabilities: the file's architecture says so, not a flag.
+"$tokenhost" make-model "$work/qwen2moe.gguf" --arch qwen2moe --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 32 \
+  --vocab 300 --experts 4 --experts-used 2 --shared-experts 1 --shared-gate --seed 1 --type q4_0 > /dev/null 2>&1
+"$tokenhost" generate -m "$work/qwen2moe.gguf" -p "hello" -n 4 > "$work/out.txt" 2> "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "generate on a qwen2moe model exited $?"; }
+grep -q "moe.topk (weights = model; the model's top-k weights are its softmax probabilities), q4_0 experts" "$work/err.txt" ||
+  { cat "$work/err.txt"; fail "qwen2moe's gating not taken from the model"; }
+echo "ok: a q4_0 qwen2moe model generates, its gating taken from its architecture"
 
 expect_fail generate "--kv-dtype" -m "$models/stories260K.gguf" -p hi --kv-dtype q8_0
 expect_fail generate "does not exist" -m "$work/none.gguf" -p hi
 expect_fail generate "--block-size" -m "$models/stories260K.gguf" -p hi --block-size 0
 expect_fail generate "moe.nothing" -m "$work/moe.gguf" -p hi --moe moe.nothing
+expect_fail generate "--moe-weights" -m "$work/moe.gguf" -p hi --moe-weights maybe
 echo "generate: all checks passed"

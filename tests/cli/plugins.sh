@@ -36,6 +36,6 @@ import json, sys
 plugins = {p["id"]: p for p in json.load(open(sys.argv[1]))["plugins"]}
 c = plugins["kvcache.paged"]["config"]["n_blocks"]
 assert c["default"] == 1024 and c["min"] == 1 and c["max"] == 2147483647 and c["type"] == "int", c
-assert plugins["moe.topk"]["config"]["normalize"]["default"] is True
+assert plugins["moe.topk"]["config"]["weights"]["default"] == "model"
 PY
 echo "ok: /admin/plugins carries each key's default and range"

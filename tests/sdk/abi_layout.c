@@ -74,6 +74,7 @@ TH_PIN_OFFSET(th_model_info, n_experts_used, 52);
 TH_PIN_OFFSET(th_model_info, weight_dtype, 56);
 TH_PIN_OFFSET(th_model_info, act_dtype, 60);
 TH_PIN_OFFSET(th_model_info, kv_dtype, 64);
+TH_PIN_OFFSET(th_model_info, expert_weights_norm, 68); /* 1.10: in what was padding (size unchanged) */
 TH_PIN_SIZE(th_check_query, 32);
 TH_PIN_OFFSET(th_check_query, struct_size, 0);
 TH_PIN_OFFSET(th_check_query, model, 8);
@@ -120,7 +121,7 @@ TH_PIN_OFFSET(th_model_run_result, struct_size, 0);
 TH_PIN_OFFSET(th_model_run_result, tokens, 8);
 TH_PIN_OFFSET(th_model_run_result, capacity, 16);
 TH_PIN_OFFSET(th_model_run_result, n_tokens, 20);
-TH_PIN_SIZE(th_host_api, 184);
+TH_PIN_SIZE(th_host_api, 192);
 TH_PIN_OFFSET(th_host_api, struct_size, 0);
 TH_PIN_OFFSET(th_host_api, abi_major, 4);
 TH_PIN_OFFSET(th_host_api, abi_minor, 6);
@@ -146,6 +147,16 @@ TH_PIN_OFFSET(th_host_api, draft_rollback, 152); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, draft_run, 160); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, draft_close, 168); /* 1.5 */
 TH_PIN_OFFSET(th_host_api, peer_send, 176); /* 1.9 */
+TH_PIN_OFFSET(th_host_api, grouped_matmul, 184); /* 1.10 */
+TH_PIN_SIZE(th_grouped_matmul_args, 48); /* 1.10 */
+TH_PIN_OFFSET(th_grouped_matmul_args, struct_size, 0);
+TH_PIN_OFFSET(th_grouped_matmul_args, n_groups, 4);
+TH_PIN_OFFSET(th_grouped_matmul_args, n_products, 8);
+TH_PIN_OFFSET(th_grouped_matmul_args, cols, 12);
+TH_PIN_OFFSET(th_grouped_matmul_args, weights, 16);
+TH_PIN_OFFSET(th_grouped_matmul_args, row_begin, 24);
+TH_PIN_OFFSET(th_grouped_matmul_args, x, 32);
+TH_PIN_OFFSET(th_grouped_matmul_args, y, 40);
 TH_PIN_SIZE(th_draft_open_args, 24); /* 1.5 */
 TH_PIN_OFFSET(th_draft_open_args, struct_size, 0);
 TH_PIN_OFFSET(th_draft_open_args, model, 8);

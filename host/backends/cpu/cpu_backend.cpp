@@ -7,6 +7,7 @@
 
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
+#include "backends/cpu/matmul.hpp"
 #include "backends/cpu/weight_packing.hpp"
 #include "plugin/step_plugins.hpp"
 
@@ -65,6 +66,19 @@ class CpuBackend final : public Backend {
     return packed;
   }
 
+  th_status grouped_matmul(const th_grouped_matmul_args& a, std::string&) const override {
+    std::vector<WeightView> weights(size_t(a.n_groups) * a.n_products);
+    std::vector<MatmulGroup> groups(a.n_groups);
+    for (uint32_t g = 0; g < a.n_groups; ++g) {
+      for (uint32_t j = 0; j < a.n_products; ++j) {
+        const th_tensor& t = a.weights[size_t(g) * a.n_products + j];
+        weights[size_t(g) * a.n_products + j] = WeightView{t.dtype, t.ne[1], t.ne[0], size_t(t.nb[1]), t.data};
+      }
+      groups[g] = {&weights[size_t(g) * a.n_products], a.row_begin[g], size_t(a.row_begin[g + 1] - a.row_begin[g])};
+    }
+    tokenhost::grouped_matmul(groups.data(), groups.size(), a.n_products, a.x, a.y);
+    return TH_OK;
+  }
   std::vector<std::vector<float>> run_step(const ModelWeights& weights, const StepBatch& batch,
                                            const StepPlugins& plugins) const override {
     return forward_step(weights, batch, plugins);

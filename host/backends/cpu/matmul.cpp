@@ -79,13 +79,15 @@ struct WeightBlock {
   size_t row_bytes;
 };
 
-// One weight's share of a product: its out_rows outputs go to y ([n_rows][out_rows]);
-// weight_block(o0, o1) gives a block of its rows (valid until the thread's next call).
+// One weight's share of a product: its out_rows outputs for activation rows [row0, row0 + n_rows) go
+// to y ([n_rows][out_rows]); weight_block(o0, o1) gives a block of its rows (valid until the thread's
+// next call). A plain product's segments take every row; a grouped product's, their group's.
 template <class Block>
 struct Segment {
   size_t out_rows;
   float* y;
   Block weight_block;
+  size_t row0, n_rows;
 };
 
 // Products of 8 to this many x 4 activation rows take each tile of weight rows through all the groups
@@ -103,15 +105,16 @@ constexpr size_t kTileMajorGroups = 4;
 // activations are reused from L1 across the block. Several weights in one call cost one start and
 // one join of the pool instead of one each.
 template <class X, class Rows, class Block>
-void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_segments, Rows rows_from,
-             size_t n_rows, size_t n, size_t block_rows) {
+void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_segments, Rows all_rows_from,
+             size_t n, size_t block_rows) {
   const size_t tile_rows = k.tile != nullptr ? k.tile_rows : 1;
   block_rows = std::max(block_rows / tile_rows, size_t(1)) * tile_rows;
   // Rows [begin, end) of one segment.
   auto rows_of = [&](const Segment<Block>& seg, size_t begin, size_t end) {
     float out[4 * kMaxTileRows];
     float* y = seg.y;
-    const size_t out_rows = seg.out_rows;
+    const size_t out_rows = seg.out_rows, n_rows = seg.n_rows;
+    auto rows_from = [&](size_t r) { return all_rows_from(seg.row0 + r); };
     for (size_t o0 = begin; o0 < end; o0 += block_rows) {
       const size_t o1 = std::min(end, o0 + block_rows);
       const WeightBlock wb = seg.weight_block(o0, o1);
@@ -153,8 +156,8 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
       }
     }
   };
-  size_t total = 0;
-  for (size_t i = 0; i < n_segments; ++i) total += segments[i].out_rows;
+  size_t total = 0, work = 0;
+  for (size_t i = 0; i < n_segments; ++i) total += segments[i].out_rows, work += segments[i].out_rows * segments[i].n_rows;
   auto body = [&](size_t begin, size_t end) {
     size_t first = 0;  // the segment's first row in the numbering of all
     for (size_t i = 0; i < n_segments && first < end; first += segments[i++].out_rows) {
@@ -165,7 +168,7 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
   // Small products are not worth waking the pool. Threads claim ranges of weight rows (about four per
   // thread, at most a block) as they go: one that the OS runs late takes fewer.
   ComputePool& pool = compute_pool();
-  if (total * n * n_rows < 32768 || pool.threads() == 1) return body(0, total);
+  if (work * n < 32768 || pool.threads() == 1) return body(0, total);
   const size_t grain = std::clamp(total / (4 * pool.threads()), tile_rows, block_rows) / tile_rows * tile_rows;
   pool.parallel_for(total, body, grain);
 }
@@ -173,8 +176,8 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
 template <class X, class Rows, class Block>
 void product(const TypeKernels<X>& k, size_t out_rows, Rows rows_from, size_t n_rows, size_t n,
              size_t block_rows, float* y, Block weight_block) {
-  const Segment<Block> one{out_rows, y, weight_block};
-  product(k, &one, 1, rows_from, n_rows, n, block_rows);
+  const Segment<Block> one{out_rows, y, weight_block, 0, n_rows};
+  product(k, &one, 1, rows_from, n, block_rows);
 }
 
 // Weight rows per block: about kBlockBytes of them, a fifth of this Xeon's L2 (a quarter to half of
@@ -187,29 +190,43 @@ auto weight_rows(const WeightView& w) {
   return [&w](size_t o0, size_t) { return WeightBlock{w.row(int64_t(o0)), w.row_bytes}; };
 }
 
-// The segments of a product of several weights: each output's weight rows and destination.
-auto segments_of(const MatmulOutput* outputs, size_t count) {
-  std::vector<Segment<decltype(weight_rows(outputs[0].w))>> segments;
-  segments.reserve(count);
-  for (size_t i = 0; i < count; ++i)
-    segments.push_back({size_t(outputs[i].w.rows), outputs[i].y, weight_rows(outputs[i].w)});
+// One weight of a product and the activation rows it takes: every row of a plain product, its group's
+// of a grouped one; y holds its outputs for those rows ([n_rows][w.rows]).
+struct Part {
+  const WeightView* w;
+  float* y;
+  size_t row0, n_rows;
+};
+
+std::vector<Part> parts_of(const MatmulOutput* outputs, size_t count, size_t n_rows) {
+  std::vector<Part> parts;
+  for (size_t i = 0; i < count; ++i) parts.push_back({&outputs[i].w, outputs[i].y, 0, n_rows});
+  return parts;
+}
+
+// The segments of a product of several weights: each part's weight rows, destination and rows.
+auto segments_of(const std::vector<Part>& parts) {
+  std::vector<Segment<decltype(weight_rows(*parts[0].w))>> segments;
+  segments.reserve(parts.size());
+  for (const Part& p : parts) segments.push_back({size_t(p.w->rows), p.y, weight_rows(*p.w), p.row0, p.n_rows});
   return segments;
 }
 
 // Integer kernels: activations quantized once per product (in parallel for large batches), for every
-// output's weight (all of one type and width).
-void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSet& set, const TypeKernels<QRows>& k,
-                       const float* x, size_t n_rows) {
-  const WeightView& w = outputs[0].w;
+// part's weight (all of one type and width). rows_per_weight (the rows each weight takes, on average)
+// picks the packed kernels or the direct ones.
+void quantized_product(const std::vector<Part>& parts, const KernelSet& set, const TypeKernels<QRows>& k,
+                       const float* x, size_t n_rows, size_t rows_per_weight) {
+  const WeightView& w = *parts[0].w;
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
   // The calling thread's buffers; the pool's threads reach them through these pointers. The 512-bit
   // layouts pad each row to whole groups and keep its scales row-major (see QBlock). From
   // packed->min_rows rows on, the packed kernels: on the copy made at load when there is one, else on
   // blocks of rows packed here. Fewer rows read the weights as they are (decode): streaming them from
   // memory, the direct kernel keeps more loads in flight than the packed one-row kernel does.
-  const PackedKernels* packed = k.packed != nullptr && n_rows >= k.packed->min_rows ? k.packed : nullptr;
-  const bool prepacked = packed != nullptr && std::all_of(outputs, outputs + count, [&](const MatmulOutput& o) {
-                           return o.w.packed != nullptr && o.w.packed_for == &set;
+  const PackedKernels* packed = k.packed != nullptr && rows_per_weight >= k.packed->min_rows ? k.packed : nullptr;
+  const bool prepacked = packed != nullptr && std::all_of(parts.begin(), parts.end(), [&](const Part& p) {
+                           return p.w->packed != nullptr && p.w->packed_for == &set;
                          });
   const QLayout layout = packed != nullptr ? QLayout::groups : k.layout;
   const bool wide = layout == QLayout::quads || layout == QLayout::groups;
@@ -251,9 +268,9 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
     pk.two = packed->two;
     pk.three = packed->three;
     std::vector<Segment<std::function<WeightBlock(size_t, size_t)>>> segments;
-    for (size_t i = 0; i < count; ++i) {
-      const WeightView& wi = outputs[i].w;
-      segments.push_back({size_t(wi.rows), outputs[i].y, [&wi, packed, packed_bytes, nb, prepacked](size_t o0, size_t o1) {
+    for (const Part& p : parts) {
+      const WeightView& wi = *p.w;
+      segments.push_back({size_t(wi.rows), p.y, [&wi, packed, packed_bytes, nb, prepacked](size_t o0, size_t o1) {
                             if (prepacked)
                               return WeightBlock{static_cast<const uint8_t*>(wi.packed) + o0 * packed_bytes, packed_bytes};
                             thread_local std::vector<QBlock> buffer;  // 64-byte aligned
@@ -261,12 +278,12 @@ void quantized_product(const MatmulOutput* outputs, size_t count, const KernelSe
                             uint8_t* dst = reinterpret_cast<uint8_t*>(buffer.data());
                             packed->repack(wi.row(int64_t(o0)), wi.row_bytes, o1 - o0, nb, dst);
                             return WeightBlock{dst, packed_bytes};
-                          }});
+                          }, p.row0, p.n_rows});
     }
-    return product(pk, segments.data(), count, rows_from, n_rows, nb, rows_per_block(packed_bytes));
+    return product(pk, segments.data(), segments.size(), rows_from, nb, rows_per_block(packed_bytes));
   }
-  const auto segments = segments_of(outputs, count);
-  product(k, segments.data(), count, rows_from, n_rows, nb, rows_per_block(w.row_bytes));
+  const auto segments = segments_of(parts);
+  product(k, segments.data(), segments.size(), rows_from, nb, rows_per_block(w.row_bytes));
 }
 
 // f32 activations, each row starting on a cache line: a 32-byte load that straddles two lines costs
@@ -372,7 +389,7 @@ void matmul(const WeightView& w, const float* x, size_t n_rows, float* y) {
   const size_t cols = size_t(w.cols);
   if (const TypeKernels<QRows>* k = integer_kernels(set, w.type)) {
     const MatmulOutput one{w, y};
-    return quantized_product(&one, 1, set, *k, x, n_rows);
+    return quantized_product(parts_of(&one, 1, n_rows), set, *k, x, n_rows, n_rows);
   }
   const FRows rows = aligned_rows(x, n_rows, cols);
   const size_t block = rows_per_block(w.row_bytes);
@@ -400,10 +417,44 @@ void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t 
     for (const MatmulOutput& o : outputs) matmul(o.w, x, n_rows, o.y);
     return;
   }
-  if (k != nullptr) return quantized_product(outputs.begin(), outputs.size(), set, *k, x, n_rows);
+  const std::vector<Part> parts = parts_of(outputs.begin(), outputs.size(), n_rows);
+  if (k != nullptr) return quantized_product(parts, set, *k, x, n_rows, n_rows);
   const size_t cols = size_t(first.cols);
-  const auto segments = segments_of(outputs.begin(), outputs.size());
-  product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), n_rows, cols,
+  const auto segments = segments_of(parts);
+  product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), cols,
+          rows_per_block(first.row_bytes));
+}
+
+void grouped_matmul(const MatmulGroup* groups, size_t n_groups, size_t n_products, const float* x, float* const* y) {
+  if (n_groups == 0 || n_products == 0) return;
+  const KernelSet& set = *current_set().load();
+  const WeightView& first = groups[0].weights[0];
+  const size_t cols = size_t(first.cols);
+  std::vector<Part> parts;
+  size_t n_rows = 0, busy = 0;
+  bool uniform = true;
+  for (size_t g = 0; g < n_groups; ++g) {
+    const MatmulGroup& group = groups[g];
+    n_rows = std::max(n_rows, group.row0 + group.n_rows);
+    if (group.n_rows == 0) continue;  // its weights are not read
+    ++busy;
+    for (size_t j = 0; j < n_products; ++j) {
+      const WeightView& w = group.weights[j];
+      uniform = uniform && w.type == first.type && w.cols == first.cols;
+      parts.push_back({&w, y[j] + group.row0 * size_t(w.rows), group.row0, group.n_rows});
+    }
+  }
+  if (parts.empty()) return;
+  const TypeKernels<QRows>* k = integer_kernels(set, first.type);
+  const TypeKernels<FRows>* f = first.type == TH_DTYPE_F32 ? &set.f32 : first.type == TH_DTYPE_F16 ? &set.f16 : nullptr;
+  if (!uniform || (k == nullptr && f == nullptr)) {  // bf16, or mixed: part by part
+    for (const Part& p : parts) matmul(*p.w, x + p.row0 * size_t(p.w->cols), p.n_rows, p.y);
+    return;
+  }
+  // x is quantized (or aligned) once for every group; the pool starts once for all of them.
+  if (k != nullptr) return quantized_product(parts, set, *k, x, n_rows, (n_rows + busy - 1) / busy);
+  const auto segments = segments_of(parts);
+  product(*f, segments.data(), segments.size(), float_rows(aligned_rows(x, n_rows, cols)), cols,
           rows_per_block(first.row_bytes));
 }
 

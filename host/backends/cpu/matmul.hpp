@@ -33,6 +33,20 @@ struct MatmulOutput {
 // types, bf16) run one after the other.
 void matmul(std::initializer_list<MatmulOutput> outputs, const float* x, size_t n_rows);
 
+// One group of a grouped product: activation rows [row0, row0 + n_rows) through weights[j] for each of
+// the call's products j (an MoE expert's gate and up; its down).
+struct MatmulGroup {
+  const WeightView* weights;  // [n_products]; product j's weights have the same rows in every group
+  size_t row0, n_rows;
+};
+
+// y[j][r] = groups[g].weights[j] . x[r] for every row r of every group g: x is [rows][cols], y[j] is
+// [rows][rows_j], where rows is the groups' end. Each output as matmul computes it (a row's results do
+// not depend on the other rows, nor on the grouping); for weights of one type and width the activations
+// are quantized once for all the groups and the compute pool is started once. Empty groups' weights are
+// not read.
+void grouped_matmul(const MatmulGroup* groups, size_t n_groups, size_t n_products, const float* x, float* const* y);
+
 // Packs weight w, once, for the kernel set in use when that set has a packed layout for w's type
 // (avx512: q8_0 and q4_0), into memory that the returned handle owns, and records it in w.packed*:
 // products of w of several activation rows under that set then read the packed rows instead of

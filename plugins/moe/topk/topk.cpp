@@ -1,6 +1,7 @@
 // moe.topk: softmax top-k gating (optionally group-limited, DeepSeek's node-limited routing, and with a
-// capacity per expert past which tokens are dropped), SwiGLU expert compute on f32 weights, and greedy
-// (LPT) expert placement. Plain loops with double accumulation: the reference MoE plugin.
+// capacity per expert past which tokens are dropped), SwiGLU experts of any weight type the host's
+// kernels take through its grouped products (th_host_api.grouped_matmul), and greedy (LPT) expert
+// placement.
 #include <tokenhost/plugin.hpp>
 
 #include <algorithm>
@@ -34,7 +35,9 @@ th_status check(const th_check_query* query, th_error* err) {
   return sdk::guard(err, [&]() -> th_status {
     if (query == nullptr || query->model == nullptr) invalid("check() needs a model");
     const sdk::Config config(query->config);
-    config.require_bool("normalize");
+    const std::string weights = config.require_string("weights");
+    if (weights != "model" && weights != "normalized" && weights != "softmax")
+      invalid("weights = \"" + weights + "\": expected \"model\", \"normalized\" or \"softmax\"");
     const uint32_t groups = uint32_t(config.require_int("n_groups")), top_groups = uint32_t(config.require_int("topk_groups"));
     config.require_double("capacity_factor");
     const th_model_info& m = *query->model;
@@ -58,75 +61,40 @@ th_status check(const th_check_query* query, th_error* err) {
         refuse("topk_groups = " + std::to_string(top_groups) + " groups of " + std::to_string(m.n_experts / groups) +
                " experts hold fewer than the " + std::to_string(m.n_experts_used) + " experts each token uses");
     }
-    if (m.weight_dtype != TH_DTYPE_F32) {
-      refuse("computes f32 expert weights only, the model's weights are " + type_name(m.weight_dtype));
+    if (type_name(m.weight_dtype).rfind("dtype ", 0) == 0) {
+      refuse("the host's kernels compute f32, f16, bf16, q8_0, q4_0, q4_k and q6_k experts, the model's weights are " +
+             type_name(m.weight_dtype));
     }
     if (query->device != nullptr && query->device->kind != TH_DEVICE_CPU) refuse("runs on the CPU only");
     return status;
   });
 }
 
-// One f32 weight matrix: rows of ne[0] elements, nb[1] bytes apart.
-struct Matrix {
-  const char* data;
-  int64_t rows, cols, row_bytes;
-
-  double dot_row(int64_t r, const double* x) const {
-    const char* row = data + r * row_bytes;
-    double sum = 0.0;
-    for (int64_t c = 0; c < cols; ++c) sum += double(reinterpret_cast<const float*>(row)[c]) * x[c];
-    return sum;
-  }
-};
-
-Matrix matrix(const th_tensor& t, const std::string& what, int64_t rows, int64_t cols) {
-  if (t.dtype != TH_DTYPE_F32) {
-    throw Error(TH_ERR_UNSUPPORTED, "moe.topk: " + what + " has dtype " + type_name(t.dtype) +
-                                        ", only f32 expert weights are supported");
-  }
-  if (t.data == nullptr || t.device != TH_DEVICE_CPU) invalid(what + " is not in host memory");
-  if (t.ne[0] != cols || t.ne[1] != rows) {
-    invalid(what + " is [" + std::to_string(t.ne[1]) + " rows][" + std::to_string(t.ne[0]) + "], expected [" +
-            std::to_string(rows) + "][" + std::to_string(cols) + "]");
-  }
-  if (t.nb[0] != int64_t(sizeof(float)) || t.nb[1] < cols * int64_t(sizeof(float))) {
-    invalid(what + " rows are not contiguous f32 (nb[0] = " + std::to_string(t.nb[0]) + ", nb[1] = " +
-            std::to_string(t.nb[1]) + ")");
-  }
-  return Matrix{static_cast<const char*>(t.data), rows, cols, t.nb[1]};
+// The model's rule for each token's top-k weights, or the setting that overrides it.
+bool renormalizes(const std::string& setting, const th_model_info& m) {
+  if (setting == "normalized") return true;
+  if (setting == "softmax") return false;
+  const bool stated = TH_HAS_MEMBER(&m, th_model_info, expert_weights_norm) && m.expert_weights_norm != TH_EXPERT_WEIGHTS_UNSTATED;
+  return !stated || m.expert_weights_norm == TH_EXPERT_WEIGHTS_NORMALIZED;  // a host before 1.10: Mixtral's rule
 }
 
-// One expert's SwiGLU feed-forward, validated: down( silu(gate x) * (up x) ).
-struct Expert {
-  Matrix gate, up, down;
-
-  Expert(const th_moe_expert_weights& w, const std::string& what, int64_t dim, int64_t ffn)
-      : gate(matrix(w.gate, what + " gate", ffn, dim)),
-        up(matrix(w.up, what + " up", ffn, dim)),
-        down(matrix(w.down, what + " down", dim, ffn)) {}
-
-  // acc += weight * expert(x); h is scratch of gate.rows entries.
-  void apply(const double* x, double weight, std::vector<double>& h, double* acc) const {
-    h.resize(size_t(gate.rows));
-    for (int64_t f = 0; f < gate.rows; ++f) {
-      const double g = gate.dot_row(f, x);
-      h[size_t(f)] = g / (1.0 + std::exp(-g)) * up.dot_row(f, x);
-    }
-    for (int64_t d = 0; d < down.rows; ++d) acc[d] += weight * down.dot_row(d, h.data());
-  }
-};
-
 struct TopK {
-  explicit TopK(const th_create_args& args) {
+  explicit TopK(const th_create_args& args) : ctx(args.host_ctx) {
     const sdk::Config config(args.config);
-    normalize = config.require_bool("normalize");
+    normalize = renormalizes(config.require_string("weights"), *args.model);
     n_groups = uint32_t(config.require_int("n_groups"));
     topk_groups = uint32_t(config.require_int("topk_groups"));
     capacity_factor = config.require_double("capacity_factor");
   }
+  th_host_ctx* ctx;
   bool normalize;
   uint32_t n_groups, topk_groups;  // n_groups 1: every expert may be chosen
   double capacity_factor;          // 0: no capacity
+  // experts()'s buffers, kept between calls: the routed rows by expert, their tokens and weights, the
+  // rows' inputs, gate and up outputs (then the SwiGLU activations), and down outputs.
+  std::vector<uint32_t> row_begin, row_token;
+  std::vector<float> row_weight, xs, gate_out, up_out, down_out, shared_out;
+  std::vector<th_tensor> weights;
 };
 
 th_status gate(th_instance* instance, const th_moe_gate_args* args, th_error* err) {
@@ -197,42 +165,94 @@ th_status gate(th_instance* instance, const th_moe_gate_args* args, th_error* er
   });
 }
 
-th_status experts(th_instance*, const th_moe_experts_args* args, th_error* err) {
+// An expert's matrix as the host's grouped product takes it.
+th_tensor checked(const th_tensor& t, const std::string& what) {
+  if (t.data == nullptr) invalid(what + " has no data");
+  return t;
+}
+
+// The routed experts as grouped products on the host's kernels: the (token, choice) pairs ordered by
+// expert, gate and up of every expert in one call (each expert's weights read once for all of its
+// tokens), SwiGLU, down in a second call, then each token's rows summed with their weights in expert
+// order (a token's sum does not depend on the other tokens of the step).
+th_status experts(th_instance* instance, const th_moe_experts_args* args, th_error* err) {
   return sdk::guard(err, [&] {
+    TopK& self = sdk::self<TopK>(instance);
     if (args == nullptr || args->x == nullptr || args->expert_ids == nullptr || args->expert_weights == nullptr ||
         args->experts == nullptr || args->out == nullptr) {
       invalid("experts() got a NULL argument");
     }
     const th_moe_experts_args& a = *args;
-    // Validate every expert a token uses (and the shared one) before writing any output.
-    std::vector<int> slot(a.n_experts, -1);
-    std::vector<Expert> used;
-    for (size_t i = 0; i < size_t(a.n_tokens) * a.k; ++i) {
+    const size_t choices = size_t(a.n_tokens) * a.k;
+    std::vector<uint32_t>& begin = self.row_begin;
+    begin.assign(size_t(a.n_experts) + 1, 0);
+    for (size_t i = 0; i < choices; ++i) {
       const int32_t e = a.expert_ids[i];
       if (e < 0 || uint32_t(e) >= a.n_experts) {
         invalid("expert id " + std::to_string(e) + " is out of range [0, " + std::to_string(a.n_experts) + ")");
       }
-      if (slot[size_t(e)] < 0) {
-        slot[size_t(e)] = int(used.size());
-        used.emplace_back(a.experts[e], "expert " + std::to_string(e), a.dim, a.ffn_dim);
-      }
+      if (a.expert_weights[i] != 0.0f) ++begin[size_t(e) + 1];  // weight 0: dropped past the expert's capacity
     }
-    std::vector<Expert> shared;
-    if (a.shared_expert != nullptr) {
-      // The shared expert may be wider than the routed ones: take its width from its gate.
-      shared.emplace_back(*a.shared_expert, "shared expert", a.dim, a.shared_expert->gate.ne[1]);
-    }
-    std::vector<double> x(a.dim), acc(a.dim), h;
-    for (uint32_t t = 0; t < a.n_tokens; ++t) {
-      for (uint32_t d = 0; d < a.dim; ++d) x[d] = a.x[size_t(t) * a.dim + d];
-      std::fill(acc.begin(), acc.end(), 0.0);
+    for (uint32_t e = 0; e < a.n_experts; ++e) begin[e + 1] += begin[e];
+    const size_t rows = begin[a.n_experts];
+    self.row_token.resize(rows);
+    self.row_weight.resize(rows);
+    self.xs.resize(rows * a.dim);
+    std::vector<uint32_t> next(begin.begin(), begin.end() - 1);
+    for (uint32_t t = 0; t < a.n_tokens; ++t)
       for (uint32_t j = 0; j < a.k; ++j) {
         const size_t i = size_t(t) * a.k + j;
-        if (a.expert_weights[i] == 0.0f) continue;  // dropped past the expert's capacity
-        used[size_t(slot[size_t(a.expert_ids[i])])].apply(x.data(), a.expert_weights[i], h, acc.data());
+        if (a.expert_weights[i] == 0.0f) continue;
+        const uint32_t r = next[size_t(a.expert_ids[i])]++;
+        self.row_token[r] = t;
+        self.row_weight[r] = a.expert_weights[i];
+        std::copy_n(a.x + size_t(t) * a.dim, a.dim, &self.xs[size_t(r) * a.dim]);
       }
-      for (const Expert& s : shared) s.apply(x.data(), 1.0, h, acc.data());
-      for (uint32_t d = 0; d < a.dim; ++d) a.out[size_t(t) * a.dim + d] = float(acc[d]);
+    auto run = [&](const std::vector<uint32_t>& row_begin, uint32_t n_groups, uint32_t cols, const float* x,
+                   std::initializer_list<float*> y) {
+      th_grouped_matmul_args g{sizeof g, n_groups, uint32_t(y.size()), cols, self.weights.data(), row_begin.data(), x,
+                               y.begin()};
+      if (th_status s = sdk::host().grouped_matmul(self.ctx, &g, err)) throw Error(s, "moe.topk: the host's grouped product failed");
+    };
+    // down(silu(gate x) * up x) of n rows of x through the weights' n_groups groups, into y.
+    auto swiglu = [&](const std::vector<uint32_t>& row_begin, uint32_t n_groups, const float* x, size_t n, size_t width,
+                      const std::vector<th_tensor>& gate_up, const std::vector<th_tensor>& down, std::vector<float>& y) {
+      self.gate_out.resize(n * width);
+      self.up_out.resize(n * width);
+      self.weights = gate_up;
+      run(row_begin, n_groups, a.dim, x, {self.gate_out.data(), self.up_out.data()});
+      for (size_t i = 0; i < n * width; ++i) {
+        const float g = self.gate_out[i];
+        self.gate_out[i] = g / (1.0f + std::exp(-g)) * self.up_out[i];
+      }
+      self.weights = down;
+      y.resize(n * a.dim);
+      run(row_begin, n_groups, uint32_t(width), self.gate_out.data(), {y.data()});
+    };
+    if (rows > 0) {
+      std::vector<th_tensor> gate_up, down;
+      for (uint32_t e = 0; e < a.n_experts; ++e) {
+        const std::string what = "expert " + std::to_string(e);
+        gate_up.push_back(checked(a.experts[e].gate, what + " gate"));
+        gate_up.push_back(checked(a.experts[e].up, what + " up"));
+        down.push_back(checked(a.experts[e].down, what + " down"));
+      }
+      swiglu(begin, a.n_experts, self.xs.data(), rows, a.ffn_dim, gate_up, down, self.down_out);
+    }
+    if (a.shared_expert != nullptr && a.n_tokens > 0) {  // every token, weight 1: one group
+      const th_moe_expert_weights& sh = *a.shared_expert;
+      swiglu({0, a.n_tokens}, 1, a.x, a.n_tokens, size_t(sh.gate.ne[1]),
+             {checked(sh.gate, "shared expert gate"), checked(sh.up, "shared expert up")}, {checked(sh.down, "shared expert down")},
+             self.shared_out);
+    }
+    // Written only now: a product refused above leaves out as it was.
+    if (a.shared_expert != nullptr) std::copy_n(self.shared_out.data(), size_t(a.n_tokens) * a.dim, a.out);
+    else std::fill(a.out, a.out + size_t(a.n_tokens) * a.dim, 0.0f);
+    for (size_t r = 0; r < rows; ++r) {
+      float* out = a.out + size_t(self.row_token[r]) * a.dim;
+      const float* d = &self.down_out[r * a.dim];
+      const float w = self.row_weight[r];
+      for (uint32_t c = 0; c < a.dim; ++c) out[c] += w * d[c];
     }
   });
 }

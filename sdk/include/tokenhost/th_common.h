@@ -84,9 +84,13 @@ extern "C" {
  *        to schedulers built against 1.9 or later; older ones never see such a sequence);
  *        prefill/decode disaggregation: th_engine_role, th_route_request.candidate_roles and the
  *        router action TH_ROUTE_DISAGGREGATE (th_router.h); messages between a connector's instances
- *        on different engines: th_host_api.peer_send and th_kv_connector_vtable.receive. */
+ *        on different engines: th_host_api.peer_send and th_kv_connector_vtable.receive.
+ *   1.10 MoE at full strength: appended th_host_api.grouped_matmul (th_grouped_matmul_args: groups of
+ *        rows through weights of their own, any weight type the host's kernels take, so that a moe
+ *        plugin computes quantized experts on the host's kernels) and th_model_info.expert_weights_norm
+ *        (whether the model renormalizes each token's top-k expert weights, from its metadata). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 9
+#define TH_ABI_VERSION_MINOR 10
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */
@@ -189,7 +193,17 @@ typedef struct th_model_info {
   th_dtype weight_dtype;   /* dominant weight type */
   th_dtype act_dtype;      /* activation type the runtime computes in */
   th_dtype kv_dtype;       /* element type of the KV cache */
+  /* ABI 1.10, MoE models: TH_EXPERT_WEIGHTS_NORMALIZED when the model renormalizes each token's top-k
+   * expert weights to sum to 1 (Mixtral, Qwen3-MoE), TH_EXPERT_WEIGHTS_SOFTMAX when it keeps their
+   * softmax probabilities (Qwen2-MoE), from the file's <arch>.expert_weights_norm or its architecture;
+   * TH_EXPERT_WEIGHTS_UNSTATED from a host before 1.10 (whose struct_size covers this member's
+   * padding) and for dense models. */
+  int32_t expert_weights_norm;
 } th_model_info;
+
+#define TH_EXPERT_WEIGHTS_UNSTATED 0
+#define TH_EXPERT_WEIGHTS_NORMALIZED 1
+#define TH_EXPERT_WEIGHTS_SOFTMAX 2
 
 /* ---- check and create -------------------------------------------------------------------------- */
 

@@ -99,6 +99,27 @@ typedef struct th_draft_run_args {
 } th_draft_run_args;
 /* OWNERSHIP of everything in th_draft_open_args and th_draft_run_args: the caller, valid during the call. */
 
+/* ---- grouped matrix products (ABI 1.10) ----
+ * Groups of activation rows, each through weight matrices of its own: an MoE layer's experts, each
+ * applied to the tokens routed to it (the plugin orders the tokens by expert), each expert's weights
+ * read once for all of its rows. */
+typedef struct th_grouped_matmul_args {
+  uint32_t struct_size;
+  uint32_t n_groups;
+  uint32_t n_products;       /* 1..4 products per group that share its input rows (an expert's gate and up) */
+  uint32_t cols;             /* elements per input row: every weight's ne[0] */
+  const th_tensor *weights;  /* [n_groups * n_products]: group g's product j at [g * n_products + j], a
+                              * [rows_j][cols] matrix (ne[0] = cols, ne[1] = rows_j, the same rows_j for
+                              * every group, rows nb[1] bytes apart, as the type packs them), all of one
+                              * dtype: f32, f16, bf16, q8_0, q4_0, q4_K or q6_K (cols a multiple of the
+                              * type's block: 32, or 256 for the K-quants), on the engine's device */
+  const uint32_t *row_begin; /* [n_groups + 1]: group g takes input rows [row_begin[g], row_begin[g + 1]);
+                              * row_begin[0] = 0, non-decreasing; a group may be empty (its weights unread) */
+  const float *x;            /* [row_begin[n_groups]][cols] input rows */
+  float *const *y;           /* [n_products]: product j writes y[j], [row_begin[n_groups]][rows_j] */
+} th_grouped_matmul_args;
+/* OWNERSHIP of everything in th_grouped_matmul_args: the caller, valid during the call. */
+
 typedef struct th_host_api {
   uint32_t struct_size;
   uint16_t abi_major; /* the host's ABI version */
@@ -210,6 +231,18 @@ typedef struct th_host_api {
    * peer, or more than TH_PEER_MESSAGE_MAX_BYTES. OWNERSHIP: peer and bytes are the caller's, read
    * during the call only. THREADING: the instance's thread. */
   th_status (*peer_send)(th_host_ctx *ctx, const char *peer, const void *bytes, size_t n_bytes, th_error *err);
+
+  /* ---- grouped matrix products (ABI 1.10; th_grouped_matmul_args above) ----
+   * y[j][r] = weights[g * n_products + j] . x[r] for every row r of every group g, on the host's kernels
+   * and compute threads (the engine's partition): the quantized types through integer dot products on
+   * the input quantized to 8 bits per 32-element block, once per call, the others in f32. Each output
+   * is computed as the host's own products compute it: a row's results do not depend on the other rows
+   * of the call, nor on how they are grouped (batch invariance). A plugin that brings its own kernels
+   * need not call it. TH_ERR_INVALID_ARGUMENT names what breaks the rules above (nothing is written
+   * then); TH_ERR_UNSUPPORTED for weights on a device without a grouped product; a host built before
+   * 1.10 lacks the member (check TH_HAS_MEMBER). THREADING: the instance's thread; blocks until done;
+   * the calls of an engine's instances take turns on its compute threads. */
+  th_status (*grouped_matmul)(th_host_ctx *ctx, const th_grouped_matmul_args *args, th_error *err);
 } th_host_api;
 
 #ifdef __cplusplus

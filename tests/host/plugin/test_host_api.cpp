@@ -220,3 +220,73 @@ TEST_CASE("host api: the SDK's parallel_for carries an exception back to the cal
 }
 
 }  // namespace plugin_host_api_tests
+
+namespace plugin_host_api_tests {
+
+TEST_CASE("host api: grouped_matmul computes each group through its weights, and refuses broken arguments by name",
+          "[host_api][moe]") {
+  const th_host_api* api = host_api();
+  // Two groups of f32 weights [2 rows][4 cols]: group 0 takes row 0, group 1 rows 1 and 2.
+  std::vector<float> w0 = {1, 0, 0, 0, 0, 1, 0, 0}, w1 = {0, 0, 1, 0, 0, 0, 0, 2};
+  auto tensor = [](std::vector<float>& v) {
+    th_tensor t{};
+    t.struct_size = sizeof t;
+    t.dtype = TH_DTYPE_F32;
+    t.n_dims = 2;
+    t.ne[0] = 4, t.ne[1] = 2, t.ne[2] = t.ne[3] = 1;
+    t.nb[0] = 4, t.nb[1] = 16;
+    t.data = v.data();
+    t.device = TH_DEVICE_CPU;
+    return t;
+  };
+  std::vector<th_tensor> weights = {tensor(w0), tensor(w1)};
+  std::vector<uint32_t> row_begin = {0, 1, 3};
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  std::vector<float> y(6, -1.0f);
+  float* ys[] = {y.data()};
+  th_grouped_matmul_args a{sizeof a, 2, 1, 4, weights.data(), row_begin.data(), x.data(), ys};
+  th_error err;
+  REQUIRE(api->grouped_matmul(nullptr, &a, &err) == TH_OK);
+  CHECK(y == std::vector<float>{1, 2, 7, 16, 11, 24});
+
+  auto refused = [&](th_grouped_matmul_args bad, const std::string& message) {
+    std::fill(y.begin(), y.end(), -1.0f);
+    th_error e;
+    CHECK(api->grouped_matmul(nullptr, &bad, &e) == TH_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(e.text(), Contains("grouped_matmul: " + message));
+    CHECK(y == std::vector<float>(6, -1.0f));  // nothing written
+  };
+  th_grouped_matmul_args bad = a;
+  bad.struct_size = 8;
+  refused(bad, "struct_size 8 is below");
+  bad = a, bad.n_products = 5;
+  refused(bad, "n_products 5 is outside 1..4");
+  std::vector<uint32_t> descending = {0, 2, 1};
+  bad = a, bad.row_begin = descending.data();
+  refused(bad, "row_begin[2] = 1 is below row_begin[1] = 2");
+  float* no_y[] = {nullptr};
+  bad = a, bad.y = no_y;
+  refused(bad, "y[0] is NULL");
+  std::vector<th_tensor> short_rows = weights;
+  short_rows[1].nb[1] = 8;
+  bad = a, bad.weights = short_rows.data();
+  refused(bad, "weights[1] (group 1, product 0): nb[1] = 8 bytes, below a row's 16");
+  std::vector<th_tensor> other_rows = weights;
+  other_rows[1].ne[1] = 1;
+  bad = a, bad.weights = other_rows.data();
+  refused(bad, "weights[1] (group 1, product 0): 1 rows, product 0's other weights have 2");
+  std::vector<th_tensor> q8 = weights;
+  q8[0].dtype = TH_DTYPE_Q8_0;
+  bad = a, bad.weights = q8.data();
+  refused(bad, "cols = 4 is not a multiple of q8_0's block of 32");
+  // An empty group's weights are not read: NULL data there is fine.
+  std::vector<th_tensor> unread = weights;
+  unread[0].data = nullptr;
+  std::vector<uint32_t> first_empty = {0, 0, 3};
+  th_grouped_matmul_args ok = a;
+  ok.weights = unread.data(), ok.row_begin = first_empty.data();
+  REQUIRE(api->grouped_matmul(nullptr, &ok, &err) == TH_OK);
+  CHECK(y == std::vector<float>{3, 8, 7, 16, 11, 24});
+}
+
+}  // namespace plugin_host_api_tests

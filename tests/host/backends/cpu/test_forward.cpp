@@ -10,6 +10,7 @@
 #include "files.hpp"
 #include "harness.hpp"
 #include "reference_forward.hpp"
+#include "forward_engine.hpp"
 #include "backends/backend.hpp"
 #include "backends/cpu/forward.hpp"
 #include "runtime/gguf_model.hpp"
@@ -24,30 +25,6 @@ using namespace tokenhost;
 using namespace tokenhost::testing;
 
 namespace {
-
-// The plugins of one engine; moe.topk (renormalizing its top-k weights or not) for MoE models.
-struct Engine {
-  std::shared_ptr<PluginInstance> attention, kvcache, moe;
-  explicit Engine(const ModelSpec& spec, bool normalize = true) {
-    toml::table kv;
-    kv.insert("block_size", 8);
-    kv.insert("n_blocks", 128);
-    attention = make_plugin("attention.reference", spec);
-    kvcache = make_plugin("kvcache.paged", spec, kv);
-    if (spec.info.n_experts > 0) {
-      toml::table gating;
-      gating.insert("normalize", normalize);
-      moe = make_plugin("moe.topk", spec, gating);
-    }
-  }
-  std::vector<std::vector<float>> run(const ModelWeights& w, const StepBatch& b) {
-    SlotInstances instances;
-    instances.set(slot_of(TH_KIND_ATTENTION), attention);
-    instances.set(slot_of(TH_KIND_KVCACHE), kvcache);
-    instances.set(slot_of(TH_KIND_MOE), moe);
-    return forward_step(w, b, {&instances});
-  }
-};
 
 // A small MoE model written by make-model (f32: moe.topk computes f32 experts) and read back.
 std::shared_ptr<const ModelWeights> moe_model(uint64_t seed, const std::string& arch, uint32_t n_shared, bool gate) {
@@ -71,23 +48,6 @@ std::shared_ptr<const ModelWeights> moe_model(uint64_t seed, const std::string& 
   make_model(o);
   return load_gguf_model(o.path, "moe").weights;  // the mapping outlives the file's removal
 }
-
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t max_len, uint32_t vocab) {
-  std::vector<int32_t> tokens(1 + rng() % max_len);
-  for (auto& t : tokens) t = int32_t(rng() % vocab);
-  return tokens;
-}
-
-// max |a - b| / max |b|
-double relative_diff(const std::vector<float>& a, const Vec& b) {
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(double(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(b[i]));
-  }
-  return diff / mag;
-}
-double relative_diff(const Vec& a, const Vec& b) { return relative_diff(std::vector<float>(a.begin(), a.end()), b); }
 
 // Rows of a [n_heads * head_dim][cols] projection reordered within each head so that the pair
 // (2i, 2i+1) of the NORM layout lands at (i, i + head_dim/2) of the NEOX layout.
@@ -113,21 +73,6 @@ std::pair<const th_kv_layout*, std::vector<int32_t>> layout_and_table(Engine& e)
   REQUIRE(vt.get_layout(e.kvcache->handle(), &layout, &err) == TH_OK);
   REQUIRE(vt.seq_blocks(e.kvcache->handle(), 1, &blocks, &n, &err) == TH_OK);
   return {layout, std::vector<int32_t>(blocks, blocks + n)};
-}
-
-// Each of a ragged batch of random sequences gets, bit for bit, the logits it gets alone.
-void check_batch_invariance(const ModelWeights& w, std::mt19937_64& rng) {
-  std::vector<StepItem> items;
-  for (uint64_t s = 1; s <= 6; ++s) items.push_back(StepItem{s, 0, random_tokens(rng, 40, w.spec.info.vocab_size), true, nullptr});
-  std::vector<std::vector<float>> alone;
-  for (const auto& item : items) {
-    Engine e(w.spec);
-    alone.push_back(e.run(w, StepBatch{{item}}).at(0));
-  }
-  Engine together(w.spec);
-  auto batched = together.run(w, StepBatch{items});
-  REQUIRE(batched.size() == items.size());
-  for (size_t s = 0; s < items.size(); ++s) REQUIRE(batched[s] == alone[s]);
 }
 
 }  // namespace

@@ -347,4 +347,54 @@ TEST_CASE("matmul: weights packed once give the products of the weights as they 
   });
 }
 
+TEST_CASE("matmul: a grouped product gives each group's rows the products of its own weights, bit for bit", "[matmul][moe]") {
+  auto rng = fresh_rng("matmul grouped");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0, TH_DTYPE_Q4_K, TH_DTYPE_Q6_K, TH_DTYPE_F32, TH_DTYPE_F16,
+                          TH_DTYPE_BF16}) {
+      // Six experts' gate and up (an odd number of output rows); groups of 0 (unread: its weights are
+      // empty views), 1, 2, 5, 9 and 40 rows: the one-row kernels, the groups of four, and the packed
+      // kernels where the set has them.
+      const int64_t cols = 512, rows = 67;
+      const size_t sizes[] = {1, 0, 2, 40, 5, 9};
+      const size_t n_groups = std::size(sizes);
+      std::vector<RandomMatrix> gates, ups;
+      std::vector<WeightView> weights;  // [group][gate, up]
+      std::vector<MatmulGroup> groups;
+      size_t n_rows = 0;
+      for (size_t g = 0; g < n_groups; ++g) {
+        gates.emplace_back(type, rows, cols, rng);
+        ups.emplace_back(type, rows + 3, cols, rng);
+      }
+      for (size_t g = 0; g < n_groups; ++g) {
+        weights.push_back(sizes[g] == 0 ? WeightView{} : gates[g].view);
+        weights.push_back(sizes[g] == 0 ? WeightView{} : ups[g].view);
+      }
+      for (size_t g = 0; g < n_groups; ++g) {
+        groups.push_back({&weights[2 * g], n_rows, sizes[g]});
+        n_rows += sizes[g];
+      }
+      INFO(quant::dtype_name(type));
+      const std::vector<float> x = random_rows(n_rows, cols, rng);
+      std::vector<float> y_gate(n_rows * rows, -1.0f), y_up(n_rows * (rows + 3), -1.0f);
+      float* const y[] = {y_gate.data(), y_up.data()};
+      grouped_matmul(groups.data(), n_groups, 2, x.data(), y);
+      for (size_t g = 0; g < n_groups; ++g) {
+        if (sizes[g] == 0) continue;
+        INFO("group " << g << ", " << sizes[g] << " rows");
+        const size_t r0 = groups[g].row0;
+        std::vector<float> want(sizes[g] * (rows + 3));
+        matmul(gates[g].view, &x[r0 * cols], sizes[g], want.data());
+        REQUIRE(std::equal(want.begin(), want.begin() + long(sizes[g] * rows), y_gate.begin() + long(r0 * rows)));
+        matmul(ups[g].view, &x[r0 * cols], sizes[g], want.data());
+        REQUIRE(std::equal(want.begin(), want.end(), y_up.begin() + long(r0 * (rows + 3))));
+        // and one row alone (batch invariance across the groups)
+        std::vector<float> alone(rows);
+        matmul(gates[g].view, &x[(r0 + sizes[g] - 1) * cols], 1, alone.data());
+        REQUIRE(std::equal(alone.begin(), alone.end(), y_gate.begin() + long((r0 + sizes[g] - 1) * rows)));
+      }
+    }
+  });
+}
+
 }  // namespace cpu_matmul_tests

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "model/quant.hpp"
 
 namespace moe_topk_tests {
 
@@ -51,7 +52,7 @@ void reference_gate(const std::vector<float>& logits, uint32_t n_tokens, uint32_
 }
 
 void check_gate(std::mt19937_64& rng, bool normalize, bool integer_logits) {
-  auto moe = make_plugin("moe.topk", kMoe, toml::table{{"normalize", normalize}});
+  auto moe = make_plugin("moe.topk", kMoe, toml::table{{"weights", normalize ? "normalized" : "softmax"}});
   const auto& vt = moe->vtable<th_moe_vtable>();
   const uint32_t n_tokens = 40, n_experts = 8;
   int ties = 0;
@@ -215,20 +216,118 @@ TEST_CASE("moe.topk experts match a float64 SwiGLU, with and without a shared ex
   }
 }
 
-TEST_CASE("moe.topk experts refuses a non-f32 weight, naming the dtype", "[moe][topk]") {
+// An expert's three matrices stored as `type`; its f32 values replaced by what they dequantize to, so
+// that Expert::reference is the product of the weights the kernels read.
+struct StoredExpert {
+  Expert values;
+  th_dtype type;
+  std::vector<uint8_t> gate, up, down;
+  StoredExpert(std::mt19937_64& rng, uint32_t dim, uint32_t ffn, th_dtype t) : values(rng, dim, ffn), type(t) {
+    store(values.gate, ffn, dim, gate);
+    store(values.up, ffn, dim, up);
+    store(values.down, dim, ffn, down);
+  }
+  void store(std::vector<float>& m, uint32_t rows, uint32_t cols, std::vector<uint8_t>& bytes) const {
+    const size_t rb = quant::row_bytes(type, cols);
+    bytes.resize(rb * rows);
+    for (uint32_t r = 0; r < rows; ++r) {
+      quant::quantize_row(type, &m[size_t(r) * cols], &bytes[r * rb], cols);
+      quant::dequantize_row(type, &bytes[r * rb], &m[size_t(r) * cols], cols);
+    }
+  }
+  th_tensor tensor(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) const {
+    th_tensor t = Expert::tensor(values.gate, rows, cols);
+    t.dtype = type;
+    t.nb[0] = int64_t(quant::block_bytes(type));
+    t.nb[1] = int64_t(quant::row_bytes(type, cols));
+    t.nb[2] = t.nb[3] = rows * t.nb[1];
+    t.data = const_cast<uint8_t*>(bytes.data());
+    return t;
+  }
+  th_moe_expert_weights view() const {
+    return {tensor(gate, values.ffn, values.dim), tensor(up, values.ffn, values.dim), tensor(down, values.dim, values.ffn)};
+  }
+};
+
+TEST_CASE("moe.topk experts of every type the host's kernels take match a float64 SwiGLU of their weights", "[moe][topk]") {
+  auto rng = fresh_rng("moe.topk quantized experts");
+  struct Case {
+    th_dtype type;
+    uint32_t dim, ffn;
+    double bound;  // relative to the largest output; the integer types round activations to 8 bits per block
+  };
+  for (const Case& c : {Case{TH_DTYPE_F32, 64, 96, 1e-5}, Case{TH_DTYPE_F16, 64, 96, 1e-5}, Case{TH_DTYPE_BF16, 64, 96, 1e-5},
+                        Case{TH_DTYPE_Q8_0, 64, 96, 2e-2}, Case{TH_DTYPE_Q4_0, 64, 96, 2e-2},
+                        Case{TH_DTYPE_Q4_K, 256, 256, 2e-2}, Case{TH_DTYPE_Q6_K, 256, 256, 2e-2}}) {
+    INFO(quant::dtype_name(c.type));
+    const uint32_t n_experts = 6, k = 2, n_tokens = 9;
+    auto moe = make_plugin("moe.topk", model_spec(4, 2, 8, 2, n_experts, k));
+    std::vector<StoredExpert> experts;
+    std::vector<th_moe_expert_weights> views;
+    for (uint32_t e = 0; e < n_experts; ++e) experts.emplace_back(rng, c.dim, c.ffn, c.type);
+    for (const StoredExpert& e : experts) views.push_back(e.view());
+    const StoredExpert shared(rng, c.dim, c.ffn * 2, c.type);
+    const th_moe_expert_weights shared_view = shared.view();
+    const std::vector<float> x = random_floats(rng, size_t(n_tokens) * c.dim, 1.0f);
+    std::vector<int32_t> ids(size_t(n_tokens) * k);
+    std::vector<float> w = random_floats(rng, ids.size(), 1.0f);
+    for (uint32_t t = 0; t < n_tokens; ++t) {  // expert 5 unused: its group is empty
+      std::vector<int32_t> all(n_experts - 1);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      std::copy_n(all.begin(), k, &ids[size_t(t) * k]);
+    }
+    w[3] = 0.0f;  // a choice dropped past its expert's capacity
+    for (bool with_shared : {false, true}) {
+      std::vector<float> out(size_t(n_tokens) * c.dim, NAN);
+      th_moe_experts_args a{sizeof(th_moe_experts_args), 0, n_tokens, c.dim, c.ffn, n_experts, k, x.data(), ids.data(),
+                            w.data(), views.data(), with_shared ? &shared_view : nullptr, out.data()};
+      th_error err;
+      REQUIRE(moe->vtable<th_moe_vtable>().experts(moe->handle(), &a, &err) == TH_OK);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        std::vector<double> ref(c.dim, 0.0);
+        for (uint32_t j = 0; j < k; ++j)
+          experts[size_t(ids[t * k + j])].values.reference(&x[size_t(t) * c.dim], w[t * k + j], ref);
+        if (with_shared) shared.values.reference(&x[size_t(t) * c.dim], 1.0, ref);
+        double diff = 0, mag = 0;
+        for (uint32_t d = 0; d < c.dim; ++d) {
+          diff = std::max(diff, std::abs(double(out[size_t(t) * c.dim + d]) - ref[d]));
+          mag = std::max(mag, std::abs(ref[d]));
+        }
+        INFO("token " << t << " shared " << with_shared << " diff " << diff << " max |ref| " << mag);
+        REQUIRE(mag > 0);
+        REQUIRE(diff / mag < c.bound);
+      }
+    }
+  }
+}
+
+TEST_CASE("moe.topk experts refuses weights the host cannot compute, naming them, and writes nothing", "[moe][topk]") {
   auto rng = fresh_rng("moe.topk experts dtype");
   auto moe = make_plugin("moe.topk", kMoe);
-  const Expert e(rng, 8, 12);
-  th_moe_expert_weights v = e.view();
-  v.up.dtype = TH_DTYPE_F16;
-  std::vector<float> x(8, 1.0f), w{1.0f}, out(8, 0.0f);
+  const StoredExpert e(rng, 32, 32, TH_DTYPE_Q8_0);
+  std::vector<float> x(32, 1.0f), w{1.0f}, out(32, 7.0f);
   std::vector<int32_t> ids{0};
-  th_moe_experts_args a{sizeof(th_moe_experts_args), 0, 1, 8, 12, 1, 1, x.data(), ids.data(), w.data(), &v, nullptr,
-                        out.data()};
-  th_error err;
-  CHECK(moe->vtable<th_moe_vtable>().experts(moe->handle(), &a, &err) == TH_ERR_UNSUPPORTED);
-  CHECK_THAT(err.text(), Catch::Contains("f16"));
-  CHECK(out == std::vector<float>(8, 0.0f));
+  auto refused = [&](const th_moe_expert_weights& v, const std::string& message) {
+    th_moe_experts_args a{sizeof(th_moe_experts_args), 0, 1, 32, 32, 1, 1, x.data(), ids.data(), w.data(), &v, nullptr,
+                          out.data()};
+    th_error err;
+    CHECK(moe->vtable<th_moe_vtable>().experts(moe->handle(), &a, &err) == TH_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(err.text(), Catch::Contains(message));
+    CHECK(out == std::vector<float>(32, 7.0f));
+  };
+  th_moe_expert_weights v = e.view();
+  v.up.dtype = TH_DTYPE_Q4_0;  // mixed with q8_0
+  refused(v, "grouped_matmul: weights[1] (group 0, product 1): dtype q4_0, the call's first weight's is q8_0");
+  v = e.view();
+  v.down.dtype = th_dtype(3);  // q4_1: not a type of the kernels
+  refused(v, "grouped_matmul: weights[0] (group 0, product 0): dtype q4_1 is not one the host's kernels take");
+  v = e.view();
+  v.gate.ne[0] = 64;
+  refused(v, "grouped_matmul: weights[0] (group 0, product 0): ne[0] = 64, not cols = 32");
+  v = e.view();
+  v.up.data = nullptr;
+  refused(v, "expert 0 up has no data");
 }
 
 TEST_CASE("moe.topk check() refuses a dense model", "[moe][topk]") {
@@ -254,7 +353,7 @@ TEST_CASE("moe.topk group-limited gate picks its k experts from the best groups 
     for (uint32_t top_groups : {1u, 2u, 3u})
       for (uint32_t k : {1u, 2u}) {
         if (k > top_groups * group_size) continue;
-        auto moe = make_plugin("moe.topk", kMoe, toml::table{{"normalize", normalize}, {"n_groups", int64_t(n_groups)}, {"topk_groups", int64_t(top_groups)}});
+        auto moe = make_plugin("moe.topk", kMoe, toml::table{{"weights", normalize ? "normalized" : "softmax"}, {"n_groups", int64_t(n_groups)}, {"topk_groups", int64_t(top_groups)}});
         const std::vector<float> logits = random_floats(rng, size_t(n_tokens) * n_experts, 4.0f);
         std::vector<int32_t> ids(size_t(n_tokens) * k);
         std::vector<float> w(ids.size());
