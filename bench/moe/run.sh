@@ -46,7 +46,8 @@ for round in $(seq 1 "$rounds"); do
       results[$name-ours]+="$(ours "$f");"
       [ -z "${LLAMA_BENCH:-}" ] || results[$name-llama]+="$(theirs "$f");"
     fi
-    echo "round $round $name: ours ${results[$name-ours]##*;}" >&2
+    last=${results[$name-ours]%;}
+    echo "round $round $name: ours ${last##*;} (prefill, decode tok/s)" >&2
   done
 done
 median() { tr ';' '\n' | awk 'NF' | cut -d' ' -f"$1" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
