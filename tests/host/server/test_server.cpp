@@ -14,6 +14,8 @@
 #include "eventually.hpp"
 #include "server/engine_handle.hpp"
 #include "test_server.hpp"
+#include "files.hpp"
+#include "runtime/make_model.hpp"
 
 namespace server_tests {
 
@@ -205,6 +207,46 @@ TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "
   // The same model without its moe slot is refused before anything starts.
   std::string without = moe_manifest.substr(0, moe_manifest.find("moe = {"));
   REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));
+}
+
+TEST_CASE("server: quantized MoE GGUFs serve concurrent prompts as each is served alone", "[server][moe]") {
+  // qwen3moe with q4_K experts (widths of 256), qwen2moe with q8_0 experts and a gated shared expert
+  // (its softmax top-k weights taken from the file's architecture).
+  TempDir dir;
+  struct Shape {
+    const char* arch;
+    th_dtype type;
+    uint32_t dim, ffn;
+  };
+  for (const Shape& sh : {Shape{"qwen3moe", TH_DTYPE_Q4_K, 256, 256}, Shape{"qwen2moe", TH_DTYPE_Q8_0, 64, 32}}) {
+    INFO(sh.arch);
+    MakeModelOptions o;
+    o.path = dir.file(std::string(sh.arch) + ".gguf");
+    o.type = sh.type;
+    o.scale = 0.05f;
+    o.shape.dim = sh.dim;
+    o.shape.n_heads = 4;
+    o.shape.n_kv_heads = 2;
+    o.shape.ffn_dim = sh.ffn;
+    o.shape.vocab_size = 300;
+    o.shape.context_len = 256;
+    o.shape.n_experts = 8;
+    o.shape.n_experts_used = 2;
+    o.shape.architecture = sh.arch;
+    if (std::string(sh.arch) == "qwen2moe") o.shape.n_shared_experts = 1, o.shape.shared_expert_gate = true;
+    make_model(o);
+    std::string manifest = moe_test_manifest();
+    const size_t from = manifest.find("[models.moe]"), to = manifest.find("[engines.main]");
+    manifest.replace(from, to - from, "[models.moe]\nsource = \"gguf\"\npath = \"" + o.path + "\"\n\n");
+    Server server(read_deployment("moe.toml", manifest));
+    auto expected = outputs_alone(server, 10);
+    std::vector<std::future<GenerateResult>> futures;
+    for (const auto& p : mixed_prompts())
+      futures.push_back(std::async(std::launch::async, [&, p] { return server.gateway().generate(request_for(server, p, 10)); }));
+    for (size_t i = 0; i < futures.size(); ++i) REQUIRE(futures[i].get().tokens == expected[i]);
+    const nlohmann::json load = server.status()["engines"][0]["expert_load"];
+    REQUIRE(load["experts"] == 8);
+  }
 }
 
 TEST_CASE("server: each step's compute time is exported beside its wall time, and within it, with the tokens it computed", "[server][metrics]") {
