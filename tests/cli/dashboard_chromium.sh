@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The dashboard at /dashboard in headless Chromium, driven through chromedriver (W3C WebDriver, from
 # Node's built-in fetch: dashboard_chromium/dashboard_test.mjs) against `tokenhost serve` with two
-# engines on stories260K and an A/B experiment between them: what the page shows is compared with the
+# engines on stories260K and an A/B experiment between them, and a q8_0 MoE engine (its heat map): what the page shows is compared with the
 # admin API. Saves a screenshot (dashboard.png in the working folder, the build tree under CTest).
 # Skips (77) without chromium, chromedriver or the model file.
 set -euo pipefail
@@ -16,6 +16,9 @@ if [ -z "$chromium" ] || [ -z "$chromedriver" ]; then
 fi
 command -v node >/dev/null || { echo "node is missing: run scripts/setup.sh"; exit 1; }
 
+# A small q8_0 MoE model on an engine of its own, for the page's expert-load heat map.
+"$tokenhost" make-model "$work/moe.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 32 --vocab 300 \
+  --experts 4 --experts-used 2 --seed 1 --type q8_0 > /dev/null 2>&1
 cat > "$work/two_engines.toml" <<TOML
 [server]
 listen = "127.0.0.1:0"
@@ -40,8 +43,22 @@ model = "stories260K"
 attention = { plugin = "attention.reference" }
 kvcache = { plugin = "kvcache.prefix" }
 scheduler = { plugin = "scheduler.fifo" }
+
+[models.moe]
+source = "gguf"
+path = "$work/moe.gguf"
+
+[engines.moe]
+model = "moe"
+attention = { plugin = "attention.reference" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.fifo" }
+moe = { plugin = "moe.topk" }
 TOML
 start_server "$tokenhost" "$work/two_engines.toml"
+curl -sf "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "moe", "prompt": "hello", "max_tokens": 8, "temperature": 0}' > /dev/null ||
+  { echo "FAIL: no completion from the MoE engine"; exit 1; }
 
 # The page needs no token, and is the source file byte for byte.
 curl -s -D "$work/headers" -o "$work/page.html" "$admin/dashboard"

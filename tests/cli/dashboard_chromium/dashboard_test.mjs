@@ -1,5 +1,5 @@
-// Drives /dashboard in headless Chromium against a running `tokenhost serve` with two engines and checks
-// that what the page shows agrees with the admin API: engines, their plugins and versions, the router,
+// Drives /dashboard in headless Chromium against a running `tokenhost serve` with three engines (one of
+// them MoE: its expert-load heat map) and checks that what the page shows agrees with the admin API: engines, their plugins and versions, the router,
 // open libraries, retiring engines, experiments with their arms and request counts; that a plugin swap
 // shows within a few seconds; that a wrong token and an unreachable server say so. Saves a screenshot.
 // Environment: ADMIN_URL GATEWAY_URL ADMIN_TOKEN TOKENHOST FIXTURES CHROMIUM CHROMEDRIVER SCREENSHOT
@@ -57,6 +57,9 @@ function readPage() {
     overloadPolicy: txt(document.querySelector("#overload-policy")),
     breakers: [...document.querySelectorAll("#breakers tbody tr[data-breaker]")].map(tr => ({ engine: tr.dataset.breaker, fields: fields(tr) })),
     experimentsNote: txt(document.querySelector("#experiments-empty")),
+    expertsShown: !document.querySelector("#experts-section").hidden,
+    expertMaps: [...document.querySelectorAll("#expert-maps canvas[data-engine]")].map(c => ({
+      engine: c.dataset.engine, maxImbalance: c.dataset.maxImbalance, rows: c.height })),
     experiments: [...document.querySelectorAll("#experiments [data-experiment]")].map(c => ({
       name: c.dataset.experiment, state: c.dataset.state,
       arms: [...c.querySelectorAll("tr[data-arm]")].map(tr => ({ name: tr.dataset.arm, fields: fields(tr) })),
@@ -156,8 +159,26 @@ function engineMismatches(rows, engines, where, counters) {
   return out;
 }
 
+// The expert-load heat maps: one per MoE engine (those with expert_load), its worst layer's imbalance
+// and a row of cells per layer as the API has them.
+function expertMismatches(page, engines) {
+  const out = [], moe = engines.filter(e => e.expert_load && e.expert_load.layers);
+  if (page.expertsShown !== moe.length > 0) out.push(`experts section shown: ${page.expertsShown}, the API has ${moe.length} MoE engines`);
+  if (page.expertMaps.map(m => m.engine).join(",") !== moe.map(e => e.name).join(","))
+    out.push(`heat maps for [${page.expertMaps.map(m => m.engine)}], the API's MoE engines are [${moe.map(e => e.name)}]`);
+  moe.forEach((e, i) => {
+    const m = page.expertMaps[i];
+    if (!m) return;
+    if (m.maxImbalance !== e.expert_load.max_imbalance.toFixed(2))
+      out.push(`${e.name}: worst layer shown ${m.maxImbalance}x, the API has ${e.expert_load.max_imbalance.toFixed(2)}x`);
+    if (m.rows !== e.expert_load.layers.length * 10 + 4) out.push(`${e.name}: heat map ${m.rows} px high for ${e.expert_load.layers.length} layers`);
+  });
+  return out;
+}
+
 function serverMismatches(page, status) {
   const out = engineMismatches(page.engines, status.engines, "engines", true);
+  out.push(...expertMismatches(page, status.engines));
   out.push(...engineMismatches(page.retiring, status.retiring_engines, "retiring engines", false));
   if (page.retiringShown !== status.retiring_engines.length > 0)
     out.push(`retiring section shown: ${page.retiringShown}, the API has ${status.retiring_engines.length}`);
@@ -200,9 +221,9 @@ function experimentMismatches(page, list, reports) {
 }
 
 // tokenhost bench for `seconds` against the gateway; its JSON figures.
-function runBench(seconds) {
+function runBench(seconds, model = "stories260K") {
   return new Promise((resolve, reject) => {
-    const args = ["bench", "--url", GATEWAY, "--concurrency", "4", "--duration", String(seconds), "--prompt-tokens", "8:32",
+    const args = ["bench", "--url", GATEWAY, "--model", model, "--concurrency", model === "stories260K" ? "4" : "1", "--duration", String(seconds), "--prompt-tokens", "8:32",
                   "--output-tokens", "24", "--ignore-eos", "--quiet", "--json", "-"];
     const p = spawn(env("TOKENHOST"), args, { stdio: ["ignore", "pipe", "pipe"] });
     let out = "", err = "";
@@ -254,7 +275,8 @@ async function main() {
     ok("a reload keeps the token (sessionStorage)");
 
     // Load while the page watches, so that its live charts have something to draw.
-    const bench = await runBench(6);
+    // (and one stream on the MoE engine, so that every engine's charts and the heat map have data)
+    const [bench] = await Promise.all([runBench(6), runBench(6, "moe")]);
     ok(`load: ${bench.requests_ok} requests, ${bench.output_throughput.toFixed(0)} tokens/s (tokenhost bench, 6 s)`);
 
     // What the page shows agrees with the API (now that the load is over, within a few polls).
@@ -267,6 +289,9 @@ async function main() {
     const arms = p.experiments.flatMap(e => e.arms.map(a => `${e.name}/${a.name}: ${a.fields.requests} requests`));
     ok(`engines [${p.engines.map(e => e.name)}], their ${p.engines.flatMap(e => e.slots).length} slots with ids and versions, ` +
        `router ${p.router.text}, open libraries ${p.openLibraries} and ${arms.join(", ")} shown as the API has them`);
+    if (p.expertMaps.length !== 1 || !(Number(p.expertMaps[0].maxImbalance) >= 1))
+      throw new Error("no expert-load heat map for the MoE engine after its load: " + JSON.stringify(p.expertMaps));
+    ok(`expert-load heat map of engine ${p.expertMaps[0].engine}: worst layer ${p.expertMaps[0].maxImbalance}x its mean, as the API has it`);
     if (p.experiments.some(e => e.arms.some(a => !(Number(a.fields.requests) > 0))))
       throw new Error("an arm served no request under load: " + JSON.stringify(p.experiments));
 
