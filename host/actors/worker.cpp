@@ -17,6 +17,7 @@
 #include "actors/plugin_seconds.hpp"
 #include "plugin/kind.hpp"
 #include "base/compute_pool.hpp"
+#include "actors/expert_balance.hpp"
 #include "base/expert_load.hpp"
 #include "plugin/step_plugins.hpp"
 
@@ -37,6 +38,8 @@ struct WorkerState {
   std::unique_ptr<ExpertLoad> expert_load;
   metrics::Family* expert_tokens = nullptr;     // tokenhost_moe_expert_tokens_total{engine, layer, expert}
   metrics::Family* expert_imbalance = nullptr;  // tokenhost_moe_expert_imbalance{engine, layer}
+  // Its experts over compute partitions (an engine with expert_partitions), NULL otherwise.
+  std::unique_ptr<ExpertBalance> expert_balance;
   // The connectors go before the kvcache: a load still writing into the pool ends in their destroy(),
   // while the pool is there.
   ~WorkerState() { init.plugins.stack(slot_of(TH_KIND_KV_CONNECTOR)).clear(); }
@@ -443,6 +446,11 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
                                                 "Per MoE layer: the busiest expert's tokens over the mean per expert, since the engine started (1: even)",
                                                 {"engine", "layer"});
     }
+    auto& init = self->state.init;
+    if (!init.expert_pools.empty())
+      self->state.expert_balance = std::make_unique<ExpertBalance>(init.engine, init.expert_pools, init.expert_partition_names,
+                                                                   info.n_layers, info.n_experts, init.expert_slots,
+                                                                   init.rebalance_steps, init.metrics);
   }
   self->state.connectors =
       std::make_unique<KvConnectors>(self->state.init.engine, self->state.init.model_identity, self->state.init.metrics);
@@ -469,10 +477,13 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
             result.reused = relookup_prefixes(batch, s.init.kvcache(), s.init.engine, *s.connectors);
           if (drafted) reserve_drafts(batch, s.init.kvcache());
           PluginSeconds seconds;
+          const PluginInstance* moe = s.init.plugins.get(slot_of(TH_KIND_MOE));
+          ExpertPartitions* partitions = s.expert_balance && moe ? s.expert_balance->partitions_for(*moe) : nullptr;
           auto logits = s.init.backend->run_step(*s.init.weights, batch,
-                                                 {&s.init.plugins, &seconds, s.expert_load.get()});
+                                                 {&s.init.plugins, &seconds, s.expert_load.get(), partitions});
           count_plugin_seconds(s, seconds);
           export_expert_load(s);
+          if (partitions != nullptr) s.expert_balance->after_step(*moe, *s.expert_load);  // a new placement, when due
           std::vector<std::vector<uint32_t>> paths;
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
@@ -618,6 +629,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
             j["kv_connectors"]["idle"] = s.init.kvcache().id() + " has no prefix caching with seq_truncate: the connectors are not used";
         }
         if (s.expert_load) j["expert_load"] = expert_load_json(*s.expert_load);
+        if (s.expert_balance) j["expert_parallel"] = s.expert_balance->status();
         j["last_worker_swap"] = s.swaps.last();
         return {api::dump_json(j)};
       },

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/kv_peer_post.hpp"
 #include "actors/messages.hpp"
@@ -22,6 +23,12 @@ struct WorkerInit {
   metrics::Registry* metrics = nullptr;
   // The engine's compute partition: its steps compute there; NULL: the process-wide pool.
   std::shared_ptr<ComputePool> pool;
+  // An MoE engine's expert parallelism (plugin/expert_partitions.hpp): its expert partitions' pools and
+  // names, the expert slots on each and the steps between rebalance() calls (0: never); no pools: its
+  // experts compute on pool.
+  std::vector<std::shared_ptr<ComputePool>> expert_pools;
+  std::vector<std::string> expert_partition_names;
+  uint32_t expert_slots = 0, rebalance_steps = 0;
   // The model's identity (model_identity(), actors/kv_connectors.hpp): part of every KV connector key.
   uint64_t model_identity = 0;
   // Where the engine's name leads messages between KV connectors (th_host_api.peer_send): the worker

@@ -157,6 +157,7 @@ thread_local const ComputePool* pinned_for = nullptr;  // the pool whose cores t
 }  // namespace
 
 ComputePool& compute_pool() { return current_pool != nullptr ? *current_pool : process_compute_pool(); }
+bool compute_pool_chosen() { return current_pool != nullptr; }
 
 UseComputePool::UseComputePool(ComputePool* pool) : previous_(current_pool) {
   if (pool == nullptr) return;

@@ -66,6 +66,8 @@ class ComputePool {
 // The calling thread's pool: the one a UseComputePool on this thread set, else the process-wide pool
 // ($TOKENHOST_THREADS threads, or one per core).
 ComputePool& compute_pool();
+// Whether a UseComputePool chose the calling thread's pool (false: compute_pool() is the process-wide one).
+bool compute_pool_chosen();
 ComputePool& process_compute_pool();
 
 // Makes pool the calling thread's compute_pool() until destroyed (NULL: leaves it as it is). Nests.

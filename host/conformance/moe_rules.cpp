@@ -119,6 +119,67 @@ void quantized_experts_rule(PluginCatalog& catalog, const PluginManifest& plugin
   });
 }
 
+// rebalance() (called by host 1.10 for engines with expert partitions) answers a placement the engine
+// can apply: by slots (every expert in one at least, ids in range) or by device (each in range), and
+// `changed` as it differs from the current one, on skewed loads over 2-3 devices.
+void rebalance_rule(const PluginInstance& inst, Rng& rng, const Options& o, Report& r) {
+  if (inst.fn(&th_moe_vtable::rebalance) == nullptr)
+    return r.not_applicable("moe.rebalance_places_every_expert", "rebalance() is NULL: the plugin never moves experts");
+  r.rule("moe.rebalance_places_every_expert", [&] {
+    const uint32_t n_experts = 8;
+    for (uint32_t round = 0; round < o.rounds; ++round) {
+      const uint32_t devices = uniform(rng, 2, 3), per_device = (n_experts + devices - 1) / devices + uniform(rng, 0, 1);
+      std::vector<uint64_t> tokens(n_experts);
+      for (uint32_t e = 0; e < n_experts; ++e) tokens[e] = uint64_t(1000.0 / (1 + e) * (0.5 + std::fabs(normal(rng))));  // skewed
+      std::vector<int32_t> slots(size_t(devices) * per_device, -1), placement(n_experts);
+      for (uint32_t d = 0; d < devices; ++d)  // in order, as an engine starts (base/expert_placement.hpp)
+        for (uint32_t e = d * n_experts / devices, first = e; e < (d + 1) * n_experts / devices; ++e) {
+          slots[size_t(d) * per_device + (e - first)] = int32_t(e);
+          placement[e] = int32_t(d);
+        }
+      th_moe_load load{};
+      load.struct_size = sizeof load;
+      load.n_experts = n_experts;
+      load.n_devices = devices;
+      load.tokens_per_expert = tokens.data();
+      load.placement = placement.data();
+      load.slots_per_device = per_device;
+      load.slot_expert = slots.data();
+      const std::vector<double> seconds(devices, 0.01);
+      load.device_seconds = seconds.data();
+      std::vector<int32_t> out_placement = placement, out_slots(slots.size(), -1);
+      th_moe_placement out{};
+      out.struct_size = sizeof out;
+      out.placement = out_placement.data();
+      out.changed = -1;
+      out.slot_expert = out_slots.data();
+      th_error err;
+      const th_status st = inst.call(&th_moe_vtable::rebalance, "rebalance", inst.handle(), &load, &out, &err);
+      expect(st == TH_OK, "rebalance() returned " + std::to_string(st) + ": " + err.text());
+      const std::string where = " (round " + std::to_string(round) + ", " + std::to_string(devices) + " devices of " +
+                                std::to_string(per_device) + " slots)";
+      const bool by_slots = std::any_of(out_slots.begin(), out_slots.end(), [](int32_t e) { return e != -1; });
+      if (by_slots) {
+        std::vector<int> held(n_experts, 0);
+        for (size_t i = 0; i < out_slots.size(); ++i) {
+          expect(out_slots[i] >= -1 && out_slots[i] < int32_t(n_experts),
+                 "slot " + std::to_string(i) + " holds expert " + std::to_string(out_slots[i]) + where);
+          if (out_slots[i] >= 0) ++held[size_t(out_slots[i])];
+        }
+        for (uint32_t e = 0; e < n_experts; ++e) expect(held[e] > 0, "expert " + std::to_string(e) + " has no slot" + where);
+        expect((out.changed != 0) == (out_slots != slots), "changed = " + std::to_string(out.changed) + " for slots that " +
+                                                                (out_slots != slots ? "differ" : "do not differ") + where);
+      } else {
+        for (uint32_t e = 0; e < n_experts; ++e)
+          expect(out_placement[e] >= 0 && uint32_t(out_placement[e]) < devices,
+                 "expert " + std::to_string(e) + " placed on device " + std::to_string(out_placement[e]) + where);
+        expect((out.changed != 0) == (out_placement != placement), "changed = " + std::to_string(out.changed) + " for a placement that " +
+                                                                       (out_placement != placement ? "differs" : "does not differ") + where);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
@@ -209,6 +270,7 @@ void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, c
       }
     }
   });
+  rebalance_rule(*inst, rng, o, r);
 }
 
 }  // namespace tokenhost::conformance

@@ -252,7 +252,8 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
   std::vector<std::string> known = {"model", "device", "max_step_tokens", "max_step_seqs", "kv_dtype", "max_draft", "draft_policy",
-                                     "sliding_window", "attention_sinks", "partition", "role"};
+                                     "sliding_window", "attention_sinks", "partition", "role",
+                                     "expert_partitions", "expert_replicas", "rebalance_steps"};
   known.insert(known.end(), engine_slot_names().begin(), engine_slot_names().end());
   r.check_keys(t, known, ctx);
   EngineDecl e;
@@ -301,6 +302,7 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
     }
     e.partition = *partition;
   }
+  e.experts = read_expert_parallel(r, t, ctx, d.partitions, model->second.spec.info.n_experts);
   if (auto role = r.optional_string(t, "role", ctx)) {
     if (auto parsed = engine_role_named(*role)) e.role = *parsed;
     else r.fail(*t.get("role"), "role '" + *role + "' in " + ctx + " is not one of both, prefill, decode" +

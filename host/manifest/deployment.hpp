@@ -143,6 +143,8 @@ struct EngineDecl {
   // The compute partition it computes on ([partitions.NAME], manifest/partition_decl.hpp); empty: the
   // process-wide pool, shared with every engine without one.
   std::string partition;
+  // An MoE engine's expert parallelism (expert_partitions, expert_replicas, rebalance_steps).
+  ExpertParallelDecl experts;
   // Its role in prefill/decode disaggregation (th_engine_role: TH_ROLE_BOTH, _PREFILL or _DECODE), what
   // a router reads in th_route_request.candidate_roles; "both" by default.
   th_engine_role role = TH_ROLE_BOTH;

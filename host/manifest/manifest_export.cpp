@@ -39,6 +39,13 @@ toml::table engine_table(const EngineDecl& e) {
     t.insert("attention_sinks", int64_t(e.attention_sinks));
   }
   if (!e.partition.empty()) t.insert("partition", e.partition);
+  if (!e.experts.partitions.empty()) {
+    toml::array names;
+    for (const auto& p : e.experts.partitions) names.push_back(p);
+    t.insert("expert_partitions", std::move(names));
+    t.insert("expert_replicas", int64_t(e.experts.replicas));
+    t.insert("rebalance_steps", int64_t(e.experts.rebalance_steps));
+  }
   if (e.role != TH_ROLE_BOTH) t.insert("role", engine_role_name(e.role));
   for (const auto& [slot, decl] : e.slots) t.insert(slot, slot_table(decl));
   for (const auto& [slot, layers] : e.stacks) {  // [[engines.NAME.slot]], in order

@@ -47,6 +47,38 @@ std::map<std::string, PartitionDecl> read_partitions(const TomlReader& r, const 
   return out;
 }
 
+ExpertParallelDecl read_expert_parallel(const TomlReader& r, const toml::table& t, const std::string& ctx,
+                                        const std::map<std::string, PartitionDecl>& partitions, uint32_t n_experts) {
+  ExpertParallelDecl x;
+  const toml::node* list = t.get("expert_partitions");
+  if (list == nullptr) {
+    for (const char* key : {"expert_replicas", "rebalance_steps"})
+      if (const toml::node* n = t.get(key)) r.fail(*n, std::string(key) + " in " + ctx + " applies to expert_partitions: set it too");
+    return x;
+  }
+  const toml::array* a = list->as_array();
+  if (a == nullptr || a->size() < 2) r.fail(*list, "expert_partitions in " + ctx + " must list two [partitions] names at least");
+  std::vector<std::string> names;
+  for (const auto& [n, p] : partitions) names.push_back(n);
+  for (const toml::node& n : *a) {
+    const auto* name = n.as_string();
+    if (name == nullptr) r.fail(n, "expert_partitions in " + ctx + " must hold partition names, not " + toml_type_name(n));
+    if (!partitions.count(name->get()))
+      r.fail(n, "expert_partitions in " + ctx + " names unknown partition '" + name->get() + "'" +
+                    (names.empty() ? std::string(" (the manifest declares no [partitions])") : suggestion(name->get(), names)));
+    if (std::find(x.partitions.begin(), x.partitions.end(), name->get()) != x.partitions.end())
+      r.fail(n, "partition '" + name->get() + "' is listed twice in expert_partitions of " + ctx);
+    x.partitions.push_back(name->get());
+  }
+  if (n_experts == 0) r.fail(*list, "expert_partitions in " + ctx + ": the engine's model is dense (no experts to spread)");
+  if (n_experts < x.partitions.size())
+    r.fail(*list, "expert_partitions in " + ctx + ": " + std::to_string(x.partitions.size()) + " partitions for the model's " +
+                      std::to_string(n_experts) + " experts (one expert per partition at least)");
+  x.replicas = uint32_t(r.optional_int(t, "expert_replicas", ctx, 0, 1 << 16).value_or(0));
+  x.rebalance_steps = uint32_t(r.optional_int(t, "rebalance_steps", ctx, 0, 1 << 30).value_or(x.rebalance_steps));
+  return x;
+}
+
 std::string describe(const PartitionDecl& p) {
   std::string s = p.name + ": " + std::to_string(p.threads) + (p.threads == 1 ? " thread" : " threads");
   if (!p.cores.empty()) {

@@ -331,8 +331,9 @@ th_status api_peer_send(th_host_ctx* ctx, const char* peer, const void* bytes, s
   return TH_OK;
 }
 
-// Grouped products (ABI 1.10): checked here, run by the weights' backend on the instance's compute
-// partition (the calling thread's pool otherwise).
+// Grouped products (ABI 1.10): checked here, run by the weights' backend on the calling thread's pool
+// where the host chose one (an engine's step, or one of its expert partitions: plugin/
+// expert_partitions.hpp), else on the instance's compute partition (a thread of the plugin's own).
 th_status api_grouped_matmul(th_host_ctx* ctx, const th_grouped_matmul_args* args, th_error* err) {
   if (const std::string wrong = grouped_matmul_error(args); !wrong.empty())
     return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "grouped_matmul: " + wrong);
@@ -344,7 +345,7 @@ th_status api_grouped_matmul(th_host_ctx* ctx, const th_grouped_matmul_args* arg
       break;
     }
   try {
-    UseComputePool partition(ctx != nullptr ? ctx->pool.get() : nullptr);
+    UseComputePool partition(ctx != nullptr && !compute_pool_chosen() ? ctx->pool.get() : nullptr);
     std::string why;
     if (th_status s = device_grouped_matmul(device, *args, why)) return draft_refuse(err, s, "grouped_matmul: " + why);
     return TH_OK;

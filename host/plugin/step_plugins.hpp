@@ -11,7 +11,8 @@
 
 namespace tokenhost {
 
-class ExpertLoad;  // base/expert_load.hpp
+class ExpertLoad;        // base/expert_load.hpp
+class ExpertPartitions;  // plugin/expert_partitions.hpp
 
 // Seconds one step spent inside each slot's plugin calls (for the per-plugin time metrics).
 struct PluginSeconds {
@@ -25,6 +26,8 @@ struct StepPlugins {
   const SlotInstances* instances = nullptr;
   PluginSeconds* seconds = nullptr;  // when set, time in each plugin is added to it
   ExpertLoad* expert_load = nullptr;  // when set, an MoE model's gate() choices are counted there
+  // When set (an engine with expert partitions), an MoE layer's experts() run over its partitions.
+  ExpertPartitions* expert_partitions = nullptr;
   // The instance of slot, NULL when it is empty.
   PluginInstance* get(SlotId slot) const { return instances != nullptr ? instances->get(slot) : nullptr; }
   // Where the time in slot's calls adds up; NULL when not counted.

@@ -54,17 +54,20 @@ SlidingWindow sliding_window_of(const EngineDecl& decl, PluginInstance& kv, uint
 }  // namespace
 
 std::shared_ptr<ComputePool> EngineFactory::pool_of(const EngineDecl& decl) {
-  if (decl.partition.empty()) return nullptr;
+  return decl.partition.empty() ? nullptr : pool_named(decl.partition, decl.name);
+}
+
+std::shared_ptr<ComputePool> EngineFactory::pool_named(const std::string& partition, const std::string& engine) {
   std::lock_guard lock(pools_mutex_);
-  partition_engines_[decl.partition].insert(decl.name);
-  auto& pool = pools_[decl.partition];
+  partition_engines_[partition].insert(engine);
+  auto& pool = pools_[partition];
   if (pool) return pool;
-  const PartitionDecl& p = deployment_.partitions.at(decl.partition);  // the manifest reader checked the name
+  const PartitionDecl& p = deployment_.partitions.at(partition);  // the manifest reader checked the name
   pool = std::make_shared<ComputePool>(p.threads, p.cores);
   size_t total = 0;
   for (const auto& [name, made] : pools_) total += made->threads();
   const size_t machine = std::max(1u, std::thread::hardware_concurrency());
-  spdlog::info("compute partition {} made for engine {}", describe(p), decl.name);
+  spdlog::info("compute partition {} made for engine {}", describe(p), engine);
   if (total > machine)
     spdlog::warn("compute partitions have {} threads in all on a machine of {} cores: they will take turns on the cores", total, machine);
   return pool;
@@ -140,6 +143,17 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
     }
   };
   fill(SlotOwner::worker, w.plugins);
+  if (!decl.experts.partitions.empty()) {  // expert parallelism: the moe plugin takes concurrent experts() calls from 1.10
+    const PluginInstance& moe = *w.plugins.get(slot_of(TH_KIND_MOE));  // an MoE model's engine has one (manifest reader)
+    if (moe.library().abi_minor() < 10)
+      throw PluginError("engine " + name + ": expert_partitions need a moe plugin built against ABI 1.10 or later (" + moe.id() +
+                        " is " + std::to_string(TH_ABI_VERSION_MAJOR) + "." + std::to_string(moe.library().abi_minor()) +
+                        "): its experts() may not take the partitions' concurrent calls");
+    for (const auto& partition : decl.experts.partitions) w.expert_pools.push_back(pool_named(partition, name));
+    w.expert_partition_names = decl.experts.partitions;
+    w.expert_slots = decl.experts.slots_per_partition(model.spec.info.n_experts);
+    w.rebalance_steps = decl.experts.rebalance_steps;
+  }
   const SlidingWindow window = sliding_window_of(decl, w.kvcache(), model.spec.info.context_len);
   // Draft sessions for the proposers of the engine: draft models on its device, each with a KV pool
   // made by its kvcache and attention plugins (the libraries loaded here; instances made on first use).

@@ -62,6 +62,8 @@ class EngineFactory {
   // The compute pool of an engine: its partition's (made when the first engine of it is built, kept
   // for the server's life: an engine rebuilt computes where it did), NULL without one.
   std::shared_ptr<ComputePool> pool_of(const EngineDecl& decl);
+  // The pool of [partitions.NAME] partition, made on first use; engine is counted among its engines.
+  std::shared_ptr<ComputePool> pool_named(const std::string& partition, const std::string& engine);
   // Where the engines' KV connectors' messages go (th_host_api.peer_send); the cluster adds its routes.
   const std::shared_ptr<KvPeerPost>& peer_post() const { return peer_post_; }
   // The partitions made so far: each one's threads, cores and engines built on it, for the admin status.

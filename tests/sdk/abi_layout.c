@@ -248,17 +248,21 @@ TH_PIN_OFFSET(th_moe_experts_args, expert_weights, 48);
 TH_PIN_OFFSET(th_moe_experts_args, experts, 56);
 TH_PIN_OFFSET(th_moe_experts_args, shared_expert, 64);
 TH_PIN_OFFSET(th_moe_experts_args, out, 72);
-TH_PIN_SIZE(th_moe_load, 32);
+TH_PIN_SIZE(th_moe_load, 56);
 TH_PIN_OFFSET(th_moe_load, struct_size, 0);
 TH_PIN_OFFSET(th_moe_load, layer, 4);
 TH_PIN_OFFSET(th_moe_load, n_experts, 8);
 TH_PIN_OFFSET(th_moe_load, n_devices, 12);
 TH_PIN_OFFSET(th_moe_load, tokens_per_expert, 16);
 TH_PIN_OFFSET(th_moe_load, placement, 24);
-TH_PIN_SIZE(th_moe_placement, 24);
+TH_PIN_OFFSET(th_moe_load, slots_per_device, 32); /* ABI 1.10 */
+TH_PIN_OFFSET(th_moe_load, slot_expert, 40);      /* ABI 1.10 */
+TH_PIN_OFFSET(th_moe_load, device_seconds, 48);   /* ABI 1.10 */
+TH_PIN_SIZE(th_moe_placement, 32);
 TH_PIN_OFFSET(th_moe_placement, struct_size, 0);
 TH_PIN_OFFSET(th_moe_placement, placement, 8);
 TH_PIN_OFFSET(th_moe_placement, changed, 16);
+TH_PIN_OFFSET(th_moe_placement, slot_expert, 24); /* ABI 1.10 */
 TH_PIN_SIZE(th_moe_vtable, 56);
 TH_PIN_OFFSET(th_moe_vtable, struct_size, 0);
 TH_PIN_OFFSET(th_moe_vtable, create, 8);

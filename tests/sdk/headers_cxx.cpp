@@ -7,6 +7,7 @@
 #include <tokenhost/plugin_draft.hpp>
 #include <tokenhost/plugin_kv_pool.hpp>
 #include <tokenhost/plugin_kv_blocks.hpp>
+#include <tokenhost/plugin_moe.hpp>
 #include <tokenhost/plugin_moe_balance.hpp>
 #include <tokenhost/tokenhost.h>
 

@@ -11,6 +11,7 @@
 #include "model/quant.hpp"
 #include "base/compute_pool.hpp"
 #include "base/expert_load.hpp"
+#include "plugin/expert_partitions.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "backends/cpu/rope.hpp"
 #include "backends/cpu/vector_ops.hpp"
@@ -320,7 +321,8 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       for (const auto& e : L.experts) experts.push_back({tensor_view(e.gate), tensor_view(e.up), tensor_view(e.down)});
       th_moe_experts_args ea{sizeof ea, l, uint32_t(n_rows), uint32_t(dim), info.ffn_dim, ne, kk, xn.data(),
                              ids.data(), weights.data(), experts.data(), nullptr, ffn_out.data()};
-      if (th_status s = moe_plugin->call(&th_moe_vtable::experts, "experts", moe_plugin->handle(), &ea, &err)) throw_plugin_failure(*moe_plugin, "experts", s, err);
+      if (plugins.expert_partitions != nullptr) plugins.expert_partitions->experts(*moe_plugin, ea);
+      else if (th_status s = moe_plugin->call(&th_moe_vtable::experts, "experts", moe_plugin->handle(), &ea, &err)) throw_plugin_failure(*moe_plugin, "experts", s, err);
     }
     if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
   }

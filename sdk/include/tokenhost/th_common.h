@@ -88,7 +88,10 @@ extern "C" {
  *   1.10 MoE at full strength: appended th_host_api.grouped_matmul (th_grouped_matmul_args: groups of
  *        rows through weights of their own, any weight type the host's kernels take, so that a moe
  *        plugin computes quantized experts on the host's kernels) and th_model_info.expert_weights_norm
- *        (whether the model renormalizes each token's top-k expert weights, from its metadata). */
+ *        (whether the model renormalizes each token's top-k expert weights, from its metadata);
+ *        expert parallelism: th_moe_load.slots_per_device, .slot_expert and .device_seconds,
+ *        th_moe_placement.slot_expert (replicas of an expert on several devices), and
+ *        th_moe_vtable.rebalance called (engines with expert partitions). */
 #define TH_ABI_VERSION_MAJOR 1
 #define TH_ABI_VERSION_MINOR 10
 

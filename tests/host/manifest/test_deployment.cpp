@@ -403,4 +403,37 @@ TEST_CASE("deployment: a key left out takes the default the README documents", "
   REQUIRE(d.server.log_level == "info");
 }
 
+
+TEST_CASE("deployment: an MoE engine's expert_partitions, expert_replicas and rebalance_steps, and their mistakes located", "[manifest][moe]") {
+  // Lines 1-5 the MoE model, 6-9 the partitions, 10 on the engine.
+  const std::string model = "[models.m]\ndim = 32\nn_heads = 4\nn_experts = 4\nn_experts_used = 2\n";
+  const std::string parts = "[partitions.a]\nthreads = 1\n[partitions.b]\nthreads = 1\n";
+  auto engine = [](const std::string& keys) {
+    return "[engines.e]\nmodel = \"m\"\n" + keys +
+           "\nattention = { plugin = \"attention.reference\" }\nkvcache = { plugin = \"kvcache.paged\" }\n"
+           "scheduler = { plugin = \"scheduler.fifo\" }\nmoe = { plugin = \"moe.eplb\" }\n";
+  };
+  const Deployment d = read_deployment("x.toml", model + parts + engine("expert_partitions = [\"a\", \"b\"]\nexpert_replicas = 2"));
+  const ExpertParallelDecl& x = d.engines.at("e").experts;
+  CHECK(x.partitions == std::vector<std::string>{"a", "b"});
+  CHECK(x.replicas == 2);
+  CHECK(x.rebalance_steps == 100);  // the default
+  CHECK(x.slots_per_partition(4) == 3);  // 4 experts and 2 replicas over 2 partitions
+  CHECK(read_deployment("x.toml", model + parts + engine("")).engines.at("e").experts.partitions.empty());
+
+  CHECK(error_of(model + parts + engine("expert_partitions = [\"a\"]")) ==
+        "12:21: expert_partitions in [engines.e] must list two [partitions] names at least");
+  CHECK(error_of(model + parts + engine("expert_partitions = [\"a\", \"c\"]")) ==
+        "12:27: expert_partitions in [engines.e] names unknown partition 'c' (did you mean 'a'?)");
+  CHECK(error_of(model + parts + engine("expert_partitions = [\"a\", \"a\"]")) ==
+        "12:27: partition 'a' is listed twice in expert_partitions of [engines.e]");
+  CHECK(error_of(model + parts + engine("expert_partitions = [\"a\", 2]")).rfind("12:27: expert_partitions in [engines.e] must hold partition names", 0) == 0);
+  CHECK(error_of(model + parts + engine("rebalance_steps = 5")) ==
+        "12:19: rebalance_steps in [engines.e] applies to expert_partitions: set it too");
+  CHECK(error_of(model + parts + engine("expert_partitions = [\"a\", \"b\"]\nexpert_replicas = -1")).rfind("13:19: ", 0) == 0);
+  const std::string dense = "[models.m]\ndim = 32\nn_heads = 4\n[partitions.a]\nthreads = 1\n[partitions.b]\nthreads = 1\n"
+                            "[engines.e]\nmodel = \"m\"\nexpert_partitions = [\"a\", \"b\"]\n" + kEngine.substr(kEngine.find("attention"));
+  CHECK(error_of(dense) == "10:21: expert_partitions in [engines.e]: the engine's model is dense (no experts to spread)");
+}
+
 }  // namespace manifest_deployment_tests

@@ -209,6 +209,47 @@ TEST_CASE("server: an MoE model runs its feed-forward through the moe plugin", "
   REQUIRE_THROWS_WITH(read_deployment("moe.toml", without), Contains("a moe plugin is required for an MoE model"));
 }
 
+TEST_CASE("server: an MoE engine over two expert partitions rebalancing under load loses nothing and keeps its greedy outputs", "[server][moe]") {
+  // The same model without partitions gives the reference outputs.
+  std::vector<std::vector<int32_t>> expected;
+  {
+    Server plain(read_deployment("moe.toml", moe_test_manifest()));
+    expected = outputs_alone(plain, 12);
+  }
+  std::string manifest = moe_test_manifest();
+  manifest.replace(manifest.find("moe = { plugin = \"moe.topk\" }"), std::string("moe = { plugin = \"moe.topk\" }").size(),
+                   "moe = { plugin = \"moe.eplb\", config = { min_improvement = 0.0 } }\n"
+                   "expert_partitions = [\"experts0\", \"experts1\"]\nexpert_replicas = 2\nrebalance_steps = 2\n");
+  manifest += "\n[partitions.experts0]\nthreads = 1\n[partitions.experts1]\nthreads = 1\n";
+  Server server(read_deployment("moe.toml", manifest));
+  for (int round = 0; round < 2; ++round) {  // concurrent prompts, twice: placements change between steps
+    std::vector<std::future<GenerateResult>> futures;
+    for (const auto& p : mixed_prompts())
+      futures.push_back(std::async(std::launch::async, [&, p] { return server.gateway().generate(request_for(server, p, 12)); }));
+    for (size_t i = 0; i < futures.size(); ++i) {
+      const GenerateResult r = futures[i].get();
+      INFO("round " << round << " prompt " << i << " error " << r.error);
+      REQUIRE(r.finish_reason == "length");
+      REQUIRE(r.tokens == expected[i]);
+    }
+  }
+  const nlohmann::json x = server.status()["engines"][0]["expert_parallel"];
+  INFO(x.dump());
+  REQUIRE(x["partitions"] == nlohmann::json{"experts0", "experts1"});
+  REQUIRE(x["rebalances"]["rounds"].get<int>() > 0);
+  REQUIRE(x["rebalances"]["changed"].get<int>() > 0);  // the start leaves the 2 spare slots empty: replicas fill them
+  REQUIRE(x["rebalances"]["refused"] == 0);
+  for (const auto& layer : x["layers"]) {
+    const auto slots = layer["slot_expert"].get<std::vector<int32_t>>();
+    REQUIRE(slots.size() == 6);  // 4 experts and 2 replicas over 2 partitions of 3 slots
+    for (int32_t e = 0; e < 4; ++e) REQUIRE(std::count(slots.begin(), slots.end(), e) >= 1);
+  }
+  const auto seconds = x["partition_seconds"].get<std::vector<double>>();
+  REQUIRE((seconds[0] > 0 && seconds[1] > 0));
+  REQUIRE(metric_sum(server, "tokenhost_moe_partition_seconds_total", "experts1", "partition") == Approx(seconds[1]).epsilon(0.01));
+  REQUIRE(metric_sum(server, "tokenhost_moe_rebalances_total", "changed", "outcome") == x["rebalances"]["changed"].get<double>());
+}
+
 TEST_CASE("server: quantized MoE GGUFs serve concurrent prompts as each is served alone", "[server][moe]") {
   // qwen3moe with q4_K experts (widths of 256), qwen2moe with q8_0 experts and a gated shared expert
   // (its softmax top-k weights taken from the file's architecture).

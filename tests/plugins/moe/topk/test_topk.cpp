@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "moe_experts.hpp"
 #include "model/quant.hpp"
 
 namespace moe_topk_tests {
@@ -20,13 +21,6 @@ using namespace tokenhost::testing;
 namespace {
 
 const ModelSpec kMoe = model_spec(4, 2, 8, 2, /*n_experts=*/8, /*n_experts_used=*/2);
-
-std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float scale) {
-  std::uniform_real_distribution<float> uni(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = uni(rng);
-  return v;
-}
 
 // The float64 gate: ids by logit descending, lower id first on ties; weights over the chosen (normalize)
 // or over all experts.
@@ -82,52 +76,6 @@ void check_gate(std::mt19937_64& rng, bool normalize, bool integer_logits) {
   }
   if (integer_logits) CHECK(ties > 0);  // the tie-break was exercised
 }
-
-struct Expert {
-  std::vector<float> gate, up, down;  // [ffn][dim], [ffn][dim], [dim][ffn]
-  uint32_t dim, ffn;
-  Expert(std::mt19937_64& rng, uint32_t d, uint32_t f)
-      : gate(random_floats(rng, size_t(f) * d, 1.0f / std::sqrt(float(d)))),
-        up(random_floats(rng, size_t(f) * d, 1.0f / std::sqrt(float(d)))),
-        down(random_floats(rng, size_t(d) * f, 1.0f / std::sqrt(float(f)))),
-        dim(d),
-        ffn(f) {}
-
-  static th_tensor tensor(const std::vector<float>& data, int64_t rows, int64_t cols) {
-    th_tensor t{};
-    t.struct_size = sizeof(th_tensor);
-    t.dtype = TH_DTYPE_F32;
-    t.n_dims = 2;
-    t.ne[0] = cols;
-    t.ne[1] = rows;
-    t.ne[2] = t.ne[3] = 1;
-    t.nb[0] = sizeof(float);
-    t.nb[1] = cols * int64_t(sizeof(float));
-    t.nb[2] = t.nb[3] = rows * t.nb[1];
-    t.data = const_cast<float*>(data.data());
-    t.device = TH_DEVICE_CPU;
-    return t;
-  }
-  th_moe_expert_weights view() const { return {tensor(gate, ffn, dim), tensor(up, ffn, dim), tensor(down, dim, ffn)}; }
-
-  // acc += w * down(silu(gate x) * up x), in float64.
-  void reference(const float* x, double w, std::vector<double>& acc) const {
-    std::vector<double> h(ffn);
-    for (uint32_t f = 0; f < ffn; ++f) {
-      double g = 0, u = 0;
-      for (uint32_t d = 0; d < dim; ++d) {
-        g += double(gate[size_t(f) * dim + d]) * x[d];
-        u += double(up[size_t(f) * dim + d]) * x[d];
-      }
-      h[f] = g / (1 + std::exp(-g)) * u;
-    }
-    for (uint32_t d = 0; d < dim; ++d) {
-      double s = 0;
-      for (uint32_t f = 0; f < ffn; ++f) s += double(down[size_t(d) * ffn + f]) * h[f];
-      acc[d] += w * s;
-    }
-  }
-};
 
 uint64_t max_load(const std::vector<uint64_t>& tokens, const std::vector<int32_t>& placement, uint32_t n_devices) {
   std::vector<uint64_t> load(n_devices, 0);
