@@ -7,7 +7,8 @@
 # bench_model_speed (prefill of PREFILL tokens, decode of DECODE tokens) and, when LLAMA_BENCH names a
 # llama-bench binary built by the reader (this repository does not build llama.cpp), llama-bench -p
 # PREFILL -n DECODE on the same file with the same threads. Then batched decode of 1, 8 and 64
-# sequences (bench_model_speed --batches) and bench_moe_experts on each file.
+# sequences (bench_model_speed --batches) and bench_moe_experts on each file; last, expert parallelism
+# over 2 partitions on a skewed load (bench_moe_experts --partitions 2).
 # Usage: bench/moe/run.sh [BUILD_DIR] [MODEL_DIR]; THREADS=2 ROUNDS=3 PREFILL=512 DECODE=64.
 set -euo pipefail
 build=${1:-build}
@@ -70,4 +71,13 @@ for f in "${files[@]}"; do
     --batch-prompt 64 --batch-generate 16 --model "$f" 2>/dev/null | sed -n '/| batch |/,$p'
   TOKENHOST_THREADS=$threads "$build/bin/bench_moe_experts" --model "$f" --runs 7
   echo
+done
+# Expert parallelism: skewed routing over 2 partitions, the start placement against moe.eplb's, without
+# and with 2 replicas (the Q8_0 files and the 64-expert Q4_0 one).
+for f in "$models/moe64x-q8_0.gguf" "$models/moe8x-q8_0.gguf" "$models/moe64x-q4_0.gguf"; do
+  for replicas in 0 2; do
+    echo "$(basename "$f" .gguf), $replicas replicas:"
+    TOKENHOST_THREADS=$threads "$build/bin/bench_moe_experts" --model "$f" --partitions 2 --replicas "$replicas" --skew 1.2 \
+      --batches 8,64,256 --runs 21 | sed -n '/| tokens |/,$p'
+  done
 done
