@@ -216,6 +216,36 @@ TEST_CASE("abi matrix: frozen minors' moe plugins serve moe.topk's tokens", "[ab
   }
 }
 
+TEST_CASE("abi matrix: over expert partitions a frozen minor's moe plugin computes concurrently from 1.10 on, on the engine's pool before", "[abi][server][moe]") {
+  std::string manifest = moe_test_manifest();
+  manifest.replace(manifest.find("moe = { plugin = \"moe.topk\" }"), std::string("moe = { plugin = \"moe.topk\" }").size(),
+                   "moe = { plugin = \"moe.eplb\" }\nexpert_partitions = [\"e0\", \"e1\"]\nrebalance_steps = 4\n");
+  manifest += "\n[partitions.e0]\nthreads = 1\n[partitions.e1]\nthreads = 1\n";
+  for (const auto& abi : frozen_abis()) {
+    INFO("ABI " << abi.version);
+    Server server(read_deployment("moe.toml", manifest));
+    const auto expected = outputs(server);
+    auto partition_seconds = [&] {
+      const auto s = server.status()["engines"][0]["expert_parallel"]["partition_seconds"].get<std::vector<double>>();
+      return s[0] + s[1];
+    };
+    REQUIRE_THAT(server.set_slot("main", "moe", server.register_plugin(matrix_fixture(abi, "moe")), {}),
+                 Contains("moe.abi_" + abi.tag));
+    const double before = partition_seconds();
+    REQUIRE(outputs(server) == expected);  // its experts() in C, in double: moe.topk's tokens
+    // Built before 1.10 its experts() may not take concurrent calls: the engine's own pool computes them.
+    if (abi.minor < 10) REQUIRE(partition_seconds() == before);
+    else REQUIRE(partition_seconds() > before);
+  }
+  // Named at start, a moe plugin built before 1.10 is refused for an engine with expert partitions.
+  std::string old = manifest;
+  old.replace(old.find("plugins_from_anywhere = true"), std::string("plugins_from_anywhere = true").size(),
+              "plugins_from_anywhere = true\nplugin_paths = [\"" + fixture_dir() + "/abi_1_9/moe\"]");
+  old.replace(old.find("\"moe.eplb\""), std::string("\"moe.eplb\"").size(), "\"moe.abi_1_9\"");
+  REQUIRE_THROWS_WITH(Server(read_deployment("moe.toml", old)),
+                      Contains("expert_partitions need a moe plugin built against ABI 1.10 or later (moe.abi_1_9 is 1.9)"));
+}
+
 TEST_CASE("abi growth: a member past a struct_size is absent, one inside it present", "[abi]") {
   auto route = [](th_instance*, const th_route_request*, th_route_decision*, th_error*) -> th_status { return TH_OK; };
   auto feedback = [](th_instance*, const th_route_feedback*) {};
