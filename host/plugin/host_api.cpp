@@ -229,7 +229,12 @@ th_status api_model_run(th_host_ctx*, const th_model_run_request*, th_model_run_
 
 // The pool matmul and the forward pass's elementwise math run on: the instance's engine's compute
 // partition, else the calling thread's pool (the process-wide one unless a worker set its partition).
-ComputePool& pool_of(th_host_ctx* ctx) { return ctx != nullptr && ctx->pool ? *ctx->pool : compute_pool(); }
+// The pool a plugin's parallel work runs on: the calling thread's where the host chose one (an engine's
+// step, one of its expert partitions), else the instance's compute partition (a thread of the plugin's
+// own), else the process-wide pool.
+ComputePool& pool_of(th_host_ctx* ctx) {
+  return ctx != nullptr && ctx->pool && !compute_pool_chosen() ? *ctx->pool : compute_pool();
+}
 
 void api_parallel_for(th_host_ctx* ctx, size_t n, size_t grain, uint32_t max_threads,
                       void (*fn)(void* arg, size_t begin, size_t end), void* arg) {
@@ -331,9 +336,8 @@ th_status api_peer_send(th_host_ctx* ctx, const char* peer, const void* bytes, s
   return TH_OK;
 }
 
-// Grouped products (ABI 1.10): checked here, run by the weights' backend on the calling thread's pool
-// where the host chose one (an engine's step, or one of its expert partitions: plugin/
-// expert_partitions.hpp), else on the instance's compute partition (a thread of the plugin's own).
+// Grouped products (ABI 1.10): checked here, run by the weights' backend on pool_of(ctx) (an expert
+// partition's pool for the calls plugin/expert_partitions.hpp makes).
 th_status api_grouped_matmul(th_host_ctx* ctx, const th_grouped_matmul_args* args, th_error* err) {
   if (const std::string wrong = grouped_matmul_error(args); !wrong.empty())
     return draft_refuse(err, TH_ERR_INVALID_ARGUMENT, "grouped_matmul: " + wrong);
@@ -345,7 +349,7 @@ th_status api_grouped_matmul(th_host_ctx* ctx, const th_grouped_matmul_args* arg
       break;
     }
   try {
-    UseComputePool partition(ctx != nullptr && !compute_pool_chosen() ? ctx->pool.get() : nullptr);
+    UseComputePool partition(&pool_of(ctx));
     std::string why;
     if (th_status s = device_grouped_matmul(device, *args, why)) return draft_refuse(err, s, "grouped_matmul: " + why);
     return TH_OK;

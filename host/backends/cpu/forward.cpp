@@ -44,6 +44,10 @@ void add_bias(float* y, const WeightView& b, size_t n) {
 struct Workspace {
   std::vector<float> x, xn, q, k, v, att, tmp, ffn_out, gate, up;
   std::vector<double> rope;
+  // MoE layers: the router's logits, the gate's weights and ids, the shared expert's output and scale
+  // (fresh vectors of megabytes per layer cost a prefill of 64 experts 20% in page faults and zeroing).
+  std::vector<float> router_logits, expert_weights, shared, shared_scale;
+  std::vector<int32_t> expert_ids;
 };
 Workspace& workspace() {
   thread_local Workspace w;
@@ -67,9 +71,12 @@ void swiglu(const ExpertWeights& e, const float* x, size_t n_rows, float* out, s
 // out += the layer's shared expert on x, each row scaled by sigmoid(gate . x) when the layer has
 // that gate. Every token runs it, so it is dense math like the MLP's, on the host's kernels (every
 // weight type, the batch's rows at once) rather than routed through the moe plugin.
-void add_shared_expert(const LayerWeights& L, const float* x, size_t n_rows, size_t dim, float* out) {
-  std::vector<float> shared(n_rows * dim), scale(n_rows, 1.0f), g, u;
-  swiglu(L.shared_expert, x, n_rows, shared.data(), g, u);
+void add_shared_expert(const LayerWeights& L, const float* x, size_t n_rows, size_t dim, float* out, Workspace& ws) {
+  std::vector<float>& shared = ws.shared;
+  std::vector<float>& scale = ws.shared_scale;
+  shared.resize(n_rows * dim);
+  scale.assign(n_rows, 1.0f);
+  swiglu(L.shared_expert, x, n_rows, shared.data(), ws.gate, ws.up);  // MoE layers have no dense MLP of their own
   if (!L.shared_expert_gate.empty()) {
     matmul(L.shared_expert_gate, x, n_rows, scale.data());
     for (float& s : scale) s = 1.0f / (1.0f + std::exp(-s));
@@ -305,8 +312,12 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       swiglu(L.experts[0], xn.data(), n_rows, ffn_out.data(), ws.gate, ws.up);
     } else {
       const uint32_t ne = info.n_experts, kk = info.n_experts_used;
-      std::vector<float> logits(n_rows * ne), weights(n_rows * kk);
-      std::vector<int32_t> ids(n_rows * kk);
+      std::vector<float>& logits = ws.router_logits;
+      std::vector<float>& weights = ws.expert_weights;
+      std::vector<int32_t>& ids = ws.expert_ids;
+      logits.resize(n_rows * ne);
+      weights.resize(n_rows * kk);
+      ids.resize(n_rows * kk);
       matmul(L.router, xn.data(), n_rows, logits.data());
       std::fill(ffn_out.begin(), ffn_out.end(), 0.0f);
       ScopedSeconds timer(moe_seconds);  // gating and experts (the experts' products run inside the plugin)
@@ -324,7 +335,7 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
       if (plugins.expert_partitions != nullptr) plugins.expert_partitions->experts(*moe_plugin, ea);
       else if (th_status s = moe_plugin->call(&th_moe_vtable::experts, "experts", moe_plugin->handle(), &ea, &err)) throw_plugin_failure(*moe_plugin, "experts", s, err);
     }
-    if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data());
+    if (!L.shared_expert.empty()) add_shared_expert(L, xn.data(), n_rows, dim, ffn_out.data(), ws);
   }
   if (info.n_layers > 0) vec::add(x.data(), ffn_out.data(), n_rows * dim);
   if (batch.hidden != nullptr) {  // embeddings: every row's final state, normed as the logits' rows are

@@ -183,7 +183,7 @@ class Experts {
   // One call's buffers, kept between calls: the routed rows by expert, their tokens and weights, the
   // rows' inputs, gate and up outputs (then the SwiGLU activations), and down outputs.
   struct Buffers {
-    std::vector<uint32_t> row_begin, row_token, next;
+    std::vector<uint32_t> row_begin, row_token, next, token_rows;
     std::vector<float> row_weight, xs, gate_out, up_out, down_out, shared_out;
     std::vector<th_tensor> weights;
   };
@@ -208,6 +208,14 @@ class Experts {
 
   [[noreturn]] void invalid(const std::string& why) const { throw Error(TH_ERR_INVALID_ARGUMENT, plugin_ + ": " + why); }
 
+  // f(begin, end) over [0, n) items of `width` floats each: on the host's compute threads when there is
+  // enough to split (a prefill's rows), else here (a decode step's few).
+  template <class F>
+  void for_items(size_t n, size_t width, F&& f) const {
+    if (n * width < 32768) return f(size_t(0), n);
+    parallel_for(ctx_, n, 0, 0, f);
+  }
+
   th_tensor checked(const th_tensor& t, const std::string& what) const {
     if (t.data == nullptr) invalid(what + " has no data");
     return t;
@@ -229,15 +237,22 @@ class Experts {
     b.row_weight.resize(rows);
     b.xs.resize(rows * a.dim);
     b.next.assign(begin.begin(), begin.end() - 1);
+    // token_rows[t * k + j]: the rows of token t (its choice j's, in choice order; rows past its
+    // computed choices: kNone), which its sum below visits in row order, that is expert order.
+    constexpr uint32_t kNone = ~0u;
+    b.token_rows.assign(choices, kNone);
     for (uint32_t t = 0; t < a.n_tokens; ++t)
-      for (uint32_t j = 0; j < a.k; ++j) {
+      for (uint32_t j = 0, used = 0; j < a.k; ++j) {
         const size_t i = size_t(t) * a.k + j;
         if (a.expert_weights[i] == 0.0f) continue;
         const uint32_t r = b.next[size_t(a.expert_ids[i])]++;
         b.row_token[r] = t;
         b.row_weight[r] = a.expert_weights[i];
-        std::copy_n(a.x + size_t(t) * a.dim, a.dim, &b.xs[size_t(r) * a.dim]);
+        b.token_rows[size_t(t) * a.k + used++] = r;
       }
+    for_items(rows, a.dim, [&](size_t r0, size_t r1) {
+      for (size_t r = r0; r < r1; ++r) std::copy_n(a.x + size_t(b.row_token[r]) * a.dim, a.dim, &b.xs[r * a.dim]);
+    });
     auto product = [&](const std::vector<uint32_t>& row_begin, uint32_t n_groups, uint32_t cols, const float* x,
                        std::initializer_list<float*> y) {
       th_grouped_matmul_args g{sizeof g, n_groups, uint32_t(y.size()), cols, b.weights.data(), row_begin.data(), x, y.begin()};
@@ -250,10 +265,12 @@ class Experts {
       b.up_out.resize(n * width);
       b.weights = gate_up;
       product(row_begin, n_groups, a.dim, x, {b.gate_out.data(), b.up_out.data()});
-      for (size_t i = 0; i < n * width; ++i) {
-        const float g = b.gate_out[i];
-        b.gate_out[i] = g / (1.0f + std::exp(-g)) * b.up_out[i];
-      }
+      for_items(n, width, [&](size_t r0, size_t r1) {
+        for (size_t i = r0 * width; i < r1 * width; ++i) {
+          const float g = b.gate_out[i];
+          b.gate_out[i] = g / (1.0f + std::exp(-g)) * b.up_out[i];
+        }
+      });
       b.weights = down;
       y.resize(n * a.dim);
       product(row_begin, n_groups, uint32_t(width), b.gate_out.data(), {y.data()});
@@ -274,15 +291,27 @@ class Experts {
              {checked(sh.gate, "shared expert gate"), checked(sh.up, "shared expert up")}, {checked(sh.down, "shared expert down")},
              b.shared_out);
     }
-    // Written only now: a product refused above leaves out as it was.
-    if (a.shared_expert != nullptr) std::copy_n(b.shared_out.data(), size_t(a.n_tokens) * a.dim, a.out);
-    else std::fill(a.out, a.out + size_t(a.n_tokens) * a.dim, 0.0f);
-    for (size_t r = 0; r < rows; ++r) {
-      float* out = a.out + size_t(b.row_token[r]) * a.dim;
-      const float* d = &b.down_out[r * a.dim];
-      const float w = b.row_weight[r];
-      for (uint32_t c = 0; c < a.dim; ++c) out[c] += w * d[c];
-    }
+    // Written only now: a product refused above leaves out as it was. Each token's rows in row order.
+    for_items(a.n_tokens, size_t(a.k) * a.dim, [&](size_t t0, size_t t1) {
+      std::vector<uint32_t> mine(a.k);
+      for (size_t t = t0; t < t1; ++t) {
+        float* out = a.out + t * a.dim;
+        if (a.shared_expert != nullptr) std::copy_n(&b.shared_out[t * a.dim], a.dim, out);
+        else std::fill(out, out + a.dim, 0.0f);
+        size_t n = 0;  // its rows, sorted (k is small: an insertion sort)
+        for (size_t j = 0; j < a.k && b.token_rows[t * a.k + j] != kNone; ++j) {
+          const uint32_t r = b.token_rows[t * a.k + j];
+          size_t at = n++;
+          for (; at > 0 && mine[at - 1] > r; --at) mine[at] = mine[at - 1];
+          mine[at] = r;
+        }
+        for (size_t i = 0; i < n; ++i) {
+          const float* d = &b.down_out[size_t(mine[i]) * a.dim];
+          const float w = b.row_weight[mine[i]];
+          for (uint32_t c = 0; c < a.dim; ++c) out[c] += w * d[c];
+        }
+      }
+    });
   }
 
   std::string plugin_;

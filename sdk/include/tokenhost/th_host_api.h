@@ -177,7 +177,8 @@ typedef struct th_host_api {
   /* ---- compute threads (ABI 1.1) ----
    * Runs fn(arg, begin, end) over [0, n) on the host's compute pool, the threads its own dense math
    * (projections, MLP) runs on between plugin calls (the instance's engine's compute partition where
-   * the manifest gives it one, else the process-wide pool): a plugin that splits its work there does not
+   * the manifest gives it one, else the process-wide pool; in a moe plugin's experts() over an engine's
+   * expert partitions, 1.10, that partition's): a plugin that splits its work there does not
    * oversubscribe the cores with threads of its own, and finds the threads awake. The range is cut
    * into pieces of `grain` indices, which the threads claim in order as they finish the previous one
    * (grain 0: one piece of equal size per thread). At most max_threads threads take part, the calling
