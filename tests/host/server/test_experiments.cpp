@@ -194,6 +194,48 @@ arms = [{ name = "a", engine = "cont", percent = 50 }, { name = "b", engine = "s
   CHECK(report["arms"][1]["chosen"] == 1);
 }
 
+TEST_CASE("experiments: two arms may differ in their moe plugin's gating, each arm's engine routing as its settings say",
+          "[server][experiments][moe]") {
+  // One MoE model (4 experts, 2 per token), two engines: moe.topk as the model says, and moe.topk with a
+  // capacity (each expert takes at most half its even share of a step's choices; the rest are dropped).
+  std::string manifest = ab_manifest("[models.m]\nseed = 5\ndim = 32\nn_layers = 2\nn_heads = 4\nn_kv_heads = 2\n"
+                                     "ffn_dim = 24\nn_experts = 4\nn_experts_used = 2\ncontext_len = 256\n",
+                                     R"(
+[experiments.gating]
+allow_request_choice = true
+arms = [{ name = "a", engine = "cont", percent = 50 }, { name = "b", engine = "stat", percent = 50 }]
+)");
+  manifest.replace(manifest.find("[engines.cont]\n"), 15, "[engines.cont]\nmoe = { plugin = \"moe.topk\" }\n");
+  manifest.replace(manifest.find("[engines.stat]\n"), 15,
+                   "[engines.stat]\nmoe = { plugin = \"moe.topk\", config = { capacity_factor = 0.5 } }\n");
+  manifest.replace(manifest.find("[engines.spare]\n"), 16, "[engines.spare]\nmoe = { plugin = \"moe.topk\" }\n");
+  Server server(read_deployment("ab_moe.toml", manifest));
+  for (const char* arm : {"a", "b"})
+    for (int i = 0; i < 3; ++i) {
+      GenerateRequest r = request_for(server, "the quick brown fox jumps over the lazy dog", 6);
+      r.arm = arm;
+      REQUIRE(server.gateway().generate(r).finish_reason == "length");
+    }
+  const json report = server.experiment_report("gating");
+  CHECK(report["arms"][0]["chosen"] == 3);
+  CHECK(report["arms"][1]["chosen"] == 3);
+  // Every choice of arm a's engine is routed (2 per token and layer); arm b's engine drops some.
+  std::map<std::string, uint64_t> routed;
+  const json status = server.status();
+  for (const auto& e : status["engines"]) {
+    if (!e.contains("expert_load")) continue;
+    for (const auto& layer : e["expert_load"]["layers"])
+      for (uint64_t t : layer["tokens"].get<std::vector<uint64_t>>()) routed[e["name"]] += t;
+  }
+  const double rows_a = metric_sum(server, "tokenhost_step_tokens_total", "cont", "engine");
+  const double rows_b = metric_sum(server, "tokenhost_step_tokens_total", "stat", "engine");
+  INFO("routed a " << routed["cont"] << " of " << rows_a << " rows, b " << routed["stat"] << " of " << rows_b);
+  REQUIRE(rows_a > 0);
+  REQUIRE(rows_b > 0);
+  CHECK(double(routed["cont"]) == 2 * 2 * rows_a);
+  CHECK(double(routed["stat"]) < 2 * 2 * rows_b);
+}
+
 TEST_CASE("experiments: the admin API refuses requests without the token, and malformed changes change nothing",
           "[server][experiments][admin]") {
   LiveServer live(ab_manifest(kTinyModel, kExperiment));
