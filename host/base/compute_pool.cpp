@@ -189,8 +189,21 @@ bool pin_thread(const std::vector<int>& cores) {
   return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
 }
 
+namespace {
+std::atomic<size_t> requested_threads{0};  // set_process_compute_threads
+std::atomic<bool> process_pool_made{false};
+}  // namespace
+
+bool set_process_compute_threads(size_t threads) {
+  if (process_pool_made.load()) return false;
+  requested_threads.store(threads);
+  return true;
+}
+
 ComputePool& process_compute_pool() {
   static ComputePool pool([] {
+    process_pool_made.store(true);
+    if (size_t n = requested_threads.load()) return n;
     if (const char* env = std::getenv("TOKENHOST_THREADS")) {
       long n = std::strtol(env, nullptr, 10);
       if (n > 0) return size_t(n);

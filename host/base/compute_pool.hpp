@@ -69,6 +69,9 @@ ComputePool& compute_pool();
 // Whether a UseComputePool chose the calling thread's pool (false: compute_pool() is the process-wide one).
 bool compute_pool_chosen();
 ComputePool& process_compute_pool();
+// Sets the process-wide pool's threads (0: $TOKENHOST_THREADS, else one per core) before its first use
+// (a manifest's [server] compute_threads, serve --threads). False, nothing changed, once it exists.
+bool set_process_compute_threads(size_t threads);
 
 // Makes pool the calling thread's compute_pool() until destroyed (NULL: leaves it as it is). Nests.
 // A pool with cores pins the calling thread to them too (it takes part in every parallel_for), once,

@@ -28,6 +28,8 @@
 #include "plugin/kind.hpp"
 #include "plugin/library.hpp"
 #include "server/server.hpp"
+#include "cli/serve_flags.hpp"
+#include "base/compute_pool.hpp"
 #include "util/text.hpp"
 
 namespace {
@@ -37,36 +39,6 @@ using namespace tokenhost;
 Deployment load_deployment(const std::string& path) {
   if (path.empty()) return read_deployment("<embedded manifests/default.toml>", embedded_default_manifest());
   return read_deployment_file(path);
-}
-
-// The deployment with its one model replaced by the GGUF file model_file (serve --model): the model
-// takes the file's name (without .gguf) and every engine serves it.
-Deployment load_deployment_with_model(const std::string& path, const std::string& model_file) {
-  std::string text;
-  if (path.empty()) {
-    text = embedded_default_manifest();
-  } else {
-    text = TomlReader::read_text(path);
-  }
-  toml::table doc;
-  try {
-    doc = toml::parse(text, path.empty() ? "<embedded manifests/default.toml>" : path);
-  } catch (const toml::parse_error&) {
-    return load_deployment(path);  // reports the syntax error with its position
-  }
-  auto* models = doc["models"].as_table();
-  if (models == nullptr || models->size() != 1)
-    throw std::runtime_error("--model replaces the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
-                             " declares " + std::to_string(models ? models->size() : 0));
-  std::string name = std::filesystem::path(model_file).stem().string();
-  models->clear();
-  models->insert(name, toml::table{{"source", "gguf"}, {"path", std::filesystem::absolute(model_file).string()}});
-  if (auto* engines = doc["engines"].as_table())
-    for (auto& [engine, decl] : *engines)
-      if (auto* t = decl.as_table()) t->insert_or_assign("model", name);
-  std::ostringstream out;
-  out << doc;
-  return read_deployment(path.empty() ? "<embedded manifests/default.toml with --model>" : path, out.str());
 }
 
 // Loads each plugin the deployment names and asks it whether it can serve its engine.
@@ -159,24 +131,25 @@ int run_check(const std::string& path, bool load) {
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
-// What `serve` may override of the manifest's [server] table from the command line.
-struct ServeOverrides {
-  std::string host;           // the gateway's address
-  int port = -1;              // the gateway's port (-1: the manifest's)
-  int admin_port = -1;        // the admin API's port; its address stays the manifest's (loopback by default)
-};
-
-int run_serve(const std::string& path, const std::string& model_file, const ServeOverrides& o) {
+int run_serve(const std::string& path, const ServeFlags& flags) {
+  std::vector<std::string> notes;
+  const std::string manifest = effective_manifest(path, flags, notes);
+  for (const auto& n : notes) spdlog::warn("{}", n);
+  const std::string label = (path.empty() ? std::string("<embedded manifests/default.toml>") : path) + " with serve's flags";
+  Deployment d = read_deployment(label, manifest);  // the flags' values checked as the file's are
+  if (flags.print_manifest) {
+    std::cout << manifest;
+    return 0;
+  }
   // Every library the server opens is opened first by `tokenhost vet-plugin` in a child process: one the
   // host refuses runs none of its code in the server (README: Security model).
   PluginLibrary::set_vetting_program(self_executable());
-  Deployment d = model_file.empty() ? load_deployment(path) : load_deployment_with_model(path, model_file);
-  if (!o.host.empty()) d.server.listen.host = o.host;
-  if (o.port >= 0) d.server.listen.port = o.port;
-  if (o.admin_port >= 0) d.server.admin_listen.port = o.admin_port;
-  spdlog::set_level(spdlog::level::from_str(d.server.log_level));
+  spdlog::set_level(spdlog::level::from_str(d.server.log_level));  // the manifest's, or --log-level written into it
   if (spdlog::get_level() != spdlog::level::from_str(d.server.log_level)) spdlog::set_level(spdlog::level::info);
-  spdlog::info("tokenhost {} starting with {}", TOKENHOST_VERSION, d.file);
+  if (d.server.compute_threads > 0 && !set_process_compute_threads(d.server.compute_threads))
+    spdlog::warn("[server] compute_threads = {} comes too late: the compute pool already runs", d.server.compute_threads);
+  spdlog::info("tokenhost {} starting with {}: {} compute threads for the engines without a partition", TOKENHOST_VERSION, d.file,
+               process_compute_pool().threads());
   for (const auto& e : d.catalog->scan_errors()) spdlog::warn("plugin manifest skipped: {}", e);
   Server server(std::move(d));
   HttpServers http(server);
@@ -255,17 +228,9 @@ int main(int argc, char** argv) {
                                             "Without MANIFEST it runs the embedded manifests/default.toml.");
   std::string serve_manifest;
   serve->add_option("manifest", serve_manifest, "Deployment manifest (TOML)")->check(CLI::ExistingFile);
-  std::string serve_model;
-  serve->add_option("--model", serve_model,
-                    "A GGUF model file to serve in place of the manifest's one model (the default manifest's demo "
-                    "model, when no manifest is given)")
-      ->check(CLI::ExistingFile);
-  ServeOverrides serve_overrides;
-  serve->add_option("--host", serve_overrides.host, "The gateway's address, in place of [server] listen's (the admin API keeps its own)");
-  serve->add_option("--port", serve_overrides.port, "The gateway's port, in place of [server] listen's (0: any free port)")
-      ->check(CLI::Range(0, 65535));
-  serve->add_option("--admin-port", serve_overrides.admin_port, "The admin API's port, in place of [server] admin_listen's")
-      ->check(CLI::Range(0, 65535));
+  ServeFlags serve_flags;
+  add_serve_flags(*serve, serve_flags);
+  serve->fallthrough();  // `serve --log-level warn` as well as `tokenhost --log-level warn serve`
 
   auto* check = app.add_subcommand("check", "Validate a deployment manifest without starting anything; errors name "
                                             "file:line:column. Exits 0 when it is valid.");
@@ -329,7 +294,19 @@ int main(int argc, char** argv) {
   vet->add_option("manifest", vet_manifest)->required();
   vet->add_option("library", vet_library)->required();
 
-  CLI11_PARSE(app, argc, argv);
+  // llama-server's multi-letter short flags, as CLI11 takes their long names.
+  std::vector<std::string> args(argv, argv + argc);
+  for (auto& a : args) {
+    if (a == "-ngl") a = "--n-gpu-layers";
+    if (a == "-np") a = "--parallel";
+  }
+  std::vector<const char*> arg_ptrs;
+  for (const auto& a : args) arg_ptrs.push_back(a.c_str());
+  if (const std::string unknown = unknown_serve_flag(app, *serve, argc, arg_ptrs.data()); !unknown.empty()) {
+    std::cerr << "tokenhost: " << unknown << "\n";
+    return 2;
+  }
+  CLI11_PARSE(app, argc, arg_ptrs.data());
   if (*vet) {
     try {
       PluginLibrary::vet_here(vet_manifest, vet_library);
@@ -343,7 +320,10 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_level(spdlog::level::from_str(log_level));
   try {
-    if (*serve) return run_serve(serve_manifest, serve_model, serve_overrides);
+    if (*serve) {
+      if (app.get_option("--log-level")->count() > 0) serve_flags.log_level = log_level;  // beats the manifest
+      return run_serve(serve_manifest, serve_flags);
+    }
     if (*check) return run_check(check_manifest, !no_load);
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);

@@ -490,7 +490,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   d.file = file;
   fs::path base = fs::absolute(file).parent_path();
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
-    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "admin_token", "api_keys",
+    r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "compute_threads", "admin_token", "api_keys",
                       "api_keys_file", "plugins_from_anywhere", "tls_certificate", "tls_private_key",
                       "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms", "step_deadline_ms"},
                  "[server]");
@@ -504,6 +504,7 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
     for (const auto& p : r.optional_string_array(*s, "plugin_paths", "[server]"))
       d.server.plugin_paths.push_back((base / p).lexically_normal().string());
     d.server.http_threads = int(r.optional_int(*s, "http_threads", "[server]", 1, 4096).value_or(ServerDecl{}.http_threads));
+    d.server.compute_threads = uint32_t(r.optional_int(*s, "compute_threads", "[server]", 0, kMaxPartitionThreads).value_or(0));
     if (auto token = r.optional_string(*s, "admin_token", "[server]")) {
       if (token->size() < kMinAdminTokenLength)
         r.fail(*s->get("admin_token"), "'admin_token' in [server] must be at least " + std::to_string(kMinAdminTokenLength) + " characters");

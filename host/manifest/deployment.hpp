@@ -50,6 +50,9 @@ struct ServerDecl {
   std::string log_level = "info";
   std::vector<std::string> plugin_paths;    // absolute; searched before the default paths
   int http_threads = 2;  // the gateway's I/O threads (http/http_servers.cpp caps them at 64)
+  // The process-wide compute pool's threads, the engines' without a partition (0: $TOKENHOST_THREADS,
+  // else one per core). `serve --threads`.
+  uint32_t compute_threads = 0;
   // The admin API's bearer token: $TOKENHOST_ADMIN_TOKEN, else [server] admin_token, else "" (the
   // server then makes a random one at start and writes it to a file only its user can read).
   std::string admin_token;

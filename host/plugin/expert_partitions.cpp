@@ -17,10 +17,9 @@ ExpertPartitions::ExpertPartitions(std::vector<std::shared_ptr<ComputePool>> poo
       seconds_(size_t(n_layers) * pools_.size(), 0.0),
       total_seconds_(pools_.size(), 0.0),
       parts_(pools_.size()) {
-  for (size_t p = 0; p < pools_.size(); ++p) {
-    runners_.push_back(std::make_unique<Runner>());
-    runners_.back()->thread = std::thread([this, p] { serve(p); });
-  }
+  // Every runner first, then their threads: a thread reads runners_, which must not grow under it.
+  for (size_t p = 0; p < pools_.size(); ++p) runners_.push_back(std::make_unique<Runner>());
+  for (size_t p = 0; p < pools_.size(); ++p) runners_[p]->thread = std::thread([this, p] { serve(p); });
 }
 
 ExpertPartitions::~ExpertPartitions() {

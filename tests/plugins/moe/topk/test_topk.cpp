@@ -383,8 +383,9 @@ TEST_CASE("moe.topk rebalance (LPT) is within 4/3 of the brute-force optimum", "
   REQUIRE(vt.rebalance != nullptr);
   auto run = [&](const std::vector<uint64_t>& tokens, uint32_t n_devices, std::vector<int32_t>& placement) {
     const std::vector<int32_t> before = placement;
-    th_moe_load load{sizeof(th_moe_load), 0, uint32_t(tokens.size()), n_devices, tokens.data(), placement.data()};
-    th_moe_placement out{sizeof(th_moe_placement), placement.data(), -1};  // output aliases the input
+    // No slots (as a host before 1.10 gives): moe.topk answers by device either way.
+    th_moe_load load{sizeof(th_moe_load), 0, uint32_t(tokens.size()), n_devices, tokens.data(), placement.data(), 0, nullptr, nullptr};
+    th_moe_placement out{sizeof(th_moe_placement), placement.data(), -1, nullptr};  // output aliases the input
     th_error err;
     REQUIRE(vt.rebalance(moe->handle(), &load, &out, &err) == TH_OK);
     for (int32_t d : placement) REQUIRE((d >= 0 && uint32_t(d) < n_devices));
