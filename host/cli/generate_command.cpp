@@ -36,8 +36,9 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
   cmd->add_option("--block-size", o.block_size, "KV cache block size (kvcache.paged)")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
-  cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f16 (half the memory and reads) or f32")
-      ->check(CLI::IsMember({"f16", "f32"}))
+  cmd->add_option("--kv-dtype", o.kv_dtype,
+                  "KV cache element type: f16 (half the memory and reads), f32, or q8_0 (a quarter; 8-bit blocks with a scale)")
+      ->check(CLI::IsMember(kv_dtype_names()))
       ->capture_default_str();
   cmd->add_option("--moe", o.moe, "MoE plugin id, for a model with experts")->capture_default_str();
   cmd->add_option("--moe-weights", o.moe_weights,

@@ -1,12 +1,12 @@
 #include "cli/make_model_command.hpp"
 
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
 #include "model/quant.hpp"
+#include "util/progress.hpp"
 
 namespace tokenhost {
 
@@ -66,25 +66,22 @@ int run_make_model(MakeModelCommand& c) {
   if (type < 0) throw std::invalid_argument("unknown --type '" + c.type + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)");
   c.options.type = type;
   auto started = std::chrono::steady_clock::now();
-  int shown = -1;
-  c.options.progress = [&shown](double f) {
-    if (int(f * 100) == shown) return;
-    shown = int(f * 100);
-    std::fprintf(stderr, "\rmaking tensors: %3d%%", shown);
-  };
+  Progress progress("making tensors");
+  c.options.progress = [&progress](double f) { progress(f); };
   try {
     make_model(c.options);
   } catch (...) {
-    if (shown >= 0) std::fputc('\n', stderr);  // the error on a line of its own, not after the progress
+    progress.done();  // the error on a line of its own, not after the progress
     throw;
   }
+  progress.done();
   const auto& s = c.options.shape;
   std::string experts;
   if (s.n_experts) experts = ", " + std::to_string(s.n_experts) + " experts";
   if (s.n_shared_experts)
     experts += " + a shared expert (ffn " + std::to_string(s.shared_ffn_dim ? s.shared_ffn_dim : s.ffn_dim) +
                (s.shared_expert_gate ? ", gated)" : ")");
-  std::fprintf(stderr, "\n%s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u%s, %s, seed %llu: %.1f MiB in %.1f s\n",
+  std::fprintf(stderr, "%s: %s, %u layers, dim %u, %u/%u heads, ffn %u, vocab %u%s, %s, seed %llu: %.1f MiB in %.1f s\n",
                c.options.path.c_str(), s.architecture.c_str(), s.n_layers, s.dim, s.n_heads, s.n_kv_heads, s.ffn_dim,
                s.vocab_size, experts.c_str(), c.type.c_str(),
                (unsigned long long)c.options.seed, double(std::filesystem::file_size(c.options.path)) / (1 << 20),

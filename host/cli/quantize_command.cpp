@@ -7,6 +7,7 @@
 
 #include "model/gguf_quantize.hpp"
 #include "model/quant.hpp"
+#include "util/progress.hpp"
 
 namespace tokenhost {
 
@@ -30,20 +31,17 @@ int run_quantize(const QuantizeOptions& o) {
   std::error_code ec;
   if (std::filesystem::equivalent(o.in, o.out, ec))
     throw std::invalid_argument("the output " + o.out + " is the input: write the copy elsewhere");
-  int shown = -1;
+  Progress progress("quantizing tensors");
   gguf::QuantizeReport report;
   try {
-    report = gguf::quantize_file(o.in, o.out, type, [&shown](size_t done, size_t total) {
-      const int pct = int(done * 100 / total);
-      if (pct == shown) return;
-      shown = pct;
-      std::fprintf(stderr, "\rquantizing tensors: %3d%%", pct);
+    report = gguf::quantize_file(o.in, o.out, type, [&progress](size_t done, size_t total) {
+      progress(total == 0 ? 1.0 : double(done) / double(total));
     });
   } catch (...) {
-    if (shown >= 0) std::fputc('\n', stderr);
+    progress.done();
     throw;
   }
-  if (shown >= 0) std::fputc('\n', stderr);
+  progress.done();
   // The kept tensors, grouped by reason (a reason names the row width, so blocks of layers group).
   std::map<std::string, std::vector<std::string>> kept;
   size_t one_dimensional = 0;

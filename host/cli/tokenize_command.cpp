@@ -33,7 +33,9 @@ int run_tokenize(const TokenizeOptions& o) {
   const std::vector<int32_t> ids = tokenizer.encode(text, o.bos, !o.no_parse_special);
   if (o.pieces) {
     for (int32_t id : ids) {
+      // A control token (BOS, EOS) stands for no text: its vocabulary entry ("<s>") shows which it is.
       std::string piece = tokenizer.token_text(id);
+      if (piece.empty() && tokenizer.is_control(id)) piece = tokenizer.spec().tokens.at(size_t(id));
       for (size_t at = piece.find('\n'); at != std::string::npos; at = piece.find('\n', at + 2)) piece.replace(at, 1, "\\n");
       std::cout << piece << "\n";
     }

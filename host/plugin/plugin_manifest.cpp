@@ -1,5 +1,6 @@
 #include "plugin/plugin_manifest.hpp"
 
+#include <charconv>
 #include <filesystem>
 #include <cmath>
 #include <regex>
@@ -14,11 +15,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The shortest text that reads back as v (0.1, not 0.10000000000000001).
+std::string shortest(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
 std::string format_number(double v) {
   if (v == double(int64_t(v)) && std::abs(v) < 1e15) return std::to_string(int64_t(v));
-  std::ostringstream out;
-  out << v;
-  return out.str();
+  return shortest(v);
 }
 
 }  // namespace
@@ -47,7 +53,15 @@ std::string config_param_text(const PluginManifest& manifest, const ConfigParam&
   text << p.key << " (" << param_type_name(p.type);
   if (const toml::node* d = manifest.defaults.get(p.key)) {
     text << ", default ";
-    d->visit([&](const auto& v) { text << v; });
+    d->visit([&](const auto& v) {
+      using T = std::decay_t<decltype(v)>;
+      if constexpr (toml::is_floating_point<T>) {  // a float stays one: 1.0, 0.1
+        const std::string s = shortest(v.get());
+        text << s << (s.find_first_of(".eEn") == std::string::npos ? ".0" : "");
+      } else {
+        text << v;
+      }
+    });
   }
   if (p.min || p.max) text << ", " << (p.min ? format_number(*p.min) : "") << ".." << (p.max ? format_number(*p.max) : "");
   text << "): " << p.doc;

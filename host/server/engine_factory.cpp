@@ -213,6 +213,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   e.worker = spawn_worker(system_, std::move(w));
   const worker_actor worker = e.worker;
   EngineFacts facts;
+  uint32_t kv_blocks = 0, kv_block_size = 0;
   facts.prefix_cache = e.prefix_cache;
   facts.window_cap = window.cap;
   {
@@ -222,6 +223,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
         .receive(
             [&](const KvState& kv) {
               facts.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
+              kv_blocks = kv.total_blocks, kv_block_size = kv.block_size;
               // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
               if (e.prefix_cache && kv.block_size > 0) facts.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
             },
@@ -230,8 +232,13 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   e.prefix_summary = facts.prefix_summary;
   const bool prefix_cache = facts.prefix_cache;
   engine_actor actor = spawn_engine(system_, std::move(e));
-  spdlog::info("engine {} ready: model {} on {}, {} KV cache{}{}", name, decl.model, decl.device,
-               quant::dtype_name(decl.kv_dtype), prefix_cache ? ", prefix caching" : "",
+  // The pool's memory: K and V of every layer's KV heads per position, as the dtype stores a row.
+  const th_model_info& info = model.spec.info;
+  const double kv_mib = double(kv_blocks) * kv_block_size * 2.0 * info.n_layers *
+                        double(quant::row_bytes(decl.kv_dtype, int64_t(info.n_kv_heads) * info.head_dim)) / (1 << 20);
+  spdlog::info("engine {} ready: model {} on {}, {} KV cache of {} blocks of {} positions ({} positions, {:.1f} MiB){}{}", name,
+               decl.model, decl.device, quant::dtype_name(decl.kv_dtype), kv_blocks, kv_block_size,
+               uint64_t(kv_blocks) * kv_block_size, kv_mib, prefix_cache ? ", prefix caching" : "",
                window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
                                  std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
                            : std::string());

@@ -9,6 +9,11 @@ source "$here/lib.sh"
 out=$("$tokenhost" --log-level warn plugins inspect kvcache.paged)
 grep -q "block_size (int, default 16, 1..1024): Token positions per KV block." <<<"$out" || { echo "FAIL: inspect text:"; echo "$out"; exit 1; }
 echo "ok: inspect names each key's type, default and range"
+# A float default as the manifest writes it, not as a double's 17 digits; a whole one stays a float.
+out=$("$tokenhost" --log-level warn plugins inspect spec_decode.suffix)
+grep -qF "min_score (float, default 0.1, 0..1)" <<<"$out" && grep -qF "spec_factor (float, default 1.0, 0..16)" <<<"$out" ||
+  { echo "FAIL: float defaults:"; echo "$out"; exit 1; }
+echo "ok: float defaults shortest"
 json=$("$tokenhost" --log-level warn plugins inspect kvcache.paged --json)
 python3 - "$json" <<'PY'
 import json, sys

@@ -17,6 +17,9 @@ grep -q '^  blk.0.ffn_down.weight$' "$work/out.txt" || fail "blk.0.ffn_down.weig
 grep -qE "q8.gguf: [0-9]+ of [0-9]+ matrices quantized to q8_0, [0-9]+ kept; [0-9]+ one-dimensional" "$work/out.txt" ||
   { cat "$work/out.txt"; fail "no summary line"; }
 grep -q 'quantizing tensors: 100%' "$work/err.txt" || fail "no progress on stderr"
+# Not a terminal: a line per quarter, no carriage return (a log file stays readable).
+! grep -q $'\r' "$work/err.txt" || fail "carriage returns in a non-terminal log"
+[ "$(grep -c '^quantizing tensors: ' "$work/err.txt")" = 5 ] || fail "progress lines: $(grep '^quantizing' "$work/err.txt")"
 echo "ok: q8_0 copy written, the 172-wide feed-forward kept and listed"
 
 "$tokenhost" generate -m "$work/q8.gguf" -p "Once upon a time" -n 60 --temperature 0 > "$work/text.txt" 2> "$work/err.txt" ||

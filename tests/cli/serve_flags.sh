@@ -73,8 +73,11 @@ echo "ok: --log-level error serve prints no info line"
 # -t sets the compute pool's threads (the start-up line says how many).
 "$tokenhost" serve --port 0 --admin-port 0 -t 1 > "$work/log" 2>&1 &
 pid=$!
-for _ in $(seq 50); do grep -q "compute threads" "$work/log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "engine main ready" "$work/log" && break; sleep 0.1; done
 kill -TERM $pid; wait $pid || true
 pid=""
 grep -q ": 1 compute threads for the engines without a partition" "$work/log" || { cat "$work/log"; echo "FAIL: -t 1"; exit 1; }
 echo "ok: -t 1"
+# The start-up log states the KV pool's size (stories260K: 5 layers x 4 KV heads x 8 x K and V in f16).
+grep -qF "f16 KV cache of 1024 blocks of 16 positions (16384 positions, 10.0 MiB)" "$work/log" || { cat "$work/log"; echo "FAIL: KV pool size"; exit 1; }
+echo "ok: KV pool size in the log"

@@ -16,6 +16,8 @@ with_bos=$(printf 'Once upon a time' | "$tokenhost" tokenize -m "$model" --bos)
 pieces=$(printf 'Once upon a time' | "$tokenhost" tokenize -m "$model" --pieces)
 [ "$(wc -l <<<"$pieces")" = "$(wc -w <<<"$ids")" ] || fail "--pieces gave $(wc -l <<<"$pieces") lines for $(wc -w <<<"$ids") ids"
 [ "$(tr -d '\n' <<<"$pieces")" = " Once upon a time" ] || fail "--pieces joined: '$(tr -d '\n' <<<"$pieces")'"
+# BOS is a control token: no text, so --pieces shows its vocabulary entry rather than an empty line.
+[ "$(printf 'Once' | "$tokenhost" tokenize -m "$model" --bos --pieces | head -1)" = "<s>" ] || fail "--bos --pieces: BOS not shown as <s>"
 # Special tokens: parsed by default, plain text on request.
 [ "$(printf '<s>' | "$tokenhost" tokenize -m "$model")" = "1" ] || fail "<s> is not token 1"
 [ "$(printf '<s>' | "$tokenhost" tokenize -m "$model" --no-parse-special)" != "1" ] || fail "--no-parse-special parsed <s>"
