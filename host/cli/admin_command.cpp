@@ -1,9 +1,12 @@
 #include "cli/admin_command.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <toml++/toml.h>
 
 #include "admin/admin_client.hpp"
 #include "plugin/kind.hpp"
@@ -99,7 +102,12 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
                                             "engines, experiments.\nThe token comes from --token, $TOKENHOST_ADMIN_TOKEN, "
                                             "or the file the server wrote ($TOKENHOST_CACHE/admin-token-PORT, PORT the admin API's).");
   admin->require_subcommand(1);
-  admin->add_option("--url", o.url, "The admin API's base URL")->capture_default_str();
+  admin->add_option("--url", o.url,
+                    "The admin API's base URL (default: $TOKENHOST_ADMIN_URL, else --manifest's admin_listen, else "
+                    "http://127.0.0.1:8081)");
+  admin->add_option("--manifest", o.manifest, "The deployment manifest the server runs: its [server] admin_listen (https with "
+                                              "admin_tls_certificate) gives the URL")
+      ->check(CLI::ExistingFile);
   admin->add_option("--token", o.token, "The admin token");
   admin->add_option("--cacert", o.ca_file, "With an https:// URL: PEM certificates to trust for the server's (default: the system's)")
       ->check(CLI::ExistingFile);
@@ -119,10 +127,14 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
   plugins->add_subcommand("list", "Every plugin in the server's catalog")->callback([&o] {
     o.action = [](AdminClient& c, const AdminOptions& opt) {
       auto p = c.get("/admin/plugins");
-      std::ostringstream out;
-      for (const auto& m : p.value("catalog", nlohmann::json::array()))
-        out << m.value("id", "?") << "  " << m.value("version", "?") << "  " << m.value("library", "") << "\n";
-      print_answer(opt, p, out.str().empty() ? p.dump(2) : out.str());
+      std::ostringstream out;  // a line per plugin: id, version, kind, ABI, library; then what went wrong
+      for (const auto& m : p.value("plugins", nlohmann::json::array()))
+        out << m.value("id", "?") << "  " << m.value("version", "?") << "  " << m.value("kind", "?") << "  ABI "
+            << m.value("abi", "?") << "  " << m.value("library", "") << "\n";
+      out << p.value("open_libraries", 0) << " libraries open\n";
+      for (const auto& e : p.value("errors", nlohmann::json::array())) out << "skipped: " << (e.is_string() ? e.get<std::string>() : e.dump()) << "\n";
+      for (const auto& f : p.value("faults", nlohmann::json::array())) out << "fault: " << (f.is_string() ? f.get<std::string>() : f.dump()) << "\n";
+      print_answer(opt, p, out.str());
       return 0;
     };
   });
@@ -272,10 +284,30 @@ CLI::App* add_admin_command(CLI::App& app, AdminOptions& o) {
   return admin;
 }
 
+// The admin API's URL: --url, $TOKENHOST_ADMIN_URL, the manifest's [server] admin_listen, or the default's.
+std::string admin_url(const AdminOptions& o) {
+  if (!o.url.empty()) return o.url;
+  if (const char* env = std::getenv("TOKENHOST_ADMIN_URL"); env != nullptr && *env) return env;
+  if (!o.manifest.empty()) {
+    toml::table doc;
+    try {
+      doc = toml::parse_file(o.manifest);
+    } catch (const toml::parse_error& e) {
+      throw std::invalid_argument(o.manifest + ": " + std::string(e.description()));
+    }
+    std::string listen = doc["server"]["admin_listen"].value_or(std::string("127.0.0.1:8081"));
+    if (listen.rfind("0.0.0.0:", 0) == 0) listen = "127.0.0.1" + listen.substr(7);  // every address: this machine's loopback too
+    const bool tls = doc["server"]["admin_tls_certificate"].is_string();
+    return (tls ? "https://" : "http://") + listen;
+  }
+  return "http://127.0.0.1:8081";
+}
+
 int run_admin(const AdminOptions& options) {
   if (!options.action) return 1;
   try {
-    AdminClient client(options.url, find_admin_token(options.token, options.url), options.ca_file, options.insecure);
+    const std::string url = admin_url(options);
+    AdminClient client(url, find_admin_token(options.token, url), options.ca_file, options.insecure);
     return options.action(client, options);
   } catch (const AdminCallError& e) {
     std::cerr << "tokenhost admin: " << e.what() << "\n";

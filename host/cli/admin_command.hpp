@@ -32,7 +32,8 @@ struct AdminArgs {
 };
 
 struct AdminOptions {
-  std::string url = "http://127.0.0.1:8081";
+  std::string url;       // --url; else $TOKENHOST_ADMIN_URL, the --manifest's admin_listen, http://127.0.0.1:8081
+  std::string manifest;  // --manifest: the deployment whose [server] admin_listen (and TLS) to reach
   std::string token;
   std::string ca_file;    // https: the certificates to trust
   bool insecure = false;  // https: any certificate

@@ -105,9 +105,18 @@ int run_generate(const GenerateOptions& o) {
           std::fwrite(piece.data(), 1, piece.size(), stdout);
           std::fflush(stdout);
         }
-        if (o.sampling.top_logprobs > 0) {
-          std::fprintf(stderr, "[%d %.4f |", token, double(last.logprob));
-          for (const auto& t : last.top) std::fprintf(stderr, " %d:%.4f", t.token, double(t.logprob));
+        if (o.sampling.top_logprobs > 0) {  // id "text" logprob, then the top N the same way
+          auto quoted = [&](int32_t id) {
+            std::string q = "\"";
+            for (char c : tokenizer.is_control(id) ? tokenizer.spec().tokens.at(size_t(id)) : tokenizer.token_text(id)) {
+              if (c == '\n') q += "\\n";
+              else if (c == '"' || c == '\\') q += std::string("\\") + c;
+              else q += c;
+            }
+            return q + "\"";
+          };
+          std::fprintf(stderr, "[%d %s %.4f |", token, quoted(token).c_str(), double(last.logprob));
+          for (const auto& t : last.top) std::fprintf(stderr, " %d %s %.4f", t.token, quoted(t.token).c_str(), double(t.logprob));
           std::fprintf(stderr, "]\n");
         }
         return true;

@@ -24,7 +24,16 @@ admin_ok 'attention +attention.cpu_flash 1.0.0' status
 admin_ok 'router router.round_robin' status
 admin_ok 'model stories  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
 admin_ok '"engines"' --json status
-admin_ok 'scheduler.continuous' plugins list
+admin_ok '^scheduler.continuous  1.0.0  scheduler  ABI 1.10  /' plugins list
+admin_ok '^[0-9]+ libraries open$' plugins list
+admin_ok '"plugins"' --json plugins list
+# The URL from $TOKENHOST_ADMIN_URL, or from the manifest the server runs (its admin_listen).
+TOKENHOST_ADMIN_URL="$admin" "$tokenhost" admin status > "$work/out" 2>&1 && grep -q 'engine main' "$work/out" ||
+  { cat "$work/out"; echo "FAIL: admin with TOKENHOST_ADMIN_URL"; exit 1; }
+sed "s|^admin_listen = .*|admin_listen = \"${admin#http://}\"|" "$work/serve.toml" > "$work/running.toml"
+"$tokenhost" admin --manifest "$work/running.toml" status > "$work/out" 2>&1 && grep -q 'engine main' "$work/out" ||
+  { cat "$work/out"; echo "FAIL: admin --manifest"; exit 1; }
+echo "ok: admin finds the server by TOKENHOST_ADMIN_URL and by --manifest"
 admin_ok 'registered router.fixture from' plugins load "$fixtures/router_v2/plugin.toml"
 admin_ok 'router.round_robin 1.0.0 -> router.fixture 2.0.0' router router.fixture
 admin_ok 'scheduler.continuous 1.0.0 -> scheduler.fifo 1.0.0' swap main scheduler scheduler.fifo --set max_prefill_chunk=8

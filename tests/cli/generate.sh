@@ -25,9 +25,13 @@ done
 
 "$tokenhost" generate -m "$models/stories260K.gguf" -p "Once upon a time" -n 5 --temperature 0.8 --seed 3 --logprobs 2 \
   > "$work/out.txt" 2> "$work/err.txt"
-[ "$(grep -c '^\[[0-9]* -[0-9.]* | [0-9]*:-[0-9.]* [0-9]*:-[0-9.]*\]$' "$work/err.txt")" = 5 ] ||
+# Each line: the token's id, its text quoted and its log-probability, then the top 2 the same way.
+[ "$(grep -c '^\[[0-9]* "[^"]*" -[0-9.]* | [0-9]* "[^"]*" -[0-9.]* [0-9]* "[^"]*" -[0-9.]*\]$' "$work/err.txt")" = 5 ] ||
   { cat "$work/err.txt"; fail "not one log-probability line with the top 2 per token"; }
-echo "ok: --logprobs 2 prints each token's log-probability and its top 2"
+# The sampled tokens' texts, joined, are what stdout shows.
+[ "$(grep -E '^\[[0-9]+ "' "$work/err.txt" | sed -E 's/^\[[0-9]+ "([^"]*)".*/\1/' | tr -d '\n')" = "$(tr -d '\n' < "$work/out.txt")" ] ||
+  { cat "$work/err.txt" "$work/out.txt"; fail "the log-probability lines' texts are not the generated text"; }
+echo "ok: --logprobs 2 prints each token's text and log-probability and its top 2"
 
 "$tokenhost" make-model "$work/moe.gguf" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 32 --vocab 300 \
   --experts 4 --experts-used 2 --seed 1 --type q8_0 > /dev/null 2>&1
