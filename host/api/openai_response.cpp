@@ -153,8 +153,11 @@ std::string sse_done() { return "data: [DONE]\n\n"; }
 
 json models_list(const std::vector<ModelCard>& models) {
   json data = json::array();
-  for (const auto& m : models)
-    data.push_back({{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}});
+  for (const auto& m : models) {
+    json card = {{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", m.owned_by}};
+    if (m.context_length > 0) card["context_length"] = card["max_model_len"] = m.context_length;
+    data.push_back(std::move(card));
+  }
   return {{"object", "list"}, {"data", std::move(data)}};
 }
 

@@ -106,8 +106,10 @@ struct ModelCard {
   std::string id;
   int64_t created = 0;
   std::string owned_by = "tokenhost";
+  uint32_t context_length = 0;  // the most positions one request holds (0: not stated)
 };
-// {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
+// {"object": "list", "data": [{"id", "object": "model", "created", "owned_by", "context_length",
+// "max_model_len"}]}: the context under both names clients read (llama-server's and vLLM's).
 nlohmann::json models_list(const std::vector<ModelCard>& models);
 
 }  // namespace tokenhost::api

@@ -40,7 +40,9 @@ line=$(grep "gateway listening" "$work/log") || { cat "$work/log"; exit 1; }
 grep -qE 'listening on 127\.0\.0\.1:[0-9]+, admin API on 127\.0\.0\.1:[0-9]+' <<<"$line" && ! grep -qE ':(8080|8081)\b' <<<"$line" ||
   { echo "FAIL: the ports were not replaced: $line"; exit 1; }
 gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
-curl -sf "http://127.0.0.1:$gw/v1/models" | grep -q '"stories"'
+curl -sf "http://127.0.0.1:$gw/v1/models" > "$work/models.json"
+grep -q '"stories"' "$work/models.json" && grep -q '"context_length": *512' "$work/models.json" && grep -q '"max_model_len": *512' "$work/models.json" ||
+  { cat "$work/models.json"; echo "FAIL: /v1/models without the model's context"; exit 1; }
 kill -TERM $pid; wait $pid
 echo "ok: serve --host --port --admin-port"
 echo "all --help pages present"

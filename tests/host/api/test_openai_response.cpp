@@ -157,6 +157,10 @@ TEST_CASE("response: model list", "[api][response]") {
   REQUIRE(j["data"][0] == json{{"id", "stories"}, {"object", "model"}, {"created", 1700000000}, {"owned_by", "tokenhost"}});
   REQUIRE(j["data"][1]["owned_by"] == "me");
   REQUIRE(models_list({})["data"] == json::array());
+  // A stated context goes out under llama-server's name and vLLM's.
+  const json c = models_list({{"stories", 1, "tokenhost", 512}})["data"][0];
+  REQUIRE(c["context_length"] == 512);
+  REQUIRE(c["max_model_len"] == 512);
 }
 
 }  // namespace api_openai_response_tests
