@@ -86,7 +86,7 @@ std::string report_text(const json& r) {
   out << "experiment " << r.value("name", "?") << " (" << r.value("state", "?") << ", " << elapsed << " s, model "
       << r.value("model", "?") << ")\n\n";
   std::vector<std::vector<std::string>> arms = {{"arm", "engine", "%", "requests", "failed", "tokens", "tok/s",
-                                                 "tok/step", "step ms", "ttft ms [95% CI]", "itl ms [95% CI]",
+                                                 "engine tok/s", "tok/step", "step ms", "ttft ms [95% CI]", "itl ms [95% CI]",
                                                  "e2e ms [95% CI]", "drafts kept", "prefix hits"}};
   // Speculation: the share of draft tokens kept, of how many; prefix caching: prompts that found a
   // cached prefix, of those looked up ("-" for an arm that did neither).
@@ -102,14 +102,16 @@ std::string report_text(const json& r) {
     return std::to_string(p.value("hits", 0)) + "/" + std::to_string(p.value("lookups", 0));
   };
   for (const auto& a : r.value("arms", json::array())) {
-    char tput[32], per_step[32] = "-";
+    char tput[32], per_step[32] = "-", engine_tput[32] = "-";
     std::snprintf(tput, sizeof tput, "%.1f", a.value("throughput_tok_s", 0.0));
     const json load = a.value("load", json::object());
+    if (load.value("engine_tok_s", json()).is_number())
+      std::snprintf(engine_tput, sizeof engine_tput, "%.1f", load["engine_tok_s"].get<double>());
     if (load.value("tokens_per_step", json()).is_number())
       std::snprintf(per_step, sizeof per_step, "%.1f", load["tokens_per_step"].get<double>());
     arms.push_back({a.value("name", "?"), a.value("engine", "?"), std::to_string(a.value("percent", 0)),
                     std::to_string(a.value("requests", 0)), std::to_string(a.value("failed", 0)),
-                    std::to_string(a.value("tokens_out", 0)), tput, per_step, ms(load.value("step_s_mean", json())),
+                    std::to_string(a.value("tokens_out", 0)), tput, engine_tput, per_step, ms(load.value("step_s_mean", json())),
                     mean_ci(a["ttft_s"]), mean_ci(a["itl_s"]), mean_ci(a["e2e_s"]),
                     drafts_kept(a.value("speculation", json())), prefix_hits(a.value("prefix_cache", json()))});
   }
@@ -124,6 +126,7 @@ std::string report_text(const json& r) {
                    c.value("verdict", "")});
   }
   if (cmp.size() > 1) out << "\n" << table(cmp);
+  for (const auto& n : r.value("notes", json::array())) out << "\nnote: " << n.get<std::string>() << "\n";
   return out.str();
 }
 

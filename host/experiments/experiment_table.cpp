@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "util/text.hpp"
@@ -84,7 +85,8 @@ json load_json(const std::map<std::string, double>& delta) {
           {"tokens", uint64_t(tokens)},
           {"tokens_per_step", ratio(tokens, steps)},
           {"step_s_mean", ratio(seconds, steps)},
-          {"step_s_per_token", ratio(seconds, tokens)}};
+          {"step_s_per_token", ratio(seconds, tokens)},
+          {"engine_tok_s", ratio(tokens, seconds)}};  // tokens per second of the engine's own step time
 }
 
 // What an arm's engine speculated over the experiment (deltas of its tokenhost_spec_* series, summed
@@ -494,8 +496,26 @@ std::optional<json> ExperimentTable::report(const std::string& name) const {
                              {"verdict", verdict}});
     }
   }
+  // Loads that confound latency: an arm whose steps carry much more (or less) than the baseline's runs
+  // slower (faster) steps for that alone. And throughput_tok_s follows the split, not the technique.
+  json notes = json::array();
+  constexpr double kLoadRatio = 1.25;
+  const json& base_load = arms[0]["load"];
+  for (size_t i = 1; i < arms.size(); ++i) {
+    const json &b = base_load["tokens_per_step"], &c = arms[i]["load"]["tokens_per_step"];
+    if (!b.is_number() || !c.is_number() || b.get<double>() <= 0 || c.get<double>() <= 0) continue;
+    const double r = c.get<double>() / b.get<double>();
+    if (r < kLoadRatio && 1 / r < kLoadRatio) continue;
+    char text[400];
+    std::snprintf(text, sizeof text,
+                  "arm %s's steps carried %.2fx the tokens of arm %s's (%.1f against %.1f per step): its latencies show "
+                  "that load as well as its technique; compare load.engine_tok_s and load.step_s_per_token",
+                  x->spec.arms[i].name.c_str(), r, x->spec.arms[0].name.c_str(), c.get<double>(), b.get<double>());
+    notes.push_back(text);
+  }
   return json{{"name", x->spec.name},
               {"state", x->running ? "running" : "stopped"},
+              {"notes", notes},
               {"model", x->model},
               {"elapsed_s", elapsed},
               {"min_samples", x->spec.min_samples},

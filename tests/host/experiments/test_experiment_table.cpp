@@ -3,10 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "experiments/experiment_table.hpp"
+#include "harness.hpp"
 
 namespace experiments_experiment_table_tests {
 
@@ -176,6 +178,8 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(arm_a["load"]["tokens_per_step"].get<double>() == Approx(20));
   REQUIRE(arm_a["load"]["step_s_mean"].get<double>() == Approx(0.05));
   REQUIRE(arm_a["load"]["step_s_per_token"].get<double>() == Approx(0.0025));
+  REQUIRE(arm_a["load"]["engine_tok_s"].get<double>() == Approx(400));  // 200 tokens in 0.5 s of steps
+  REQUIRE(report["notes"] == json::array());  // arm b has not stepped: no load to compare
   // Speculation since the start: 10 drafts of 100 tokens, 25 accepted.
   REQUIRE(arm_a["speculation"]["drafts"] == 10);
   REQUIRE(arm_a["speculation"]["draft_tokens"] == 100);
@@ -218,6 +222,34 @@ TEST_CASE("experiment table: measurements reach the report with intervals and a 
   REQUIRE(stopped["arms"][0]["plugin_metrics"]["tokenhost_plugin_drafts_total{plugin=\"x\"}"] == 15);
   REQUIRE(std::holds_alternative<std::monostate>(t.route({"tiny", "s", "", "", "", ""})));
   REQUIRE(t.arm_labels().empty());
+}
+
+TEST_CASE("experiment table: the report says when the arms' steps carried loads different enough to confound latency", "[experiments]") {
+  // Both arms stepped for 1 s: a's steps carry 20 tokens, b's (on fresh random loads) 1.1x or 2-3x that.
+  auto rng = tokenhost::testing::fresh_rng("experiment table notes");
+  for (int trial = 0; trial < 10; ++trial) {
+    const bool far = trial % 2 == 1;
+    const double b_per_step = 20 * (far ? std::uniform_real_distribution<double>(2.0, 3.0)(rng) : 1.1);
+    double steps = 0;  // the report counts what the engines did since the experiment started
+    ExperimentTable t([&](const std::string& engine) {
+      const double per_step = engine == "cont" ? 20 : b_per_step;
+      return MetricValues{{"tokenhost_step_seconds_count", {steps, true}},
+                          {"tokenhost_step_seconds_sum", {steps / 10, true}},
+                          {"tokenhost_step_tokens_total", {steps * per_step, true}}};
+    });
+    REQUIRE_FALSE(t.start(spec(), "tiny"));
+    steps = 10;
+    const json report = *t.report("sched");
+    INFO("trial " << trial << " b per step " << b_per_step << ": " << report["notes"].dump());
+    REQUIRE(report["arms"][1]["load"]["engine_tok_s"].get<double>() == Approx(10 * b_per_step));
+    if (far) {
+      REQUIRE(report["notes"].size() == 1);
+      REQUIRE_THAT(report["notes"][0].get<std::string>(), Catch::Matchers::Contains("arm b's steps carried") &&
+                                                               Catch::Matchers::Contains("the tokens of arm a's"));
+    } else {
+      REQUIRE(report["notes"].empty());
+    }
+  }
 }
 
 }  // namespace experiments_experiment_table_tests
