@@ -5,6 +5,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <iostream>
@@ -102,7 +103,52 @@ std::vector<std::string> check_create(Deployment d) {
   }
 }
 
+// Every error of a manifest the reader can find, not the first alone: after each, the line it names is
+// set aside (made a comment, the line count kept) and the manifest read again. Stops at an error on a
+// table's header (setting it aside would move its keys into the table above), at one it already saw,
+// when setting a line aside leaves TOML that does not parse, and after 20.
+std::vector<std::string> manifest_errors(const std::string& path) {
+  const std::string label = path.empty() ? "<embedded manifests/default.toml>" : path;
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(path.empty() ? std::string(embedded_default_manifest()) : TomlReader::read_text(path));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  auto text = [&] {
+    std::string t;
+    for (const auto& l : lines) t += l + "\n";
+    return t;
+  };
+  std::vector<std::string> errors;
+  std::set<uint32_t> set_aside;
+  for (int round = 0; round < 20; ++round) {
+    try {
+      read_deployment(label, text());
+      break;
+    } catch (const ManifestError& e) {
+      const bool header = e.line() >= 1 && e.line() <= lines.size() && lines[e.line() - 1].find_first_not_of(" \t") != std::string::npos &&
+                          lines[e.line() - 1][lines[e.line() - 1].find_first_not_of(" \t")] == '[';
+      if (round > 0 && (header || set_aside.count(e.line()))) break;  // likely what setting a line aside caused
+      errors.push_back(e.what());
+      if (header || e.line() < 1 || e.line() > lines.size()) break;
+      set_aside.insert(e.line());
+      lines[e.line() - 1] = "# " + lines[e.line() - 1];
+      try {
+        (void)toml::parse(text(), label);
+      } catch (const toml::parse_error&) {
+        break;
+      }
+    }
+  }
+  return errors;
+}
+
 int run_check(const std::string& path, bool load) {
+  if (const auto errors = manifest_errors(path); !errors.empty()) {
+    for (const auto& e : errors) std::cerr << e << "\n";
+    if (errors.size() > 1) std::cerr << errors.size() << " errors\n";
+    return 1;
+  }
   try {
     Deployment d = load_deployment(path);
     const std::string file = d.file;

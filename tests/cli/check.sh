@@ -28,6 +28,18 @@ expect_error "$work/typo.toml" "^$work/typo.toml:[0-9]+:1: unknown key 'log_levl
 sed 's/block_size = 16/block_size = 0/' "$here/../../manifests/default.toml" > "$work/range.toml"
 expect_error "$work/range.toml" "^$work/range.toml:[0-9]+:[0-9]+: 'block_size' in \[engines.main.kvcache\].config is out of range \[1, 1024\]$"
 
+# Every error the reader can find in one run, each located, and their count.
+printf '[models.m]\ndim = 32\nn_heads = 4\nsed = 3\n[engines.e]\nmodel = "m"\nmax_step_seqs = 0\nkv_dtype = "f17"\nattention = { plugin = "attention.reference" }\nkvcache = { plugin = "kvcache.paged" }\nscheduler = { plugin = "scheduler.fifo" }\n' > "$work/three.toml"
+set +e
+out=$($tokenhost --log-level warn check "$work/three.toml" 2>&1)
+rc=$?
+set -e
+[ $rc -eq 1 ] && grep -q "^$work/three.toml:4:1: unknown key 'sed' in \[models.m\]" <<<"$out" &&
+  grep -q "^$work/three.toml:7:17: 'max_step_seqs' in \[engines.e\] = 0 is out of range" <<<"$out" &&
+  grep -q "^$work/three.toml:8:12: kv_dtype 'f17'" <<<"$out" && grep -q "^3 errors$" <<<"$out" ||
+  { echo "FAIL: check did not list the three errors (rc $rc):"; echo "$out"; exit 1; }
+echo "ok: check lists every error"
+
 # A KV pool larger than this machine's memory is refused by check, not first by serve's allocation.
 sed -E 's/n_blocks = [0-9]+/n_blocks = 2147483647/' "$here/../../manifests/default.toml" > "$work/pool.toml"
 expect_error "$work/pool.toml" "the K and V pools need [0-9]+ bytes \\([0-9]+ MiB\\), more than the [0-9]+ bytes of memory of device cpu"
