@@ -38,8 +38,10 @@ double dot(const float* row, const double* x, uint32_t n) {
 }
 
 // Experts of q8_0 weights against float64 loops over what they dequantize to, for a plugin whose check()
-// takes a q8_0 model (ABI 1.10: the host's grouped products compute them). Per token, within 3% of its
-// largest output: the host's integer kernels round activations to 8 bits per 32-element block.
+// takes a q8_0 model (ABI 1.10: the host's grouped products compute them). Per token, within 6% of its
+// largest output: the host's integer kernels round activations to 8 bits per 32-element block, twice
+// (the input, then the SwiGLU's output before down): 3.4% was seen with one seed in about 40, which a
+// 3% bound failed; tests/host/backends/cpu/test_forward_moe.cpp bounds a whole forward pass at 6% too.
 void quantized_experts_rule(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r) {
   const uint32_t n_experts = 6, k = 2;
   ModelSpec model = model_shape(4, 2, 8, TH_DTYPE_F16, n_experts, k);
@@ -112,7 +114,7 @@ void quantized_experts_rule(PluginCatalog& catalog, const PluginManifest& plugin
           const double diff = std::fabs(double(out[size_t(t) * dim + d]) - ref[d]);
           worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
         }
-        expect(worst <= 3e-2 * top + 1e-4, "token " + std::to_string(t) + ": an output is " + std::to_string(worst) +
+        expect(worst <= 6e-2 * top + 1e-4, "token " + std::to_string(t) + ": an output is " + std::to_string(worst) +
                                                " from the float64 experts' (largest " + std::to_string(top) + ")");
       }
     }

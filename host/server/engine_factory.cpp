@@ -232,10 +232,11 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   e.prefix_summary = facts.prefix_summary;
   const bool prefix_cache = facts.prefix_cache;
   engine_actor actor = spawn_engine(system_, std::move(e));
-  // The pool's memory: K and V of every layer's KV heads per position, as the dtype stores a row.
+  // The pool's memory: K and V of every layer's KV heads per position, at the dtype's bytes per element
+  // (a q8_0 block's scale shared by its 32 elements). Never throws: the engine's actors run already.
   const th_model_info& info = model.spec.info;
-  const double kv_mib = double(kv_blocks) * kv_block_size * 2.0 * info.n_layers *
-                        double(quant::row_bytes(decl.kv_dtype, int64_t(info.n_kv_heads) * info.head_dim)) / (1 << 20);
+  const double kv_mib = double(kv_blocks) * kv_block_size * 2.0 * info.n_layers * double(info.n_kv_heads) * info.head_dim *
+                        double(quant::block_bytes(decl.kv_dtype)) / double(quant::block_elems(decl.kv_dtype)) / (1 << 20);
   spdlog::info("engine {} ready: model {} on {}, {} KV cache of {} blocks of {} positions ({} positions, {:.1f} MiB){}{}", name,
                decl.model, decl.device, quant::dtype_name(decl.kv_dtype), kv_blocks, kv_block_size,
                uint64_t(kv_blocks) * kv_block_size, kv_mib, prefix_cache ? ", prefix caching" : "",
