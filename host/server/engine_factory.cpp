@@ -212,38 +212,47 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
   auto vitals = e.vitals;
   e.worker = spawn_worker(system_, std::move(w));
   const worker_actor worker = e.worker;
-  EngineFacts facts;
-  uint32_t kv_blocks = 0, kv_block_size = 0;
-  facts.prefix_cache = e.prefix_cache;
-  facts.window_cap = window.cap;
-  {
-    // The pool's size, for admission control (the worker made its kvcache instance as it started).
-    caf::scoped_actor self{system_};
-    self->request(e.worker, std::chrono::seconds(60), status_atom::value)
-        .receive(
-            [&](const KvState& kv) {
-              facts.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
-              kv_blocks = kv.total_blocks, kv_block_size = kv.block_size;
-              // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
-              if (e.prefix_cache && kv.block_size > 0) facts.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
-            },
-            [&](caf::error&) {});
+  engine_actor actor;
+  // From here the engine's actors run: a throw must stop them, or the actor system would wait for them
+  // at shutdown for ever.
+  try {
+    EngineFacts facts;
+    uint32_t kv_blocks = 0, kv_block_size = 0;
+    facts.prefix_cache = e.prefix_cache;
+    facts.window_cap = window.cap;
+    {
+      // The pool's size, for admission control (the worker made its kvcache instance as it started).
+      caf::scoped_actor self{system_};
+      self->request(e.worker, std::chrono::seconds(60), status_atom::value)
+          .receive(
+              [&](const KvState& kv) {
+                facts.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
+                kv_blocks = kv.total_blocks, kv_block_size = kv.block_size;
+                // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
+                if (e.prefix_cache && kv.block_size > 0) facts.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
+              },
+              [&](caf::error&) {});
+    }
+    e.prefix_summary = facts.prefix_summary;
+    const bool prefix_cache = facts.prefix_cache;
+    actor = spawn_engine(system_, std::move(e));
+    // The pool's memory: K and V of every layer's KV heads per position, at the dtype's bytes per element
+    // (a q8_0 block's scale shared by its 32 elements).
+    const th_model_info& info = model.spec.info;
+    const double kv_mib = double(kv_blocks) * kv_block_size * 2.0 * info.n_layers * double(info.n_kv_heads) * info.head_dim *
+                          double(quant::block_bytes(decl.kv_dtype)) / double(quant::block_elems(decl.kv_dtype)) / (1 << 20);
+    spdlog::info("engine {} ready: model {} on {}, {} KV cache of {} blocks of {} positions ({} positions, {:.1f} MiB){}{}", name,
+                 decl.model, decl.device, quant::dtype_name(decl.kv_dtype), kv_blocks, kv_block_size,
+                 uint64_t(kv_blocks) * kv_block_size, kv_mib, prefix_cache ? ", prefix caching" : "",
+                 window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
+                                   std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
+                             : std::string());
+    return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker, std::move(vitals));
+  } catch (...) {
+    if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+    throw;
   }
-  e.prefix_summary = facts.prefix_summary;
-  const bool prefix_cache = facts.prefix_cache;
-  engine_actor actor = spawn_engine(system_, std::move(e));
-  // The pool's memory: K and V of every layer's KV heads per position, at the dtype's bytes per element
-  // (a q8_0 block's scale shared by its 32 elements). Never throws: the engine's actors run already.
-  const th_model_info& info = model.spec.info;
-  const double kv_mib = double(kv_blocks) * kv_block_size * 2.0 * info.n_layers * double(info.n_kv_heads) * info.head_dim *
-                        double(quant::block_bytes(decl.kv_dtype)) / double(quant::block_elems(decl.kv_dtype)) / (1 << 20);
-  spdlog::info("engine {} ready: model {} on {}, {} KV cache of {} blocks of {} positions ({} positions, {:.1f} MiB){}{}", name,
-               decl.model, decl.device, quant::dtype_name(decl.kv_dtype), kv_blocks, kv_block_size,
-               uint64_t(kv_blocks) * kv_block_size, kv_mib, prefix_cache ? ", prefix caching" : "",
-               window.on() ? ", attention sinks of " + std::to_string(window.sinks) + " positions and a sliding window up to " +
-                                 std::to_string(window.cap) + " in all (released " + std::to_string(window.slide) + " or more at a time)"
-                           : std::string());
-  return std::make_shared<LocalEngine>(system_, decl, std::move(facts), std::move(actor), worker, std::move(vitals));
 }
 
 std::shared_ptr<Generator> EngineFactory::make_embedder(const std::string& model) {
