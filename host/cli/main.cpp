@@ -144,13 +144,8 @@ std::vector<std::string> manifest_errors(const std::string& path) {
 }
 
 int run_check(const std::string& path, bool load) {
-  if (const auto errors = manifest_errors(path); !errors.empty()) {
-    for (const auto& e : errors) std::cerr << e << "\n";
-    if (errors.size() > 1) std::cerr << errors.size() << " errors\n";
-    return 1;
-  }
   try {
-    Deployment d = load_deployment(path);
+    Deployment d = load_deployment(path);  // read once when it is valid; the errors' list only when it is not
     const std::string file = d.file;
     const size_t n_models = d.models.size(), n_engines = d.engines.size();
     std::vector<std::string> problems = check_tls(d);
@@ -169,7 +164,10 @@ int run_check(const std::string& path, bool load) {
               << (load ? ", every plugin loaded, accepts its engine and was created with its config" : "") << ")\n";
     return 0;
   } catch (const ManifestError& e) {
-    std::cerr << e.what() << "\n";
+    auto errors = manifest_errors(path);  // the first is the one caught, the others after it
+    if (errors.empty()) errors.push_back(e.what());
+    for (const auto& e : errors) std::cerr << e << "\n";
+    if (errors.size() > 1) std::cerr << errors.size() << " errors\n";
     return 1;
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "base/expert_placement.hpp"
 #include "conformance/conformance.hpp"
 #include "model/quant.hpp"
 
@@ -133,12 +134,8 @@ void rebalance_rule(const PluginInstance& inst, Rng& rng, const Options& o, Repo
       const uint32_t devices = uniform(rng, 2, 3), per_device = (n_experts + devices - 1) / devices + uniform(rng, 0, 1);
       std::vector<uint64_t> tokens(n_experts);
       for (uint32_t e = 0; e < n_experts; ++e) tokens[e] = uint64_t(1000.0 / (1 + e) * (0.5 + std::fabs(normal(rng))));  // skewed
-      std::vector<int32_t> slots(size_t(devices) * per_device, -1), placement(n_experts);
-      for (uint32_t d = 0; d < devices; ++d)  // in order, as an engine starts (base/expert_placement.hpp)
-        for (uint32_t e = d * n_experts / devices, first = e; e < (d + 1) * n_experts / devices; ++e) {
-          slots[size_t(d) * per_device + (e - first)] = int32_t(e);
-          placement[e] = int32_t(d);
-        }
+      const ExpertPlacement start(1, n_experts, devices, per_device);  // in order, as an engine starts
+      const std::vector<int32_t> slots = start.slots(0), placement = start.first_devices(0);
       th_moe_load load{};
       load.struct_size = sizeof load;
       load.n_experts = n_experts;

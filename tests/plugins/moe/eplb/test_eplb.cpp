@@ -10,6 +10,7 @@
 
 #include <tokenhost/plugin_moe_balance.hpp>
 
+#include "base/expert_placement.hpp"
 #include "harness.hpp"
 #include "moe_experts.hpp"
 
@@ -36,15 +37,16 @@ struct Answer {
   int32_t changed = -1;
 };
 
-// rebalance() from the engine's start (experts in order, spare slots empty).
+// The engine's start: experts in order, spare slots empty (base/expert_placement.hpp's).
+std::vector<int32_t> start_slots(uint32_t n_experts, uint32_t devices, uint32_t per_device) {
+  return ExpertPlacement(1, n_experts, devices, per_device).slots(0);
+}
+
+// rebalance() from the engine's start, unless slots are given.
 Answer rebalance(const PluginInstance& moe, const std::vector<uint64_t>& tokens, uint32_t devices, uint32_t per_device,
                  std::vector<int32_t> slots = {}, bool old_host = false) {
   const uint32_t n = uint32_t(tokens.size());
-  if (slots.empty()) {
-    slots.assign(size_t(devices) * per_device, -1);
-    for (uint32_t d = 0; d < devices; ++d)
-      for (uint32_t e = d * n / devices, first = e; e < (d + 1) * n / devices; ++e) slots[d * per_device + e - first] = int32_t(e);
-  }
+  if (slots.empty()) slots = start_slots(n, devices, per_device);
   std::vector<int32_t> placement(n);
   for (size_t s = slots.size(); s-- > 0;)
     if (slots[s] >= 0) placement[size_t(slots[s])] = int32_t(s / per_device);
@@ -109,10 +111,7 @@ TEST_CASE("moe.eplb rebalance lowers the imbalance on skewed loads, with replica
       const std::vector<uint64_t> tokens = skewed_load(rng, n_experts);
       const uint32_t devices = 2, per_device = n_experts / 2 + 1;  // one spare slot each
       const Answer a = rebalance(*moe, tokens, devices, per_device);
-      std::vector<int32_t> start(size_t(devices) * per_device, -1);
-      for (uint32_t d = 0; d < devices; ++d)
-        for (uint32_t e = d * n_experts / devices, first = e; e < (d + 1) * n_experts / devices; ++e)
-          start[d * per_device + e - first] = int32_t(e);
+      const std::vector<int32_t> start = start_slots(n_experts, devices, per_device);
       const double before = imbalance(tokens, start, devices), after = imbalance(tokens, a.slots, devices);
       INFO("experts " << n_experts << " trial " << trial << " imbalance " << before << " -> " << after);
       REQUIRE(after <= before);
