@@ -7,6 +7,7 @@ packages=(
   build-essential cmake git
   libcaf-dev libtomlplusplus-dev libspdlog-dev catch2 libboost1.81-dev libssl-dev nlohmann-json3-dev libcli11-dev
   zlib1g-dev  # kv_connector.disk's checksums
+  libicu-dev  # the tokenizers' Unicode data
   libucx-dev  # kv_connector.ucx (UCX 1.13: shared memory, TCP, RDMA)
   curl openssl  # the CLI tests: curl against the server, openssl makes throwaway TLS certificates
   clang-15 libfuzzer-15-dev  # the fuzz targets (fuzz/), built with clang and libFuzzer

@@ -1,6 +1,7 @@
 // The tokenizers on arbitrary text: SentencePiece with byte fallback (without user-defined tokens its
 // decode gives the text back; after one, llama.cpp's rule adds a space prefix to the next fragment)
-// and byte-level BPE with the llama3 pre-tokenizer; special-token parsing on and off.
+// byte-level BPE with the llama3 pre-tokenizer and WordPiece; special-token parsing on and off. Every
+// pre-tokenizer's words concatenate back to the text.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -62,6 +63,19 @@ Tokenizer make_bpe() {
   return Tokenizer(s);
 }
 
+Tokenizer make_wpm() {
+  TokenizerSpec s;
+  s.model = "bert";
+  for (const char* t : {"[UNK]", "[CLS]", "\xe2\x96\x81" "hello", "\xe2\x96\x81" "h", "ello", "\xe2\x96\x81" ",", "\xe2\x96\x81" "a", "a"}) {
+    s.tokens.push_back(t);
+    s.token_types.push_back(int32_t(TokenType::normal));
+  }
+  s.token_types[0] = int32_t(TokenType::unknown);
+  s.token_types[1] = int32_t(TokenType::control);
+  s.unk = 0;
+  return Tokenizer(s);
+}
+
 // Whether text is well-formed UTF-8. The SentencePiece splitter, as llama.cpp's, takes a lead byte's
 // length without checking what follows, so a broken sequence may swallow the next character's bytes:
 // the round trip holds for well-formed text only (and text without U+2581, below).
@@ -83,10 +97,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Tokenizer spm = make_spm(false);
   static const Tokenizer spm_user = make_spm(true);
   static const Tokenizer bpe = make_bpe();
+  static const Tokenizer wpm = make_wpm();
   const std::string text(reinterpret_cast<const char*>(data), size);
+  using tokenhost::PreTokenizer;
+  for (PreTokenizer kind : {PreTokenizer::default_bpe, PreTokenizer::gpt2, PreTokenizer::llama3, PreTokenizer::qwen2,
+                            PreTokenizer::falcon, PreTokenizer::starcoder, PreTokenizer::deepseek_llm,
+                            PreTokenizer::deepseek_coder}) {
+    std::string joined;
+    for (const std::string& word : tokenhost::pretokenize(kind, text)) {
+      if (word.empty()) {
+        std::fprintf(stderr, "pre-tokenizer %d made an empty word\n", int(kind));
+        std::abort();
+      }
+      joined += word;
+    }
+    if (joined != text) {
+      std::fprintf(stderr, "pre-tokenizer %d lost text\n", int(kind));
+      std::abort();
+    }
+  }
   // "▁" (U+2581) is SentencePiece's escaped space: a literal one decodes as a space, as in llama.cpp.
   const bool well_formed = valid_utf8(text) && text.find("\xe2\x96\x81") == std::string::npos;
-  for (const Tokenizer* t : {&spm, &spm_user, &bpe}) {
+  for (const Tokenizer* t : {&spm, &spm_user, &bpe, &wpm}) {
     for (bool special : {false, true}) {
       const auto ids = t->encode(text, true, special);
       const std::string back = t->decode(ids);

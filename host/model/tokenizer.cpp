@@ -60,12 +60,15 @@ struct Fragment {
 Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   std::fill(std::begin(byte_tokens_), std::end(byte_tokens_), -1);
   if (spec_.model == "llama") {
-    spm_ = true;
+    kind_ = Kind::spm;
   } else if (spec_.model == "gpt2") {
-    spm_ = false;
+    kind_ = Kind::bpe;
+  } else if (spec_.model == "bert") {
+    kind_ = Kind::wpm;
   } else {
-    fail("unknown tokenizer model '" + spec_.model + "'" + suggestion(spec_.model, {"llama", "gpt2"}));
+    fail("unknown tokenizer model '" + spec_.model + "'" + suggestion(spec_.model, {"llama", "gpt2", "bert"}));
   }
+  const bool spm = kind_ == Kind::spm;
   const size_t n = spec_.tokens.size();
   if (n == 0) fail("the vocabulary has no tokens");
   if (n > size_t(INT32_MAX)) fail("the vocabulary has too many tokens");
@@ -92,7 +95,7 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     token_ids_[text] = int32_t(i);
     switch (TokenType(type)) {
       case TokenType::normal:
-        if (spm_) {
+        if (kind_ != Kind::bpe) {  // SentencePiece and WordPiece both escape a word's leading space as ▁
           pieces_[i] = text;
           replace_all(pieces_[i], kSpace, " ");
         } else {
@@ -100,12 +103,14 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
         }
         break;
       case TokenType::byte:
-        if (spm_) {
+        if (spm) {
           int b = parse_byte_token(text);
           if (b < 0) fail("byte token " + std::to_string(i) + " '" + text + "' is not of the form <0xXX>");
           pieces_[i] = std::string(1, char(b));
-        } else {
+        } else if (kind_ == Kind::bpe) {
           pieces_[i] = gpt2_byte_decode(text);
+        } else {
+          pieces_[i] = text;
         }
         break;
       case TokenType::user_defined:
@@ -122,7 +127,7 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     return spec_.tokens[size_t(a)].size() > spec_.tokens[size_t(b)].size();
   });
 
-  if (spm_) {
+  if (spm) {
     static const char* hex = "0123456789ABCDEF";
     for (int b = 0; b < 256; ++b) {
       const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
@@ -130,8 +135,10 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
       if (id < 0) id = find_token(std::string(1, char(b)));  // llama.cpp's fallback: the byte itself
       byte_tokens_[b] = id;
     }
-  } else {
+  } else if (kind_ == Kind::bpe) {
     init_bpe();
+  } else {
+    for (const std::string& text : spec_.tokens) max_token_bytes_ = std::max(max_token_bytes_, text.size());
   }
 }
 
@@ -159,7 +166,8 @@ std::string Tokenizer::token_text(int32_t id) const {
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string out;
-  bool strip_space = spm_ && spec_.add_space_prefix;
+  // The one leading space an encoder added: SentencePiece's prefix, WordPiece's first word's ▁.
+  bool strip_space = (kind_ == Kind::spm && spec_.add_space_prefix) || kind_ == Kind::wpm;
   for (int32_t id : ids) {
     std::string piece = token_text(id);
     if (piece.empty()) continue;
@@ -211,11 +219,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
-    } else if (spm_) {
+    } else if (kind_ == Kind::spm) {
       encode_spm(text.substr(f.offset, f.length), spec_.add_space_prefix && prev_special, out);
       prev_special = false;
-    } else {
+    } else if (kind_ == Kind::bpe) {
       encode_bpe(text.substr(f.offset, f.length), out);
+      prev_special = false;
+    } else {
+      encode_wpm(text.substr(f.offset, f.length), out);
       prev_special = false;
     }
   }

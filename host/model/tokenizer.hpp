@@ -1,8 +1,9 @@
 // The tokenizers that GGUF models carry, built from the tokenizer.ggml.* metadata (filled in elsewhere;
 // this file reads no model files): SentencePiece ("llama": merge adjacent pieces by score, byte
-// fallback to "<0xXX>" tokens, spaces escaped as U+2581) and byte-level BPE ("gpt2": GPT-2's byte to
-// code point mapping, merge ranks, and the llama3 / qwen2 / gpt2 pre-tokenizers written by hand).
-// Behaviour follows llama.cpp's llama-vocab.cpp and unicode.cpp.
+// fallback to "<0xXX>" tokens, spaces escaped as U+2581), byte-level BPE ("gpt2": GPT-2's byte to
+// code point mapping, merge ranks, the pre-tokenizers of pretokenizer.hpp) and WordPiece ("bert":
+// lower case, accents stripped, split at whitespace, punctuation and CJK characters, each word matched
+// longest piece first). Behaviour follows llama.cpp's llama-vocab.cpp and unicode.cpp.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "model/pretokenizer.hpp"
 
 namespace tokenhost {
 
@@ -26,7 +29,8 @@ enum class TokenType : int32_t {
 };
 
 struct TokenizerSpec {
-  std::string model;                 // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+  std::string model;                 // tokenizer.ggml.model: "llama" (SentencePiece), "gpt2" (byte-level BPE)
+                                     // or "bert" (WordPiece)
   std::string pre;                   // tokenizer.ggml.pre: "default", "llama3" ("llama-bpe"), "qwen2", "gpt2", ...
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens
   std::vector<float> scores;         // tokenizer.ggml.scores (empty: all 0)
@@ -35,26 +39,9 @@ struct TokenizerSpec {
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = true;           // tokenizer.ggml.add_bos_token
   bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (llama only)
+  bool lowercase = true;         // tokenizer.ggml.normalizer.lowercase (bert only)
+  bool strip_accents = true;     // tokenizer.ggml.normalizer.strip_accents (bert only; default: lowercase)
 };
-
-// How a gpt2 (byte-level BPE) vocabulary splits text into words before merging.
-enum class PreTokenizer {
-  default_bpe,  // "default" or "": llama.cpp's default passes (punctuation runs, GPT-2, digit runs, 3 digits)
-  gpt2,         // "gpt2", "mpt", "olmo", "jais":
-                //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-  llama3,       // "llama3", "llama-bpe", "llama-v3", "falcon3": case-insensitive contractions, \p{N}{1,3}, ...
-  qwen2,        // "qwen2", "deepseek-r1-qwen": as llama3 but single digits
-};
-
-// The pre-tokenizer a tokenizer.ggml.pre name selects; throws std::invalid_argument for a name it does
-// not know.
-PreTokenizer pre_tokenizer_from_name(std::string_view pre);
-
-// Splits text (bytes, UTF-8 expected; invalid bytes are kept as one-byte units classed as symbols) into
-// the words BPE merges within. The words concatenate back to text. Letters/digits/whitespace are exact
-// for ASCII; code points >= 0x80 are letters unless a small table calls them whitespace, digits,
-// punctuation, symbols (emoji included) or combining marks.
-std::vector<std::string> pretokenize(PreTokenizer kind, std::string_view text);
 
 // GPT-2's byte-level mapping: every byte becomes one printable code point (UTF-8), e.g. ' ' -> "Ġ".
 std::string gpt2_byte_encode(std::string_view bytes);
@@ -78,13 +65,13 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
 
-  // The bytes ids stand for: token_text of each, with (llama, add_space_prefix) the one leading space
+  // The bytes ids stand for: token_text of each, with (llama with add_space_prefix, bert) the one leading space
   // the encoder added removed from the first token that yields text. Throws std::out_of_range for an
   // id outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids) const;
 
   // The bytes one token stands for, for streaming: control, unknown, unused and undefined tokens are "";
-  // user-defined tokens their text; llama: "▁" -> ' ', "<0xAB>" byte tokens -> that byte; gpt2: the
+  // user-defined tokens their text; llama and bert: "▁" -> ' '; llama: "<0xAB>" byte tokens -> that byte; gpt2: the
   // byte-level mapping undone. Throws std::out_of_range for an id outside the vocabulary.
   std::string token_text(int32_t id) const;
 
@@ -105,13 +92,14 @@ class Tokenizer {
   };
   using TextMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-  bool is_spm() const { return spm_; }
   void encode_spm(std::string_view fragment, bool space_prefix, std::vector<int32_t>& out) const;
   void encode_bpe(std::string_view fragment, std::vector<int32_t>& out) const;
   void init_bpe();  // merge ranks and byte tokens (tokenizer_bpe.cpp)
+  void encode_wpm(std::string_view fragment, std::vector<int32_t>& out) const;  // tokenizer_wpm.cpp
 
   TokenizerSpec spec_;
-  bool spm_ = true;
+  enum class Kind { spm, bpe, wpm } kind_ = Kind::spm;
+  size_t max_token_bytes_ = 0;               // wpm: the longest token's text
   PreTokenizer pre_ = PreTokenizer::default_bpe;
   bool ignore_merges_ = false;               // llama3: a word that is a token is taken whole
   TextMap token_ids_;                        // text -> id (the last id when texts repeat, as llama.cpp)

@@ -115,6 +115,8 @@ TokenizerSpec read_tokenizer_spec(const gguf::File& file, const std::string& pat
   tok.pad = id("tokenizer.ggml.padding_token_id");
   tok.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(tok.model == "llama");
   tok.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  tok.lowercase = file.get_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);
+  tok.strip_accents = file.get_bool("tokenizer.ggml.normalizer.strip_accents").value_or(tok.lowercase);
   return tok;
 }
 

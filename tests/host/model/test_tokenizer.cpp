@@ -331,9 +331,24 @@ TEST_CASE("bpe: pre-tokenizers split the way llama.cpp's do", "[tokenizer][bpe][
   CHECK(pre_tokenizer_from_name("") == PreTokenizer::default_bpe);
   CHECK_THROWS_WITH(pre_tokenizer_from_name("llama4"), Catch::Contains("llama4"));
 
+  // The pre-tokenizers of several passes (each splits the pieces the one before made).
+  CHECK(pretokenize(PreTokenizer::starcoder, "abc 123 x") == W{"abc", " ", "1", "2", "3", " x"});
+  CHECK(pretokenize(PreTokenizer::falcon, "Hi, (x)=1234") == W{"Hi", ",", " ", "(", "x", ")=", "123", "4"});
+  CHECK(pretokenize(PreTokenizer::deepseek_coder, "a1 b\n") == W{"a", "1", " b", "\n"});
+  CHECK(pretokenize(PreTokenizer::deepseek_llm, "Hello \xE4\xB8\x96\xE7\x95\x8C  12") ==
+        W{"Hello", " ", "\xE4\xB8\x96\xE7\x95\x8C", "  ", "12"});  // 世界: the CJK pass
+  CHECK(pretokenize(PreTokenizer::deepseek_llm, "a!! ") == W{"a", "!!", " "});
+  // Categories beyond ASCII come from Unicode: Cyrillic letters, an Arabic-Indic digit, an em dash.
+  CHECK(pretokenize(PreTokenizer::gpt2, "\xD0\xBD\xD0\xB5 \xD9\xA3\xE2\x80\x94") ==
+        W{"\xD0\xBD\xD0\xB5", " \xD9\xA3", "\xE2\x80\x94"});
+  CHECK(pre_tokenizer_from_name("gpt-2") == PreTokenizer::gpt2);
+  CHECK(pre_tokenizer_from_name("refact") == PreTokenizer::starcoder);
+  CHECK_THROWS_WITH(pre_tokenizer_from_name("deepseek-lm"), Catch::Contains("deepseek-llm"));
+
   std::mt19937 rng(7);
   for (PreTokenizer kind :
-       {PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::gpt2, PreTokenizer::default_bpe}) {
+       {PreTokenizer::llama3, PreTokenizer::qwen2, PreTokenizer::gpt2, PreTokenizer::default_bpe, PreTokenizer::falcon,
+        PreTokenizer::starcoder, PreTokenizer::deepseek_llm, PreTokenizer::deepseek_coder}) {
     for (int i = 0; i < 300; ++i) {
       const std::string s = random_text(rng, kAlphabet, 20);
       std::string joined;
@@ -377,10 +392,37 @@ TEST_CASE("bpe: special tokens with parse_special", "[tokenizer][bpe][special]")
   CHECK(tok.encode("hello<|eot_id|>", false) == Ids{260, 267});
 }
 
+TEST_CASE("wpm: WordPiece lower-cases, strips accents, splits punctuation and CJK, and matches longest first",
+          "[tokenizer][wpm]") {
+  TokenizerSpec s;
+  s.model = "bert";
+  const std::string w = "\xE2\x96\x81";  // ▁ marks a word's start
+  for (const std::string& t : {std::string("[UNK]"), std::string("[CLS]"), w + "hello", w + "h", std::string("ello"),
+                               w + ",", w + "cafe", w + "\xE4\xB8\x96", w + "a", std::string("b")}) {
+    s.tokens.push_back(t);
+    s.token_types.push_back(int32_t(TokenType::normal));
+  }
+  s.token_types[0] = int32_t(TokenType::unknown);
+  s.token_types[1] = int32_t(TokenType::control);
+  s.unk = 0;
+  const Tokenizer tok(s);
+  // "Héllo, CAFÉ 世x": é and É lose their accents; the comma and 世 are words of their own; "x" and
+  // "zz" cannot be covered and become [UNK]; "helloello" is ▁hello + ello; "ab" is ▁a + b.
+  CHECK(tok.encode("H\xC3\xA9llo, CAF\xC3\x89 \xE4\xB8\x96x helloello ab zz", false) ==
+        std::vector<int32_t>{2, 5, 6, 7, 0, 2, 4, 8, 9, 0});
+  CHECK(tok.decode({2, 5, 6}) == "hello , cafe");  // the first word's ▁ is not a space
+  CHECK(tok.encode("", false).empty());
+  CHECK(tok.encode(" \t\n", false).empty());
+
+  s.lowercase = false;
+  s.strip_accents = false;
+  CHECK(Tokenizer(s).encode("Hello h\xC3\xA9", false) == std::vector<int32_t>{0, 0});
+}
+
 TEST_CASE("tokenizer: the spec is validated", "[tokenizer][validation]") {
   TokenizerSpec s = spm_spec();
-  s.model = "bert";
-  CHECK_THROWS_WITH(Tokenizer(s), Catch::Contains("bert"));
+  s.model = "t5";
+  CHECK_THROWS_WITH(Tokenizer(s), Catch::Contains("unknown tokenizer model 't5'"));
   CHECK_THROWS_AS(Tokenizer(s), std::invalid_argument);
   s = spm_spec();
   s.scores.pop_back();
