@@ -1,5 +1,6 @@
-#include "base/kv_dtypes.hpp"
 #include "cli/generate_command.hpp"
+
+#include "base/kv_dtypes.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -7,12 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "backends/backend.hpp"
-#include "model/quant.hpp"
-#include "model/tokenizer.hpp"
-#include "plugin/catalog.hpp"
-#include "runtime/generator.hpp"
-#include "runtime/gguf_model.hpp"
+#include "cli/in_process.hpp"
 
 namespace tokenhost {
 
@@ -57,37 +53,21 @@ CLI::App* add_generate_command(CLI::App& app, GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& o) {
   validate(o.sampling);
-  auto started = std::chrono::steady_clock::now();
-  LoadedModel model = load_gguf_model(o.model, "model");
-  const auto& info = model.weights->spec.info;
-  spdlog::info("loaded {} ({}, {} layers, dim {}, {} heads / {} KV heads, vocab {}) in {:.2f} s, {:.1f} MiB of weights mapped",
-               o.model, model.weights->spec.architecture, info.n_layers, info.dim, info.n_heads, info.n_kv_heads,
-               info.vocab_size, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-               double(model.weights->bytes) / (1 << 20));
-  Tokenizer tokenizer(model.tokenizer);
+  InProcessSetup setup;
+  setup.model_path = o.model;
+  setup.plugins["attention"] = o.attention;
+  setup.plugins["moe"] = o.moe;
+  setup.configs["moe"].insert("weights", o.moe_weights);
+  setup.kv_dtype = o.kv_dtype;
+  setup.block_size = o.block_size;
+  setup.prefill_chunk = o.prefill_chunk;
+  InProcessModel m = load_in_process(setup);
+  const Tokenizer& tokenizer = *m.tokenizer;
   std::vector<int32_t> prompt = tokenizer.encode(o.prompt, !o.no_bos);
-  uint32_t positions = std::min<uint32_t>(info.context_len, uint32_t(prompt.size()) + o.max_tokens + 1);
-
-  PluginCatalog catalog(default_plugin_paths());
-  catalog.scan();
-  toml::table kv;
-  kv.insert("block_size", int64_t(o.block_size));
-  kv.insert("n_blocks", int64_t((positions + o.block_size - 1) / o.block_size + 1));
-  ModelSpec spec = model.weights->spec;  // as plugins see it: with the KV cache's element type
-  spec.info.kv_dtype = kv_dtype_named(o.kv_dtype).value();  // one of --kv-dtype's members
-  std::shared_ptr<PluginInstance> moe;
-  if (info.n_experts > 0) {
-    toml::table gating;
-    gating.insert("weights", o.moe_weights);
-    moe = instantiate(catalog, o.moe, "generate", spec, gating);
-    const bool stated = spec.to_abi().expert_weights_norm == TH_EXPERT_WEIGHTS_NORMALIZED;
-    spdlog::info("{} experts per layer, {} used per token: {} (weights = {}; the model's top-k weights are {}), {} experts", info.n_experts,
-                 info.n_experts_used, o.moe, o.moe_weights, stated ? "renormalized" : "its softmax probabilities",
-                 quant::dtype_name(model.weights->layers[0].experts[0].gate.type));
-  }
-  const Backend& cpu = *find_backend(TH_DEVICE_CPU);
-  Generator generator(cpu.place_weights(model.weights, 0, WeightPlacement{}), instantiate(catalog, o.attention, "generate", spec),
-                      instantiate(catalog, "kvcache.paged", "generate", spec, kv), o.prefill_chunk, moe);
+  // The KV pool holds the prompt and what follows it.
+  setup.positions = std::min<uint32_t>(m.model.weights->spec.info.context_len, uint32_t(prompt.size()) + o.max_tokens + 1);
+  build_generator(m, setup);
+  Generator& generator = *m.generator;
 
   Sampler sampler(o.sampling);
   std::vector<int32_t> history = prompt;

@@ -18,6 +18,7 @@
 #include "cli/admin_command.hpp"
 #include "cli/bench_command.hpp"
 #include "cli/generate_command.hpp"
+#include "cli/perplexity_command.hpp"
 #include "cli/make_model_command.hpp"
 #include "cluster/node_identity.hpp"
 #include "routing/route_keys.hpp"
@@ -306,6 +307,8 @@ int main(int argc, char** argv) {
   auto* quantize = add_quantize_command(app, quantize_options);
   TokenizeOptions tokenize_options;
   auto* tokenize = add_tokenize_command(app, tokenize_options);
+  PerplexityCommand perplexity_options;
+  auto* perplexity = add_perplexity_command(app, perplexity_options);
   BenchOptions bench_options;
   auto* bench = add_bench_command(app, bench_options);
   AdminOptions admin_options;
@@ -374,6 +377,7 @@ int main(int argc, char** argv) {
     if (*quantize) return run_quantize(quantize_options);
     if (*bench) return run_bench(bench_options);
     if (*tokenize) return run_tokenize(tokenize_options);
+    if (*perplexity) return run_perplexity_command(perplexity_options);
     if (*admin) return run_admin(admin_options);
     if (*key_id) {
       if (key_id_key.empty()) std::getline(std::cin, key_id_key);

@@ -83,6 +83,35 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
   return stats;
 }
 
+void Generator::score(const std::vector<int32_t>& tokens, uint32_t first, const OnRow& on_row) {
+  if (tokens.empty()) throw std::invalid_argument("no tokens to score");
+  const uint32_t context = weights_->spec.info.context_len;
+  if (tokens.size() > context)
+    throw std::invalid_argument(std::to_string(tokens.size()) + " tokens to score; the context holds " + std::to_string(context));
+  if (first >= tokens.size())
+    throw std::invalid_argument("scoring from position " + std::to_string(first) + " of " + std::to_string(tokens.size()) + " tokens");
+  const uint64_t seq = next_seq_++;
+  const StepPlugins plugins{&plugins_};
+  struct Release {
+    const PluginInstance& kv;
+    uint64_t seq;
+    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
+  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
+  for (uint32_t at = 0; at < tokens.size(); at += prefill_chunk_) {
+    StepItem item;
+    item.seq_id = seq;
+    item.start = at;
+    const uint32_t end = std::min<uint32_t>(uint32_t(tokens.size()), at + prefill_chunk_);
+    item.tokens.assign(tokens.begin() + at, tokens.begin() + end);
+    item.logit_rows = end > first ? end - std::max(at, first) : 0;  // the chunk's last rows
+    auto out = backend_->run_step(*weights_, StepBatch{{item}}, plugins);
+    if (out.size() != item.logit_rows)
+      throw std::runtime_error("the backend returned " + std::to_string(out.size()) + " rows of logits for " +
+                               std::to_string(item.logit_rows));
+    for (uint32_t r = 0; r < item.logit_rows; ++r) on_row(end - item.logit_rows + r, out[r]);
+  }
+}
+
 std::vector<float> Generator::embed(const std::vector<int32_t>& tokens) {
   if (tokens.empty()) throw std::invalid_argument("the input is empty");
   const uint32_t context = weights_->spec.info.context_len, dim = weights_->spec.info.dim;

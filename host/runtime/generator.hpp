@@ -41,6 +41,14 @@ class Generator {
   GenerationStats generate(const std::vector<int32_t>& prompt, uint32_t max_new, int32_t eos, const Sampler& sample,
                            const OnToken& on_token);
 
+  // Runs tokens through the model as one sequence from position 0 (chunked prefill) and hands over
+  // the logits of every position from `first` on, in order: on_row(position, logits of that row,
+  // which predict the token after it). What perplexity and prompt log-probabilities read. The KV
+  // cache is released before it returns. Throws std::invalid_argument for no tokens, more than the
+  // context holds, or first past the last position.
+  using OnRow = std::function<void(uint32_t position, const std::vector<float>& logits)>;
+  void score(const std::vector<int32_t>& tokens, uint32_t first, const OnRow& on_row);
+
   static int32_t greedy(const std::vector<float>& logits);
   // The embedding of tokens as llama-server's mean pooling gives it: the mean over every position of
   // the final hidden state after the output norm, scaled to unit Euclidean length (OpenAI's

@@ -1,0 +1,149 @@
+#include "cli/perplexity_command.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "base/kv_dtypes.hpp"
+#include "cli/in_process.hpp"
+#include "runtime/logit_file.hpp"
+#include "runtime/perplexity.hpp"
+
+namespace tokenhost {
+
+CLI::App* add_perplexity_command(CLI::App& app, PerplexityCommand& o) {
+  auto* cmd = app.add_subcommand(
+      "perplexity",
+      "A model's perplexity on a text file, chunked as llama-perplexity does (BOS first, chunks of --ctx\n"
+      "tokens each starting with BOS, the second half of each scored; the file's last newline left out),\n"
+      "so the numbers compare with\n"
+      "llama.cpp's. --kl-divergence-base saves every scored distribution; a later run with\n"
+      "--kl-divergence compares its own with them: KL divergence, top-1 agreement, the ratio of the\n"
+      "perplexities. Progress per chunk on stderr, the result on stdout.");
+  cmd->add_option("--model,-m", o.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--file,-f", o.text_file, "Text file (UTF-8)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--ctx,-c,--ctx-size", o.ctx, "Tokens per chunk (at most the model's context)")
+      ->check(CLI::Range(4u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--chunks", o.chunks, "Chunks at most (-1: every whole chunk of the text)")->capture_default_str();
+  cmd->add_option("--kv-dtype", o.kv_dtype, "KV cache element type: f16, f32 or q8_0")
+      ->check(CLI::IsMember(kv_dtype_names()))
+      ->capture_default_str();
+  cmd->add_option("--set", o.sets,
+                  "SLOT=PLUGIN chooses the attention, kvcache or moe plugin; SLOT.KEY=VALUE sets a key of its\n"
+                  "config (VALUE as TOML: 128, 0.5, true, \"text\"); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--kl-divergence-base", o.save_base,
+                  "Save every scored position's distribution here (the base a later --kl-divergence reads)");
+  cmd->add_option("--kl-divergence", o.compare_base,
+                  "Compare with the distributions a run with --kl-divergence-base saved (same text, --ctx and --chunks)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--prefill-chunk", o.prefill_chunk, "Tokens per forward step")->check(CLI::Range(1u, 1u << 20))->capture_default_str();
+  cmd->add_flag("--json", o.json, "Print the result as JSON");
+  return cmd;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void print_text(const PerplexityResult& r) {
+  std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl.value, r.ppl.error);
+  if (!r.has_kl) return;
+  const KlStatistics& k = r.kl;
+  std::printf("====== Perplexity statistics ======\n");
+  std::printf("Mean PPL(Q)                   : %10.6f +/- %10.6f\n", r.ppl.value, r.ppl.error);
+  std::printf("Mean PPL(base)                : %10.6f +/- %10.6f\n", k.ppl_base.value, k.ppl_base.error);
+  std::printf("Mean ln(PPL(Q)/PPL(base))     : %10.6f +/- %10.6f\n", k.ln_ppl_ratio.value, k.ln_ppl_ratio.error);
+  std::printf("====== KL divergence statistics ======\n");
+  std::printf("Mean    KLD: %10.6f +/- %10.6f\n", k.kld.value, k.kld.error);
+  std::printf("Maximum KLD: %10.6f\n", k.kld_max);
+  std::printf("99.9%%   KLD: %10.6f\n", k.kld_p999);
+  std::printf("99.0%%   KLD: %10.6f\n", k.kld_p99);
+  std::printf("Median  KLD: %10.6f\n", k.kld_median);
+  std::printf("====== Token probability statistics ======\n");
+  std::printf("RMS Δp    : %8.3f %%\n", 100 * k.rms_delta_p);
+  std::printf("Same top p: %8.3f +/- %6.3f %%\n", 100 * k.same_top.value, 100 * k.same_top.error);
+}
+
+nlohmann::json as_json(const PerplexityResult& r) {
+  auto est = [](const Estimate& e) { return nlohmann::json{{"value", e.value}, {"error", e.error}}; };
+  nlohmann::json j = {{"tokens", r.n_tokens}, {"n_ctx", r.n_ctx}, {"chunks", r.n_chunks}, {"scored", r.scored},
+                      {"ppl", est(r.ppl)}, {"nll", r.nll}};
+  if (r.has_kl) {
+    const KlStatistics& k = r.kl;
+    j["kl"] = {{"ppl_base", est(k.ppl_base)}, {"ln_ppl_ratio", est(k.ln_ppl_ratio)}, {"kld", est(k.kld)},
+               {"kld_max", k.kld_max}, {"kld_p999", k.kld_p999}, {"kld_p99", k.kld_p99}, {"kld_median", k.kld_median},
+               {"rms_delta_p", k.rms_delta_p}, {"same_top", est(k.same_top)}};
+  }
+  return j;
+}
+
+}  // namespace
+
+int run_perplexity_command(const PerplexityCommand& o) {
+  InProcessSetup setup;
+  setup.model_path = o.model;
+  setup.kv_dtype = o.kv_dtype;
+  setup.prefill_chunk = o.prefill_chunk;
+  setup.positions = o.ctx;
+  for (const std::string& flag : o.sets) apply_set_flag(setup, flag);
+  InProcessModel m = load_in_process(setup);
+  const uint32_t context = m.model.weights->spec.info.context_len;
+  if (o.ctx > context)
+    throw std::invalid_argument("--ctx " + std::to_string(o.ctx) + " is past the model's context of " + std::to_string(context));
+  build_generator(m, setup);
+
+  const Tokenizer& tokenizer = *m.tokenizer;
+  std::string text = read_text(o.text_file);
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f reads a file
+  const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_bos=*/true, /*parse_special=*/false);
+  PerplexityOptions options;
+  options.n_ctx = o.ctx;
+  options.n_chunks = o.chunks;
+  options.bos = tokenizer.spec().add_bos ? tokenizer.bos() : -1;
+  const uint32_t vocab = m.model.weights->spec.info.vocab_size;
+
+  std::unique_ptr<LogitFileReader> base_in;
+  if (!o.compare_base.empty()) base_in = std::make_unique<LogitFileReader>(o.compare_base);
+  std::unique_ptr<LogitFileWriter> base_out;
+  const uint32_t n_chunks = uint32_t(o.chunks < 0 ? tokens.size() / o.ctx : std::min<size_t>(size_t(o.chunks), tokens.size() / o.ctx));
+  if (!o.save_base.empty() && tokens.size() >= 2 * size_t(o.ctx)) {
+    LogitFileShape shape{vocab, o.ctx, n_chunks, o.ctx / 2, o.ctx - 1 - o.ctx / 2};
+    base_out = std::make_unique<LogitFileWriter>(o.save_base, shape,
+                                                 std::vector<int32_t>(tokens.begin(), tokens.begin() + size_t(n_chunks) * o.ctx));
+  }
+  spdlog::info("perplexity of {}: {} tokens, {} chunks of {} ({} scored each), KV {}", o.text_file, tokens.size(), n_chunks, o.ctx,
+               o.ctx - 1 - o.ctx / 2, o.kv_dtype);
+  const auto started = std::chrono::steady_clock::now();
+  const PerplexityResult r = run_perplexity(
+      *m.generator, tokens, vocab, options,
+      [&](uint32_t done, uint32_t of, double ppl) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        std::fprintf(stderr, "[%u/%u] PPL %.4f, %.1f s, about %.0f s left\n", done, of, ppl, s, s / done * (of - done));
+      },
+      base_out.get(), base_in.get());
+  if (base_out) {
+    base_out->finish();
+    spdlog::info("saved {} distributions to {}", r.scored, o.save_base);
+  }
+  if (o.json) {
+    std::cout << as_json(r).dump(2) << std::endl;
+  } else {
+    print_text(r);
+  }
+  return 0;
+}
+
+}  // namespace tokenhost

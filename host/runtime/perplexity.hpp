@@ -1,0 +1,64 @@
+// Perplexity as llama-perplexity computes it, so that the numbers compare: the text is tokenized
+// once (BOS first when the vocabulary adds one), cut into chunks of n_ctx tokens (the tail that does
+// not fill one is left out), each chunk run as a sequence of its own with its first token replaced by
+// BOS, and the second half of each chunk scored: the log-probability of token j + 1 given the tokens up
+// to j, for j from n_ctx / 2 to n_ctx - 2. PPL = exp(mean negative log-likelihood), its uncertainty
+// from the spread of the per-token values.
+//
+// Against a base (--kl-divergence): the base run's full distribution at every scored position is saved
+// (runtime/logit_file.hpp), and a later run compares its own with them: KL(base || this), top-1
+// agreement, the change of the scored token's probability, both perplexities.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/generator.hpp"
+
+namespace tokenhost {
+
+class LogitFileWriter;
+class LogitFileReader;
+
+struct PerplexityOptions {
+  uint32_t n_ctx = 512;  // tokens per chunk (>= 4; at most the model's context)
+  int32_t n_chunks = -1;  // chunks at most; -1: every whole chunk of the text
+  int32_t bos = -1;       // the vocabulary's BOS when it adds one, else -1 (the chunks keep their first token)
+};
+
+// A mean with its standard error.
+struct Estimate {
+  double value = 0, error = 0;
+};
+
+struct KlStatistics {
+  Estimate ppl_base, ln_ppl_ratio, kld, same_top;  // same_top: a fraction
+  double kld_max = 0, kld_p999 = 0, kld_p99 = 0, kld_median = 0;
+  double rms_delta_p = 0;  // root mean square of p(token) - p_base(token)
+};
+
+struct PerplexityResult {
+  size_t n_tokens = 0;         // of the whole text
+  uint32_t n_chunks = 0, n_ctx = 0;
+  uint64_t scored = 0;          // tokens scored
+  Estimate ppl;
+  double nll = 0;               // sum of the scored tokens' negative log-likelihoods (nats)
+  bool has_kl = false;
+  KlStatistics kl;
+};
+
+// Runs the chunks through generator. on_chunk(done, of, ppl so far) after each one; base_out, when
+// set, receives every scored row's distribution; base_in, when set, is compared with (its tokens and
+// shape must be this run's: std::invalid_argument otherwise). Throws std::invalid_argument when the
+// text holds fewer than 2 * n_ctx tokens (as llama-perplexity refuses) or n_ctx is out of range.
+PerplexityResult run_perplexity(Generator& generator, const std::vector<int32_t>& tokens, uint32_t vocab_size,
+                                const PerplexityOptions& options,
+                                const std::function<void(uint32_t done, uint32_t of, double ppl)>& on_chunk,
+                                LogitFileWriter* base_out = nullptr, LogitFileReader* base_in = nullptr);
+
+// log(softmax(logits)) in double, over the whole row.
+std::vector<double> log_softmax(const std::vector<float>& logits);
+
+}  // namespace tokenhost
