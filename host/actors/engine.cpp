@@ -107,6 +107,7 @@ void finish(self_ptr self, size_t index, const std::string& reason, const std::s
   r.engine = s.init.name;
   r.error = error;
   r.logprobs = std::move(seq.logprobs);
+  r.prompt_logprobs = std::move(seq.prompt_logprobs);
   if (seq.first_token_ns != 0) r.ttft_s = double(seq.first_token_ns - seq.arrival_ns) * 1e-9;
   if (seq.generated >= 2) r.itl_s = double(seq.last_token_ns - seq.first_token_ns) * 1e-9 / double(seq.generated - 1);
   if (reason == "length" || reason == "stop") r.e2e_s = double(now_ns() - seq.arrival_ns) * 1e-9;
@@ -414,6 +415,12 @@ void tick(self_ptr self) {
     si.tokens.assign(q.tokens().begin() + q.prefilled, q.tokens().begin() + q.prefilled + n);
     si.sample = q.prefilled + n == q.tokens().size();
     si.context = q.context;
+    if (q.request.prompt_logprobs && q.generated == 0) {  // every row's logits: the prompt's log-probabilities
+      si.score = true;
+      si.logit_rows = n;
+      si.score_next = si.sample ? -1 : q.tokens()[q.prefilled + n];
+      si.score_top = q.request.sampling.top_logprobs;
+    }
     // A first chunk whose prompt found nothing when it arrived looks again if blocks were published
     // since: requests that arrive together share the prefix the first of them computes.
     if (s.init.prefix_cache && q.in_kvcache && q.prefilled == 0 && q.generated == 0 && s.kv.published_blocks > q.published_at_lookup) {
@@ -542,13 +549,21 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       if (s.m.prefix_cached_tokens) s.m.prefix_cached_tokens->add({s.init.name}, double(result.reused[i]));
       if (Sequence* q = find(s, batch.items[i].seq_id)) q->cached = result.reused[i];
     }
-    for (const auto& item : batch.items) {
+    for (size_t item_index = 0; item_index < batch.items.size(); ++item_index) {
+      const StepItem& item = batch.items[item_index];
       Sequence* q = find(s, item.seq_id);
       const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;
       const uint32_t drafted = item.sample ? result.drafted.at(sampled_item) : 0;
       const size_t run_begin = sampled;
       if (item.sample) sampled += accepted + 1, ++sampled_item;
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
+      // Prompt log-probabilities: row r of the item predicts prompt token prefilled + r + 1.
+      if (item_index < result.scores.size() && !result.scores[item_index].empty()) {
+        const std::vector<SampledToken>& scores = result.scores[item_index];
+        q->prompt_logprobs.resize(q->request.prompt.size() - 1);
+        for (size_t r = 0; r < scores.size() && q->prefilled + r < q->prompt_logprobs.size(); ++r)
+          q->prompt_logprobs[q->prefilled + r] = scores[r];
+      }
       // The KV cache holds the item's own tokens and the draft tokens the target agreed with.
       q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
       summarize_blocks(s, *q);
@@ -570,6 +585,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       // Each token of the run as plain decoding would have given it, one at a time: the run stops where
       // the request does (end of sequence, max_tokens, the context), and what follows is dropped.
       for (uint32_t k = 0; k <= accepted; ++k) {
+        if (q->generated >= q->request.max_tokens) break;  // max_tokens 0: the prompt scored, nothing generated
         const SampledToken& t = result.sampled.at(run_begin + k);
         q->tokens().push_back(t.token);
         ++q->generated;
@@ -595,7 +611,8 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       const Sequence& q = s.seqs[i];
       if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
         finish(self, i, "stop");
-      } else if (q.generated >= q.request.max_tokens || past_context(s, q)) {
+      } else if ((q.generated >= q.request.max_tokens && (q.generated > 0 || q.prefilled >= q.tokens().size())) ||
+                 past_context(s, q)) {
         if (q.generated < q.request.max_tokens && past_pool(s, q))
           spdlog::info("engine {}: {} stops at {} of {} tokens: with its prompt it fills the KV pool ({} blocks of {} positions)",
                        s.init.name, q.request.label(), q.generated, q.request.max_tokens, s.kv.total_blocks, s.kv.block_size);
@@ -657,7 +674,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         auto fail = [&](std::string why) { return GenerateResult::failed(s.init.name, std::move(why)); };
         if (s.draining) return fail("the server is shutting down");
         if (req.prompt.empty()) return fail("the prompt is empty");
-        if (req.max_tokens == 0) return fail("max_tokens must be at least 1");
+        if (req.max_tokens == 0 && !req.prompt_logprobs) return fail("max_tokens must be at least 1 (0 only to score the prompt)");
         if (!s.init.window.on() && req.prompt.size() + 1 > s.init.context_len)
           return fail("the prompt has " + std::to_string(req.prompt.size()) + " tokens; engine " + s.init.name +
                       " holds at most " + std::to_string(s.init.context_len - 1) + " before generating");
@@ -682,7 +699,8 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         if (s.m.tokens_in) s.m.tokens_in->add({s.init.name}, double(q.tokens().size()));
         auto promise = q.promise;
         s.seqs.push_back(std::move(q));
-        if (s.init.prefix_cache) look_up(self, s.seqs.back());
+        // A prompt whose log-probabilities are asked for computes every row: no cached prefix.
+        if (s.init.prefix_cache && !s.seqs.back().request.prompt_logprobs) look_up(self, s.seqs.back());
         update_gauges(s);
         tick(self);
         return promise;

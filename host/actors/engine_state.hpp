@@ -37,6 +37,7 @@ struct Sequence {
   uint64_t first_token_ns = 0;  // 0 until the first token
   uint64_t first_step = 0;      // the engine's step count when it arrived, counting one in flight
   std::vector<SampledToken> logprobs;  // when the request asked for them
+  std::vector<SampledToken> prompt_logprobs;  // request.prompt_logprobs: one per prompt token after the first
   caf::typed_response_promise<GenerateResult> promise;
   std::vector<int32_t>& tokens() { return context->tokens; }
   const std::vector<int32_t>& tokens() const { return context->tokens; }

@@ -115,6 +115,9 @@ struct StepResult {
   // Per item: the leading positions a relookup found cached (computed by no one in this step; 0 for
   // most items). They end where the item's tokens end either way: only the count of reuse changes.
   std::vector<uint32_t> reused;
+  // Per item: the scored rows' log-probabilities of the token after each (StepItem::score), in row
+  // order; empty for an item not scored.
+  std::vector<std::vector<SampledToken>> scores;
 };
 
 // Replace the plugin of a slot with a new instance (already checked and created).

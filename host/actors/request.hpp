@@ -44,6 +44,10 @@ struct GenerateRequest {
   SamplingParams sampling;    // greedy by default
   bool seeded = false;        // the client fixed sampling.seed (else it was drawn for this request)
   bool logprobs = false;      // return each token's log-probability (and sampling.top_logprobs best)
+  // Also return the prompt's (GenerateResult::prompt_logprobs; OpenAI's echo with logprobs). Such a
+  // request reuses no cached prefix (every prompt row is computed) and may ask max_tokens 0: the
+  // prompt scored, nothing generated.
+  bool prompt_logprobs = false;
   bool ignore_eos = false;    // generate past the end-of-sequence token, up to max_tokens
   // Speculative decoding: the most draft tokens a step verifies for this request (0: none), within
   // the engine's own limit.
@@ -90,6 +94,9 @@ struct GenerateResult {
   std::string engine;
   std::string error;          // set when finish_reason == "error"
   std::vector<SampledToken> logprobs;  // one per token when the request asked for them
+  // With prompt_logprobs: the log-probability of each prompt token after the first given the ones
+  // before it (and the sampling.top_logprobs best there), prompt.size() - 1 of them.
+  std::vector<SampledToken> prompt_logprobs;
   // As the engine measured them, from the request's arrival there: to the first token, the mean gap
   // between successive tokens, to the end. Absent when there was no such token or no end.
   std::optional<double> ttft_s, itl_s, e2e_s;

@@ -200,6 +200,27 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
   }
 }
 
+// Prompt scoring (StepItem::score): each scored item's rows give the log-probability of the token after
+// each, but a sampled last row, which sample_all reads as usual. Runs before sample_all (which takes
+// the sampled rows' logits).
+void score_rows(const StepBatch& batch, const std::vector<std::vector<float>>& logits, StepResult& result) {
+  result.scores.assign(batch.items.size(), {});
+  size_t row = 0;
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const StepItem& item = batch.items[i];
+    const size_t marked = std::min<size_t>(item.marked_rows(), item.tokens.size());
+    if (item.score && item.n_draft == 0 && marked == item.tokens.size()) {
+      const size_t n = item.sample ? marked - 1 : marked;
+      for (size_t r = 0; r < n; ++r) {
+        const int32_t next = r + 1 < item.tokens.size() ? item.tokens[r + 1] : item.score_next;
+        if (next < 0) break;
+        result.scores[i].push_back(score_token(logits.at(row + r), next, item.score_top));
+      }
+    }
+    row += marked;
+  }
+}
+
 KvState kv_state(const PluginInstance& kvcache) {
   th_kv_stats stats{};
   stats.struct_size = sizeof stats;
@@ -485,6 +506,8 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           export_expert_load(s);
           if (partitions != nullptr) s.expert_balance->after_step(*moe, *s.expert_load);  // a new placement, when due
           std::vector<std::vector<uint32_t>> paths;
+          if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.score; }))
+            score_rows(batch, logits, result);
           sample_all(batch, logits, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
           if (caches_prefixes(s.init.kvcache())) {

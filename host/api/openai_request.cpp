@@ -294,7 +294,8 @@ Err parse_field(Endpoint ep, const std::string& key, const json& v, const Reques
   if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
     int64_t n = 0;
     if (auto e = get_int(v, key, n)) return e;
-    if (n < 1) return invalid_request(key, "'" + key + "' must be at least 1, got " + std::to_string(n));
+    // Completions may ask 0 with echo (the prompt scored, nothing generated): checked with echo below.
+    if (n < (chat ? 1 : 0)) return invalid_request(key, "'" + key + "' must be at least " + (chat ? "1" : "0") + ", got " + std::to_string(n));
     if (limits.max_tokens_limit > 0 && n > limits.max_tokens_limit)
       return invalid_request(key, "'" + key + "' is " + std::to_string(n) + ", more than this model allows (" +
                                       std::to_string(limits.max_tokens_limit) + ")");
@@ -403,9 +404,11 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, const json& body, cons
     return invalid_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (chat && r.top_logprobs > 0 && !r.logprobs)
     return invalid_request("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
-  // Echo with logprobs would need the prompt tokens' logprobs, which the engine does not compute.
-  if (r.echo && r.logprobs)
-    return unsupported("echo", "'echo' together with 'logprobs'");
+  if (r.max_tokens && *r.max_tokens == 0 && !r.echo)
+    return invalid_request("max_tokens", "'max_tokens' is 0: that generates nothing; it is allowed with 'echo' (to score the prompt)");
+  // Echo with logprobs: the prompt's log-probabilities come with the answer whole, not as a stream.
+  if (r.echo && r.logprobs && r.stream)
+    return unsupported("echo", "'echo' with 'logprobs' in a stream (ask without 'stream' for the prompt's log-probabilities)");
   return r;
 }
 

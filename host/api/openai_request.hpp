@@ -78,7 +78,7 @@ struct OpenAIRequest {
   // chat sets them from `logprobs: bool` and `top_logprobs`.
   bool logprobs = false;
   int64_t top_logprobs = 0;
-  bool echo = false;  // completions: prepend the prompt to the text (echo with logprobs is refused)
+  bool echo = false;  // completions: prepend the prompt to the text (with logprobs, its tokens' log-probabilities too; not streamed)
   std::map<int32_t, double> logit_bias;  // token id -> bias in [-100, 100]
   std::string user;
   // Prefix caching: requests share cached KV only under the same API key and cache_salt (as vLLM's);

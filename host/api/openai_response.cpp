@@ -69,10 +69,15 @@ json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_o
             {"text_offset", json::array()}};
   for (const auto& t : tokens) {
     j["tokens"].push_back(t.token);
-    j["token_logprobs"].push_back(t.logprob);
-    json top = json::object();
-    for (const auto& alt : t.top) top[alt.token] = alt.logprob;
-    j["top_logprobs"].push_back(std::move(top));
+    if (t.unscored) {
+      j["token_logprobs"].push_back(nullptr);
+      j["top_logprobs"].push_back(nullptr);
+    } else {
+      j["token_logprobs"].push_back(t.logprob);
+      json top = json::object();
+      for (const auto& alt : t.top) top[alt.token] = alt.logprob;
+      j["top_logprobs"].push_back(std::move(top));
+    }
     j["text_offset"].push_back(text_offset);
     text_offset += t.token.size();
   }

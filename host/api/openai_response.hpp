@@ -33,6 +33,8 @@ struct TokenLogprobs {
   std::string token;
   double logprob = 0;
   std::vector<TopLogprob> top;  // best first; empty when top_logprobs is 0
+  // The text's first token, which nothing predicts (an echoed prompt's): null log-probabilities.
+  bool unscored = false;
 };
 
 struct Usage {

@@ -265,6 +265,11 @@ json result_json(const GenerateResult& r) {
     for (const auto& t : r.logprobs) lp.push_back(token_json(t));
     j["logprobs"] = std::move(lp);
   }
+  if (!r.prompt_logprobs.empty()) {
+    json lp = json::array();
+    for (const auto& t : r.prompt_logprobs) lp.push_back(token_json(t));
+    j["prompt_logprobs"] = std::move(lp);
+  }
   if (r.ttft_s) j["ttft"] = *r.ttft_s;
   if (r.itl_s) j["itl"] = *r.itl_s;
   if (r.e2e_s) j["e2e"] = *r.e2e_s;
@@ -310,6 +315,7 @@ std::string encode(const RemoteGenerate& m) {
                    {"sampling", sampling_json(r.sampling)},
                    {"seeded", r.seeded},
                    {"logprobs", r.logprobs},
+                   {"prompt_logprobs", r.prompt_logprobs},
                    {"ignore_eos", r.ignore_eos},
                    {"max_draft", r.max_draft},
                    {"cache_salt", r.cache_salt},
@@ -389,6 +395,7 @@ RemoteGenerate decode_generate(std::string_view bytes) {
   r.sampling = sampling_of(f.sub("sampling"));
   r.seeded = f.flag("seeded");
   r.logprobs = f.flag("logprobs");
+  r.prompt_logprobs = f.flag("prompt_logprobs");
   r.ignore_eos = f.flag("ignore_eos");
   r.max_draft = uint32_t(f.u64("max_draft", true, kMaxDraftTokens));
   r.cache_salt = f.str("cache_salt", false);
@@ -424,6 +431,9 @@ GenerateResult decode_result(std::string_view bytes) {
   r.cost = f.real("cost");
   const json& lp = f.array("logprobs", kMaxWireTokens, false);
   for (size_t i = 0; i < lp.size(); ++i) r.logprobs.push_back(token_of(lp[i], f, "logprobs[" + std::to_string(i) + "]"));
+  const json& plp = f.array("prompt_logprobs", kMaxWireTokens, false);
+  for (size_t i = 0; i < plp.size(); ++i)
+    r.prompt_logprobs.push_back(token_of(plp[i], f, "prompt_logprobs[" + std::to_string(i) + "]"));
   r.ttft_s = f.maybe_real("ttft");
   r.itl_s = f.maybe_real("itl");
   r.e2e_s = f.maybe_real("e2e");

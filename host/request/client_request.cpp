@@ -315,6 +315,7 @@ struct ClientRequest::State {
           g.sampling.seed += uint64_t(k);  // n choices of one seeded request differ, reproducibly
           g.seeded = req.seed.has_value();
           g.logprobs = req.logprobs;
+          g.prompt_logprobs = req.echo && req.logprobs;
           g.ignore_eos = ignore_eos;
           if (req.max_draft) g.max_draft = *req.max_draft;
           g.cache_salt = req.cache_salt;
@@ -418,6 +419,27 @@ struct ClientRequest::State {
   }
   const std::string& prompt_text(size_t choice) const { return prompt_texts.at(choice / size_t(req.n)); }
 
+  // Echo with logprobs: an entry per prompt token, the first unscored (nothing predicts it), the others
+  // as the engine scored them given the tokens before.
+  std::vector<api::TokenLogprobs> prompt_logprobs(size_t choice) const {
+    const ServedModel& m = served();
+    const std::vector<int32_t>& prompt = prompts.at(choice / size_t(req.n));
+    const std::vector<SampledToken> none;
+    const std::vector<SampledToken>& scored = choices[choice].result ? choices[choice].result->prompt_logprobs : none;
+    std::vector<api::TokenLogprobs> out;
+    for (size_t k = 0; k < prompt.size(); ++k) {
+      api::TokenLogprobs lp{m.piece(prompt[k]), 0, {}};
+      if (k == 0 || k - 1 >= scored.size()) {
+        lp.unscored = true;
+      } else {
+        lp.logprob = scored[k - 1].logprob;
+        for (const auto& alt : scored[k - 1].top) lp.top.push_back({m.piece(alt.token), alt.logprob});
+      }
+      out.push_back(std::move(lp));
+    }
+    return out;
+  }
+
   // --- Answering ---
 
   Reply answer_whole() {
@@ -440,7 +462,8 @@ struct ClientRequest::State {
       out.text = req.echo ? prompt_text(i) + c.text : c.text;
       out.finish_reason = c.finish;
       out.has_logprobs = req.logprobs;
-      out.logprobs = std::move(c.logprobs);
+      if (req.echo && req.logprobs) out.logprobs = prompt_logprobs(i);
+      out.logprobs.insert(out.logprobs.end(), c.logprobs.begin(), c.logprobs.end());
       out_choices.push_back(std::move(out));
     }
     json body = req.endpoint == api::Endpoint::chat_completions ? api::chat_completion_response(meta, out_choices, usage())

@@ -171,6 +171,29 @@ SampledToken Sampler::annotate(const std::vector<float>& logits, const Weights& 
   return out;
 }
 
+SampledToken score_token(const std::vector<float>& logits, int32_t token, uint32_t top_n) {
+  if (token < 0 || size_t(token) >= logits.size())
+    throw std::out_of_range("score_token: token " + std::to_string(token) + " outside " + std::to_string(logits.size()) + " logits");
+  double best = -INFINITY;
+  for (float v : logits) best = std::max(best, double(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - best);
+  const double log_norm = best + std::log(sum);
+  SampledToken out;
+  out.token = token;
+  out.logprob = float(double(logits[size_t(token)]) - log_norm);
+  if (top_n > 0) {
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    const size_t n = std::min(order.size(), size_t(top_n));
+    std::partial_sort(order.begin(), order.begin() + long(n), order.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], float(double(logits[size_t(order[i])]) - log_norm)});
+  }
+  return out;
+}
+
 SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {
   apply_penalties(logits, history, params_);
   const Weights w = weights(logits);

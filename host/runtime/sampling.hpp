@@ -45,6 +45,11 @@ struct SampledToken {
 // Throws std::invalid_argument naming the field that is out of range.
 void validate(const SamplingParams& params);
 
+// token's log-probability under the model's own distribution over logits (no penalty, bias or
+// temperature: what prompt log-probabilities report), with the top_n most likely, best first. entropy
+// is left 0.
+SampledToken score_token(const std::vector<float>& logits, int32_t token, uint32_t top_n);
+
 
 // Why q is not a distribution a draft token can be verified against (a token outside the vocabulary, a
 // probability not in (0, 1], a sum above 1, the drafted token not listed), or "" when it is. The

@@ -77,3 +77,30 @@ expect_fail perplexity "attention.nope" -m "$models/stories260K.gguf" -f "$text"
 # --set chooses a plugin and sets its keys: the reference attention gives the same perplexity.
 within "stories260K -c 128, attention.reference" "$(ppl -m "$models/stories260K.gguf" -c 128 --set attention=attention.reference)" 4.1080 1
 within "stories260K -c 128, kvcache.block_size=32" "$(ppl -m "$models/stories260K.gguf" -c 128 --set kvcache.block_size=32)" 4.1080 1
+
+# Prompt log-probabilities through the API (echo with logprobs, max_tokens 0) sum to what the
+# perplexity tool computes for the same tokens: chunk 0 of -c 128, its rows 64..126 scored.
+"$tokenhost" perplexity -m "$models/stories260K.gguf" -f "$text" -c 128 --chunks 1 --json 2>/dev/null > "$work/one.json"
+python3 - "$text" > "$work/text.txt" <<'PY'
+import sys
+t = open(sys.argv[1], encoding="utf-8").read()
+sys.stdout.write(t[:-1] if t.endswith("\n") else t)
+PY
+"$tokenhost" tokenize -m "$models/stories260K.gguf" --bos --no-parse-special < "$work/text.txt" > "$work/ids.txt"
+ids=$(python3 -c 'import sys; print(",".join(open(sys.argv[1]).read().split()[:128]))' "$work/ids.txt")
+sed -e 's/^listen = .*/listen = "127.0.0.1:0"/' -e 's/^admin_listen = .*/admin_listen = "127.0.0.1:0"/' \
+  <("$tokenhost" serve -m "$models/stories260K.gguf" --print-manifest 2>/dev/null) > "$work/ppl-serve.toml"
+start_server "$tokenhost" "$work/ppl-serve.toml"
+curl -s "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": [$ids], \"echo\": true, \"logprobs\": 0, \"max_tokens\": 0}" > "$work/echo.json"
+python3 - "$work/echo.json" "$work/one.json" <<'PY' || fail "echo logprobs: $(head -c 600 "$work/echo.json")"
+import json, sys
+answer, ppl = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+c = answer["choices"][0]
+lp = c["logprobs"]["token_logprobs"]
+assert len(lp) == 128 and lp[0] is None and c["finish_reason"] == "length", (len(lp), lp[0], c["finish_reason"])
+assert answer["usage"]["completion_tokens"] == 0
+total = -sum(lp[65:128])
+assert abs(total - ppl["nll"]) <= 1e-3 * ppl["nll"], (total, ppl["nll"])
+print("ok: echo logprobs of chunk 0: NLL %.5f, perplexity's %.5f" % (total, ppl["nll"]))
+PY

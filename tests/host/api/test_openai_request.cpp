@@ -280,7 +280,14 @@ TEST_CASE("request: combinations that do not go together", "[api][request]") {
   require_refused(kChat, chat_body({{"top_logprobs", 2}}), "top_logprobs", {"logprobs"});
   require_refused(kChat, chat_body({{"max_tokens", 10}, {"max_completion_tokens", 20}}), "max_completion_tokens");
   REQUIRE(parse_request(kChat, chat_body({{"max_tokens", 10}, {"max_completion_tokens", 10}})).ok());
-  require_refused(kCmpl, completion_body({{"echo", true}, {"logprobs", 1}}), "echo", {"not supported"});
+  // Echo with logprobs scores the prompt, answered whole: a stream of it is refused.
+  REQUIRE(parse_request(kCmpl, completion_body({{"echo", true}, {"logprobs", 1}})).ok());
+  require_refused(kCmpl, completion_body({{"echo", true}, {"logprobs", 1}, {"stream", true}}), "echo", {"stream", "not supported"});
+  // max_tokens 0 scores the prompt: completions with echo only.
+  REQUIRE(parse_request(kCmpl, completion_body({{"echo", true}, {"max_tokens", 0}})).value().max_tokens == 0);
+  require_refused(kCmpl, completion_body({{"max_tokens", 0}}), "max_tokens", {"echo"});
+  require_refused(kChat, chat_body({{"max_tokens", 0}}), "max_tokens", {"at least 1"});
+  require_refused(kCmpl, completion_body({{"max_tokens", -1}}), "max_tokens", {"at least 0"});
   REQUIRE(parse_request(kCmpl, completion_body({{"echo", true}})).value().echo);
   require_refused(kCmpl, completion_body({{"suffix", "end"}}), "suffix", {"not supported"});
   require_refused(kChat, chat_body({{"tools", {{{"type", "function"}}}}}), "tools", {"not supported"});
