@@ -11,6 +11,8 @@
 
 #include "base/kv_dtypes.hpp"
 #include "cli/in_process.hpp"
+#include "http/http_client.hpp"
+#include "loadgen/client.hpp"
 #include "runtime/logit_file.hpp"
 #include "runtime/perplexity.hpp"
 
@@ -25,7 +27,14 @@ CLI::App* add_perplexity_command(CLI::App& app, PerplexityCommand& o) {
       "llama.cpp's. --kl-divergence-base saves every scored distribution; a later run with\n"
       "--kl-divergence compares its own with them: KL divergence, top-1 agreement, the ratio of the\n"
       "perplexities. Progress per chunk on stderr, the result on stdout.");
-  cmd->add_option("--model,-m", o.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  auto* model = cmd->add_option("--model,-m", o.model, "GGUF model file (in process)")->check(CLI::ExistingFile);
+  auto* url = cmd->add_option("--url", o.url,
+                              "Score through a running server instead (http[s]://HOST:PORT): /tokenize, then\n"
+                              "/v1/completions with echo, logprobs and max_tokens 0 per chunk; its deployment's\n"
+                              "plugins, KV type and sliding window apply (--kv-dtype and --set do not)");
+  model->excludes(url);
+  cmd->add_option("--served-model", o.served_model, "With --url: the model to ask for (default: the server's first)");
+  cmd->add_option("--api-key", o.api_key, "With --url: the API key (default: $TOKENHOST_API_KEY)");
   cmd->add_option("--file,-f", o.text_file, "Text file (UTF-8)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--ctx,-c,--ctx-size", o.ctx, "Tokens per chunk (at most the model's context)")
       ->check(CLI::Range(4u, 1u << 20))
@@ -90,9 +99,107 @@ nlohmann::json as_json(const PerplexityResult& r) {
   return j;
 }
 
+// A running server: its tokenizer through /tokenize, each chunk through /v1/completions with echo,
+// logprobs and max_tokens 0 (the prompt's log-probabilities).
+struct ServerScoring {
+  HttpClient client;
+  std::string model;
+
+  ServerScoring(const PerplexityCommand& o, HttpClientOptions options) : client(make(o.url, options)), model(o.served_model) {}
+
+  static HttpClient make(const std::string& url, HttpClientOptions& options) {
+    const loadgen::Target t = loadgen::parse_url(url);
+    options.tls.enabled = t.tls;
+    return HttpClient(t.host, t.port, options);
+  }
+
+  nlohmann::json post(const std::string& path, nlohmann::json body) {
+    if (!model.empty()) body["model"] = model;
+    HttpClientRequest req;
+    req.method = "POST";
+    req.target = path;
+    req.content_type = "application/json";
+    req.body = body.dump();
+    const HttpClientResult r = client.request(req);
+    if (!r.ok()) throw std::runtime_error(path + ": " + r.message);
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (r.status != 200 || j.is_discarded()) {
+      std::string why = r.body.substr(0, 400);
+      if (!j.is_discarded() && j.contains("error") && j["error"].is_object()) why = j["error"].value("message", why);
+      throw std::runtime_error(path + " answered " + std::to_string(r.status) + ": " + why);
+    }
+    return j;
+  }
+
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special) {
+    return post("/tokenize", {{"content", text}, {"add_special", add_special}}).at("tokens").get<std::vector<int32_t>>();
+  }
+
+  ChunkScorer scorer() {
+    return [this](const std::vector<int32_t>& chunk, uint32_t first, const ScoredRow& row) {
+      const nlohmann::json answer = post("/v1/completions", {{"prompt", chunk}, {"echo", true}, {"logprobs", 0}, {"max_tokens", 0}});
+      const nlohmann::json& lp = answer.at("choices").at(0).at("logprobs").at("token_logprobs");
+      if (!lp.is_array() || lp.size() != chunk.size())
+        throw std::runtime_error("/v1/completions gave " + std::to_string(lp.size()) + " prompt log-probabilities for " +
+                                 std::to_string(chunk.size()) + " tokens");
+      for (uint32_t p = first; p + 1 < chunk.size(); ++p) {
+        if (!lp[p + 1].is_number()) throw std::runtime_error("/v1/completions gave no log-probability for prompt token " + std::to_string(p + 1));
+        row(p, lp[p + 1].get<double>(), nullptr);
+      }
+    };
+  }
+};
+
+void report(const PerplexityCommand& o, const PerplexityResult& r) {
+  if (o.json) {
+    std::cout << as_json(r).dump(2) << std::endl;
+  } else {
+    print_text(r);
+  }
+}
+
+void progress(const std::chrono::steady_clock::time_point& started, uint32_t done, uint32_t of, double ppl) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::fprintf(stderr, "[%u/%u] PPL %.4f, %.1f s, about %.0f s left\n", done, of, ppl, s, s / done * (of - done));
+}
+
+std::string text_of(const std::string& path) {
+  std::string text = read_text(path);
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f reads a file
+  return text;
+}
+
+int run_against_server(const PerplexityCommand& o) {
+  if (!o.save_base.empty() || !o.compare_base.empty())
+    throw std::invalid_argument("--kl-divergence and --kl-divergence-base need the whole distributions: run in process (-m), not --url");
+  HttpClientOptions options;
+  options.read_timeout = std::chrono::minutes(10);
+  std::string key = o.api_key;
+  if (key.empty())
+    if (const char* env = std::getenv("TOKENHOST_API_KEY")) key = env;
+  if (!key.empty()) options.headers.emplace_back("Authorization", "Bearer " + key);
+  ServerScoring server(o, options);
+  const std::vector<int32_t> tokens = server.tokenize(text_of(o.text_file), true);
+  // The BOS each chunk starts with: what add_special puts first, when it puts anything.
+  const std::vector<int32_t> with = server.tokenize("a", true), without = server.tokenize("a", false);
+  PerplexityOptions options_ppl;
+  options_ppl.n_ctx = o.ctx;
+  options_ppl.n_chunks = o.chunks;
+  options_ppl.bos = with.size() > without.size() ? with.front() : -1;
+  spdlog::info("perplexity of {} through {}: {} tokens, chunks of {}", o.text_file, o.url, tokens.size(), o.ctx);
+  const auto started = std::chrono::steady_clock::now();
+  const PerplexityResult r = run_perplexity(server.scorer(), tokens, 0, options_ppl, [&](uint32_t done, uint32_t of, double ppl) {
+    progress(started, done, of, ppl);
+  });
+  report(o, r);
+  return 0;
+}
+
 }  // namespace
 
 int run_perplexity_command(const PerplexityCommand& o) {
+  if (!o.url.empty()) return run_against_server(o);
+  if (o.model.empty()) throw std::invalid_argument("perplexity needs a model: -m FILE (in process) or --url (a running server)");
   InProcessSetup setup;
   setup.model_path = o.model;
   setup.kv_dtype = o.kv_dtype;
@@ -106,9 +213,7 @@ int run_perplexity_command(const PerplexityCommand& o) {
   build_generator(m, setup);
 
   const Tokenizer& tokenizer = *m.tokenizer;
-  std::string text = read_text(o.text_file);
-  if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f reads a file
-  const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_bos=*/true, /*parse_special=*/false);
+  const std::vector<int32_t> tokens = tokenizer.encode(text_of(o.text_file), /*add_bos=*/true, /*parse_special=*/false);
   PerplexityOptions options;
   options.n_ctx = o.ctx;
   options.n_chunks = o.chunks;
@@ -129,20 +234,13 @@ int run_perplexity_command(const PerplexityCommand& o) {
   const auto started = std::chrono::steady_clock::now();
   const PerplexityResult r = run_perplexity(
       *m.generator, tokens, vocab, options,
-      [&](uint32_t done, uint32_t of, double ppl) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        std::fprintf(stderr, "[%u/%u] PPL %.4f, %.1f s, about %.0f s left\n", done, of, ppl, s, s / done * (of - done));
-      },
+      [&](uint32_t done, uint32_t of, double ppl) { progress(started, done, of, ppl); },
       base_out.get(), base_in.get());
   if (base_out) {
     base_out->finish();
     spdlog::info("saved {} distributions to {}", r.scored, o.save_base);
   }
-  if (o.json) {
-    std::cout << as_json(r).dump(2) << std::endl;
-  } else {
-    print_text(r);
-  }
+  report(o, r);
   return 0;
 }
 

@@ -50,6 +50,7 @@ class Generator {
   void score(const std::vector<int32_t>& tokens, uint32_t first, const OnRow& on_row);
 
   static int32_t greedy(const std::vector<float>& logits);
+  uint32_t vocab_size() const { return weights_->spec.info.vocab_size; }
   // The embedding of tokens as llama-server's mean pooling gives it: the mean over every position of
   // the final hidden state after the output norm, scaled to unit Euclidean length (OpenAI's
   // embeddings are). Computed alone (chunked prefill, the KV cache released before it returns): the

@@ -88,7 +88,20 @@ struct KlAccumulator {
 
 }  // namespace
 
-PerplexityResult run_perplexity(Generator& generator, const std::vector<int32_t>& tokens, uint32_t vocab_size,
+ChunkScorer generator_scorer(Generator& generator) {
+  return [&generator](const std::vector<int32_t>& chunk, uint32_t first, const ScoredRow& row) {
+    const uint32_t vocab = generator.vocab_size();
+    generator.score(chunk, first, [&](uint32_t position, const std::vector<float>& logits) {
+      if (position + 1 >= chunk.size()) return;  // the last row predicts past the chunk
+      if (logits.size() != vocab)
+        throw std::runtime_error("a row of " + std::to_string(logits.size()) + " logits for a vocabulary of " + std::to_string(vocab));
+      const std::vector<double> lp = log_softmax(logits);
+      row(position, lp[size_t(chunk[position + 1])], &lp);
+    });
+  };
+}
+
+PerplexityResult run_perplexity(const ChunkScorer& scorer, const std::vector<int32_t>& tokens, uint32_t vocab_size,
                                 const PerplexityOptions& o,
                                 const std::function<void(uint32_t, uint32_t, double)>& on_chunk, LogitFileWriter* base_out,
                                 LogitFileReader* base_in) {
@@ -120,19 +133,23 @@ PerplexityResult run_perplexity(Generator& generator, const std::vector<int32_t>
   for (uint32_t c = 0; c < r.n_chunks; ++c) {
     std::copy_n(tokens.begin() + size_t(c) * o.n_ctx, o.n_ctx, chunk.begin());
     if (o.bos >= 0) chunk[0] = o.bos;  // llama-perplexity: each chunk starts as a text does
-    generator.score(chunk, first, [&](uint32_t position, const std::vector<float>& logits) {
-      if (position + 1 >= o.n_ctx) return;  // the last row predicts past the chunk
-      if (logits.size() != vocab_size)
-        throw std::runtime_error("a row of " + std::to_string(logits.size()) + " logits for a vocabulary of " + std::to_string(vocab_size));
-      const std::vector<double> lp = log_softmax(logits);
-      const int32_t next = chunk[position + 1];
-      const double v = -lp[size_t(next)];
+    uint32_t expected = first;
+    scorer(chunk, first, [&](uint32_t position, double next_logprob, const std::vector<double>* distribution) {
+      if (position != expected || position + 1 >= o.n_ctx)
+        throw std::runtime_error("the scorer gave row " + std::to_string(position) + " where row " + std::to_string(expected) +
+                                 " of a chunk of " + std::to_string(o.n_ctx) + " was due");
+      ++expected;
+      const double v = -next_logprob;
       nll += v;
       nll2 += v * v;
       ++r.scored;
-      if (base_out != nullptr) base_out->add_row(lp);
-      if (base_in != nullptr) kl.add(base_in->next_row(), lp, next);
+      if ((base_out != nullptr || base_in != nullptr) && (distribution == nullptr || distribution->size() != vocab_size))
+        throw std::invalid_argument("a KL divergence needs every scored position's whole distribution, which this scorer does not give");
+      if (base_out != nullptr) base_out->add_row(*distribution);
+      if (base_in != nullptr) kl.add(base_in->next_row(), *distribution, chunk[position + 1]);
     });
+    if (expected != o.n_ctx - 1)
+      throw std::runtime_error("the scorer gave rows up to " + std::to_string(expected) + " of a chunk of " + std::to_string(o.n_ctx));
     if (on_chunk) on_chunk(c + 1, r.n_chunks, std::exp(nll / double(r.scored)));
   }
   r.nll = nll;

@@ -49,14 +49,31 @@ struct PerplexityResult {
   KlStatistics kl;
 };
 
-// Runs the chunks through generator. on_chunk(done, of, ppl so far) after each one; base_out, when
-// set, receives every scored row's distribution; base_in, when set, is compared with (its tokens and
-// shape must be this run's: std::invalid_argument otherwise). Throws std::invalid_argument when the
-// text holds fewer than 2 * n_ctx tokens (as llama-perplexity refuses) or n_ctx is out of range.
-PerplexityResult run_perplexity(Generator& generator, const std::vector<int32_t>& tokens, uint32_t vocab_size,
+// One scored row: the log-probability of the token after `position` and, when the scorer has them,
+// the log-probabilities over the whole vocabulary there (what a KL divergence compares).
+using ScoredRow = std::function<void(uint32_t position, double next_logprob, const std::vector<double>* distribution)>;
+// Runs a chunk (BOS first when the vocabulary adds one) as a sequence of its own and calls row for each
+// position from `first` to the last but one, in order.
+using ChunkScorer = std::function<void(const std::vector<int32_t>& chunk, uint32_t first, const ScoredRow& row)>;
+
+// The scorer of an in-process generator: full distributions, from Generator::score.
+ChunkScorer generator_scorer(Generator& generator);
+
+// Runs the chunks through scorer. on_chunk(done, of, ppl so far) after each one; base_out, when set,
+// receives every scored row's distribution; base_in, when set, is compared with (its tokens and shape
+// must be this run's: std::invalid_argument otherwise); both need a scorer that gives distributions.
+// Throws std::invalid_argument when the text holds fewer than 2 * n_ctx tokens (as llama-perplexity
+// refuses) or n_ctx is out of range.
+PerplexityResult run_perplexity(const ChunkScorer& scorer, const std::vector<int32_t>& tokens, uint32_t vocab_size,
                                 const PerplexityOptions& options,
                                 const std::function<void(uint32_t done, uint32_t of, double ppl)>& on_chunk,
                                 LogitFileWriter* base_out = nullptr, LogitFileReader* base_in = nullptr);
+inline PerplexityResult run_perplexity(Generator& generator, const std::vector<int32_t>& tokens, uint32_t vocab_size,
+                                       const PerplexityOptions& options,
+                                       const std::function<void(uint32_t done, uint32_t of, double ppl)>& on_chunk,
+                                       LogitFileWriter* base_out = nullptr, LogitFileReader* base_in = nullptr) {
+  return run_perplexity(generator_scorer(generator), tokens, vocab_size, options, on_chunk, base_out, base_in);
+}
 
 // log(softmax(logits)) in double, over the whole row.
 std::vector<double> log_softmax(const std::vector<float>& logits);

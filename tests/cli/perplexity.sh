@@ -104,3 +104,16 @@ total = -sum(lp[65:128])
 assert abs(total - ppl["nll"]) <= 1e-3 * ppl["nll"], (total, ppl["nll"])
 print("ok: echo logprobs of chunk 0: NLL %.5f, perplexity's %.5f" % (total, ppl["nll"]))
 PY
+
+# --url: the same figure through the running server's API (its /tokenize, echo logprobs per chunk).
+"$tokenhost" perplexity --url "http://127.0.0.1:$gw" -f "$text" -c 128 --json 2>"$work/err.txt" > "$work/url.json" ||
+  { cat "$work/err.txt"; fail "perplexity --url"; }
+python3 - "$work/url.json" <<'PY' || fail "--url: $(cat "$work/url.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert abs(j["ppl"]["value"] - 4.1080) <= 4.1080 * 0.01 and j["chunks"] == j["tokens"] // 128, j
+print("ok: --url: PPL %.4f over %d chunks" % (j["ppl"]["value"], j["chunks"]))
+PY
+expect_fail perplexity "need the whole distributions" --url "http://127.0.0.1:$gw" -f "$text" -c 128 --kl-divergence "$work/base.bin"
+expect_fail perplexity "--url" --url "http://127.0.0.1:$gw" -m "$models/stories260K.gguf" -f "$text"
+expect_fail perplexity "-m FILE (in process) or --url" -f "$text"
