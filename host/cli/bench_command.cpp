@@ -7,10 +7,12 @@
 #include <csignal>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "loadgen/client.hpp"
+#include "loadgen/compare.hpp"
 #include "loadgen/distribution.hpp"
 #include "loadgen/openai.hpp"
 #include "loadgen/progress.hpp"
@@ -74,7 +76,7 @@ extern "C" void on_bench_signal(int) {
 
 }  // namespace
 
-CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& o, BenchCompareOptions& compare, CLI::App** compare_command) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Load-test an OpenAI-compatible server (tokenhost, llama-server, vLLM, ...) with streamed requests\n"
@@ -87,8 +89,29 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
       "most models' vocabularies (about two with make-model's).\n"
       "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
       "The table goes to stdout (to stderr with --json -); exits 1 when any request failed.\n"
-      "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.");
-  cmd->add_option("--url", o.url, "Server base URL, http[s]://HOST:PORT (without /v1)")->required()->check(http_url());
+      "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.\n"
+      "--repeat N runs it all N times: each figure per run, their median and a 95% interval;\n"
+      "`tokenhost bench compare A.json B.json` then says, figure by figure, what changed.");
+  cmd->add_option("--url", o.url, "Server base URL, http[s]://HOST:PORT (without /v1)")->check(http_url());
+  cmd->add_option("--repeat", o.repeat,
+                  "Run the whole measurement (warmup included) this many times: the JSON holds every run and, per\n"
+                  "figure, the runs' values, median and 95% interval (what bench compare tests)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
+  auto* cmp = cmd->add_subcommand("compare",
+                                  "Compare two --json files of bench (a baseline, then a candidate) figure by figure: medians,\n"
+                                  "the change, Welch's t-test on the runs' values corrected for the number of figures\n"
+                                  "(Bonferroni), and a verdict per row: better, worse or no significant difference. A change is\n"
+                                  "called when p < --alpha and it is at least --min-effect percent. Files of one run show the\n"
+                                  "changes without a test (run with --repeat 3 or more).");
+  cmp->add_option("baseline", compare.baseline, "The baseline's bench --json file")->required()->check(CLI::ExistingFile);
+  cmp->add_option("candidate", compare.candidate, "The candidate's bench --json file")->required()->check(CLI::ExistingFile);
+  cmp->add_option("--alpha", compare.alpha, "Family-wise significance level")->capture_default_str()->check(CLI::Range(1e-6, 0.5));
+  cmp->add_option("--min-effect", compare.min_effect_pct, "Smallest change called, in percent of the baseline")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  cmp->add_flag("--json", compare.json, "Print the rows as JSON");
+  *compare_command = cmp;
   cmd->add_option("--endpoint", o.endpoint, "completions (/v1/completions) or chat (/v1/chat/completions)")
       ->capture_default_str()
       ->check(CLI::IsMember({"completions", "chat"}));
@@ -153,7 +176,21 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o) {
   return cmd;
 }
 
+// Whether host is this machine (a loopback name or address): a client there competes with the server
+// for its cores.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 || host == "0.0.0.0";
+}
+
 int run_bench(const BenchOptions& o) {
+  if (o.url.empty()) {
+    std::cerr << "tokenhost bench: --url is required (the server to load), or `bench compare A.json B.json`\n";
+    return 1;
+  }
+  if (const std::string host = parse_url(o.url).host; is_loopback(host) && !o.quiet)
+    std::cerr << "bench: warning: the client runs on the server's machine (" << host << ", " << std::thread::hardware_concurrency()
+              << " cores): its threads take cores from the server, so throughput reads low and latency high under load; "
+                 "compare runs made the same way, or run the client elsewhere\n";
   EndpointOptions ep;
   ep.url = o.url;
   ep.chat = o.endpoint == "chat";
@@ -189,8 +226,6 @@ int run_bench(const BenchOptions& o) {
   load.seed = o.seed * 0x9e3779b97f4a7c15ULL + 1;
   load.stop = &g_stop;
 
-  PromptGenerator prompts(parse_length_distribution(o.prompt_tokens), parse_length_distribution(o.output_tokens),
-                          o.shared_prefix_fraction, o.seed);
   nlohmann::json config = {{"url", o.url},
                            {"endpoint", ep.chat ? "/v1/chat/completions" : "/v1/completions"},
                            {"model", ep.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(ep.model)},
@@ -221,25 +256,40 @@ int run_bench(const BenchOptions& o) {
               << (ep.stream ? "" : ", not streamed") << "\n";
   }
 
+  config["repeat"] = o.repeat;
   g_stop = false;
   auto old_int = std::signal(SIGINT, on_bench_signal);
-  LiveCounters live;
-  RunResult run;
-  {
-    std::unique_ptr<ProgressDisplay> progress;
-    if (!o.quiet)
-      progress = std::make_unique<ProgressDisplay>(live, load.requests, load.duration_s, load.warmup, isatty(fileno(stderr)) != 0);
-    const LengthDistribution turn_tokens = parse_length_distribution(o.turn_tokens);
-    run = run_load(ep, load, [&] { return prompts.next(); }, &live, [&] { return prompts.follow_up(turn_tokens); });
+  const bool json_stdout = o.json == "-";
+  std::vector<nlohmann::json> reports;
+  uint64_t failed = 0, ok = 0;
+  Report report;
+  for (uint32_t r = 0; r < o.repeat && !g_stop; ++r) {
+    // Every run sends the same requests (the same seeds): what differs between runs is the server.
+    PromptGenerator run_prompts(parse_length_distribution(o.prompt_tokens), parse_length_distribution(o.output_tokens),
+                                o.shared_prefix_fraction, o.seed);
+    if (o.repeat > 1 && !o.quiet) std::cerr << "bench: run " << r + 1 << " of " << o.repeat << "\n";
+    LiveCounters live;
+    RunResult run;
+    {
+      std::unique_ptr<ProgressDisplay> progress;
+      if (!o.quiet)
+        progress = std::make_unique<ProgressDisplay>(live, load.requests, load.duration_s, load.warmup, isatty(fileno(stderr)) != 0);
+      const LengthDistribution turn_tokens = parse_length_distribution(o.turn_tokens);
+      run = run_load(ep, load, [&] { return run_prompts.next(); }, &live, [&] { return run_prompts.follow_up(turn_tokens); });
+    }
+    report = make_report(run);
+    failed += report.failed;
+    ok += report.ok;
+    if (!o.quiet) (json_stdout ? std::cerr : std::cout) << format_table(report) << std::flush;
+    reports.push_back(to_json(report, config));
   }
   std::signal(SIGINT, old_int);
   if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";
 
-  Report report = make_report(run);
-  const bool json_stdout = o.json == "-";
-  if (!o.quiet) (json_stdout ? std::cerr : std::cout) << format_table(report) << std::flush;
+  nlohmann::json doc = o.repeat > 1 ? repeats_json(reports, config) : reports.back();
+  if (o.repeat > 1 && !o.quiet) (json_stdout ? std::cerr : std::cout) << format_repeats(doc) << std::flush;
   if (!o.json.empty()) {
-    std::string text = to_json(report, config).dump(2) + "\n";
+    std::string text = doc.dump(2) + "\n";
     if (json_stdout) {
       std::cout << text << std::flush;
     } else {
@@ -253,7 +303,35 @@ int run_bench(const BenchOptions& o) {
   }
   if (report.failed > 0 && o.quiet)
     for (const auto& [msg, n] : report.errors) std::cerr << "tokenhost bench: " << n << " request(s) failed: " << msg << "\n";
-  return report.failed > 0 || report.ok == 0 ? 1 : 0;
+  return failed > 0 || ok == 0 ? 1 : 0;
+}
+
+int run_bench_compare(const BenchCompareOptions& o) {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw std::invalid_argument(path + " is not JSON (a bench --json file)");
+    return j;
+  };
+  const nlohmann::json a = read(o.baseline), b = read(o.candidate);
+  std::vector<CompareRow> rows;
+  try {
+    rows = compare(a, b, o.alpha, o.min_effect_pct / 100);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (" + o.baseline + ", " + o.candidate + ")");
+  }
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+      out.push_back({{"figure", r.figure.name}, {"unit", r.figure.unit}, {"baseline", num(r.baseline)}, {"candidate", num(r.candidate)},
+                     {"delta", num(r.delta)}, {"p", num(r.p_value)}, {"runs", {r.n_baseline, r.n_candidate}}, {"verdict", r.verdict}});
+    }
+    std::cout << out.dump(2) << std::endl;
+  } else {
+    std::cout << format_compare(rows, o.baseline, o.candidate, o.alpha, o.min_effect_pct / 100);
+  }
+  return 0;
 }
 
 }  // namespace tokenhost

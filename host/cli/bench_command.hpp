@@ -36,11 +36,21 @@ struct BenchOptions {
   double timeout_s = 600;
   std::string json;
   bool quiet = false;
+  uint32_t repeat = 1;  // --repeat: the whole run this many times; figures per run, their median and 95% interval
+};
+
+// `tokenhost bench compare BASELINE.json CANDIDATE.json`: figure by figure, with a verdict per row.
+struct BenchCompareOptions {
+  std::string baseline, candidate;
+  double alpha = 0.05;
+  double min_effect_pct = 5;
+  bool json = false;
 };
 
 // Adds the bench subcommand and its options to app; run_bench runs it. Exit status: 0 when every
 // measured request succeeded, 1 when some failed or the server could not be reached.
-CLI::App* add_bench_command(CLI::App& app, BenchOptions& options);
+CLI::App* add_bench_command(CLI::App& app, BenchOptions& options, BenchCompareOptions& compare, CLI::App** compare_command);
 int run_bench(const BenchOptions& options);
+int run_bench_compare(const BenchCompareOptions& options);
 
 }  // namespace tokenhost

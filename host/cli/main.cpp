@@ -310,7 +310,9 @@ int main(int argc, char** argv) {
   PerplexityCommand perplexity_options;
   auto* perplexity = add_perplexity_command(app, perplexity_options);
   BenchOptions bench_options;
-  auto* bench = add_bench_command(app, bench_options);
+  BenchCompareOptions bench_compare_options;
+  CLI::App* bench_compare = nullptr;
+  auto* bench = add_bench_command(app, bench_options, bench_compare_options, &bench_compare);
   AdminOptions admin_options;
   auto* admin = add_admin_command(app, admin_options);
 
@@ -375,7 +377,7 @@ int main(int argc, char** argv) {
     if (*generate) return run_generate(generate_options);
     if (*make_model_cmd) return run_make_model(make_model_options);
     if (*quantize) return run_quantize(quantize_options);
-    if (*bench) return run_bench(bench_options);
+    if (*bench) return *bench_compare ? run_bench_compare(bench_compare_options) : run_bench(bench_options);
     if (*tokenize) return run_tokenize(tokenize_options);
     if (*perplexity) return run_perplexity_command(perplexity_options);
     if (*admin) return run_admin(admin_options);

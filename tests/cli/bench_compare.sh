@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `tokenhost bench --repeat` and `tokenhost bench compare`: two repeated runs of the same server show no
+# significant difference on any figure; with a known slowdown (the attention.flaky fixture sleeping in
+# every forward call while a file exists) the figures it affects are called worse. Also the JSON of a
+# repeated run, a one-run comparison (deltas without a test), and bad files.
+set -euo pipefail
+tokenhost=$1 here=$2 fixtures=$3
+source "$here/lib.sh"
+require_models "$here"
+fail() { echo "FAIL: $*"; exit 1; }
+
+cat > "$work/flaky.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "info"
+plugin_paths = ["$fixtures/attention_flaky"]
+
+[models.stories]
+source = "gguf"
+path = "$models/stories260K.gguf"
+
+[engines.main]
+model = "stories"
+attention = { plugin = "attention.flaky", config = { slow_while = "$work/slow", slow_ms = 3 } }
+kvcache = { plugin = "kvcache.paged", config = { block_size = 16, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.continuous" }
+TOML
+start_server "$tokenhost" "$work/flaky.toml"
+url="http://127.0.0.1:$gw"
+run() {  # run NAME SEED [REQUESTS]: bench --repeat 3 into NAME.json
+  "$tokenhost" bench --url "$url" --repeat 3 --requests "${3:-24}" --warmup 4 --concurrency 2 --prompt-tokens 16 --output-tokens 24 \
+    --ignore-eos --seed "$2" --extra-body '{"temperature": 0}' --quiet --json "$work/$1.json" 2> "$work/$1.err" || { cat "$work/$1.err"; fail "bench $1"; }
+}
+run base 1
+run same 1
+run base2 2
+run same2 2
+touch "$work/slow"
+run slow 1 8
+rm -f "$work/slow"
+
+python3 - "$work/base.json" <<'PY' || fail "the repeated run's JSON: $(head -c 800 "$work/base.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["repeats"] == 3 and len(j["runs"]) == 3, j.keys()
+f = j["figures"]["output_throughput"]
+assert len(f["values"]) == 3 and min(f["values"]) <= f["median"] <= max(f["values"]), f
+assert f["ci95"][0] <= f["ci95"][1], f
+assert all(r["requests_ok"] == 24 for r in j["runs"])
+print("ok: --repeat 3: output_throughput %s, median %.1f, 95%% [%.1f, %.1f]" % (f["values"], f["median"], *f["ci95"]))
+PY
+
+# The same server twice, for two workloads (seeds): nothing called. A change must be significant and at
+# least 10% here: on a 2-core machine whose client shares the server's cores, runs of a fraction of a
+# second each move by several percent.
+for pair in "base same" "base2 same2"; do
+  read -r a b <<<"$pair"
+  "$tokenhost" bench compare "$work/$a.json" "$work/$b.json" --min-effect 10 > "$work/same.txt" || fail "compare"
+  cat "$work/same.txt"
+  grep -qE " (better|worse)$" "$work/same.txt" && fail "two runs of the same server differ significantly"
+  [ "$(grep -c "no significant difference" "$work/same.txt")" = 9 ] || fail "not every figure tested"
+  echo "ok: the same server twice ($a, $b): no significant difference"
+done
+
+"$tokenhost" bench compare "$work/base.json" "$work/slow.json" --json > "$work/slow-rows.json" || fail "compare --json"
+"$tokenhost" bench compare "$work/base.json" "$work/slow.json"
+python3 - "$work/slow-rows.json" <<'PY' || fail "the slowdown: $(cat "$work/slow-rows.json")"
+import json, sys
+rows = {r["figure"]: r for r in json.load(open(sys.argv[1]))}
+# Every forward call sleeps 3 ms per layer (5 layers): each step takes 15 ms more, so every token
+# comes later and fewer come per second.
+for name in ["output_throughput", "itl_ms.p50", "e2e_latency_ms.p50", "per_request_output_throughput.p50"]:
+    assert rows[name]["verdict"] == "worse", (name, rows[name])
+assert rows["itl_ms.p50"]["delta"] > 1.0, rows["itl_ms.p50"]
+assert all(r["verdict"] != "better" for r in rows.values()), rows
+print("ok: the slowdown is called worse on throughput, ITL, end to end")
+PY
+
+# One run a side: deltas, no test.
+"$tokenhost" bench --url "$url" --requests 4 --prompt-tokens 8 --output-tokens 4 --ignore-eos --quiet --json "$work/one.json"
+"$tokenhost" bench compare "$work/one.json" "$work/base.json" > "$work/one.txt"
+grep -q "one run: --repeat 3 or more to test" "$work/one.txt" || fail "one run: $(cat "$work/one.txt")"
+echo "ok: one run: deltas without a test"
+expect_fail bench "not JSON" compare "$work/flaky.toml" "$work/base.json"
+echo '{"a": 1}' > "$work/other.json"
+expect_fail bench "not a tokenhost bench --json file" compare "$work/other.json" "$work/base.json"
+# The client shares the server's machine here: bench says so.
+"$tokenhost" bench --url "$url" --requests 1 --prompt-tokens 4 --output-tokens 2 > /dev/null 2> "$work/warn.txt"
+grep -q "the client runs on the server's machine" "$work/warn.txt" || fail "no warning about sharing the server's cores: $(cat "$work/warn.txt")"
+echo "ok: the shared-cores warning"
