@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "loadgen/prompts.hpp"
 #include "loadgen/report.hpp"
 #include "loadgen/runner.hpp"
+#include "loadgen/token_fit.hpp"
 
 namespace tokenhost {
 namespace {
@@ -85,8 +87,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o, BenchCompareOptions&
       "Conversations: --turns T sends each closed-loop worker's requests as conversations of T turns, each\n"
       "turn the conversation so far (earlier prompts and answers) and a new message (prefix-cache and\n"
       "cache-aware-routing loads); the report adds the TTFT of the turns after the first.\n"
-      "Prompts are words from a fixed list of 100 common English words, about one token each with\n"
-      "most models' vocabularies (about two with make-model's).\n"
+      "Prompts are words from a fixed list of 100 common English words, cut or lengthened to the\n"
+      "lengths asked in the served model's tokens through its /tokenize (--prompt-units words: as\n"
+      "drawn, about a token a word with most vocabularies).\n"
       "Percentiles interpolate linearly between the closest ranks (NumPy's default).\n"
       "The table goes to stdout (to stderr with --json -); exits 1 when any request failed.\n"
       "Ctrl-C stops sending; requests in flight finish and the figures cover what was sent.\n"
@@ -98,6 +101,12 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o, BenchCompareOptions&
                   "figure, the runs' values, median and 95% interval (what bench compare tests)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
+  cmd->add_option("--prompt-units", o.prompt_units,
+                  "What --prompt-tokens and --turn-tokens count: tokens of the served model (each prompt cut or\n"
+                  "lengthened to exactly that many through the server's /tokenize and /detokenize, before the run;\n"
+                  "words when the server has neither) or words (about a token each with most vocabularies)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tokens", "words"}));
   auto* cmp = cmd->add_subcommand("compare",
                                   "Compare two --json files of bench (a baseline, then a candidate) figure by figure: medians,\n"
                                   "the change, Welch's t-test on the runs' values corrected for the number of figures\n"
@@ -135,7 +144,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o, BenchCompareOptions&
       ->check(positive("seconds"));
   cmd->add_option("--warmup", o.warmup, "Requests sent first and left out of the figures")->capture_default_str();
   cmd->add_option("--prompt-tokens", o.prompt_tokens,
-                  "Prompt length in tokens (about words): N, LO:HI (uniform) or normal:MEAN:SD")
+                  "Prompt length in tokens (see --prompt-units): N, LO:HI (uniform) or normal:MEAN:SD")
       ->capture_default_str()
       ->check(token_count_spec());
   cmd->add_option("--output-tokens", o.output_tokens, "Output length in tokens, sent as max_tokens: N, LO:HI or normal:MEAN:SD")
@@ -257,6 +266,22 @@ int run_bench(const BenchOptions& o) {
   }
 
   config["repeat"] = o.repeat;
+  // Prompt lengths in the served model's tokens: each prompt fitted through the server's tokenizer.
+  std::unique_ptr<TokenFitter> fitter;
+  if (o.prompt_units == "tokens") {
+    fitter = std::make_unique<TokenFitter>(ep);
+    if (!fitter->available()) {
+      std::cerr << "bench: the server tokenizes nothing through /tokenize (" << fitter->why_not()
+                << "): prompt lengths are words, about a token each\n";
+      fitter.reset();
+    }
+  }
+  config["prompt_units"] = fitter ? "tokens" : "words";
+  const LengthDistribution turn_tokens = parse_length_distribution(o.turn_tokens);
+  auto fitted = [&](Prompt p) {
+    if (fitter) p.text = fitter->fit(p.text, p.words);
+    return p;
+  };
   g_stop = false;
   auto old_int = std::signal(SIGINT, on_bench_signal);
   const bool json_stdout = o.json == "-";
@@ -267,6 +292,18 @@ int run_bench(const BenchOptions& o) {
     // Every run sends the same requests (the same seeds): what differs between runs is the server.
     PromptGenerator run_prompts(parse_length_distribution(o.prompt_tokens), parse_length_distribution(o.output_tokens),
                                 o.shared_prefix_fraction, o.seed);
+    // A known number of independent requests: fitted before the run, so no tokenizing between them.
+    std::deque<Prompt> ready;
+    if (fitter && load.requests > 0 && o.turns == 1) {
+      if (!o.quiet && r == 0) std::cerr << "bench: fitting " << load.warmup + load.requests << " prompts to the server's tokens\n";
+      for (uint64_t i = 0; i < load.warmup + load.requests; ++i) ready.push_back(fitted(run_prompts.next()));
+    }
+    auto next = [&] {
+      if (ready.empty()) return fitted(run_prompts.next());
+      Prompt p = std::move(ready.front());
+      ready.pop_front();
+      return p;
+    };
     if (o.repeat > 1 && !o.quiet) std::cerr << "bench: run " << r + 1 << " of " << o.repeat << "\n";
     LiveCounters live;
     RunResult run;
@@ -274,8 +311,7 @@ int run_bench(const BenchOptions& o) {
       std::unique_ptr<ProgressDisplay> progress;
       if (!o.quiet)
         progress = std::make_unique<ProgressDisplay>(live, load.requests, load.duration_s, load.warmup, isatty(fileno(stderr)) != 0);
-      const LengthDistribution turn_tokens = parse_length_distribution(o.turn_tokens);
-      run = run_load(ep, load, [&] { return run_prompts.next(); }, &live, [&] { return run_prompts.follow_up(turn_tokens); });
+      run = run_load(ep, load, next, &live, [&] { return fitted(run_prompts.follow_up(turn_tokens)); });
     }
     report = make_report(run);
     failed += report.failed;
@@ -286,6 +322,8 @@ int run_bench(const BenchOptions& o) {
   std::signal(SIGINT, old_int);
   if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";
 
+  if (fitter && fitter->inexact() > 0 && !o.quiet)
+    std::cerr << "bench: " << fitter->inexact() << " prompt(s) tokenize one or two tokens off their length (a merge across the cut)\n";
   nlohmann::json doc = o.repeat > 1 ? repeats_json(reports, config) : reports.back();
   if (o.repeat > 1 && !o.quiet) (json_stdout ? std::cerr : std::cout) << format_repeats(doc) << std::flush;
   if (!o.json.empty()) {

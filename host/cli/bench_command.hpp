@@ -36,7 +36,8 @@ struct BenchOptions {
   double timeout_s = 600;
   std::string json;
   bool quiet = false;
-  uint32_t repeat = 1;  // --repeat: the whole run this many times; figures per run, their median and 95% interval
+  uint32_t repeat = 1;
+  std::string prompt_units = "tokens";  // --prompt-units: tokens (the server's, through /tokenize) or words  // --repeat: the whole run this many times; figures per run, their median and 95% interval
 };
 
 // `tokenhost bench compare BASELINE.json CANDIDATE.json`: figure by figure, with a verdict per row.

@@ -223,4 +223,6 @@ ModelsProbe probe_models(const EndpointOptions& o) {
   return p;
 }
 
+HttpClient connect_to(const EndpointOptions& options) { return connect(options, parse_url(options.url)); }
+
 }  // namespace tokenhost::loadgen

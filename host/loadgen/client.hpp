@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "http/http_client.hpp"
 #include "loadgen/prompts.hpp"
 
 namespace tokenhost::loadgen {
@@ -72,5 +73,8 @@ struct ModelsProbe {
 
 // GET /v1/models, with the API key when there is one.
 ModelsProbe probe_models(const EndpointOptions& options);
+
+// A connection to the endpoint's server (its TLS and API key, a read timeout of timeout_s).
+HttpClient connect_to(const EndpointOptions& options);
 
 }  // namespace tokenhost::loadgen

@@ -89,3 +89,16 @@ expect_fail bench "not a tokenhost bench --json file" compare "$work/other.json"
 "$tokenhost" bench --url "$url" --requests 1 --prompt-tokens 4 --output-tokens 2 > /dev/null 2> "$work/warn.txt"
 grep -q "the client runs on the server's machine" "$work/warn.txt" || fail "no warning about sharing the server's cores: $(cat "$work/warn.txt")"
 echo "ok: the shared-cores warning"
+
+# Prompt lengths in the served model's tokens (its /tokenize): stories260K spends about 2.6 tokens on a
+# word; with --prompt-units tokens each prompt is exactly the length asked (the server adds its BOS).
+"$tokenhost" bench --url "$url" --requests 3 --prompt-tokens 37 --output-tokens 2 --ignore-eos --quiet --json "$work/tok.json"
+"$tokenhost" bench --url "$url" --requests 3 --prompt-tokens 37 --output-tokens 2 --ignore-eos --quiet --prompt-units words --json "$work/words.json"
+python3 - "$work/tok.json" "$work/words.json" <<'PY' || fail "prompt units: $(cat "$work/tok.json")"
+import json, sys
+tok, words = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert tok["input_tokens_source"] == "server" and tok["input_tokens"] == 3 * 38, tok["input_tokens"]
+assert tok["config"]["prompt_units"] == "tokens" and words["config"]["prompt_units"] == "words"
+assert words["input_tokens"] > 3 * 60, words["input_tokens"]
+print("ok: --prompt-tokens 37 is 37 tokens of the served model (+ BOS); 37 words are %d" % (words["input_tokens"] // 3))
+PY
