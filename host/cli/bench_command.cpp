@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <deque>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
 #include <cmath>
 #include <csignal>
 #include <fstream>
@@ -20,7 +23,11 @@
 #include "loadgen/prompts.hpp"
 #include "loadgen/report.hpp"
 #include "loadgen/runner.hpp"
+#include "loadgen/replay.hpp"
 #include "loadgen/token_fit.hpp"
+#include "cli/bench_sweep.hpp"
+#include "manifest/deployment.hpp"
+#include "util/stats.hpp"
 
 namespace tokenhost {
 namespace {
@@ -101,6 +108,16 @@ CLI::App* add_bench_command(CLI::App& app, BenchOptions& o, BenchCompareOptions&
                   "figure, the runs' values, median and 95% interval (what bench compare tests)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1000u));
+  cmd->add_option("--replay", o.replay,
+                  "Send a recorded traffic (serve --record FILE) again: each request at its recorded time after the\n"
+                  "first, its prompt's length in tokens (its text when recorded) and its output length (as max_tokens,\n"
+                  "with ignore_eos); the load options do not apply")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--sweep", o.sweep,
+                  "NAME=V1,V2,...: run the measurement against a server bench starts afresh for each value of a\n"
+                  "manifest key (dotted: engines.main.max_step_seqs=16,64) or a serve flag (--kv-dtype=f16,q8_0),\n"
+                  "on --serve's manifest; a table of each value's medians, every run in --json");
+  cmd->add_option("--serve", o.serve, "With --sweep: the base manifest (default: the embedded one)")->check(CLI::ExistingFile);
   cmd->add_option("--prompt-units", o.prompt_units,
                   "What --prompt-tokens and --turn-tokens count: tokens of the served model (each prompt cut or\n"
                   "lengthened to exactly that many through the server's /tokenize and /detokenize, before the run;\n"
@@ -191,31 +208,44 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 || host == "0.0.0.0";
 }
 
-int run_bench(const BenchOptions& o) {
-  if (o.url.empty()) {
-    std::cerr << "tokenhost bench: --url is required (the server to load), or `bench compare A.json B.json`\n";
-    return 1;
-  }
-  if (const std::string host = parse_url(o.url).host; is_loopback(host) && !o.quiet)
+namespace {
+
+// One measurement (the whole run, --repeat times) against url: its JSON document, and how many
+// requests ended ok and failed. printed: whether the figures went to the table already.
+struct Measured {
+  nlohmann::json doc;
+  uint64_t ok = 0, failed = 0;
+  std::vector<std::pair<std::string, uint64_t>> errors;
+  bool reachable = true;
+};
+
+Measured measure(const BenchOptions& o, const std::string& url) {
+  Measured m;
+  // A replay: the recording's requests at their times (an open loop of given arrivals). Read first: a
+  // bad file is the first thing to say.
+  std::vector<ReplayRequest> replay;
+  if (!o.replay.empty()) replay = read_traffic(o.replay);
+  if (const std::string host = parse_url(url).host; is_loopback(host) && !o.quiet)
     std::cerr << "bench: warning: the client runs on the server's machine (" << host << ", " << std::thread::hardware_concurrency()
               << " cores): its threads take cores from the server, so throughput reads low and latency high under load; "
                  "compare runs made the same way, or run the client elsewhere\n";
   EndpointOptions ep;
-  ep.url = o.url;
+  ep.url = url;
   ep.chat = o.endpoint == "chat";
   ep.model = o.model;
   ep.api_key = o.api_key;
   ep.ca_file = o.ca_file;
   ep.insecure = o.insecure;
   ep.stream = !o.no_stream;
-  ep.ignore_eos = o.ignore_eos;
+  ep.ignore_eos = o.ignore_eos || !o.replay.empty();  // a replay reproduces the recorded output lengths
   ep.extra_body = o.extra_body;
   ep.timeout_s = o.timeout_s;
 
   ModelsProbe probe = probe_models(ep);
   if (!probe.reachable) {
     std::cerr << "tokenhost bench: " << probe.error << "\n";
-    return 1;
+    m.reachable = false;
+    return m;
   }
   if (ep.model.empty()) {
     if (probe.first_model)
@@ -234,13 +264,19 @@ int run_bench(const BenchOptions& o) {
   load.turns = o.turns;
   load.seed = o.seed * 0x9e3779b97f4a7c15ULL + 1;
   load.stop = &g_stop;
+  if (!replay.empty()) {
+    for (const auto& r : replay) load.arrival_times.push_back(r.at_s);
+    load.requests = replay.size();
+    load.duration_s = 0;
+    load.warmup = 0;
+  }
 
-  nlohmann::json config = {{"url", o.url},
+  nlohmann::json config = {{"url", url},
                            {"endpoint", ep.chat ? "/v1/chat/completions" : "/v1/completions"},
                            {"model", ep.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(ep.model)},
                            {"stream", ep.stream},
-                           {"mode", load.rate > 0 ? "open" : "closed"},
-                           {"concurrency", load.rate > 0 ? nlohmann::json(nullptr) : nlohmann::json(load.concurrency)},
+                           {"mode", !replay.empty() ? "replay" : load.rate > 0 ? "open" : "closed"},
+                           {"concurrency", load.rate > 0 || !replay.empty() ? nlohmann::json(nullptr) : nlohmann::json(load.concurrency)},
                            {"rate", load.rate > 0 ? nlohmann::json(load.rate) : nlohmann::json(nullptr)},
                            {"max_concurrency", load.max_concurrency > 0 ? nlohmann::json(load.max_concurrency) : nlohmann::json(nullptr)},
                            {"requests", load.requests > 0 ? nlohmann::json(load.requests) : nlohmann::json(nullptr)},
@@ -248,24 +284,28 @@ int run_bench(const BenchOptions& o) {
                            {"warmup", load.warmup},
                            {"prompt_tokens", o.prompt_tokens},
                            {"output_tokens", o.output_tokens},
-                           {"ignore_eos", o.ignore_eos},
+                           {"ignore_eos", ep.ignore_eos},
                            {"extra_body", o.extra_body.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(o.extra_body)},
                            {"shared_prefix_fraction", o.shared_prefix_fraction},
                            {"turns", o.turns},
                            {"turn_tokens", o.turns > 1 ? nlohmann::json(o.turn_tokens) : nlohmann::json(nullptr)},
-                           {"seed", o.seed}};
+                           {"seed", o.seed},
+                           {"repeat", o.repeat},
+                           {"replay", o.replay.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.replay)}};
   if (!o.quiet) {
-    std::cerr << "bench: " << o.url << config["endpoint"].get<std::string>() << ", model "
-              << (ep.model.empty() ? std::string("(none)") : ep.model) << ", "
-              << (load.rate > 0 ? "open loop, " + std::to_string(load.rate) + " req/s" +
-                                      (load.max_concurrency ? ", at most " + std::to_string(load.max_concurrency) + " in flight" : "")
-                                : "closed loop, concurrency " + std::to_string(load.concurrency))
-              << ", prompt " << o.prompt_tokens << " tokens, output " << o.output_tokens << " tokens"
-              << (o.turns > 1 ? ", conversations of " + std::to_string(o.turns) + " turns (+" + o.turn_tokens + " tokens each)" : "")
-              << (ep.stream ? "" : ", not streamed") << "\n";
+    std::cerr << "bench: " << url << config["endpoint"].get<std::string>() << ", model "
+              << (ep.model.empty() ? std::string("(none)") : ep.model) << ", ";
+    if (!replay.empty())
+      std::cerr << "replaying " << replay.size() << " recorded requests over " << replay.back().at_s << " s from " << o.replay;
+    else
+      std::cerr << (load.rate > 0 ? "open loop, " + std::to_string(load.rate) + " req/s" +
+                                        (load.max_concurrency ? ", at most " + std::to_string(load.max_concurrency) + " in flight" : "")
+                                  : "closed loop, concurrency " + std::to_string(load.concurrency))
+                << ", prompt " << o.prompt_tokens << " tokens, output " << o.output_tokens << " tokens"
+                << (o.turns > 1 ? ", conversations of " + std::to_string(o.turns) + " turns (+" + o.turn_tokens + " tokens each)" : "");
+    std::cerr << (ep.stream ? "" : ", not streamed") << "\n";
   }
 
-  config["repeat"] = o.repeat;
   // Prompt lengths in the served model's tokens: each prompt fitted through the server's tokenizer.
   std::unique_ptr<TokenFitter> fitter;
   if (o.prompt_units == "tokens") {
@@ -282,11 +322,8 @@ int run_bench(const BenchOptions& o) {
     if (fitter) p.text = fitter->fit(p.text, p.words);
     return p;
   };
-  g_stop = false;
-  auto old_int = std::signal(SIGINT, on_bench_signal);
   const bool json_stdout = o.json == "-";
   std::vector<nlohmann::json> reports;
-  uint64_t failed = 0, ok = 0;
   Report report;
   for (uint32_t r = 0; r < o.repeat && !g_stop; ++r) {
     // Every run sends the same requests (the same seeds): what differs between runs is the server.
@@ -294,7 +331,15 @@ int run_bench(const BenchOptions& o) {
                                 o.shared_prefix_fraction, o.seed);
     // A known number of independent requests: fitted before the run, so no tokenizing between them.
     std::deque<Prompt> ready;
-    if (fitter && load.requests > 0 && o.turns == 1) {
+    if (!replay.empty()) {
+      for (const auto& q : replay) {
+        // The recorded length counts the server's BOS (and a chat template's tokens): the text is one less.
+        Prompt p = run_prompts.of_length(std::max<uint32_t>(1, q.prompt_tokens - 1));
+        p.max_tokens = q.output_tokens;
+        if (!q.text.empty()) p.text = q.text;
+        ready.push_back(q.text.empty() ? fitted(std::move(p)) : std::move(p));
+      }
+    } else if (fitter && load.requests > 0 && o.turns == 1) {
       if (!o.quiet && r == 0) std::cerr << "bench: fitting " << load.warmup + load.requests << " prompts to the server's tokens\n";
       for (uint64_t i = 0; i < load.warmup + load.requests; ++i) ready.push_back(fitted(run_prompts.next()));
     }
@@ -314,34 +359,122 @@ int run_bench(const BenchOptions& o) {
       run = run_load(ep, load, next, &live, [&] { return fitted(run_prompts.follow_up(turn_tokens)); });
     }
     report = make_report(run);
-    failed += report.failed;
-    ok += report.ok;
+    m.failed += report.failed;
+    m.ok += report.ok;
     if (!o.quiet) (json_stdout ? std::cerr : std::cout) << format_table(report) << std::flush;
     reports.push_back(to_json(report, config));
   }
-  std::signal(SIGINT, old_int);
-  if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";
-
+  m.errors = report.errors;
   if (fitter && fitter->inexact() > 0 && !o.quiet)
     std::cerr << "bench: " << fitter->inexact() << " prompt(s) tokenize one or two tokens off their length (a merge across the cut)\n";
-  nlohmann::json doc = o.repeat > 1 ? repeats_json(reports, config) : reports.back();
-  if (o.repeat > 1 && !o.quiet) (json_stdout ? std::cerr : std::cout) << format_repeats(doc) << std::flush;
-  if (!o.json.empty()) {
-    std::string text = doc.dump(2) + "\n";
-    if (json_stdout) {
-      std::cout << text << std::flush;
-    } else {
-      std::ofstream f(o.json);
-      f << text;
-      if (!f) {
-        std::cerr << "tokenhost bench: cannot write " << o.json << "\n";
-        return 1;
-      }
+  m.doc = o.repeat > 1 ? repeats_json(reports, config) : reports.back();
+  if (o.repeat > 1 && !o.quiet) (json_stdout ? std::cerr : std::cout) << format_repeats(m.doc) << std::flush;
+  return m;
+}
+
+// A sweep's table: one row per value, each figure's median over the runs.
+std::string format_sweep(const Sweep& sweep, const std::vector<nlohmann::json>& docs) {
+  const std::vector<std::string> names = {"output_throughput", "ttft_ms.p50", "ttft_ms.p99", "itl_ms.p50", "e2e_latency_ms.p50"};
+  std::ostringstream out;
+  out << "sweep of " << sweep.name << " (medians over the runs of each value)\n";
+  out << std::left << std::setw(16) << "value";
+  for (const auto& n : names) out << std::setw(20) << n;
+  out << "\n";
+  for (size_t i = 0; i < docs.size(); ++i) {
+    out << std::setw(16) << sweep.values[i];
+    for (const auto& n : names) {
+      const std::vector<double> v = figure_values(docs[i], n);
+      char buf[32] = "-";
+      if (!v.empty()) std::snprintf(buf, sizeof buf, "%.2f", percentile(v, 50));
+      out << std::setw(20) << buf;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+bool write_json(const std::string& path, const nlohmann::json& doc) {
+  const std::string text = doc.dump(2) + "\n";
+  if (path == "-") {
+    std::cout << text << std::flush;
+    return true;
+  }
+  // Written whole under another name, then renamed: no half-written file under the name asked.
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream f(partial);
+    f << text;
+    if (!f) {
+      std::cerr << "tokenhost bench: cannot write " << partial << "\n";
+      return false;
     }
   }
-  if (report.failed > 0 && o.quiet)
-    for (const auto& [msg, n] : report.errors) std::cerr << "tokenhost bench: " << n << " request(s) failed: " << msg << "\n";
-  return failed > 0 || ok == 0 ? 1 : 0;
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) std::cerr << "tokenhost bench: cannot write " << path << ": " << ec.message() << "\n";
+  return !ec;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  if (o.url.empty() && o.sweep.empty()) {
+    std::cerr << "tokenhost bench: --url is required (the server to load), or --sweep (servers bench starts), or "
+                 "`bench compare A.json B.json`\n";
+    return 1;
+  }
+  if (!o.url.empty() && !o.sweep.empty()) {
+    std::cerr << "tokenhost bench: --sweep starts a server of its own for each value: leave out --url\n";
+    return 1;
+  }
+  g_stop = false;
+  auto old_int = std::signal(SIGINT, on_bench_signal);
+  int status = 0;
+  if (o.sweep.empty()) {
+    const Measured m = measure(o, o.url);
+    if (!m.reachable) status = 1;
+    else {
+      if (!o.json.empty() && !write_json(o.json, m.doc)) status = 1;
+      if (m.failed > 0 && o.quiet)
+        for (const auto& [msg, n] : m.errors) std::cerr << "tokenhost bench: " << n << " request(s) failed: " << msg << "\n";
+      if (m.failed > 0 || m.ok == 0) status = 1;
+    }
+  } else {
+    const Sweep sweep = parse_sweep(o.sweep);
+    std::vector<std::string> manifests;
+    for (const auto& v : sweep.values) {  // every value's manifest read as serve reads it, before any server starts
+      manifests.push_back(sweep_manifest(o.serve, sweep, v));
+      try {
+        (void)read_deployment(o.serve.empty() ? "sweep.toml" : o.serve, manifests.back());
+      } catch (const std::exception& e) {
+        throw std::invalid_argument("--sweep " + sweep.name + "=" + v + ": " + e.what());
+      }
+    }
+    char dir_template[] = "/tmp/tokenhost-sweep-XXXXXX";
+    const char* dir = ::mkdtemp(dir_template);
+    if (dir == nullptr) throw std::runtime_error("--sweep: cannot make a folder under /tmp");
+    if (!o.quiet) std::cerr << "bench: sweeping " << sweep.name << " over " << sweep.values.size() << " values; manifests and logs in " << dir << "\n";
+    std::vector<nlohmann::json> docs;
+    for (size_t i = 0; i < sweep.values.size() && !g_stop; ++i) {
+      if (!o.quiet) std::cerr << "bench: " << sweep.name << " = " << sweep.values[i] << "\n";
+      const std::string manifest_dir =
+          o.serve.empty() ? std::string(dir) : std::filesystem::absolute(o.serve).parent_path().string();
+      ChildServer server(manifests[i], manifest_dir, dir, "value" + std::to_string(i));
+      Measured m = measure(o, server.url());
+      if (!m.reachable) throw std::runtime_error("--sweep: the server for " + sweep.values[i] + " did not answer; its log: " + server.log_path());
+      if (m.failed > 0 || m.ok == 0) status = 1;
+      m.doc["sweep_value"] = sweep.values[i];
+      docs.push_back(std::move(m.doc));
+    }
+    const std::string table = format_sweep(sweep, docs);
+    (o.json == "-" ? std::cerr : std::cout) << table << std::flush;
+    nlohmann::json doc = {{"sweep", {{"name", sweep.name}, {"values", sweep.values}, {"serve", o.serve.empty() ? "(the embedded default)" : o.serve}}},
+                          {"results", docs}};
+    if (!o.json.empty() && !write_json(o.json, doc)) status = 1;
+  }
+  std::signal(SIGINT, old_int);
+  if (g_stop) std::cerr << "tokenhost bench: interrupted; the figures cover the requests that were sent\n";
+  return status;
 }
 
 int run_bench_compare(const BenchCompareOptions& o) {

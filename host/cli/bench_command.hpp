@@ -37,7 +37,10 @@ struct BenchOptions {
   std::string json;
   bool quiet = false;
   uint32_t repeat = 1;
-  std::string prompt_units = "tokens";  // --prompt-units: tokens (the server's, through /tokenize) or words  // --repeat: the whole run this many times; figures per run, their median and 95% interval
+  std::string prompt_units = "tokens";
+  std::string replay;  // --replay FILE: a recording of serve --record
+  std::string sweep;   // --sweep NAME=V1,V2,...
+  std::string serve;   // --serve MANIFEST: --sweep's base manifest ("" the embedded default)  // --prompt-units: tokens (the server's, through /tokenize) or words  // --repeat: the whole run this many times; figures per run, their median and 95% interval
 };
 
 // `tokenhost bench compare BASELINE.json CANDIDATE.json`: figure by figure, with a verdict per row.

@@ -50,6 +50,10 @@ void add_serve_flags(CLI::App& serve, ServeFlags& f) {
   serve.add_option("-c,--ctx-size", f.ctx_size, "Every model's context_len: the most positions one request holds");
   serve.add_option("--kv-dtype", f.kv_dtype, "Every engine's KV cache element type (f32, f16, q8_0)");
   serve.add_option("--api-key", f.api_keys, "An API key the gateway requires (repeatable; replaces [server] api_keys)");
+  serve.add_option("--record", f.record,
+                   "Append a JSON line per finished request (arrival time, prompt and output lengths, no text) to\n"
+                   "FILE, for `tokenhost bench --replay` ([server] record_traffic)");
+  serve.add_flag("--record-text", f.record_text, "With --record: keep the prompts' text too ([server] record_text)");
   serve.add_option("--api-key-file", f.api_key_file, "A file of API keys, one per line ([server] api_keys_file)")
       ->check(CLI::ExistingFile);
   serve.add_option("-t,--threads", f.threads, "Compute threads of the engines without a partition ([server] compute_threads)");
@@ -112,7 +116,8 @@ std::string effective_manifest(const std::string& path, const ServeFlags& f, std
       e.insert_or_assign("spec_decode", std::move(slot));
     }
   });
-  if (!f.api_keys.empty() || !f.api_key_file.empty() || f.threads || !f.host.empty() || f.port || f.admin_port || !f.log_level.empty()) {
+  if (!f.api_keys.empty() || !f.api_key_file.empty() || f.threads || !f.host.empty() || f.port || f.admin_port || !f.log_level.empty() ||
+      !f.record.empty() || f.record_text) {
     toml::table& server = table_at(doc, "server", "[server]");
     if (!f.api_keys.empty()) {
       toml::array keys;
@@ -124,6 +129,8 @@ std::string effective_manifest(const std::string& path, const ServeFlags& f, std
     if (!f.host.empty() || f.port) set_endpoint(server, "listen", ServerDecl{}.listen, f.host, f.port);
     if (f.admin_port) set_endpoint(server, "admin_listen", ServerDecl{}.admin_listen, "", f.admin_port);
     if (!f.log_level.empty()) server.insert_or_assign("log_level", f.log_level);
+    if (!f.record.empty()) server.insert_or_assign("record_traffic", std::filesystem::absolute(f.record).string());
+    if (f.record_text) server.insert_or_assign("record_text", true);
   }
   if (f.gpu_layers)
     notes.push_back("--n-gpu-layers " + std::to_string(*f.gpu_layers) +

@@ -29,6 +29,8 @@ struct ServeFlags {
   std::string log_level;              // --log-level (tokenhost's, before or after `serve`): [server] log_level
   std::optional<int> gpu_layers;      // -ngl/--n-gpu-layers: accepted, and said to mean nothing here
   bool print_manifest = false;        // --print-manifest: print the effective manifest and exit
+  std::string record;                 // --record FILE: [server] record_traffic
+  bool record_text = false;           // --record-text: [server] record_text
 };
 
 // Declares the flags on serve's subcommand.

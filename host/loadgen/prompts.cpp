@@ -83,4 +83,16 @@ Prompt PromptGenerator::next() {
   return p;
 }
 
+Prompt PromptGenerator::of_length(uint32_t words) {
+  Prompt p;
+  p.words = words;
+  p.max_tokens = output_tokens_.sample(rng_);
+  std::uniform_int_distribution<uint32_t> pick(0, uint32_t(kWords.size() - 1));
+  for (uint32_t i = 0; i < words; ++i) {
+    if (i) p.text += ' ';
+    p.text += kWords[pick(rng_)];
+  }
+  return p;
+}
+
 }  // namespace tokenhost::loadgen

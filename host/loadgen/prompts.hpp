@@ -43,6 +43,9 @@ class PromptGenerator {
   // A conversation's next user message: `words` words drawn afresh (none from the shared prefix), an
   // output length drawn as for next(). The caller sets its history.
   Prompt follow_up(const LengthDistribution& words);
+  // A prompt of exactly `words` words, none from the shared prefix (a replayed request's), an output
+  // length drawn as for next().
+  Prompt of_length(uint32_t words);
   // The first n words of the shared sequence, joined by spaces.
   std::string shared_prefix(uint32_t n);
 

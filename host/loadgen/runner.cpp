@@ -11,6 +11,8 @@
 
 #include "loadgen/arrivals.hpp"
 
+#include <optional>
+
 namespace tokenhost::loadgen {
 namespace {
 
@@ -124,9 +126,11 @@ struct Phase {
         results.push_back(std::move(r));
       }
     };
-    PoissonArrivals arrivals(load.rate, load.seed);
+    std::optional<PoissonArrivals> arrivals;
+    if (load.arrival_times.empty()) arrivals.emplace(load.rate, load.seed);
     for (uint64_t i = 0; count == 0 || i < count; ++i) {
-      const double at = arrivals.next_time();
+      if (!arrivals && i >= load.arrival_times.size()) break;
+      const double at = arrivals ? arrivals->next_time() : load.arrival_times[i];
       if (duration_s > 0 && at >= duration_s) break;
       auto when = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at));
       while (!stopped() && Clock::now() < when)
@@ -154,7 +158,7 @@ struct Phase {
       live->tokens = 0;
       live->started_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
     }
-    if (load.rate > 0)
+    if (load.rate > 0 || !load.arrival_times.empty())
       open_loop();
     else
       closed_loop();
@@ -180,7 +184,7 @@ RunResult run_load(const EndpointOptions& endpoint, const LoadOptions& load, con
                    LiveCounters* live, const std::function<Prompt()>& next_follow_up) {
   if (load.rate < 0) throw std::invalid_argument("the request rate must not be negative");
   if (load.turns == 0) throw std::invalid_argument("a conversation has at least 1 turn");
-  if (load.turns > 1 && load.rate > 0)
+  if (load.turns > 1 && (load.rate > 0 || !load.arrival_times.empty()))
     throw std::invalid_argument("conversations (more than 1 turn) need the closed loop: a turn is sent when the last one ends");
   if (load.turns > 1 && !next_follow_up) throw std::invalid_argument("conversations need a source of follow-up messages");
   if (load.rate == 0 && load.concurrency == 0) throw std::invalid_argument("concurrency must be at least 1");

@@ -32,6 +32,9 @@ struct LoadOptions {
   uint32_t warmup = 0;           // requests sent first and left out
   uint64_t seed = 0;             // arrival times
   uint32_t turns = 1;            // closed loop: turns per conversation (1: independent requests)
+  // Open loop at given times instead (a replay): request i arrives arrival_times[i] seconds after the
+  // start (ascending); rate is then unused.
+  std::vector<double> arrival_times;
   const std::atomic<bool>* stop = nullptr;  // when set to true, no further request is sent
 };
 

@@ -492,7 +492,8 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
   if (const toml::table* s = r.optional_table(root, "server", "the deployment manifest")) {
     r.check_keys(*s, {"listen", "admin_listen", "log_level", "plugin_paths", "http_threads", "compute_threads", "admin_token", "api_keys",
                       "api_keys_file", "plugins_from_anywhere", "tls_certificate", "tls_private_key",
-                      "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms", "step_deadline_ms"},
+                      "admin_tls_certificate", "admin_tls_private_key", "restart_delay_ms", "step_deadline_ms", "record_traffic",
+                      "record_text"},
                  "[server]");
     d.server.listen = read_endpoint(r, *s, "listen", d.server.listen);
     d.server.admin_listen = read_endpoint(r, *s, "admin_listen", d.server.admin_listen);
@@ -516,6 +517,13 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
         uint32_t(r.optional_int(*s, "restart_delay_ms", "[server]", 1, 60000).value_or(ServerDecl{}.restart_delay_ms));
     d.server.step_deadline_ms =
         uint32_t(r.optional_int(*s, "step_deadline_ms", "[server]", 10, 3600000).value_or(ServerDecl{}.step_deadline_ms));
+    if (auto path = r.optional_string(*s, "record_traffic", "[server]")) {
+      if (path->empty()) r.fail(*s->get("record_traffic"), "'record_traffic' in [server] is empty: name the file to append to");
+      d.server.record_traffic = (base / *path).lexically_normal().string();
+    }
+    d.server.record_text = r.optional_bool(*s, "record_text", "[server]").value_or(false);
+    if (d.server.record_text && d.server.record_traffic.empty())
+      r.fail(*s->get("record_text"), "'record_text' in [server] keeps the recorded prompts' text: set record_traffic too");
     d.server.tls = read_tls(r, *s, "");
     d.server.admin_tls = read_tls(r, *s, "admin_");
   }

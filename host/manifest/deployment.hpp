@@ -72,6 +72,11 @@ struct ServerDecl {
   uint32_t step_deadline_ms = 60000;
   TlsFiles tls;        // the gateway's: [server] tls_certificate and tls_private_key
   TlsFiles admin_tls;  // the admin API's: [server] admin_tls_certificate and admin_tls_private_key
+  // [server] record_traffic (`serve --record FILE`): a JSON line per request the gateway finishes
+  // (server/traffic_recorder.hpp), what `tokenhost bench --replay` sends again; absolute, "" none.
+  // record_text (`--record-text`) keeps the prompts' text too.
+  std::string record_traffic;
+  bool record_text = false;
 };
 
 // What one request and one client may take ([limits]; server/admission.hpp enforces them). A limit of

@@ -419,6 +419,26 @@ struct ClientRequest::State {
   }
   const std::string& prompt_text(size_t choice) const { return prompt_texts.at(choice / size_t(req.n)); }
 
+  // The request's line in the traffic recording: arrival, shape and outcome (server/traffic_recorder.hpp).
+  void record(TrafficRecorder& recorder, const std::string& how) const {
+    RecordedRequest r;
+    r.arrival = started;
+    r.route = route == Route::generate ? "generate" : route == Route::chat_completions ? "chat" : "completions";
+    r.model = served().name;
+    r.stream = openai() && req.stream;
+    r.n = openai() ? req.n : 1;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      r.prompt_tokens.push_back(int64_t(prompts[p].size()));
+      r.max_tokens.push_back(p < max_new.size() ? int64_t(max_new[p]) : 0);
+      if (recorder.keeps_text()) r.prompts.push_back(p < prompt_texts.size() ? prompt_texts[p] : "");
+    }
+    for (const auto& c : choices) r.completion_tokens.push_back(int64_t(c.tokens));
+    const auto err = error();
+    r.outcome = !how.empty() ? how : err ? "error" : "ok";
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    recorder.record(r);
+  }
+
   // Echo with logprobs: an entry per prompt token, the first unscored (nothing predicts it), the others
   // as the engine scored them given the tokens before.
   std::vector<api::TokenLogprobs> prompt_logprobs(size_t choice) const {
@@ -548,6 +568,7 @@ struct ClientRequest::State {
   // The request's end in the log: at debug level when it went as asked, at info when it failed.
   void log_end(const std::string& how) {
     finished = true;
+    if (TrafficRecorder* recorder = gateway.recorder()) record(*recorder, how);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     std::set<std::string> engine_set;  // each engine once (a name may contain another's)
     for (const auto& c : choices)

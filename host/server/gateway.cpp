@@ -30,6 +30,7 @@ Gateway::Gateway(GatewayInit init)
       models_(std::move(init.models)),
       experiments_(std::move(init.experiments)),
       limits_(init.limits),
+      recorder_(std::move(init.recorder)),
       embed_(std::move(init.embed)) {
   refusals_ = &init.metrics->family(metrics::Type::counter, "tokenhost_gateway_refusals_total",
                                     "Requests the gateway refused before they started, by reason (api_key, "

@@ -22,6 +22,7 @@
 #include "metrics/metrics.hpp"
 #include "server/admission.hpp"
 #include "server/engine_table.hpp"
+#include "server/traffic_recorder.hpp"
 
 namespace tokenhost {
 
@@ -61,6 +62,7 @@ struct GatewayInit {
   // POST /v1/embeddings: each input's embedding on a model (server.cpp: one input at a time, on the
   // caller's thread). Throws std::exception with what failed.
   std::function<std::vector<std::vector<float>>(const std::string& model, const std::vector<std::vector<int32_t>>& inputs)> embed;
+  std::shared_ptr<TrafficRecorder> recorder;  // [server] record_traffic; NULL: none
 };
 
 class Gateway {
@@ -104,6 +106,8 @@ class Gateway {
   std::string decode(const std::vector<int32_t>& tokens) const;
 
   const GatewayLimits& limits() const { return limits_; }
+  // Where finished requests are recorded ([server] record_traffic); NULL when they are not.
+  TrafficRecorder* recorder() const { return recorder_.get(); }
   nlohmann::json admission_status() const { return admission_->status(); }
 
   // --- Lifecycle (the server's) ---
@@ -138,6 +142,7 @@ class Gateway {
   std::vector<ServedModel> models_;
   std::shared_ptr<experiments::ExperimentTable> experiments_;
   GatewayLimits limits_;
+  std::shared_ptr<TrafficRecorder> recorder_;
   metrics::Family* refusals_ = nullptr;
   std::function<std::vector<std::vector<float>>(const std::string&, const std::vector<std::vector<int32_t>>&)> embed_;
   std::unique_ptr<Admission> admission_;

@@ -106,6 +106,8 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
     g.models = std::move(served);
     g.experiments = experiments_;
     g.limits = deployment_.limits;
+    if (!deployment_.server.record_traffic.empty())
+      g.recorder = std::make_shared<TrafficRecorder>(deployment_.server.record_traffic, deployment_.server.record_text);
     g.metrics = &metrics_;
     g.embed = [this](const std::string& model, const std::vector<std::vector<int32_t>>& inputs) { return embed(model, inputs); };
     gateway_ = std::make_unique<Gateway>(std::move(g));
