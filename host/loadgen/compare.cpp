@@ -141,14 +141,18 @@ std::vector<CompareRow> compare(const nlohmann::json& baseline, const nlohmann::
       rows.push_back(row);
       continue;
     }
-    experiments::Sample sa, sb;
-    for (double v : a) sa.add(v);
-    for (double v : b) sb.add(v);
+    // Throughputs and latencies change by factors: the test is on their logarithms (a run twice as fast
+    // and one half as fast weigh the same), when every value is positive.
+    const bool logs = std::all_of(a.begin(), a.end(), [](double v) { return v > 0; }) &&
+                      std::all_of(b.begin(), b.end(), [](double v) { return v > 0; });
+    experiments::Sample sa, sb, raw_a, raw_b;
+    for (double v : a) sa.add(logs ? std::log(v) : v), raw_a.add(v);
+    for (double v : b) sb.add(logs ? std::log(v) : v), raw_b.add(v);
     const experiments::Comparison c = experiments::welch(sa, sb, 2);
     row.p_value = std::min(1.0, c.p_value * tests);
-    const double effect = sa.mean() != 0 ? std::abs(sb.mean() - sa.mean()) / std::abs(sa.mean()) : 0;
+    const double effect = raw_a.mean() != 0 ? std::abs(raw_b.mean() - raw_a.mean()) / std::abs(raw_a.mean()) : 0;
     if (row.p_value < alpha && effect >= min_effect) {
-      const bool higher = sb.mean() > sa.mean();
+      const bool higher = raw_b.mean() > raw_a.mean();
       row.verdict = higher == f.higher_is_better ? "better" : "worse";
     } else {
       row.verdict = "no significant difference";

@@ -4,7 +4,8 @@
 // batch, its cache, the machine's mood that minute), so the figures that decide are each run's, and a
 // difference counts only when it holds across repeated runs. Each compared figure of each run is one
 // value; a file of N runs gives N values per figure: their median, and a 95% interval of their mean
-// (Student's t). Two files are compared figure by figure with Welch's t-test on those values, at a
+// (Student's t). Two files are compared figure by figure with Welch's t-test on those values' logarithms
+// (throughputs and latencies change by factors), at a
 // level corrected for the number of figures (Bonferroni: alpha / rows), and a difference is called
 // only when it is also at least min_effect of the baseline's value (so noise on a quiet figure is not
 // called a regression). With one run on either side there is no test: the delta is shown alone.
