@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -9,8 +10,15 @@
 namespace tokenhost::loadgen {
 
 std::vector<ReplayRequest> read_traffic(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("--replay: cannot read " + path);
+  std::ifstream file(path);
+  if (!file) throw std::invalid_argument("--replay: cannot read " + path);
+  std::ostringstream text;
+  text << file.rdbuf();
+  return parse_traffic(text.str(), path);
+}
+
+std::vector<ReplayRequest> parse_traffic(const std::string& text, const std::string& path) {
+  std::istringstream in(text);
   std::vector<ReplayRequest> out;
   std::string line;
   for (size_t number = 1; std::getline(in, line); ++number) {
@@ -21,15 +29,16 @@ std::vector<ReplayRequest> read_traffic(const std::string& path) {
     if (!j.is_object()) bad("not a JSON object");
     for (const char* key : {"t", "prompt_tokens", "completion_tokens", "outcome"})
       if (!j.contains(key)) bad(std::string("no \"") + key + "\"");
-    if (!j["t"].is_number() || j["t"].get<double>() < 0) bad("\"t\" is not a time in seconds");
+    if (!j["t"].is_number() || !(j["t"].get<double>() >= 0) || j["t"].get<double>() > 1e9) bad("\"t\" is not a time in seconds");
     if (!j["prompt_tokens"].is_array() || !j["completion_tokens"].is_array()) bad("token counts are not arrays");
     if (j["outcome"] != "ok" || j["prompt_tokens"].empty()) continue;
     ReplayRequest r;
     r.at_s = j["t"].get<double>();
-    if (!j["prompt_tokens"][0].is_number_unsigned()) bad("\"prompt_tokens\" holds something other than counts");
+    if (!j["prompt_tokens"][0].is_number_unsigned() || j["prompt_tokens"][0].get<uint64_t>() > (1u << 24))
+      bad("\"prompt_tokens\" holds something other than counts");
     r.prompt_tokens = j["prompt_tokens"][0].get<uint32_t>();
     for (const auto& c : j["completion_tokens"]) {
-      if (!c.is_number_unsigned()) bad("\"completion_tokens\" holds something other than counts");
+      if (!c.is_number_unsigned() || c.get<uint64_t>() > (1u << 24)) bad("\"completion_tokens\" holds something other than counts");
       r.output_tokens = std::max(r.output_tokens, c.get<uint32_t>());
     }
     if (j.contains("prompts") && j["prompts"].is_array() && !j["prompts"].empty() && j["prompts"][0].is_string())

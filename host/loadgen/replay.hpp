@@ -21,5 +21,7 @@ struct ReplayRequest {
 // with no prompt, are left out. Throws std::invalid_argument naming the file and line of anything that
 // is not a recorded request, or when no request is left.
 std::vector<ReplayRequest> read_traffic(const std::string& path);
+// The same from a recording's text; `name` is what messages call it.
+std::vector<ReplayRequest> parse_traffic(const std::string& text, const std::string& name);
 
 }  // namespace tokenhost::loadgen

@@ -29,6 +29,26 @@ int32_t Generator::greedy(const std::vector<float>& logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// The sequence's blocks go back to the pool whatever happens.
+struct Generator::SequenceLease {
+  const PluginInstance& kv;
+  uint64_t seq;
+  ~SequenceLease() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
+};
+
+void Generator::prefill(uint64_t seq, const std::vector<int32_t>& tokens, const ChunkStep& step) {
+  const StepPlugins plugins{&plugins_};
+  for (uint32_t at = 0; at < tokens.size(); at += prefill_chunk_) {
+    StepBatch batch;
+    StepItem& item = batch.items.emplace_back();
+    item.seq_id = seq;
+    item.start = at;
+    const uint32_t end = std::min<uint32_t>(uint32_t(tokens.size()), at + prefill_chunk_);
+    item.tokens.assign(tokens.begin() + at, tokens.begin() + end);
+    step(batch, [&] { return backend_->run_step(*weights_, batch, plugins); });
+  }
+}
+
 GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t max_new, int32_t eos,
                                     const Sampler& sample, const OnToken& on_token) {
   using clock = std::chrono::steady_clock;
@@ -39,26 +59,18 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
                                 std::to_string(context));
   const uint64_t seq = next_seq_++;
   const StepPlugins plugins{&plugins_};
-  struct Release {  // the sequence's blocks go back whatever happens
-    const PluginInstance& kv;
-    uint64_t seq;
-    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
-  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
+  const SequenceLease lease{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
 
   GenerationStats stats;
   stats.prompt_tokens = uint32_t(prompt.size());
   auto started = clock::now();
   std::vector<float> logits;
-  for (uint32_t at = 0; at < prompt.size(); at += prefill_chunk_) {
-    StepItem item;
-    item.seq_id = seq;
-    item.start = at;
-    uint32_t end = std::min<uint32_t>(uint32_t(prompt.size()), at + prefill_chunk_);
-    item.tokens.assign(prompt.begin() + at, prompt.begin() + end);
-    item.sample = end == prompt.size();
-    auto out = backend_->run_step(*weights_, StepBatch{{item}}, plugins);
+  prefill(seq, prompt, [&](StepBatch& batch, const RunStep& run) {
+    StepItem& item = batch.items[0];
+    item.sample = item.start + item.tokens.size() == prompt.size();
+    auto out = run();
     if (item.sample) logits = std::move(out.at(0));
-  }
+  });
   stats.prefill_seconds = std::chrono::duration<double>(clock::now() - started).count();
   started = clock::now();
   uint32_t position = uint32_t(prompt.size());
@@ -91,25 +103,17 @@ void Generator::score(const std::vector<int32_t>& tokens, uint32_t first, const 
   if (first >= tokens.size())
     throw std::invalid_argument("scoring from position " + std::to_string(first) + " of " + std::to_string(tokens.size()) + " tokens");
   const uint64_t seq = next_seq_++;
-  const StepPlugins plugins{&plugins_};
-  struct Release {
-    const PluginInstance& kv;
-    uint64_t seq;
-    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
-  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
-  for (uint32_t at = 0; at < tokens.size(); at += prefill_chunk_) {
-    StepItem item;
-    item.seq_id = seq;
-    item.start = at;
-    const uint32_t end = std::min<uint32_t>(uint32_t(tokens.size()), at + prefill_chunk_);
-    item.tokens.assign(tokens.begin() + at, tokens.begin() + end);
+  const SequenceLease lease{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
+  prefill(seq, tokens, [&](StepBatch& batch, const RunStep& run) {
+    StepItem& item = batch.items[0];
+    const uint32_t at = item.start, end = at + uint32_t(item.tokens.size());
     item.logit_rows = end > first ? end - std::max(at, first) : 0;  // the chunk's last rows
-    auto out = backend_->run_step(*weights_, StepBatch{{item}}, plugins);
+    auto out = run();
     if (out.size() != item.logit_rows)
       throw std::runtime_error("the backend returned " + std::to_string(out.size()) + " rows of logits for " +
                                std::to_string(item.logit_rows));
     for (uint32_t r = 0; r < item.logit_rows; ++r) on_row(end - item.logit_rows + r, out[r]);
-  }
+  });
 }
 
 std::vector<float> Generator::embed(const std::vector<int32_t>& tokens) {
@@ -118,27 +122,17 @@ std::vector<float> Generator::embed(const std::vector<int32_t>& tokens) {
   if (tokens.size() > context)
     throw std::invalid_argument("the input has " + std::to_string(tokens.size()) + " tokens; the context holds " + std::to_string(context));
   const uint64_t seq = next_seq_++;
-  const StepPlugins plugins{&plugins_};
-  struct Release {
-    const PluginInstance& kv;
-    uint64_t seq;
-    ~Release() { kv.call(&th_kvcache_vtable::seq_free, "seq_free", kv.handle(), seq); }
-  } release{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
+  const SequenceLease lease{*plugins_.get(slot_of(TH_KIND_KVCACHE)), seq};
   std::vector<double> sum(dim, 0.0);
   std::vector<float> hidden;
-  for (uint32_t at = 0; at < tokens.size(); at += prefill_chunk_) {
-    StepItem item;
-    item.seq_id = seq;
-    item.start = at;
-    const uint32_t end = std::min<uint32_t>(uint32_t(tokens.size()), at + prefill_chunk_);
-    item.tokens.assign(tokens.begin() + at, tokens.begin() + end);
-    item.sample = end == tokens.size();  // one row's logits, unused: the step's shape stays the usual one
-    StepBatch batch{{item}};
+  prefill(seq, tokens, [&](StepBatch& batch, const RunStep& run) {
+    StepItem& item = batch.items[0];
+    item.sample = item.start + item.tokens.size() == tokens.size();  // one row's logits, unused: the step's shape stays the usual one
     batch.hidden = &hidden;
-    backend_->run_step(*weights_, batch, plugins);
+    run();
     for (size_t r = 0; r < item.tokens.size(); ++r)
       for (uint32_t d = 0; d < dim; ++d) sum[d] += hidden[r * dim + d];
-  }
+  });
   double norm = 0;
   for (double& v : sum) {
     v /= double(tokens.size());

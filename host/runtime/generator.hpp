@@ -59,6 +59,13 @@ class Generator {
   std::vector<float> embed(const std::vector<int32_t>& tokens);
 
  private:
+  struct SequenceLease;
+  // Runs tokens as a new sequence `seq` from position 0 in chunks of prefill_chunk: for each chunk,
+  // step(batch of the chunk's one item, run) sets the item's rows and calls run() for the step's logits.
+  using RunStep = std::function<std::vector<std::vector<float>>()>;
+  using ChunkStep = std::function<void(StepBatch& batch, const RunStep& run)>;
+  void prefill(uint64_t seq, const std::vector<int32_t>& tokens, const ChunkStep& step);
+
   std::shared_ptr<const ModelWeights> weights_;
   const Backend* backend_ = nullptr;
   SlotInstances plugins_;  // attention, kvcache and (a model with experts) moe

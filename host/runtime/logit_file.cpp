@@ -78,11 +78,14 @@ LogitFileReader::LogitFileReader(std::string path) : path_(std::move(path)) {
   uint32_t v[5];
   in_.read(reinterpret_cast<char*>(v), sizeof v);
   shape_ = {v[0], v[1], v[2], v[3], v[4]};
-  if (!in_ || shape_.vocab == 0 || shape_.n_ctx == 0 || shape_.rows_per_chunk == 0 || shape_.first + shape_.rows_per_chunk > shape_.n_ctx)
+  // Bounds far past any real run keep the sizes below from overflowing.
+  if (!in_ || shape_.vocab == 0 || shape_.vocab > (1u << 24) || shape_.n_ctx == 0 || shape_.n_ctx > (1u << 24) ||
+      shape_.n_chunks > (1u << 24) || shape_.rows_per_chunk == 0 || uint64_t(shape_.first) + shape_.rows_per_chunk > shape_.n_ctx)
     throw std::invalid_argument(path_ + ": a damaged header");
-  const uint64_t row_bytes = 8 + 2 * uint64_t(shape_.vocab);
-  const uint64_t expected = 8 + sizeof v + 4 * uint64_t(shape_.n_chunks) * shape_.n_ctx +
-                            uint64_t(shape_.n_chunks) * shape_.rows_per_chunk * row_bytes;
+  const unsigned __int128 row_bytes = 8 + 2 * uint64_t(shape_.vocab);
+  const unsigned __int128 wide = 8 + sizeof v + 4 * (unsigned __int128)shape_.n_chunks * shape_.n_ctx +
+                                 (unsigned __int128)shape_.n_chunks * shape_.rows_per_chunk * row_bytes;
+  const uint64_t expected = wide > UINT64_MAX ? UINT64_MAX : uint64_t(wide);
   std::error_code ec;
   const uint64_t size = std::filesystem::file_size(path_, ec);
   if (ec || size != expected)
