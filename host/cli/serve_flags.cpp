@@ -43,6 +43,9 @@ void set_endpoint(toml::table& server, const char* key, const Endpoint& fallback
 }  // namespace
 
 void add_serve_flags(CLI::App& serve, ServeFlags& f) {
+  serve.add_option("-a,--alias,--served-model-name", f.alias,
+                   "The name clients see in /v1/models and responses, and may ask for, besides the manifest's\n"
+                   "([models.X] aliases; llama-server's --alias, vLLM's --served-model-name)");
   serve.add_option("-m,--model", f.model_file,
                    "A GGUF model file to serve in place of the manifest's one model (the default manifest's demo model, "
                    "when no manifest is given)")
@@ -91,6 +94,13 @@ std::string effective_manifest(const std::string& path, const ServeFlags& f, std
     models->clear();
     models->insert(name, toml::table{{"source", "gguf"}, {"path", std::filesystem::absolute(f.model_file).string()}});
     each_engine(doc, [&](const std::string&, toml::table& e) { e.insert_or_assign("model", name); });
+  }
+  if (!f.alias.empty()) {  // the name clients see and may ask for
+    toml::table* models = doc["models"].as_table();
+    if (models == nullptr || models->size() != 1)
+      throw std::runtime_error("--alias names the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
+                               " declares " + std::to_string(models ? models->size() : 0) + " (set aliases in each [models.X])");
+    if (toml::table* m = models->begin()->second.as_table()) m->insert_or_assign("aliases", toml::array{f.alias});
   }
   if (f.ctx_size)
     if (toml::table* models = doc["models"].as_table())

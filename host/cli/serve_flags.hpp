@@ -14,6 +14,7 @@ namespace tokenhost {
 
 struct ServeFlags {
   std::string model_file;             // -m/--model: the manifest's one model becomes this GGUF file
+  std::string alias;                  // -a/--alias/--served-model-name: the one model's [models.X] aliases
   std::optional<uint32_t> ctx_size;   // -c/--ctx-size: every model's context_len
   std::string kv_dtype;               // --kv-dtype: every engine's kv_dtype
   std::vector<std::string> api_keys;  // --api-key (repeatable): [server] api_keys

@@ -153,13 +153,13 @@ void add_gateway_routes(HttpListener& listener, Gateway& gateway, const ServerDe
   listener.route("GET", "/v1/models", [&gateway](const HttpRequest&, HttpResponse& res) {
     std::vector<api::ModelCard> cards;
     for (const auto& m : gateway.models())  // public names: a group's members answer by name but are not listed
-      if (m.listed) cards.push_back({m.name, m.created, "tokenhost", m.context_len});
+      if (m.listed) cards.push_back({m.id(), m.created, "tokenhost", m.context_len});
     res.set_content(api::dump_json(api::models_list(cards)), "application/json");
   });
   listener.route("GET", R"(/v1/models/([^/]+))", [&gateway](const HttpRequest& req, HttpResponse& res) {
     const ServedModel* m = gateway.find_model(req.matches[1]);
     if (m == nullptr || req.matches[1].length() == 0) return reply_model_not_found(res, req.matches[1]);
-    res.set_content(api::dump_json(api::models_list({{m->name, m->created, "tokenhost", m->context_len}})["data"][0]), "application/json");
+    res.set_content(api::dump_json(api::models_list({{m->id(), m->created, "tokenhost", m->context_len}})["data"][0]), "application/json");
   });
 }
 

@@ -87,7 +87,7 @@ std::string manifest_path(const TomlReader& r, const std::string& path) {
 // source = "demo": a model make-model writes on first use (seeded random weights, a working tokenizer),
 // so the embedded default serves without any download. Its text is fluent-looking noise.
 ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "preset", "type", "seed", "path", "context_len", "pack_weights"}, ctx);
+  r.check_keys(t, {"source", "preset", "type", "seed", "path", "context_len", "pack_weights", "aliases"}, ctx);
   MakeModelOptions make;
   std::string preset = r.optional_string(t, "preset", ctx).value_or("stories260K");
   try {
@@ -130,7 +130,7 @@ ModelDecl read_demo_model(const TomlReader& r, const std::string& name, const to
 // source = "builtin": a model compiled into the binary (model/builtin_model.hpp), written once into the
 // cache folder and loaded from there as a GGUF file; served at its trained context unless told.
 ModelDecl read_builtin_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "name", "context_len", "pack_weights"}, ctx + " (a builtin model)");
+  r.check_keys(t, {"source", "name", "context_len", "pack_weights", "aliases"}, ctx + " (a builtin model)");
   const std::string which = r.optional_string(t, "name", ctx).value_or("stories260K");
   const BuiltinModel* builtin = find_builtin_model(which);
   if (builtin == nullptr) {
@@ -150,7 +150,7 @@ ModelDecl read_builtin_model(const TomlReader& r, const std::string& name, const
 }
 
 ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const toml::table& t, const std::string& ctx) {
-  r.check_keys(t, {"source", "path", "context_len", "pack_weights"}, ctx + " (a gguf model takes its shape from the file)");
+  r.check_keys(t, {"source", "path", "context_len", "pack_weights", "aliases"}, ctx + " (a gguf model takes its shape from the file)");
   ModelDecl m;
   m.name = name;
   m.source = "gguf";
@@ -159,7 +159,7 @@ ModelDecl read_gguf_model(const TomlReader& r, const std::string& name, const to
   return m;
 }
 
-ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::node& node) {
+ModelDecl read_model_of_source(const TomlReader& r, const std::string& name, const toml::node& node) {
   std::string ctx = "[models." + name + "]";
   if (!node.is_table()) r.fail(node, ctx + " must be a table");
   const toml::table& t = *node.as_table();
@@ -172,7 +172,7 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
                                  suggestion(source, {"synthetic", "gguf", "demo", "builtin"}));
   }
   r.check_keys(t, {"source", "seed", "architecture", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
-                   "vocab_size", "context_len", "n_experts", "n_experts_used"}, ctx);
+                   "vocab_size", "context_len", "n_experts", "n_experts_used", "aliases"}, ctx);
   ModelDecl m;
   m.name = name;
   m.spec.name = name;
@@ -201,6 +201,18 @@ ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::n
   i.weight_dtype = TH_DTYPE_F32;
   i.act_dtype = TH_DTYPE_F32;
   i.kv_dtype = TH_DTYPE_F32;
+  return m;
+}
+
+// A model's table, whatever its source, and the other names clients may ask it by (aliases).
+ModelDecl read_model(const TomlReader& r, const std::string& name, const toml::node& node) {
+  ModelDecl m = read_model_of_source(r, name, node);
+  const std::string ctx = "[models." + name + "]";
+  for (const std::string& alias : r.optional_string_array(*node.as_table(), "aliases", ctx)) {
+    if (alias.empty() || alias.size() > 256 || alias.find('/') == 0)
+      r.fail(*node.as_table()->get("aliases"), "an alias in " + ctx + " must be 1 to 256 characters, not starting with '/'");
+    m.aliases.push_back(alias);
+  }
   return m;
 }
 
@@ -564,6 +576,19 @@ Deployment read_deployment(const std::string& file, std::string_view text) {
       std::string name(key.str());
       d.groups.emplace(name, read_group(r, d, name, node));
     }
+  // A name a client asks for means one model or group: aliases collide with no name nor other alias.
+  {
+    std::map<std::string, std::string> names;  // name -> what it names
+    for (const auto& [name, g] : d.groups) names[name] = "[groups." + name + "]";
+    for (const auto& [name, m] : d.models) names[name] = "[models." + name + "]";
+    for (const auto& [name, m] : d.models)
+      for (const std::string& alias : m.aliases) {
+        const auto [it, fresh] = names.emplace(alias, "[models." + name + "]");
+        if (!fresh && it->second != "[models." + name + "]")
+          r.fail(*models.get(name)->as_table()->get("aliases"),
+                 "alias '" + alias + "' of [models." + name + "] is already a name of " + it->second);
+      }
+  }
   if (const toml::node* router = root.get(router_key)) {
     d.router = read_slot(r, *d.catalog, router_key, *router, "[" + router_key + "]");
   } else {

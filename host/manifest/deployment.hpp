@@ -116,6 +116,9 @@ struct ModelDecl {
                                      // "builtin": a model compiled into the binary, written to the
                                      // cache folder once, then as gguf
   std::string path;                  // absolute
+  // [models.NAME] aliases: other names requests may give (`model`); the first is the id /v1/models
+  // lists (llama-server's --alias, vLLM's --served-model-name). `serve --alias`.
+  std::vector<std::string> aliases;
   uint64_t seed = 1;
   ModelSpec spec;
   std::shared_ptr<const LoadedModel> loaded;  // gguf: the mapped file's weights and tokenizer

@@ -207,7 +207,7 @@ struct ClientRequest::State {
     }
     req = std::move(parsed.value());
     std::mt19937_64 rng(draw_random());
-    meta = api::make_response_meta(req.endpoint, model->name, rng);
+    meta = api::make_response_meta(req.endpoint, model->id(), rng);
     meta.include_usage = req.include_usage;
     if (auto e = tokenize()) return api_error(*e);
     return std::nullopt;

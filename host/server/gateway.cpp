@@ -45,7 +45,7 @@ const ServedModel* Gateway::find_model(const std::string& name) const {
     return first.empty() ? nullptr : find_model(first);
   }
   for (const auto& m : models_)
-    if (m.name == name) return &m;
+    if (m.name == name || std::find(m.aliases.begin(), m.aliases.end(), name) != m.aliases.end()) return &m;
   return nullptr;
 }
 

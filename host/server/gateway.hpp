@@ -31,6 +31,9 @@ class Tokenizer;
 // A model the gateway serves, as the request module needs it.
 struct ServedModel {
   std::string name;
+  std::vector<std::string> aliases;  // other names requests may give ([models.NAME] aliases)
+  // The name clients see (/v1/models, responses' `model`): the first alias, else the name.
+  const std::string& id() const { return aliases.empty() ? name : aliases.front(); }
   uint32_t context_len = 0;
   uint32_t vocab_size = 0;
   std::shared_ptr<const Tokenizer> tokenizer;  // NULL for synthetic models: one token per byte

@@ -53,6 +53,7 @@ Server::Server(Deployment deployment) : deployment_(std::move(deployment)) {
       const ModelDecl& m = deployment_.models.at(name);
       ServedModel sm;
       sm.name = name;
+      sm.aliases = m.aliases;
       sm.context_len = m.spec.info.context_len;
       for (const auto& e : engines_->live()) {  // a window on every engine of the model, or none counts
         if (e->model() != name) continue;
@@ -171,6 +172,7 @@ void Server::add_groups(std::vector<ServedModel>& served) {
                                  "' do not share a tokenizer; the members of a group must (a request's tokens go to any of them)");
     ServedModel sm = *members[0];
     sm.name = name;
+    sm.aliases.clear();  // the first member's other names are not the group's
     for (const ServedModel* m : members) {
       sm.context_len = std::min(sm.context_len, m->context_len);
       sm.members.push_back(m->name);

@@ -81,3 +81,24 @@ echo "ok: -t 1"
 # The start-up log states the KV pool's size (stories260K: 5 layers x 4 KV heads x 8 x K and V in f16).
 grep -qF "f16 KV cache of 1024 blocks of 16 positions (16384 positions, 10.0 MiB)" "$work/log" || { cat "$work/log"; echo "FAIL: KV pool size"; exit 1; }
 echo "ok: KV pool size in the log"
+
+# -a/--alias (--served-model-name): the name /v1/models lists and responses carry; requests may give it
+# or the manifest's name. An alias that is another model's name is refused.
+require_models "$here"
+printed -m "$models/stories260K.gguf" --alias my-llama
+has "^aliases = \[ 'my-llama' \]$"
+"$tokenhost" serve -m "$models/stories260K.gguf" --alias my-llama --print-manifest 2>/dev/null > "$work/alias.toml"
+start_server "$tokenhost" "$work/alias.toml"
+curl -s "http://127.0.0.1:$gw/v1/models" > "$work/models.json"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert [m["id"] for m in j["data"]] == ["my-llama"], j' "$work/models.json" ||
+  { cat "$work/models.json"; echo "FAIL: /v1/models with an alias"; exit 1; }
+for name in my-llama stories260K; do
+  curl -s "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\": \"$name\", \"prompt\": \"Once\", \"max_tokens\": 2}" > "$work/answer.json"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["model"] == "my-llama" and j["usage"]["completion_tokens"] == 2, j' "$work/answer.json" ||
+    { cat "$work/answer.json"; echo "FAIL: a request naming $name"; exit 1; }
+done
+echo "ok: --alias: /v1/models lists my-llama; requests naming it or stories260K are answered as my-llama"
+kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+printf '[models.a]\naliases = ["b"]\n[models.b]\n[engines.main]\nmodel = "a"\nattention = { plugin = "attention.reference" }\nkvcache = { plugin = "kvcache.paged" }\nscheduler = { plugin = "scheduler.fifo" }\n' > "$work/clash.toml"
+expect_fail check "alias 'b' of [models.a] is already a name of [models.b]" --no-load "$work/clash.toml"
