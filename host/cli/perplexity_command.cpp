@@ -23,10 +23,10 @@ CLI::App* add_perplexity_command(CLI::App& app, PerplexityCommand& o) {
       "perplexity",
       "A model's perplexity on a text file, chunked as llama-perplexity does (BOS first, chunks of --ctx\n"
       "tokens each starting with BOS, the second half of each scored; the file's last newline left out),\n"
-      "so the numbers compare with\n"
-      "llama.cpp's. --kl-divergence-base saves every scored distribution; a later run with\n"
-      "--kl-divergence compares its own with them: KL divergence, top-1 agreement, the ratio of the\n"
-      "perplexities. Progress per chunk on stderr, the result on stdout.");
+      "so the numbers compare with llama.cpp's. --kl-divergence-base saves every scored distribution; a\n"
+      "later run with --kl-divergence compares its own with them: KL divergence, top-1 agreement, the\n"
+      "ratio of the perplexities. -m runs the model in process; --url scores through a running server.\n"
+      "Progress per chunk on stderr, the result on stdout.");
   auto* model = cmd->add_option("--model,-m", o.model, "GGUF model file (in process)")->check(CLI::ExistingFile);
   auto* url = cmd->add_option("--url", o.url,
                               "Score through a running server instead (http[s]://HOST:PORT): /tokenize, then\n"
