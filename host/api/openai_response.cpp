@@ -1,5 +1,7 @@
 #include "api/openai_response.hpp"
 
+#include <algorithm>
+
 #include <chrono>
 
 namespace tokenhost::api {
@@ -64,7 +66,7 @@ ResponseMeta make_response_meta(Endpoint endpoint, std::string model, std::mt199
           std::move(model)};
 }
 
-json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_offset) {
+json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_offset, size_t leading_skip) {
   json j = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
             {"text_offset", json::array()}};
   for (const auto& t : tokens) {
@@ -79,7 +81,9 @@ json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_o
       j["top_logprobs"].push_back(std::move(top));
     }
     j["text_offset"].push_back(text_offset);
-    text_offset += t.token.size();
+    // The skip belongs to the first token with text (an echoed prompt's BOS has none).
+    text_offset += t.token.size() - std::min(t.token.size(), leading_skip);
+    if (!t.token.empty()) leading_skip = 0;
   }
   return j;
 }
@@ -101,7 +105,7 @@ json completion_response(const ResponseMeta& meta, const std::vector<CompletionC
     const auto& c = choices[i];
     j["choices"].push_back({{"index", i},
                             {"text", c.text},
-                            {"logprobs", c.has_logprobs ? completion_logprobs(c.logprobs) : json(nullptr)},
+                            {"logprobs", c.has_logprobs ? completion_logprobs(c.logprobs, 0, c.leading_skip) : json(nullptr)},
                             {"finish_reason", finish_json(c.finish_reason)}});
   }
   j["usage"] = usage.to_json();

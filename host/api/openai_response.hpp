@@ -60,8 +60,10 @@ ResponseMeta make_response_meta(Endpoint endpoint, std::string model, std::mt199
 
 // Log-probabilities in the legacy completions format: {tokens, token_logprobs, top_logprobs (one
 // {token: logprob} object per position), text_offset}. Offsets are byte offsets into the choice's
-// text, starting at `text_offset` (what earlier chunks of a stream already covered).
-nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_offset = 0);
+// text, starting at `text_offset` (what earlier chunks of a stream already covered). leading_skip: bytes
+// of the first token's text that the choice's text does not hold (the space a SentencePiece vocabulary
+// puts before an echoed prompt's first word).
+nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t text_offset = 0, size_t leading_skip = 0);
 // Log-probabilities in the chat format: {content: [{token, logprob, bytes, top_logprobs: [{token,
 // logprob, bytes}]}]}; `bytes` carries the raw UTF-8 so clients can rebuild split characters.
 nlohmann::json chat_logprobs(const std::vector<TokenLogprobs>& tokens);
@@ -73,6 +75,7 @@ struct CompletionChoice {
   FinishReason finish_reason = FinishReason::stop;
   bool has_logprobs = false;  // the request asked for them; logprobs then holds one entry per token
   std::vector<TokenLogprobs> logprobs;
+  size_t leading_skip = 0;    // completion_logprobs' leading_skip
 };
 
 // {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,

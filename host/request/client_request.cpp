@@ -482,7 +482,14 @@ struct ClientRequest::State {
       out.text = req.echo ? prompt_text(i) + c.text : c.text;
       out.finish_reason = c.finish;
       out.has_logprobs = req.logprobs;
-      if (req.echo && req.logprobs) out.logprobs = prompt_logprobs(i);
+      if (req.echo && req.logprobs) {
+        out.logprobs = prompt_logprobs(i);
+        // The prompt's pieces may begin with a space its text lacks (SentencePiece's word start).
+        std::string joined;
+        for (const auto& t : out.logprobs) joined += t.token;
+        if (joined.size() == prompt_text(i).size() + 1 && joined[0] == ' ' && joined.compare(1, std::string::npos, prompt_text(i)) == 0)
+          out.leading_skip = 1;
+      }
       out.logprobs.insert(out.logprobs.end(), c.logprobs.begin(), c.logprobs.end());
       out_choices.push_back(std::move(out));
     }

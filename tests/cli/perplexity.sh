@@ -105,6 +105,21 @@ assert abs(total - ppl["nll"]) <= 1e-3 * ppl["nll"], (total, ppl["nll"])
 print("ok: echo logprobs of chunk 0: NLL %.5f, perplexity's %.5f" % (total, ppl["nll"]))
 PY
 
+# The echoed text's offsets: each token where its text starts in the choice's text (the first word's
+# SentencePiece space is not in the prompt as sent).
+curl -s "http://127.0.0.1:$gw/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Once upon a time", "echo": true, "logprobs": 0, "max_tokens": 2}' > "$work/offsets.json"
+python3 - "$work/offsets.json" <<'PY' || fail "echo offsets: $(cat "$work/offsets.json")"
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+text, lp = c["text"], c["logprobs"]
+assert text.startswith("Once upon a time") and lp["tokens"][:5] == ["", " Once", " upon", " a", " time"], (text, lp["tokens"])
+assert lp["text_offset"][:5] == [0, 0, 4, 9, 11], lp["text_offset"]
+for tok, off in zip(lp["tokens"][2:], lp["text_offset"][2:]):
+    assert text[off:off + len(tok)] == tok, (tok, off, text)
+print("ok: echo's text offsets point at each token in the text")
+PY
+
 # --url: the same figure through the running server's API (its /tokenize, echo logprobs per chunk).
 "$tokenhost" perplexity --url "http://127.0.0.1:$gw" -f "$text" -c 128 --json 2>"$work/err.txt" > "$work/url.json" ||
   { cat "$work/err.txt"; fail "perplexity --url"; }
