@@ -419,7 +419,6 @@ void tick(self_ptr self) {
       si.score = true;
       si.logit_rows = n;
       si.score_next = si.sample ? -1 : q.tokens()[q.prefilled + n];
-      si.score_top = q.request.sampling.top_logprobs;
     }
     // A first chunk whose prompt found nothing when it arrived looks again if blocks were published
     // since: requests that arrive together share the prefix the first of them computes.
@@ -560,7 +559,6 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       // Prompt log-probabilities: row r of the item predicts prompt token prefilled + r + 1.
       if (item_index < result.scores.size() && !result.scores[item_index].empty()) {
         const std::vector<SampledToken>& scores = result.scores[item_index];
-        q->prompt_logprobs.resize(q->request.prompt.size() - 1);
         for (size_t r = 0; r < scores.size() && q->prefilled + r < q->prompt_logprobs.size(); ++r)
           q->prompt_logprobs[q->prefilled + r] = scores[r];
       }
@@ -691,6 +689,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
           return fail(std::string("sampling: ") + e.what());
         }
         q.context->tokens = req.prompt;
+        if (req.prompt_logprobs) q.prompt_logprobs.resize(req.prompt.size() - 1);  // filled as the prompt's rows are scored
         q.arrival_ns = now_ns();
         q.first_step = s.steps + (s.step_in_flight ? 1 : 0);
         q.request = std::move(req);

@@ -211,10 +211,11 @@ void score_rows(const StepBatch& batch, const std::vector<std::vector<float>>& l
     const size_t marked = std::min<size_t>(item.marked_rows(), item.tokens.size());
     if (item.score && item.n_draft == 0 && marked == item.tokens.size()) {
       const size_t n = item.sample ? marked - 1 : marked;
+      const uint32_t top = item.context ? item.context->sampler.params().top_logprobs : 0;
       for (size_t r = 0; r < n; ++r) {
         const int32_t next = r + 1 < item.tokens.size() ? item.tokens[r + 1] : item.score_next;
         if (next < 0) break;
-        result.scores[i].push_back(score_token(logits.at(row + r), next, item.score_top));
+        result.scores[i].push_back(score_token(logits.at(row + r), next, top));
       }
     }
     row += marked;

@@ -51,10 +51,10 @@ struct StepItem {
   // Prompt scoring (a request's prompt log-probabilities, OpenAI's echo with logprobs): every row of
   // the item returns logits (logit_rows = tokens.size(); never with a draft) and the worker reports,
   // for each row but a sampled last one, the log-probability of the token after it (the item's next
-  // token, or score_next after its last row) with the score_top most likely (StepResult::scores).
+  // token, or score_next after its last row) with the context's top_logprobs most likely
+  // (StepResult::scores).
   bool score = false;
   int32_t score_next = -1;
-  uint32_t score_top = 0;
   uint32_t marked_rows() const { return logit_rows > 0 ? logit_rows : sample ? 1u : 0u; }
   // Keeps the first `keep` tokens of the draft (none: the item decodes one token); a tree stays one
   // (every parent comes before its child).

@@ -27,6 +27,7 @@
 #include "loadgen/token_fit.hpp"
 #include "cli/bench_sweep.hpp"
 #include "manifest/deployment.hpp"
+#include "util/atomic_file.hpp"
 #include "util/stats.hpp"
 
 namespace tokenhost {
@@ -399,20 +400,13 @@ bool write_json(const std::string& path, const nlohmann::json& doc) {
     std::cout << text << std::flush;
     return true;
   }
-  // Written whole under another name, then renamed: no half-written file under the name asked.
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream f(partial);
-    f << text;
-    if (!f) {
-      std::cerr << "tokenhost bench: cannot write " << partial << "\n";
-      return false;
-    }
+  try {
+    write_file_atomically(path, text);  // no half-written file under the name asked
+  } catch (const std::runtime_error& e) {
+    std::cerr << "tokenhost bench: " << e.what() << "\n";
+    return false;
   }
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) std::cerr << "tokenhost bench: cannot write " << path << ": " << ec.message() << "\n";
-  return !ec;
+  return true;
 }
 
 }  // namespace

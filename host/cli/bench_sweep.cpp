@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -18,19 +17,13 @@
 #include <toml++/toml.h>
 
 #include "cli/serve_flags.hpp"
+#include "util/atomic_file.hpp"
 
 extern char** environ;
 
 namespace tokenhost {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string tail(const std::string& text, size_t lines) {
   size_t pos = text.size();
@@ -110,11 +103,7 @@ ChildServer::ChildServer(const std::string& manifest, const std::string& manifes
   const std::string path = manifest_dir + "/.tokenhost-sweep-" + std::to_string(::getpid()) + "-" + label + ".toml";
   manifest_path_ = path;
   log_ = log_dir + "/" + label + ".log";
-  {
-    std::ofstream f(path);
-    f << manifest;
-    if (!f) throw std::runtime_error("--sweep: cannot write " + path);
-  }
+  write_file_atomically(path, manifest, 0600);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -128,7 +117,11 @@ ChildServer::ChildServer(const std::string& manifest, const std::string& manifes
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
-    const std::string log = read_file(log_);
+    std::string log;
+    try {
+      log = read_file(log_);
+    } catch (const std::runtime_error&) {  // not opened by the child yet
+    }
     if (std::regex_search(log, m, listening)) {
       url_ = "http://127.0.0.1:" + m[1].str();
       return;

@@ -2,9 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -15,6 +13,7 @@
 #include "loadgen/client.hpp"
 #include "runtime/logit_file.hpp"
 #include "runtime/perplexity.hpp"
+#include "util/atomic_file.hpp"
 
 namespace tokenhost {
 
@@ -58,14 +57,6 @@ CLI::App* add_perplexity_command(CLI::App& app, PerplexityCommand& o) {
 }
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void print_text(const PerplexityResult& r) {
   std::printf("Final estimate: PPL = %.4f +/- %.5f\n", r.ppl.value, r.ppl.error);
@@ -164,7 +155,7 @@ void progress(const std::chrono::steady_clock::time_point& started, uint32_t don
 }
 
 std::string text_of(const std::string& path) {
-  std::string text = read_text(path);
+  std::string text = read_file(path);
   if (!text.empty() && text.back() == '\n') text.pop_back();  // as llama.cpp's -f reads a file
   return text;
 }
@@ -222,15 +213,15 @@ int run_perplexity_command(const PerplexityCommand& o) {
 
   std::unique_ptr<LogitFileReader> base_in;
   if (!o.compare_base.empty()) base_in = std::make_unique<LogitFileReader>(o.compare_base);
+  const ChunkPlan plan = plan_chunks(tokens.size(), options);
   std::unique_ptr<LogitFileWriter> base_out;
-  const uint32_t n_chunks = uint32_t(o.chunks < 0 ? tokens.size() / o.ctx : std::min<size_t>(size_t(o.chunks), tokens.size() / o.ctx));
-  if (!o.save_base.empty() && tokens.size() >= 2 * size_t(o.ctx)) {
-    LogitFileShape shape{vocab, o.ctx, n_chunks, o.ctx / 2, o.ctx - 1 - o.ctx / 2};
+  if (!o.save_base.empty()) {
+    const LogitFileShape shape{vocab, o.ctx, plan.n_chunks, plan.first, plan.rows};
     base_out = std::make_unique<LogitFileWriter>(o.save_base, shape,
-                                                 std::vector<int32_t>(tokens.begin(), tokens.begin() + size_t(n_chunks) * o.ctx));
+                                                 std::vector<int32_t>(tokens.begin(), tokens.begin() + size_t(plan.n_chunks) * o.ctx));
   }
-  spdlog::info("perplexity of {}: {} tokens, {} chunks of {} ({} scored each), KV {}", o.text_file, tokens.size(), n_chunks, o.ctx,
-               o.ctx - 1 - o.ctx / 2, o.kv_dtype);
+  spdlog::info("perplexity of {}: {} tokens, {} chunks of {} ({} scored each), KV {}", o.text_file, tokens.size(), plan.n_chunks, o.ctx,
+               plan.rows, o.kv_dtype);
   const auto started = std::chrono::steady_clock::now();
   const PerplexityResult r = run_perplexity(
       *m.generator, tokens, vocab, options,

@@ -85,23 +85,24 @@ std::string effective_manifest(const std::string& path, const ServeFlags& f, std
     read_deployment(label, text);  // reports the syntax error with its position
     throw;
   }
-  if (!f.model_file.empty()) {  // the one model replaced, every engine serving it
+  // [models] of a manifest with one model, for a flag that changes that model.
+  // does: "--model replaces", say; hint: what to do instead, or "".
+  auto the_one_model = [&](const std::string& does, const std::string& hint) -> toml::table& {
     toml::table* models = doc["models"].as_table();
     if (models == nullptr || models->size() != 1)
-      throw std::runtime_error("--model replaces the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
-                               " declares " + std::to_string(models ? models->size() : 0));
+      throw std::runtime_error(does + " the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
+                               " declares " + std::to_string(models ? models->size() : 0) + hint);
+    return *models;
+  };
+  if (!f.model_file.empty()) {  // the one model replaced, every engine serving it
+    toml::table* models = &the_one_model("--model replaces", "");
     const std::string name = std::filesystem::path(f.model_file).stem().string();
     models->clear();
     models->insert(name, toml::table{{"source", "gguf"}, {"path", std::filesystem::absolute(f.model_file).string()}});
     each_engine(doc, [&](const std::string&, toml::table& e) { e.insert_or_assign("model", name); });
   }
-  if (!f.alias.empty()) {  // the name clients see and may ask for
-    toml::table* models = doc["models"].as_table();
-    if (models == nullptr || models->size() != 1)
-      throw std::runtime_error("--alias names the one model of a manifest; " + (path.empty() ? std::string("the default") : path) +
-                               " declares " + std::to_string(models ? models->size() : 0) + " (set aliases in each [models.X])");
-    if (toml::table* m = models->begin()->second.as_table()) m->insert_or_assign("aliases", toml::array{f.alias});
-  }
+  if (!f.alias.empty())  // the name clients see and may ask for
+    if (toml::table* m = the_one_model("--alias names", " (set aliases in each [models.X])").begin()->second.as_table()) m->insert_or_assign("aliases", toml::array{f.alias});
   if (f.ctx_size)
     if (toml::table* models = doc["models"].as_table())
       for (auto& [name, decl] : *models)

@@ -1,20 +1,23 @@
 #include "loadgen/replay.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "util/atomic_file.hpp"
+
 namespace tokenhost::loadgen {
 
 std::vector<ReplayRequest> read_traffic(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw std::invalid_argument("--replay: cannot read " + path);
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_traffic(text.str(), path);
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("--replay: ") + e.what());
+  }
+  return parse_traffic(text, path);
 }
 
 std::vector<ReplayRequest> parse_traffic(const std::string& text, const std::string& path) {

@@ -490,7 +490,7 @@ struct ClientRequest::State {
         if (joined.size() == prompt_text(i).size() + 1 && joined[0] == ' ' && joined.compare(1, std::string::npos, prompt_text(i)) == 0)
           out.leading_skip = 1;
       }
-      out.logprobs.insert(out.logprobs.end(), c.logprobs.begin(), c.logprobs.end());
+      out.logprobs.insert(out.logprobs.end(), std::make_move_iterator(c.logprobs.begin()), std::make_move_iterator(c.logprobs.end()));
       out_choices.push_back(std::move(out));
     }
     json body = req.endpoint == api::Endpoint::chat_completions ? api::chat_completion_response(meta, out_choices, usage())

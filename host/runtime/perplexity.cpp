@@ -5,15 +5,12 @@
 #include <stdexcept>
 
 #include "runtime/logit_file.hpp"
+#include "runtime/sampling.hpp"
 
 namespace tokenhost {
 
 std::vector<double> log_softmax(const std::vector<float>& logits) {
-  double best = -INFINITY;
-  for (float v : logits) best = std::max(best, double(v));
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double(v) - best);
-  const double log_sum = best + std::log(sum);
+  const double log_sum = log_sum_exp(logits);
   std::vector<double> out(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = double(logits[i]) - log_sum;
   return out;
@@ -101,20 +98,29 @@ ChunkScorer generator_scorer(Generator& generator) {
   };
 }
 
+ChunkPlan plan_chunks(size_t n_tokens, const PerplexityOptions& o) {
+  if (o.n_ctx < 4) throw std::invalid_argument("a context of " + std::to_string(o.n_ctx) + " tokens is too small to score (4 at least)");
+  if (n_tokens < 2 * size_t(o.n_ctx))
+    throw std::invalid_argument("the text is " + std::to_string(n_tokens) + " tokens; a context of " + std::to_string(o.n_ctx) +
+                                " needs " + std::to_string(2 * size_t(o.n_ctx)) + " at least (two chunks)");
+  ChunkPlan p;
+  const uint32_t whole = uint32_t(n_tokens / o.n_ctx);
+  p.n_chunks = o.n_chunks < 0 ? whole : std::min<uint32_t>(whole, uint32_t(o.n_chunks));
+  p.first = o.n_ctx / 2;
+  p.rows = o.n_ctx - 1 - p.first;
+  return p;
+}
+
 PerplexityResult run_perplexity(const ChunkScorer& scorer, const std::vector<int32_t>& tokens, uint32_t vocab_size,
                                 const PerplexityOptions& o,
                                 const std::function<void(uint32_t, uint32_t, double)>& on_chunk, LogitFileWriter* base_out,
                                 LogitFileReader* base_in) {
-  if (o.n_ctx < 4) throw std::invalid_argument("a context of " + std::to_string(o.n_ctx) + " tokens is too small to score (4 at least)");
-  if (tokens.size() < 2 * size_t(o.n_ctx))
-    throw std::invalid_argument("the text is " + std::to_string(tokens.size()) + " tokens; a context of " + std::to_string(o.n_ctx) +
-                                " needs " + std::to_string(2 * size_t(o.n_ctx)) + " at least (two chunks)");
+  const ChunkPlan plan = plan_chunks(tokens.size(), o);
   PerplexityResult r;
   r.n_tokens = tokens.size();
   r.n_ctx = o.n_ctx;
-  const uint32_t whole = uint32_t(tokens.size() / o.n_ctx);
-  r.n_chunks = o.n_chunks < 0 ? whole : std::min<uint32_t>(whole, uint32_t(o.n_chunks));
-  const uint32_t first = o.n_ctx / 2, rows = o.n_ctx - 1 - first;
+  r.n_chunks = plan.n_chunks;
+  const uint32_t first = plan.first, rows = plan.rows;
   if (base_in != nullptr) {
     const LogitFileShape& b = base_in->shape();
     auto mismatch = [&](const std::string& what) {

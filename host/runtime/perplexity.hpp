@@ -28,6 +28,14 @@ struct PerplexityOptions {
   int32_t bos = -1;       // the vocabulary's BOS when it adds one, else -1 (the chunks keep their first token)
 };
 
+// The chunks a text of n_tokens gives: how many, and which rows of each are scored (first to
+// first + rows - 1). Throws std::invalid_argument when the text holds fewer than 2 * n_ctx tokens (as
+// llama-perplexity refuses) or n_ctx is out of range.
+struct ChunkPlan {
+  uint32_t n_chunks = 0, first = 0, rows = 0;
+};
+ChunkPlan plan_chunks(size_t n_tokens, const PerplexityOptions& options);
+
 // A mean with its standard error.
 struct Estimate {
   double value = 0, error = 0;
@@ -62,8 +70,7 @@ ChunkScorer generator_scorer(Generator& generator);
 // Runs the chunks through scorer. on_chunk(done, of, ppl so far) after each one; base_out, when set,
 // receives every scored row's distribution; base_in, when set, is compared with (its tokens and shape
 // must be this run's: std::invalid_argument otherwise); both need a scorer that gives distributions.
-// Throws std::invalid_argument when the text holds fewer than 2 * n_ctx tokens (as llama-perplexity
-// refuses) or n_ctx is out of range.
+// Throws what plan_chunks throws.
 PerplexityResult run_perplexity(const ChunkScorer& scorer, const std::vector<int32_t>& tokens, uint32_t vocab_size,
                                 const PerplexityOptions& options,
                                 const std::function<void(uint32_t done, uint32_t of, double ppl)>& on_chunk,

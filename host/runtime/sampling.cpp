@@ -152,46 +152,48 @@ size_t Sampler::draw(const std::vector<double>& weights, size_t k, double total)
   return last_weighted;
 }
 
-// The chosen token with its log-probability and the top_logprobs best, under the penalized model.
-SampledToken Sampler::annotate(const std::vector<float>& logits, const Weights& w, int32_t token) const {
-  const double log_norm = w.log_norm;
+namespace {
+
+// token's log-probability and the n most likely tokens' (best first; ties: the lower id), under the
+// softmax of logits whose log denominator is log_norm.
+SampledToken with_logprobs(const std::vector<float>& logits, double log_norm, int32_t token, uint32_t n) {
   auto logprob = [&](int32_t t) { return float(double(logits[size_t(t)]) - log_norm); };
-  auto by_logit = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
   SampledToken out;
   out.token = token;
   out.logprob = logprob(token);
-  out.entropy = float(w.entropy);
-  if (params_.top_logprobs > 0) {
+  if (n > 0) {
     std::vector<int32_t> best(logits.size());
     std::iota(best.begin(), best.end(), 0);
-    size_t n = std::min(best.size(), size_t(params_.top_logprobs));
-    std::partial_sort(best.begin(), best.begin() + long(n), best.end(), by_logit);
-    for (size_t i = 0; i < n; ++i) out.top.push_back({best[i], logprob(best[i])});
+    const size_t k = std::min(best.size(), size_t(n));
+    std::partial_sort(best.begin(), best.begin() + long(k), best.end(), [&](int32_t a, int32_t b) {
+      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) out.top.push_back({best[i], logprob(best[i])});
   }
+  return out;
+}
+
+}  // namespace
+
+double log_sum_exp(const std::vector<float>& logits) {
+  double best = -INFINITY;
+  for (float v : logits) best = std::max(best, double(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - best);
+  return best + std::log(sum);
+}
+
+// The chosen token with its log-probability and the top_logprobs best, under the penalized model.
+SampledToken Sampler::annotate(const std::vector<float>& logits, const Weights& w, int32_t token) const {
+  SampledToken out = with_logprobs(logits, w.log_norm, token, params_.top_logprobs);
+  out.entropy = float(w.entropy);
   return out;
 }
 
 SampledToken score_token(const std::vector<float>& logits, int32_t token, uint32_t top_n) {
   if (token < 0 || size_t(token) >= logits.size())
     throw std::out_of_range("score_token: token " + std::to_string(token) + " outside " + std::to_string(logits.size()) + " logits");
-  double best = -INFINITY;
-  for (float v : logits) best = std::max(best, double(v));
-  double sum = 0;
-  for (float v : logits) sum += std::exp(double(v) - best);
-  const double log_norm = best + std::log(sum);
-  SampledToken out;
-  out.token = token;
-  out.logprob = float(double(logits[size_t(token)]) - log_norm);
-  if (top_n > 0) {
-    std::vector<int32_t> order(logits.size());
-    std::iota(order.begin(), order.end(), 0);
-    const size_t n = std::min(order.size(), size_t(top_n));
-    std::partial_sort(order.begin(), order.begin() + long(n), order.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
-    for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], float(double(logits[size_t(order[i])]) - log_norm)});
-  }
-  return out;
+  return with_logprobs(logits, log_sum_exp(logits), token, top_n);
 }
 
 SampledToken Sampler::sample(std::vector<float> logits, const std::vector<int32_t>& history) {

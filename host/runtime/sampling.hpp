@@ -49,6 +49,8 @@ void validate(const SamplingParams& params);
 // temperature: what prompt log-probabilities report), with the top_n most likely, best first. entropy
 // is left 0.
 SampledToken score_token(const std::vector<float>& logits, int32_t token, uint32_t top_n);
+// log(sum exp(logit)) over logits, in double: the log of the softmax's denominator.
+double log_sum_exp(const std::vector<float>& logits);
 
 
 // Why q is not a distribution a draft token can be verified against (a token outside the vocabulary, a

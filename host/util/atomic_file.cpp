@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include <fcntl.h>
@@ -38,6 +40,15 @@ void write_file_atomically(const std::string& path, std::string_view bytes, unsi
     ::unlink(tmp.c_str());
     throw std::runtime_error(path + ": cannot rename " + tmp + " to it: " + std::strerror(err));
   }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("reading " + path + " failed: " + std::strerror(errno));
+  return s.str();
 }
 
 }  // namespace tokenhost
