@@ -127,15 +127,27 @@ TEST_CASE("forward: a dense feed-forward split into scaled experts, all active, 
     make_model(o);
     auto dense = load_gguf_model(o.path, "dense").weights;
     const SplitModel split(*dense, 4);
-    const std::vector<int32_t> tokens = random_tokens(rng, 20, 300);
     Engine dense_engine(dense->spec), moe_engine(split.w.spec);
-    const auto want = dense_engine.run(*dense, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
-    const auto got = moe_engine.run(split.w, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
-    const Vec ref(want[0].begin(), want[0].end());
-    INFO(tokens.size() << " tokens; relative difference " << relative_diff(got[0], ref));
     // The experts' gate and up rows are the dense ones, and each down slice holds whole blocks of the
-    // dense rows: only the order of the float sums differs.
-    REQUIRE(relative_diff(got[0], ref) < 1e-5);
+    // dense rows: only the order of the float sums differs (and the plugin's exp, std::exp, against the
+    // host's SIMD one), by about 1e-7. The integer kernels quantize every activation to 8 bits, though,
+    // and a value that close to a rounding boundary lands on the other side now and then: one such flip
+    // moves the logits by 2e-3 to 1e-2 (measured over 40 seeds: 1 in 13 prompts of 20 tokens at q4_K,
+    // fewer at the other types). So eight prompts of 1 to 20 tokens: most within 1e-5, none farther
+    // than a flip (measured: at most one prompt of eight); a wrong split or weighting moves every prompt by far more.
+    const bool integer = type != TH_DTYPE_F16 && type != TH_DTYPE_BF16;
+    int exact = 0;
+    const int prompts = 8;
+    for (int p = 0; p < prompts; ++p) {
+      const std::vector<int32_t> tokens = random_tokens(rng, 1 + rng() % 20, 300);
+      const auto want = dense_engine.run(*dense, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
+      const auto got = moe_engine.run(split.w, StepBatch{{StepItem{1, 0, tokens, true, nullptr}}});
+      const double diff = relative_diff(got[0], Vec(want[0].begin(), want[0].end()));
+      INFO(tokens.size() << " tokens; relative difference " << diff);
+      REQUIRE(diff < (integer ? 3e-2 : 1e-5));
+      exact += diff < 1e-5;
+    }
+    REQUIRE(exact >= (integer ? 4 : prompts));
   }
 }
 
