@@ -540,6 +540,7 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
     }
   } else {
     size_t sampled = 0, sampled_item = 0;
+    std::vector<std::pair<uint64_t, std::string>> failed;  // sequences whose item failed alone
     for (size_t i = 0; i < result.reused.size() && i < batch.items.size(); ++i) {
       if (result.reused[i] == 0) continue;  // a relookup found what its arrival's lookup did not
       ++s.prefix_hits;
@@ -554,6 +555,8 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       const uint32_t accepted = item.sample ? result.accepted.at(sampled_item) : 0;
       const uint32_t drafted = item.sample ? result.drafted.at(sampled_item) : 0;
       const size_t run_begin = sampled;
+      const std::string* item_error = item.sample && sampled_item < result.item_errors.size() && !result.item_errors[sampled_item].empty()
+                                          ? &result.item_errors[sampled_item] : nullptr;
       if (item.sample) sampled += accepted + 1, ++sampled_item;
       if (q == nullptr || q->state != TH_SEQ_RUNNING) continue;
       // Prompt log-probabilities: row r of the item predicts prompt token prefilled + r + 1.
@@ -566,6 +569,11 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       q->prefilled += uint32_t(item.tokens.size()) - item.n_draft + accepted;
       summarize_blocks(s, *q);
       if (!item.sample) continue;
+      if (item_error != nullptr) {  // this sequence alone cannot go on (a constraint that allows nothing)
+        spdlog::warn("engine {}: {} fails: {}", s.init.name, q->request.label(), *item_error);
+        failed.emplace_back(item.seq_id, *item_error);
+        continue;
+      }
       if (drafted == 0 && q->generated > 0) s.draft_control.observe_no_draft(item.seq_id);
       if (drafted > 0) {
         s.draft_control.observe_draft(item.seq_id, drafted, accepted);
@@ -605,6 +613,12 @@ void on_step_done(self_ptr self, const StepBatch& batch, const StepResult& resul
       }
     }
     check_kv_accounting(s, result.kv);
+    for (const auto& [seq_id, error] : failed)
+      for (size_t i = 0; i < s.seqs.size(); ++i)
+        if (s.seqs[i].request.id == seq_id) {
+          finish(self, i, "error", error);
+          break;
+        }
     for (size_t i = 0; i < s.seqs.size();) {
       const Sequence& q = s.seqs[i];
       if (q.generated > 0 && q.tokens().back() == s.init.eos && !q.request.ignore_eos) {
@@ -685,10 +699,12 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         Sequence q;
         try {
           q.context = std::make_shared<SequenceContext>(req.sampling);
+          q.context->constraint = req.constraint;
         } catch (const std::invalid_argument& e) {
           return fail(std::string("sampling: ") + e.what());
         }
         q.context->tokens = req.prompt;
+        q.context->prompt_tokens = req.prompt.size();
         if (req.prompt_logprobs) q.prompt_logprobs.resize(req.prompt.size() - 1);  // filled as the prompt's rows are scored
         q.arrival_ns = now_ns();
         q.first_step = s.steps + (s.step_in_flight ? 1 : 0);

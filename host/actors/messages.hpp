@@ -118,6 +118,10 @@ struct StepResult {
   // Per item: the scored rows' log-probabilities of the token after each (StepItem::score), in row
   // order; empty for an item not scored.
   std::vector<std::vector<SampledToken>> scores;
+  // Per item with sample set, when any failed alone: why that sequence cannot go on ("" for the
+  // others; empty when none failed). A constrained sequence whose constraint allows no token, or whose
+  // plugin refused its source, ends with this error; the step's other sequences go on.
+  std::vector<std::string> item_errors;
 };
 
 // Replace the plugin of a slot with a new instance (already checked and created).

@@ -55,6 +55,9 @@ struct GenerateRequest {
   // Prefix caching: the request's `cache_salt` ("" none). Cached KV is shared only between requests of
   // the same API key and cache_salt (timing would show a prompt another client sent).
   std::string cache_salt;
+  // Structured output: what the generated text must be (the engine's constraint plugin masks each
+  // token before sampling); NULL: unconstrained.
+  std::shared_ptr<const ConstraintSource> constraint;
   // Where the engine pushes each token as it is sampled (streaming, cancellation); may be NULL.
   std::shared_ptr<TokenStream> stream;
   // Whether the stream's tokens reach a client as they come (an event stream). false: the client is

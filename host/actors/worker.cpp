@@ -1,6 +1,8 @@
 #include "actors/swap_latency.hpp"
 #include "actors/worker.hpp"
 
+#include "actors/constraints.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -34,6 +36,8 @@ struct WorkerState {
   // the engine stops for it as for any fault of its plugins.
   std::optional<PluginFault> receive_fault;
   std::chrono::steady_clock::time_point last_undelivered{};  // the last message no layer took, logged
+  // Structured output: the constraint plugin's programs and each constrained sequence's state.
+  std::unique_ptr<Constraints> constraints;
   // An MoE model's tokens per layer and expert (NULL for a dense one), exported after each step.
   std::unique_ptr<ExpertLoad> expert_load;
   metrics::Family* expert_tokens = nullptr;     // tokenhost_moe_expert_tokens_total{engine, layer, expert}
@@ -137,8 +141,8 @@ void truncate_drafts(const StepBatch& batch, const StepResult& result, const std
 // tree the next row is that of the first child whose token equals the one sampled. Items are sampled in
 // parallel on the compute pool (each sampler owns its random state, so the result does not depend on
 // the split). paths: per sampled item, the accepted draft tokens' indices.
-void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, StepResult& result,
-                std::vector<std::vector<uint32_t>>& paths) {
+void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits, const std::vector<RowMasks>& masks,
+                StepResult& result, std::vector<std::vector<uint32_t>>& paths) {
   std::vector<const StepItem*> items;
   std::vector<size_t> first_row;  // each sampled item's first marked row, an index into logits
   size_t row = 0;
@@ -151,10 +155,17 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
     }
   }
   std::vector<std::vector<SampledToken>> runs(items.size());
+  std::vector<std::string> errors(items.size());
   paths.assign(items.size(), {});
   auto sample_range = [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) {
       const StepItem& item = *items[i];
+      const RowMasks* mask = i < masks.size() && masks[i].constrained() ? &masks[i] : nullptr;
+      if (mask != nullptr && !mask->error.empty()) {  // the sequence fails; its token is never used
+        errors[i] = mask->error;
+        runs[i].push_back(SampledToken{});
+        continue;
+      }
       const int32_t* draft = item.tokens.data() + item.tokens.size() - item.n_draft;
       std::vector<int32_t>* history = item.context ? &item.context->tokens : nullptr;
       const bool tree = item.is_tree();
@@ -167,6 +178,16 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
         SampledToken t;
         bool accepted = false;
         const uint32_t r = uint32_t(at + 1);
+        // Under a constraint, only the tokens it allows after the row's text (a draft token it refused
+        // has no row state: the row before never accepts it).
+        if (mask != nullptr && (!mask->live.at(r) || !mask->apply(r, l))) {
+          const size_t generated = history ? history->size() - std::min(history->size(), item.context->prompt_tokens) : 0;
+          errors[i] = mask->live.at(r) ? "the constraint allows no token after " + std::to_string(generated) +
+                                             " generated tokens: the output cannot go on under it"
+                                       : "the constraint plugin allowed a draft token it then refused";
+          runs[i].push_back(SampledToken{});
+          break;
+        }
         if (!tree && history && r < item.n_draft && !item.draft_dist.empty() && !item.draft_dist[r].empty()) {
           // A draft token with its proposer's distribution: speculative sampling.
           t = item.context->sampler.verify_draft(std::move(l), *history, draft[r], item.draft_dist[r], accepted);
@@ -192,6 +213,7 @@ void sample_all(const StepBatch& batch, std::vector<std::vector<float>>& logits,
   };
   if (items.size() > 1) compute_pool().parallel_for(items.size(), sample_range);
   else sample_range(0, items.size());
+  if (std::any_of(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); })) result.item_errors = errors;
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& run = runs[i];
     result.drafted.push_back(items[i]->n_draft);
@@ -474,6 +496,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
                                                                    info.n_layers, info.n_experts, init.expert_slots,
                                                                    init.rebalance_steps, init.metrics);
   }
+  self->state.constraints = std::make_unique<Constraints>(self->state.init.engine);
   self->state.connectors =
       std::make_unique<KvConnectors>(self->state.init.engine, self->state.init.model_identity, self->state.init.metrics);
   if (auto post = self->state.init.post) {  // other engines' connectors reach this one's while it runs
@@ -509,7 +532,9 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
           std::vector<std::vector<uint32_t>> paths;
           if (std::any_of(batch.items.begin(), batch.items.end(), [](const StepItem& i) { return i.score; }))
             score_rows(batch, logits, result);
-          sample_all(batch, logits, result, paths);
+          const auto& constraint = s.init.plugins.stack(slot_of(TH_KIND_CONSTRAINT));
+          const std::vector<RowMasks> masks = s.constraints->prepare(constraint.empty() ? nullptr : constraint.front(), batch);
+          sample_all(batch, logits, masks, result, paths);
           if (drafted) truncate_drafts(batch, result, paths, s.init.kvcache());
           if (caches_prefixes(s.init.kvcache())) {
             publish_step(batch, result, paths, s.init.kvcache(), s.init.engine);
@@ -536,6 +561,7 @@ worker_actor::behavior_type worker(worker_actor::stateful_pointer<WorkerState> s
       },
       [=](free_atom, uint64_t seq_id) -> KvState {
         auto& kv = self->state.init.kvcache();
+        self->state.constraints->release(seq_id);
         try {
           // A sequence whose load is out keeps its blocks until the load's completion (kv_poll).
           if (self->state.connectors->release(self->state.init.plugins, seq_id))

@@ -120,13 +120,19 @@ Err parse_tokenhost(const json& v, OpenAIRequest& r) {
       bool on = true;
       if (auto e = get_bool(x, "tokenhost.speculate", on)) return e;
       speculate = on;
+    } else if (k == "grammar") {
+      auto c = parse_grammar(x);
+      if (!c) return c.error();
+      if (r.constraint)
+        return invalid_request("tokenhost.grammar", "'response_format' and 'tokenhost.grammar' both constrain the output: give one");
+      r.constraint = c.value();
     } else if (k == "max_draft") {
       int64_t n = 0;
       if (auto e = get_int_in(x, "tokenhost.max_draft", 0, kMaxDraftTokens, n)) return e;
       r.max_draft = uint32_t(n);
     } else {
       return invalid_request("tokenhost." + k, "unknown field 'tokenhost." + k +
-                                                   "' (the tokenhost object takes 'arm', 'class', 'speculate' and 'max_draft')");
+                                                   "' (the tokenhost object takes 'arm', 'class', 'speculate', 'max_draft' and 'grammar')");
     }
   }
   if (speculate == false) {
@@ -358,9 +364,15 @@ Err parse_field(Endpoint ep, const std::string& key, const json& v, const Reques
     if (v.is_array() && v.empty()) return {};
     return unsupported(key, "tool calling ('tools')");
   }
-  if (chat && key == "response_format") {
-    if (v.is_object() && v.value("type", json()) == "text") return {};
-    return unsupported(key, "'response_format' other than {\"type\": \"text\"}");
+  if (key == "response_format") {
+    // Checked here with the members in nlohmann::json's (sorted) order; the gateway compiles the
+    // schema again from the body as written (parse_response_format), whose order the output follows.
+    auto c = parse_response_format(nlohmann::ordered_json::parse(v.dump()));
+    if (!c) return c.error();
+    if (c.value() && r.constraint)
+      return invalid_request(key, "'response_format' and 'tokenhost.grammar' both constrain the output: give one");
+    if (c.value()) r.constraint = c.value();
+    return {};
   }
   known = false;
   return {};

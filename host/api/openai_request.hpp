@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 
 #include "api/api_error.hpp"
 #include "api/chat_template.hpp"
+#include "api/response_format.hpp"
 #include "runtime/sampling.hpp"
 
 namespace tokenhost::api {
@@ -91,6 +93,8 @@ struct OpenAIRequest {
   // tokenhost.speculate / tokenhost.max_draft: the most draft tokens per step speculative decoding may
   // verify for this request (0: none; speculate false is 0); unset: the engine decides.
   std::optional<uint32_t> max_draft;
+  // Structured output: `response_format` (json_object, json_schema) or `tokenhost.grammar`; NULL: none.
+  std::shared_ptr<const ConstraintSource> constraint;
 
   std::vector<std::string> ignored_fields;  // top-level fields not understood, sorted by name
 };

@@ -298,7 +298,7 @@ std::string encode(const std::vector<EngineInfo>& m) {
 
 std::string encode(const RemoteGenerate& m) {
   const GenerateRequest& r = m.request;
-  return pack(json{{"engine", m.engine},
+  json j{{"engine", m.engine},
                    {"id", r.id},
                    {"request_id", r.request_id},
                    {"prompt", r.prompt},
@@ -319,7 +319,9 @@ std::string encode(const RemoteGenerate& m) {
                    {"ignore_eos", r.ignore_eos},
                    {"max_draft", r.max_draft},
                    {"cache_salt", r.cache_salt},
-                   {"handoff", r.kv_handoff}});
+                   {"handoff", r.kv_handoff}};
+  if (r.constraint) j["structured_output"] = json{{"type", r.constraint->type}, {"text", r.constraint->text}, {"gbnf", r.constraint->gbnf}};
+  return pack(j);
 }
 
 std::string encode(const TokenBatch& m) {
@@ -400,6 +402,14 @@ RemoteGenerate decode_generate(std::string_view bytes) {
   r.max_draft = uint32_t(f.u64("max_draft", true, kMaxDraftTokens));
   r.cache_salt = f.str("cache_salt", false);
   r.kv_handoff = f.flag("handoff");
+  if (f.find("structured_output") != nullptr) {  // a head before 1.11 sends none
+    Fields c = f.sub("structured_output");
+    auto source = std::make_shared<ConstraintSource>();
+    source->type = c.str("type");
+    source->text = c.str("text", false);
+    source->gbnf = c.str("gbnf");
+    r.constraint = std::move(source);
+  }
   return m;
 }
 

@@ -47,9 +47,10 @@ ModelSpec model_shape(uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, 
 
 std::shared_ptr<PluginInstance> instance_for(PluginCatalog& catalog, const PluginManifest& plugin,
                                              const ModelSpec& model, std::string& why,
-                                             std::shared_ptr<DraftSessionHost> drafts) {
+                                             std::shared_ptr<DraftSessionHost> drafts, std::shared_ptr<const PluginVocab> vocab) {
   InstanceSpec spec;
   spec.drafts = std::move(drafts);
+  spec.vocab = std::move(vocab);
   spec.engine = "conformance";
   spec.slot = kind_name(plugin.kind);
   spec.model = model;
@@ -78,6 +79,7 @@ Report run(const std::string& manifest_path, const Options& options) {
     case TH_KIND_MOE: moe_rules(catalog, plugin, rng, options, report); break;
     case TH_KIND_SPEC_DECODE: spec_decode_rules(catalog, plugin, rng, options, report); break;
     case TH_KIND_KV_CONNECTOR: kv_connector_rules(catalog, plugin, rng, options, report); break;
+    case TH_KIND_CONSTRAINT: constraint_rules(catalog, plugin, rng, options, report); break;
     default: report.not_applicable(kind_name(plugin.kind), "no rules for this kind");
   }
   return report;

@@ -23,6 +23,11 @@
 //                the first missing key, never across namespaces), kv_connector.cancel_completes (a
 //                cancelled load still completes once; stats within capacity); every rule checks that each
 //                transfer completes exactly once with a count within its blocks
+//   constraint   constraint.masks_match_grammar (on random walks through JSON, JSON Schema and GBNF
+//                sources over a fresh random vocabulary: each token allowed exactly when the SDK's GBNF
+//                matcher takes its bytes, completeness the same, a batched call equal to single ones,
+//                every allowed token advancing and a refused one leaving the state as it was),
+//                constraint.clone_independent, constraint.bad_source_refused
 #pragma once
 
 #include <cstdint>
@@ -80,7 +85,8 @@ ModelSpec model_shape(uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, 
 // its check() refuses the model. drafts: the draft sessions it may open (spec_decode, ABI 1.5).
 std::shared_ptr<PluginInstance> instance_for(PluginCatalog& catalog, const PluginManifest& plugin,
                                              const ModelSpec& model, std::string& why,
-                                             std::shared_ptr<DraftSessionHost> drafts = nullptr);
+                                             std::shared_ptr<DraftSessionHost> drafts = nullptr,
+                                             std::shared_ptr<const PluginVocab> vocab = nullptr);
 
 void attention_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void kvcache_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
@@ -89,6 +95,7 @@ void router_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng
 void moe_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void spec_decode_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 void kv_connector_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
+void constraint_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng& rng, const Options& o, Report& r);
 
 // Loads the plugin that manifest_path declares and checks every rule of its kind. Throws PluginError or
 // ManifestError when it cannot be loaded at all.

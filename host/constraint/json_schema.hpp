@@ -1,4 +1,4 @@
-// JSON Schema to GBNF (constraint/gbnf.hpp): the subset OpenAI's structured outputs take in strict mode,
+// JSON Schema to GBNF (the SDK's tokenhost/gbnf.hpp): the subset OpenAI's structured outputs take in strict mode,
 // each schema compiled to a grammar whose sentences are the JSON documents it validates (whitespace
 // between tokens allowed, a newline and up to 20 spaces or tabs at most at a time). Work in progress
 // for issue 34's structured output: no call site yet outside the tests.

@@ -333,6 +333,14 @@ EngineDecl read_engine(const TomlReader& r, const Deployment& d, const std::stri
       if (slot_required(info, model->second.spec.info.n_experts))
         r.fail(t, ctx + " has no [" + "engines." + name + "." + slot + "] slot (a " + slot + " plugin is required" +
                       (info.need == SlotNeed::moe_models ? " for an MoE model)" : ")"));
+      // An optional slot with a default plugin (constraint: constraint.gbnf) is filled for a model with
+      // a vocabulary (its plugins read th_create_args.vocab) when the catalog has that plugin.
+      if (!info.stacks && *info.default_plugin != '\0' && info.need == SlotNeed::optional && model->second.loaded &&
+          d.catalog->find(info.default_plugin)) {
+        toml::table implicit;
+        implicit.insert("plugin", info.default_plugin);
+        e.slots.emplace(slot, read_slot(r, *d.catalog, slot, implicit, "[engines." + name + "." + slot + "] (default)"));
+      }
       continue;
     }
     if (info.stacks) {  // one table (one layer) or an array of tables (the layers, first called first)

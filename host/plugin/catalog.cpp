@@ -121,13 +121,15 @@ std::shared_ptr<PluginLibrary> PluginCatalog::load(const PluginManifest& manifes
 
 std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
                                             const ModelSpec& model, const toml::table& settings,
-                                            metrics::Registry* metrics, std::shared_ptr<PeerPost> peers) {
+                                            metrics::Registry* metrics, std::shared_ptr<PeerPost> peers,
+                                            std::shared_ptr<const PluginVocab> vocab) {
   auto manifest = catalog.find(id);
   if (!manifest) throw PluginError("no plugin '" + id + "' in " + join(catalog.search_paths(), ":"));
   InstanceSpec spec;
   spec.engine = engine;
   spec.slot = kind_name(manifest->kind);
   spec.model = model;
+  spec.vocab = std::move(vocab);
   spec.device = devices().front();
   // The settings are checked against plugin.toml (keys, types, ranges) and merged over its defaults,
   // exactly as a deployment's are: the plugin reads declared keys without checking them again.

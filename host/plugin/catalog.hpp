@@ -56,10 +56,11 @@ class PluginCatalog {
 // An instance of plugin id outside a deployment (the generate command, benchmarks, tests): its
 // plugin.toml defaults overridden by settings (checked against plugin.toml's keys, types and ranges
 // as a manifest's are), on the CPU, for model; peers carries its th_host_api.peer_send messages (a
-// kv_connector's; NULL: none). Throws PluginError.
+// kv_connector's; NULL: none); vocab is th_create_args.vocab (NULL: none). Throws PluginError.
 std::shared_ptr<PluginInstance> instantiate(PluginCatalog& catalog, const std::string& id, const std::string& engine,
                                             const ModelSpec& model, const toml::table& settings = {},
                                             metrics::Registry* metrics = nullptr,
-                                            std::shared_ptr<PeerPost> peers = nullptr);
+                                            std::shared_ptr<PeerPost> peers = nullptr,
+                                            std::shared_ptr<const PluginVocab> vocab = nullptr);
 
 }  // namespace tokenhost

@@ -76,7 +76,10 @@ std::shared_ptr<PluginInstance> PluginInstance::create(std::shared_ptr<PluginLib
   self->device_ = spec.device;
   th_model_info model = spec.model.to_abi();
   th_device device = device_abi(spec.device);
-  th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device};
+  self->vocab_ = spec.vocab;
+  if (self->vocab_) self->vocab_abi_ = self->vocab_->to_abi();
+  th_create_args args{sizeof(th_create_args), self->ctx_.get(), &self->config_, &model, &device,
+                      self->vocab_ ? &self->vocab_abi_ : nullptr};
   th_error err;
   th_status s;
   try {

@@ -19,6 +19,7 @@
 #include "plugin/host_api.hpp"
 #include "plugin/kind.hpp"
 #include "plugin/library.hpp"
+#include "plugin/vocab.hpp"
 
 namespace tokenhost {
 
@@ -38,6 +39,8 @@ struct InstanceSpec {
   std::shared_ptr<ComputePool> pool;
   // Where the instance's th_host_api.peer_send messages go: an engine's kv_connector layers only.
   std::shared_ptr<PeerPost> peers;
+  // The model's vocabulary (th_create_args.vocab); NULL for a model without one.
+  std::shared_ptr<const PluginVocab> vocab;
 };
 
 // Reasons the plugin of lib says it cannot serve spec (empty: it can). Throws nothing.
@@ -82,6 +85,8 @@ class PluginInstance {
   }
   // The device it was created for (InstanceSpec::device).
   const DeviceInfo& device() const { return device_; }
+  // The vocabulary it was given (InstanceSpec::vocab), or NULL.
+  const PluginVocab* vocab() const { return vocab_.get(); }
 
  private:
   PluginInstance() = default;
@@ -89,6 +94,8 @@ class PluginInstance {
   std::unique_ptr<th_host_ctx> ctx_;
   th_config config_;
   DeviceInfo device_;
+  std::shared_ptr<const PluginVocab> vocab_;  // kept while the instance lives (th_create_args.vocab)
+  th_vocab vocab_abi_{};
   th_instance* instance_ = nullptr;
 };
 

@@ -14,7 +14,7 @@ constexpr size_t kMinors = TH_ABI_VERSION_MINOR + 1;
 
 struct KindInfo {
   SlotInfo slot;
-  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, ..., 1.10; 0 for minors before the kind existed
+  size_t vtable_size[kMinors];  // by minor: 1.0, 1.1, ..., 1.11; 0 for minors before the kind existed
 };
 
 constexpr size_t kAttention = TH_SIZE_THROUGH(th_attention_vtable, forward);
@@ -28,6 +28,7 @@ constexpr size_t kScheduler = TH_SIZE_THROUGH(th_scheduler_vtable, schedule);
 constexpr size_t kRouter = TH_SIZE_THROUGH(th_router_vtable, feedback);
 constexpr size_t kRouter17 = TH_SIZE_THROUGH(th_router_vtable, select);
 constexpr size_t kKvConnector = TH_SIZE_THROUGH(th_kv_connector_vtable, receive);  // receive: optional (NULL)
+constexpr size_t kConstraint = TH_SIZE_THROUGH(th_constraint_vtable, masks);
 
 using enum SlotNeed;
 using enum SlotOwner;
@@ -37,18 +38,22 @@ using enum SwapMode;
 //  kind, name, header, need, owner, swap, unloadable, default plugin; vtable sizes by minor
 constexpr KindInfo kKinds[] = {
     {{TH_KIND_ATTENTION, "attention", "th_attention.h", always, worker, live, false, ""},
-     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
-    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16, kKvcache16, kKvcache16}},
+     {kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention, kAttention}},
+    {{TH_KIND_KVCACHE, "kvcache", "th_kvcache.h", always, worker, new_engine, false, ""}, {kKvcache, kKvcache, kKvcache, kKvcache, kKvcache14, kKvcache15, kKvcache16, kKvcache16, kKvcache16, kKvcache16, kKvcache16, kKvcache16}},
     {{TH_KIND_SCHEDULER, "scheduler", "th_scheduler.h", always, engine, live, false, ""},
-     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
-    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
+     {kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler, kScheduler}},
+    {{TH_KIND_MOE, "moe", "th_moe.h", moe_models, worker, live, false, ""}, {kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe, kMoe}},
     {{TH_KIND_SPEC_DECODE, "spec_decode", "th_spec_decode.h", optional, engine, live, true, ""},
-     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
+     {kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode, kSpecDecode}},
     {{TH_KIND_ROUTER, "router", "th_router.h", always, router, live, false, "router.round_robin"},
-     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17, kRouter17, kRouter17}},
+     {kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter, kRouter17, kRouter17, kRouter17, kRouter17, kRouter17}},
     // ABI 1.9: an ordered stack of connectors per engine (SlotInfo::stacks), none by default.
     {{TH_KIND_KV_CONNECTOR, "kv_connector", "th_kv_connector.h", optional, worker, live, true, "", true},
-     {0, 0, 0, 0, 0, 0, 0, 0, 0, kKvConnector, kKvConnector}},
+     {0, 0, 0, 0, 0, 0, 0, 0, 0, kKvConnector, kKvConnector, kKvConnector}},
+    // ABI 1.11: structured output; the host fills it with constraint.gbnf where an engine of a model
+    // with a vocabulary names none.
+    {{TH_KIND_CONSTRAINT, "constraint", "th_constraint.h", optional, worker, live, true, "constraint.gbnf"},
+     {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, kConstraint}},
 };
 
 constexpr size_t headers_vtable_size(th_kind kind) {
@@ -60,6 +65,7 @@ constexpr size_t headers_vtable_size(th_kind kind) {
     case TH_KIND_SCHEDULER: return sizeof(th_scheduler_vtable);
     case TH_KIND_ROUTER: return sizeof(th_router_vtable);
     case TH_KIND_KV_CONNECTOR: return sizeof(th_kv_connector_vtable);
+    case TH_KIND_CONSTRAINT: return sizeof(th_constraint_vtable);
     default: return 0;
   }
 }
@@ -212,6 +218,11 @@ std::vector<std::string> missing_vtable_members(th_kind kind, const void* vtable
       required<th_kv_connector_vtable>(vtable, missing)(&th_kv_connector_vtable::contains, "contains")(
           &th_kv_connector_vtable::save, "save")(&th_kv_connector_vtable::load, "load")(&th_kv_connector_vtable::poll, "poll")(
           &th_kv_connector_vtable::cancel, "cancel")(&th_kv_connector_vtable::stats, "stats");
+      break;
+    case TH_KIND_CONSTRAINT:
+      required<th_constraint_vtable>(vtable, missing)(&th_constraint_vtable::compile, "compile")(
+          &th_constraint_vtable::release, "release")(&th_constraint_vtable::start, "start")(&th_constraint_vtable::clone, "clone")(
+          &th_constraint_vtable::free_state, "free_state")(&th_constraint_vtable::advance, "advance")(&th_constraint_vtable::masks, "masks");
       break;
     default: break;
   }

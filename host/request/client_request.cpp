@@ -205,6 +205,18 @@ struct ClientRequest::State {
       if (std::string why = gateway.check_arm_choice(model->name, parsed->arm); !why.empty())
         return api_error(api::invalid_request("tokenhost.arm", why, "arm_not_available"));
     }
+    if (parsed->constraint) {
+      if (!model->tokenizer)
+        return api_error(api::invalid_request(parsed->constraint->type == "gbnf" ? "tokenhost.grammar" : "response_format",
+                                              "model '" + model->name + "' has no vocabulary (a synthetic model): its output cannot be constrained"));
+      // The schema again from the body as written: nlohmann::json sorts an object's members, and the
+      // output follows the order of the schema's properties.
+      if (parsed->constraint->type == "json_schema") {
+        auto c = api::parse_response_format(nlohmann::ordered_json::parse(body_text).at("response_format"));
+        if (!c) return api_error(c.error());
+        parsed->constraint = c.value();
+      }
+    }
     req = std::move(parsed.value());
     std::mt19937_64 rng(draw_random());
     meta = api::make_response_meta(req.endpoint, model->id(), rng);
@@ -319,6 +331,7 @@ struct ClientRequest::State {
           g.ignore_eos = ignore_eos;
           if (req.max_draft) g.max_draft = *req.max_draft;
           g.cache_salt = req.cache_salt;
+          g.constraint = req.constraint;
         } else {
           g.priority = priority;  // greedy, on the default model (its experiment applies)
         }

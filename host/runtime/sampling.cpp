@@ -69,11 +69,18 @@ Sampler::Weights Sampler::weights(const std::vector<float>& logits) const {
   std::vector<float> exps(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) exps[i] = logits[i] - max_logit;
   vec::exp(exps.data(), exps.data(), exps.size());
+  // A constraint's disallowed tokens are at -inf (the vectorized exponential clamps: their weight is
+  // set to exactly 0 here, so no draw can reach them).
+  const bool masked = std::any_of(logits.begin(), logits.end(), [](float l) { return l == -INFINITY; });
+  if (masked)
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] == -INFINITY) exps[i] = 0;
   const double norm = vec::sum(exps.data(), exps.size());
   w.log_norm = std::log(norm) + max_logit;
   // H = -sum p log p with p = e/norm and log p = (logit - max) - log norm: log norm - sum e (logit - max) / norm.
   double weighted = 0;
-  for (size_t i = 0; i < logits.size(); ++i) weighted += double(exps[i]) * double(logits[i] - max_logit);
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (exps[i] != 0) weighted += double(exps[i]) * double(logits[i] - max_logit);
   w.entropy = std::max(0.0, std::log(norm) - weighted / norm);
   if (params_.temperature == 0.0f) return w;
   if (draw_from_all && params_.min_p == 0.0f) {
@@ -105,6 +112,9 @@ Sampler::Weights Sampler::weights(const std::vector<float>& logits) const {
     exps.resize(k);
     for (size_t i = 0; i < k; ++i) exps[i] = (logits[size_t(order[i])] - max_logit) * inv_t;
     vec::exp(exps.data(), exps.data(), k);
+    if (masked)
+      for (size_t i = 0; i < k; ++i)
+        if (logits[size_t(order[i])] == -INFINITY) exps[i] = 0;
     std::copy(exps.begin(), exps.end(), probs.begin());
   }
   if (params_.min_p > 0.0f) {
@@ -168,7 +178,8 @@ SampledToken with_logprobs(const std::vector<float>& logits, double log_norm, in
     std::partial_sort(best.begin(), best.begin() + long(k), best.end(), [&](int32_t a, int32_t b) {
       return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
     });
-    for (size_t i = 0; i < k; ++i) out.top.push_back({best[i], logprob(best[i])});
+    for (size_t i = 0; i < k; ++i)
+      if (logits[size_t(best[i])] != -INFINITY) out.top.push_back({best[i], logprob(best[i])});  // not a masked token
   }
   return out;
 }

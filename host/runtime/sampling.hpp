@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/constraint_source.hpp"
 #include "base/step.hpp"
 
 namespace tokenhost {
@@ -93,6 +95,10 @@ struct SequenceContext {
   std::vector<int32_t> tokens;
   Sampler sampler;
   bool logprobs = false;
+  // Structured output: what the sequence's output is constrained to (NULL: nothing), and where the
+  // prompt ends in tokens (what follows is the output the constraint reads).
+  std::shared_ptr<const ConstraintSource> constraint;
+  size_t prompt_tokens = 0;
 };
 
 }  // namespace tokenhost

@@ -100,6 +100,11 @@ std::shared_ptr<PluginInstance> EngineFactory::make_instance(const EngineDecl* e
   if (engine != nullptr && slot == slot_of(TH_KIND_SPEC_DECODE) && draft_sessions_.count(engine->name))
     spec.drafts = draft_sessions_.at(engine->name);
   if (engine != nullptr && slot == slot_of(TH_KIND_KV_CONNECTOR)) spec.peers = peer_post_;
+  if (engine != nullptr) {
+    load_model(engine->model);
+    std::lock_guard lock(models_mutex_);
+    if (auto v = vocabs_.find(engine->model); v != vocabs_.end()) spec.vocab = v->second;
+  }
   if (!library) {
     LoadReply loaded = load_library(decl.plugin);
     if (!loaded.library) throw PluginError(loaded.error);
@@ -315,6 +320,7 @@ void EngineFactory::load_model(const std::string& name) {
   if (!weights && model.loaded) {
     weights = model.loaded->weights;
     tokenizers_[name] = std::make_shared<const Tokenizer>(model.loaded->tokenizer);
+    vocabs_[name] = plugin_vocab(*tokenizers_[name]);
     spdlog::info("model {}: {} ({}), {:.1f} MiB mapped, shared by its engines", model.name, model.path, model.spec.architecture,
                  double(weights->bytes) / (1 << 20));
   } else if (!weights) {

@@ -83,6 +83,7 @@ class EngineFactory {
   // As each device's backend computes with them, by (model, device): shared by the engines there.
   std::map<std::pair<std::string, std::string>, std::shared_ptr<const ModelWeights>> placed_weights_;
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers_;  // gguf models
+  std::map<std::string, std::shared_ptr<const PluginVocab>> vocabs_;    // gguf models: th_create_args.vocab
   // Draft sessions (th_host_api.draft_*) by engine: what the instances of its spec_decode slot draft
   // with. Made with the engine, replaced when it is rebuilt.
   std::map<std::string, std::shared_ptr<DraftSessions>> draft_sessions_;

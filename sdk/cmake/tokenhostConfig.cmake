@@ -1,6 +1,6 @@
-# Config file for building tokenhost plugins out of tree: find_package(tokenhost 1.10) gives the
+# Config file for building tokenhost plugins out of tree: find_package(tokenhost 1.11) gives the
 # interface target tokenhost::sdk (the C ABI headers and the C++ helpers), the function
-# tokenhost_add_plugin() and tokenhost_ABI_VERSION ("1.10": the ABI the headers declare, which is also
+# tokenhost_add_plugin() and tokenhost_ABI_VERSION ("1.11": the ABI the headers declare, which is also
 # the package's version). Works from an installed or unpacked SDK and from the source tree's sdk/.
 # -DTOKENHOST_ABI=1.N builds against the frozen C headers of the older minor 1.N instead
 # (tokenhostLocate.cmake), and tokenhost_ABI_VERSION says 1.N.

@@ -24,7 +24,7 @@ admin_ok 'attention +attention.cpu_flash 1.0.0' status
 admin_ok 'router router.round_robin' status
 admin_ok 'model stories  f32  [0-9.]+ MiB \(\+0.0 MiB packed\)  /' status
 admin_ok '"engines"' --json status
-admin_ok '^scheduler.continuous  1.0.0  scheduler  ABI 1.10  /' plugins list
+admin_ok '^scheduler.continuous  1.0.0  scheduler  ABI 1.11  /' plugins list
 admin_ok '^[0-9]+ libraries open$' plugins list
 admin_ok '"plugins"' --json plugins list
 # The URL from $TOKENHOST_ADMIN_URL, or from the manifest the server runs (its admin_listen).

@@ -80,12 +80,21 @@ TH_PIN_OFFSET(th_check_query, struct_size, 0);
 TH_PIN_OFFSET(th_check_query, model, 8);
 TH_PIN_OFFSET(th_check_query, device, 16);
 TH_PIN_OFFSET(th_check_query, config, 24);
-TH_PIN_SIZE(th_create_args, 40);
+TH_PIN_SIZE(th_create_args, 48); /* 40 through ABI 1.10 */
 TH_PIN_OFFSET(th_create_args, struct_size, 0);
 TH_PIN_OFFSET(th_create_args, host_ctx, 8);
 TH_PIN_OFFSET(th_create_args, config, 16);
 TH_PIN_OFFSET(th_create_args, model, 24);
 TH_PIN_OFFSET(th_create_args, device, 32);
+TH_PIN_OFFSET(th_create_args, vocab, 40);
+/* th_vocab (ABI 1.11) */
+TH_PIN_SIZE(th_vocab, 40);
+TH_PIN_OFFSET(th_vocab, struct_size, 0);
+TH_PIN_OFFSET(th_vocab, n_tokens, 4);
+TH_PIN_OFFSET(th_vocab, bytes, 8);
+TH_PIN_OFFSET(th_vocab, offsets, 16);
+TH_PIN_OFFSET(th_vocab, attrs, 24);
+TH_PIN_OFFSET(th_vocab, eos, 32);
 TH_PIN_SIZE(th_vtable_head, 32);
 TH_PIN_OFFSET(th_vtable_head, struct_size, 0);
 TH_PIN_OFFSET(th_vtable_head, create, 8);
@@ -477,6 +486,32 @@ TH_PIN_OFFSET(th_kv_connector_vtable, poll, 56);
 TH_PIN_OFFSET(th_kv_connector_vtable, cancel, 64);
 TH_PIN_OFFSET(th_kv_connector_vtable, stats, 72);
 TH_PIN_OFFSET(th_kv_connector_vtable, receive, 80);
+
+/* th_constraint.h (ABI 1.11) */
+TH_PIN_SIZE(th_constraint_source, 32);
+TH_PIN_OFFSET(th_constraint_source, struct_size, 0);
+TH_PIN_OFFSET(th_constraint_source, type, 8);
+TH_PIN_OFFSET(th_constraint_source, text, 16);
+TH_PIN_OFFSET(th_constraint_source, gbnf, 24);
+TH_PIN_SIZE(th_constraint_mask_args, 40);
+TH_PIN_OFFSET(th_constraint_mask_args, struct_size, 0);
+TH_PIN_OFFSET(th_constraint_mask_args, states, 8);
+TH_PIN_OFFSET(th_constraint_mask_args, n_states, 16);
+TH_PIN_OFFSET(th_constraint_mask_args, words_per_mask, 20);
+TH_PIN_OFFSET(th_constraint_mask_args, masks, 24);
+TH_PIN_OFFSET(th_constraint_mask_args, complete, 32);
+TH_PIN_SIZE(th_constraint_vtable, 88);
+TH_PIN_OFFSET(th_constraint_vtable, struct_size, 0);
+TH_PIN_OFFSET(th_constraint_vtable, create, 8);
+TH_PIN_OFFSET(th_constraint_vtable, destroy, 16);
+TH_PIN_OFFSET(th_constraint_vtable, check, 24);
+TH_PIN_OFFSET(th_constraint_vtable, compile, 32);
+TH_PIN_OFFSET(th_constraint_vtable, release, 40);
+TH_PIN_OFFSET(th_constraint_vtable, start, 48);
+TH_PIN_OFFSET(th_constraint_vtable, clone, 56);
+TH_PIN_OFFSET(th_constraint_vtable, free_state, 64);
+TH_PIN_OFFSET(th_constraint_vtable, advance, 72);
+TH_PIN_OFFSET(th_constraint_vtable, masks, 80);
 
 int main(void) {
   printf("ABI %d.%d: layout of every struct matches the pins\n", TH_ABI_VERSION_MAJOR, TH_ABI_VERSION_MINOR);

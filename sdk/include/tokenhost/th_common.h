@@ -91,9 +91,13 @@ extern "C" {
  *        (whether the model renormalizes each token's top-k expert weights, from its metadata);
  *        expert parallelism: th_moe_load.slots_per_device, .slot_expert and .device_seconds,
  *        th_moe_placement.slot_expert (replicas of an expert on several devices), and
- *        th_moe_vtable.rebalance called (engines with expert partitions). */
+ *        th_moe_vtable.rebalance called (engines with expert partitions).
+ *   1.11 structured output: the kind TH_KIND_CONSTRAINT (th_constraint.h: the tokens a sequence may
+ *        take next under a request's JSON Schema, JSON object or grammar, applied by the host before
+ *        sampling, draft rows included); appended th_create_args.vocab (th_vocab: the bytes of every
+ *        token of the engine's model). */
 #define TH_ABI_VERSION_MAJOR 1
-#define TH_ABI_VERSION_MINOR 10
+#define TH_ABI_VERSION_MINOR 11
 
 /* Bytes from the start of `type` through the end of `member`: the struct_size a struct must have for
  * member to be present. */
@@ -122,6 +126,7 @@ typedef int32_t th_kind;
 #define TH_KIND_SCHEDULER 5   /* th_scheduler.h */
 #define TH_KIND_ROUTER 6      /* th_router.h */
 #define TH_KIND_KV_CONNECTOR 7 /* th_kv_connector.h (ABI 1.9) */
+#define TH_KIND_CONSTRAINT 8   /* th_constraint.h (ABI 1.11) */
 
 /* ---- element types (numbering follows GGUF's ggml_type so model files map one to one) ----------- */
 
@@ -218,6 +223,23 @@ typedef struct th_check_query {
   const th_config *config;    /* OWNERSHIP: host, valid during the call */
 } th_check_query;
 
+/* ABI 1.11. The vocabulary of a model: the bytes each token stands for in generated text (SentencePiece's
+ * "\xe2\x96\x81" as a space, byte tokens as their byte, byte-level BPE's mapping undone), token t's
+ * being bytes[offsets[t] .. offsets[t + 1]). attrs[t] is TH_TOKEN_CONTROL for tokens that stand for
+ * no text (BOS, EOS, other control and unused tokens: their bytes are empty), else TH_TOKEN_TEXT.
+ * OWNERSHIP: host; valid until destroy() of the instance that received it returns. */
+typedef struct th_vocab {
+  uint32_t struct_size;
+  uint32_t n_tokens;
+  const uint8_t *bytes;
+  const uint32_t *offsets; /* [n_tokens + 1] */
+  const uint8_t *attrs;    /* [n_tokens] */
+  int32_t eos;             /* the end-of-generation token, -1 when the model has none */
+} th_vocab;
+
+#define TH_TOKEN_TEXT 0
+#define TH_TOKEN_CONTROL 1
+
 /* What create() is given. */
 typedef struct th_create_args {
   uint32_t struct_size;
@@ -225,6 +247,9 @@ typedef struct th_create_args {
   const th_config *config;    /* OWNERSHIP: host; valid during create() only: copy what you keep */
   const th_model_info *model; /* OWNERSHIP: host; valid during create() only */
   const th_device *device;    /* OWNERSHIP: host; valid during create() only */
+  /* ABI 1.11. The engine's vocabulary for every kind; NULL when the model has none (a synthetic shape)
+   * and from a host before 1.11 (whose struct_size ends before this member). */
+  const th_vocab *vocab;
 } th_create_args;
 
 /* The three members every kind's vtable starts with, in this order (each vtable repeats them so that

@@ -5,6 +5,7 @@
 #include "th_common.h"
 #include "th_host_api.h"
 #include "th_attention.h"
+#include "th_constraint.h"
 #include "th_kvcache.h"
 #include "th_kv_connector.h"
 #include "th_moe.h"

@@ -292,8 +292,27 @@ TEST_CASE("request: combinations that do not go together", "[api][request]") {
   require_refused(kCmpl, completion_body({{"suffix", "end"}}), "suffix", {"not supported"});
   require_refused(kChat, chat_body({{"tools", {{{"type", "function"}}}}}), "tools", {"not supported"});
   REQUIRE(parse_request(kChat, chat_body({{"tools", json::array()}})).ok());
-  require_refused(kChat, chat_body({{"response_format", {{"type", "json_object"}}}}), "response_format");
-  REQUIRE(parse_request(kChat, chat_body({{"response_format", {{"type", "text"}}}})).ok());
+  REQUIRE(parse_request(kChat, chat_body({{"response_format", {{"type", "text"}}}})).value().constraint == nullptr);
+  // Structured output: a JSON object, a schema of the subset (compiled to GBNF), a grammar; one of them.
+  const auto object = parse_request(kChat, chat_body({{"response_format", {{"type", "json_object"}}}}));
+  REQUIRE(object.value().constraint->type == "json_object");
+  REQUIRE(object.value().constraint->gbnf.find("root ::=") != std::string::npos);
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
+  const auto typed = parse_request(kCmpl, completion_body({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}}}}));
+  REQUIRE(typed.value().constraint->type == "json_schema");
+  REQUIRE(json::parse(typed.value().constraint->text) == schema);
+  require_refused(kChat, chat_body({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "x"}}}}}}}}),
+                  "response_format.json_schema.schema", {"pattern"});
+  require_refused(kChat, chat_body({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}}}),
+                  "response_format.json_schema.schema", {"required"});
+  require_refused(kChat, chat_body({{"response_format", {{"type", "xml"}}}}), "response_format.type", {"json_object"});
+  require_refused(kChat, chat_body({{"response_format", "json"}}), "response_format", {"an object"});
+  const auto grammar = parse_request(kCmpl, completion_body({{"tokenhost", {{"grammar", "root ::= \"a\"+"}}}}));
+  REQUIRE(grammar.value().constraint->type == "gbnf");
+  require_refused(kCmpl, completion_body({{"tokenhost", {{"grammar", "root ::= (\"a\""}}}}), "tokenhost.grammar", {"grammar:1:"});
+  require_refused(kCmpl, completion_body({{"tokenhost", {{"grammar", 3}}}}), "tokenhost.grammar", {"a string"});
+  require_refused(kCmpl, completion_body({{"tokenhost", {{"grammar", "root ::= \"a\""}}}, {"response_format", {{"type", "json_object"}}}}),
+                  "tokenhost.grammar", {"give one"});
   // null is absent.
   auto r = parse_request(kChat, chat_body({{"temperature", nullptr}, {"stop", nullptr}, {"max_tokens", nullptr}}));
   REQUIRE(r.ok());
@@ -361,7 +380,7 @@ TEST_CASE("request: tokenhost.speculate and tokenhost.max_draft bound a request'
   require_refused(kChat, chat_body({{"tokenhost", {{"max_draft", 1.5}}}}), "tokenhost.max_draft", {"integer"});
   require_refused(kChat, chat_body({{"tokenhost", {{"speculate", false}, {"max_draft", 2}}}}), "tokenhost.max_draft",
                   {"'tokenhost.speculate' is false"});
-  require_refused(kChat, chat_body({{"tokenhost", {{"draft", 2}}}}), "tokenhost.draft", {"'speculate' and 'max_draft'"});
+  require_refused(kChat, chat_body({{"tokenhost", {{"draft", 2}}}}), "tokenhost.draft", {"'speculate', 'max_draft' and 'grammar'"});
 }
 
 }  // namespace api_openai_request_tests

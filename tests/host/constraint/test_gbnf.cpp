@@ -1,4 +1,4 @@
-// GBNF grammars (constraint/gbnf.hpp): the syntax and its errors, repetition, classes, UTF-8 read a
+// GBNF grammars (the SDK's tokenhost/gbnf.hpp): the syntax and its errors, repetition, classes, UTF-8 read a
 // byte at a time, and a JSON grammar against nlohmann's parser on fresh random documents: every
 // document (compact) is accepted whole, every prefix is accepted, and whatever the grammar accepts
 // whole after random edits, nlohmann accepts as JSON.
@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "constraint/gbnf.hpp"
+#include <tokenhost/gbnf.hpp>
 #include "harness.hpp"
 
 namespace constraint_gbnf_tests {
 
-using namespace tokenhost::constraint;
+using namespace tokenhost::sdk;
 using tokenhost::testing::fresh_rng;
 
 namespace {
@@ -98,6 +98,22 @@ TEST_CASE("gbnf: UTF-8 is read a byte at a time, a character held until whole", 
   CHECK(m.complete());
   CHECK_FALSE(m.accept("!"));  // refused whole: the state stays complete
   CHECK(m.complete());
+}
+
+TEST_CASE("gbnf: overlong UTF-8, surrogates and code points past U+10FFFF are refused", "[constraint][gbnf]") {
+  // A model with byte tokens can write any byte: '{' spelled in two or four bytes is not '{'.
+  GrammarMatcher brace(grammar("root ::= \"{\""));
+  CHECK_FALSE(brace.allows("\xC1\xBB"));
+  CHECK_FALSE(brace.allows("\xE0\x81\xBB"));
+  CHECK_FALSE(brace.allows("\xF0"));  // no four-byte character is '{': refused at its first byte
+  CHECK(brace.allows("{"));
+  GrammarMatcher any(grammar("root ::= [^a]"));
+  CHECK(any.allows("\xC3\xA9"));           // é
+  CHECK(any.allows("\xF4\x8F\xBF\xBF"));   // U+10FFFF
+  CHECK_FALSE(any.allows("\xF4\x90"));      // past U+10FFFF
+  CHECK_FALSE(any.allows("\xED\xA0"));      // a surrogate (U+D800..)
+  CHECK(any.allows("\xED\x9F\xBF"));       // U+D7FF
+  CHECK_FALSE(any.allows("\xC0\x80"));      // overlong NUL
 }
 
 TEST_CASE("gbnf: errors name the line and column", "[constraint][gbnf]") {

@@ -6,13 +6,14 @@
 
 #include <random>
 
-#include "constraint/gbnf.hpp"
+#include <tokenhost/gbnf.hpp>
 #include "constraint/json_schema.hpp"
 #include "harness.hpp"
 
 namespace constraint_json_schema_tests {
 
 using namespace tokenhost::constraint;
+using namespace tokenhost::sdk;
 using json = nlohmann::ordered_json;
 using tokenhost::testing::fresh_rng;
 

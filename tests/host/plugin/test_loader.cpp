@@ -49,6 +49,7 @@ const std::vector<FailureMode> kLoadFailures = {
     {"version_mismatch", {"the library declares version 1.0.1 but plugin.toml says 1.0.0"}},
     {"prefix_partial", {"kvcache vtable sets 1 of seq_lookup, seq_publish and cache_flush: prefix caching needs all three (or none)"}},
     {"kv_connector_old", {"the kind kv_connector does not exist in ABI 1.8, which the library declares"}},
+    {"constraint_old", {"the kind constraint does not exist in ABI 1.10, which the library declares"}},
 };
 
 // What an engine's scheduler slot asks of a plugin instance, on the first device.

@@ -1,0 +1,29 @@
+// The vocabulary as plugins see it (th_vocab, ABI 1.11): the bytes each token stands for in generated
+// text, built once per model and shared by every instance of its engines.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tokenhost/tokenhost.h>
+
+namespace tokenhost {
+
+class Tokenizer;
+
+struct PluginVocab {
+  std::string bytes;               // every token's bytes, one after the other
+  std::vector<uint32_t> offsets;   // [n_tokens + 1]
+  std::vector<uint8_t> attrs;      // TH_TOKEN_TEXT or TH_TOKEN_CONTROL
+  int32_t eos = -1;
+  // The ABI view; it points into this object, which must outlive it.
+  th_vocab to_abi() const;
+};
+
+// Token t's bytes are Tokenizer::token_text(t) (what streaming appends for it); control, unknown and
+// unused tokens, whose text is empty, are TH_TOKEN_CONTROL.
+std::shared_ptr<const PluginVocab> plugin_vocab(const Tokenizer& tokenizer);
+
+}  // namespace tokenhost
