@@ -6,16 +6,28 @@
 #include <tokenhost/gbnf.hpp>
 #include <tokenhost/plugin.hpp>
 
+#include <algorithm>
 #include <memory>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
+// A compiled grammar and the masks already computed for it, by matcher state: the text of a JSON
+// string, a number or the whitespace between members leaves the matcher where it was, so most steps of
+// a sequence, and of every other sequence of the source, find their mask here.
 struct th_constraint_program {
   std::shared_ptr<const tokenhost::sdk::Grammar> grammar;
+  struct Mask {
+    std::vector<uint32_t> words;
+    uint8_t complete = 0;
+  };
+  std::unordered_map<std::string, Mask> masks;
+  size_t max_masks = 0;  // past it the cache starts again (a bound on its memory: about 16 MiB)
 };
 
 struct th_constraint_state {
   tokenhost::sdk::GrammarMatcher matcher;
+  th_constraint_program* program;
 };
 
 namespace {
@@ -95,7 +107,8 @@ th_status compile(th_instance* instance, const th_constraint_source* source, th_
     if (source == nullptr || source->gbnf == nullptr)
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": compile() needs the source's GBNF");
     try {
-      *out = new th_constraint_program{std::make_shared<const sdk::Grammar>(sdk::parse_gbnf(source->gbnf))};
+      *out = new th_constraint_program{std::make_shared<const sdk::Grammar>(sdk::parse_gbnf(source->gbnf)), {}, 0};
+      (*out)->max_masks = std::max<size_t>(64, (size_t(16) << 20) / (4 * ((self.n_tokens + 31) / 32)));
     } catch (const std::invalid_argument& e) {
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": " + e.what());
     }
@@ -105,11 +118,11 @@ th_status compile(th_instance* instance, const th_constraint_source* source, th_
 void release(th_instance*, th_constraint_program* program) { delete program; }
 
 th_status start(th_instance*, th_constraint_program* program, th_constraint_state** out, th_error* err) {
-  return sdk::guard(err, [&] { *out = new th_constraint_state{sdk::GrammarMatcher(program->grammar)}; });
+  return sdk::guard(err, [&] { *out = new th_constraint_state{sdk::GrammarMatcher(program->grammar), program}; });
 }
 
 th_status clone(th_instance*, const th_constraint_state* state, th_constraint_state** out, th_error* err) {
-  return sdk::guard(err, [&] { *out = new th_constraint_state{state->matcher}; });
+  return sdk::guard(err, [&] { *out = new th_constraint_state{*state}; });
 }
 
 void free_state(th_instance*, th_constraint_state* state) { delete state; }
@@ -132,10 +145,23 @@ th_status masks(th_instance* instance, const th_constraint_mask_args* args, th_e
     if (args->words_per_mask < (self.n_tokens + 31) / 32)
       throw Error(TH_ERR_INVALID_ARGUMENT, std::string(kId) + ": words_per_mask " + std::to_string(args->words_per_mask) +
                                                " is too small for " + std::to_string(self.n_tokens) + " tokens");
+    const size_t words = (self.n_tokens + 31) / 32;
     for (uint32_t i = 0; i < args->n_states; ++i) {
-      const sdk::GrammarMatcher& m = args->states[i]->matcher;
-      args->complete[i] = m.complete() ? 1 : 0;
-      self.walk(0, m, args->masks + size_t(i) * args->words_per_mask);
+      const th_constraint_state& st = *args->states[i];
+      uint32_t* out = args->masks + size_t(i) * args->words_per_mask;
+      std::string key = st.matcher.state_key();
+      th_constraint_program& program = *st.program;
+      auto hit = program.masks.find(key);
+      if (hit == program.masks.end()) {
+        th_constraint_program::Mask m;
+        m.words.assign(words, 0);
+        m.complete = st.matcher.complete() ? 1 : 0;
+        self.walk(0, st.matcher, m.words.data());
+        if (program.masks.size() >= program.max_masks) program.masks.clear();
+        hit = program.masks.emplace(std::move(key), std::move(m)).first;
+      }
+      std::copy(hit->second.words.begin(), hit->second.words.end(), out);
+      args->complete[i] = hit->second.complete;
     }
   });
 }

@@ -64,6 +64,22 @@ class GrammarMatcher {
   bool complete() const;
   // Whether bytes could follow the text so far (without consuming them).
   bool allows(std::string_view bytes) const;
+  // Where the matcher is, as bytes: two matchers of one grammar with equal keys take exactly the same
+  // texts from here on (what a cache of masks is keyed by). Stacks are kept sorted, so the key does not
+  // depend on how the text got here.
+  std::string state_key() const {
+    std::string key;
+    auto put = [&](const void* p, size_t n) { key.append(static_cast<const char*>(p), n); };
+    put(&partial_, sizeof partial_);
+    put(&pending_, sizeof pending_);
+    put(&partial_length_, sizeof partial_length_);
+    for (const Stack& s : stacks_) {
+      const size_t n = s.size();
+      put(&n, sizeof n);
+      put(s.data(), n * sizeof(s[0]));
+    }
+    return key;
+  }
 
  private:
   using Stack = std::vector<const GrammarElement*>;
