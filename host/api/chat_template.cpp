@@ -64,20 +64,76 @@ ApiResult<Split> split_system(const std::vector<ChatMessage>& m, ChatTemplateFam
   return s;
 }
 
+bool has_tools(const ChatRenderOptions& o) { return o.tools != nullptr && !o.tools->empty(); }
+
+// A function as the templates list it: {"type": "function", "function": {"name", "description", "parameters"}}.
+std::string tool_json(const Tool& t, int indent) {
+  nlohmann::ordered_json f = {{"name", t.name}};
+  if (!t.description.empty()) f["description"] = t.description;
+  f["parameters"] = t.parameters;
+  return nlohmann::ordered_json{{"type", "function"}, {"function", f}}.dump(indent);
+}
+
+std::string call_json(const ToolCall& c, const char* arguments_key) {
+  return "{\"name\": " + nlohmann::json(c.name).dump() + ", \"" + arguments_key + "\": " + (c.arguments.empty() ? "{}" : c.arguments) + "}";
+}
+
 RenderedChat llama3(const std::vector<ChatMessage>& m, const ChatRenderOptions& o) {
   RenderedChat r{or_default(o.bos_token, "<|begin_of_text|>"), ChatTemplateFamily::llama3, true, true};
-  for (const auto& msg : m)
-    r.text += "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + trim(msg.content) + "<|eot_id|>";
+  const bool tools = o.tool_format == ToolFormat::llama31;
+  bool first_user = true;
+  for (const auto& msg : m) {
+    std::string role = msg.role, content = trim(msg.content);
+    if (tools && role == "tool") role = "ipython";  // Llama 3.1's role for a call's result
+    if (tools && role == "assistant" && !msg.tool_calls.empty()) {
+      content.clear();
+      for (const ToolCall& c : msg.tool_calls) content += call_json(c, "parameters");
+    }
+    if (tools && has_tools(o) && role == "user" && first_user) {
+      // The functions go in the first user message (the template's default).
+      std::string block = "Given the following functions, please respond with a JSON for a function call with its proper "
+                          "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                          "\"parameters\": dictionary of argument name and its value}. Do not use variables.\n\n";
+      for (const Tool& t : *o.tools) block += tool_json(t, 4) + "\n\n";
+      content = block + content;
+    }
+    if (role == "user") first_user = false;
+    r.text += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
+  }
   if (o.add_generation_prompt) r.text += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return r;
 }
 
 RenderedChat chatml(const std::vector<ChatMessage>& m, const ChatRenderOptions& o) {
   RenderedChat r{{}, ChatTemplateFamily::chatml, true, false};
+  const bool tools = o.tool_format == ToolFormat::hermes;
   bool has_system = !m.empty() && m[0].role == "system";
-  if (!has_system && !o.default_system_message.empty())
-    r.text += "<|im_start|>system\n" + o.default_system_message + "<|im_end|>\n";
-  for (const auto& msg : m) r.text += "<|im_start|>" + msg.role + "\n" + msg.content + "<|im_end|>\n";
+  std::string tools_block;
+  if (tools && has_tools(o)) {
+    tools_block = "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+                  "function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const Tool& t : *o.tools) tools_block += "\n" + tool_json(t, -1);
+    tools_block += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                   "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+  }
+  if (!has_system && (!o.default_system_message.empty() || !tools_block.empty()))
+    r.text += "<|im_start|>system\n" + o.default_system_message + tools_block + "<|im_end|>\n";
+  for (size_t i = 0; i < m.size(); ++i) {
+    const ChatMessage& msg = m[i];
+    if (tools && msg.role == "tool") {
+      // Results go back as <tool_response> blocks, a run of them in one user message.
+      const bool first = i == 0 || m[i - 1].role != "tool", last = i + 1 == m.size() || m[i + 1].role != "tool";
+      if (first) r.text += "<|im_start|>user";
+      r.text += "\n<tool_response>\n" + msg.content + "\n</tool_response>";
+      if (last) r.text += "<|im_end|>\n";
+      continue;
+    }
+    std::string content = msg.content;
+    if (i == 0 && has_system) content += tools_block;
+    if (tools && msg.role == "assistant")
+      for (const ToolCall& c : msg.tool_calls) content += (content.empty() ? "" : "\n") + std::string("<tool_call>\n") + call_json(c, "arguments") + "\n</tool_call>";
+    r.text += "<|im_start|>" + msg.role + "\n" + content + "<|im_end|>\n";
+  }
   if (o.add_generation_prompt) r.text += "<|im_start|>assistant\n";
   return r;
 }
@@ -179,6 +235,13 @@ ChatTemplateFamily detect_chat_template(std::string_view t) {
   if (contains(t, "[INST]")) return contains(t, "<<SYS>>") ? ChatTemplateFamily::llama2 : ChatTemplateFamily::mistral;
   if (contains(t, "<|user|>")) return ChatTemplateFamily::zephyr;
   return ChatTemplateFamily::plain;
+}
+
+ToolFormat detect_tool_format(std::string_view t) {
+  const ChatTemplateFamily f = detect_chat_template(t);
+  if (f == ChatTemplateFamily::llama3 && (contains(t, "ipython") || contains(t, "tools"))) return ToolFormat::llama31;
+  if (f == ChatTemplateFamily::chatml && contains(t, "<tool_call>")) return ToolFormat::hermes;
+  return ToolFormat::none;
 }
 
 ApiResult<RenderedChat> render_chat(const std::vector<ChatMessage>& messages, ChatTemplateFamily family,

@@ -15,8 +15,11 @@
 //   ChatML because a model without a template has no ChatML special tokens; "<|im_start|>" would be
 //   tokenized as ordinary text and mean nothing to it.
 //
-// Known gaps: Llama 3.1+'s date preamble and tool-call syntax, Qwen's tool syntax and Phi-3's "<|end|>"
-// are not reproduced; such templates still render in their base family's format.
+// Tools (ChatRenderOptions::tools) are written in Llama 3.1's format (the functions as JSON in the first
+// user message, calls as a JSON object, results as `ipython` messages) or Hermes' as Qwen2.5 uses it
+// (the functions in <tools> in the system message, calls in <tool_call> tags, results in
+// <tool_response> tags of a user message). Known gaps: Llama 3.1's date preamble and built-in tools,
+// and Phi-3's "<|end|>", are not reproduced.
 #pragma once
 
 #include <string>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "api/api_error.hpp"
+#include "api/tools.hpp"
 
 namespace tokenhost::api {
 
@@ -34,6 +38,7 @@ struct ChatMessage {
   std::string content;
   std::string name;          // optional participant name; not rendered by any family
   std::string tool_call_id;  // role "tool" only; not rendered by any family
+  std::vector<ToolCall> tool_calls;  // role "assistant": the calls it made (rendered in the template's tool format)
 };
 
 enum class ChatTemplateFamily { llama3, chatml, gemma, llama2, mistral, zephyr, plain };
@@ -43,6 +48,9 @@ std::string_view family_name(ChatTemplateFamily family);
 
 // The family a Jinja template belongs to; plain when empty or unrecognized.
 ChatTemplateFamily detect_chat_template(std::string_view jinja);
+// How a template writes tool calls: Llama 3.1's for a llama3 template that speaks of tools or ipython,
+// Hermes' for a ChatML one with <tool_call>; none otherwise.
+ToolFormat detect_tool_format(std::string_view jinja);
 
 struct ChatRenderOptions {
   // Append the assistant's header so the model continues as the assistant. Off when the caller wants
@@ -56,6 +64,10 @@ struct ChatRenderOptions {
   // "You are a helpful assistant." in that case; the template-text overload of render_chat finds such a
   // literal in a ChatML template and uses it when this is "".
   std::string default_system_message;
+  // Tools the model is told of (a request's active tools), in tool_format; NULL or empty: none. The
+  // messages' tool calls and "tool" results are written in tool_format whenever it is not none.
+  const std::vector<Tool>* tools = nullptr;
+  ToolFormat tool_format = ToolFormat::none;
 };
 
 struct RenderedChat {

@@ -247,6 +247,21 @@ Err parse_messages(const json& v, std::vector<ChatMessage>& out) {
       if (auto e = get_string(*it, param + ".name", msg.name)) return e;
     if (auto it = m.find("tool_call_id"); it != m.end() && !it->is_null())
       if (auto e = get_string(*it, param + ".tool_call_id", msg.tool_call_id)) return e;
+    if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
+      if (msg.role != "assistant") return invalid_request(param + ".tool_calls", "only an assistant message makes tool calls");
+      if (!it->is_array()) return wrong_type(param + ".tool_calls", "an array of tool calls", *it);
+      for (size_t k = 0; k < it->size(); ++k) {
+        const std::string cp = param + ".tool_calls[" + std::to_string(k) + "]";
+        const json& c = (*it)[k];
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+          return invalid_request(cp, "a tool call is {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+        ToolCall call;
+        if (auto e = get_string(c["function"].value("name", json()), cp + ".function.name", call.name)) return e;
+        if (auto e = get_string(c["function"].value("arguments", json("{}")), cp + ".function.arguments", call.arguments)) return e;
+        if (c.contains("id") && c["id"].is_string()) call.id = c["id"].get<std::string>();
+        msg.tool_calls.push_back(std::move(call));
+      }
+    }
     out.push_back(std::move(msg));
   }
   return {};
@@ -361,9 +376,16 @@ Err parse_field(Endpoint ep, const std::string& key, const json& v, const Reques
     return unsupported(key, "'suffix' (insertion)");
   }
   if (chat && key == "tools") {
-    if (v.is_array() && v.empty()) return {};
-    return unsupported(key, "tool calling ('tools')");
+    auto t = parse_tools(nlohmann::ordered_json::parse(v.dump()));  // the gateway reads them again in the client's order
+    if (!t) return t.error();
+    r.tools.tools = std::move(t.value());
+    return {};
   }
+  if (chat && key == "tool_choice") {
+    r.tool_choice = v;  // resolved once 'tools' is read
+    return {};
+  }
+  if (chat && key == "parallel_tool_calls") return get_bool(v, key, r.tools.parallel_tool_calls);
   if (key == "response_format") {
     // Checked here with the members in nlohmann::json's (sorted) order; the gateway compiles the
     // schema again from the body as written (parse_response_format), whose order the output follows.
@@ -412,6 +434,13 @@ ApiResult<OpenAIRequest> parse_request(Endpoint endpoint, const json& body, cons
                                                           ") disagree; give one of them");
     r.max_tokens = max_completion_tokens;
   }
+  if (!r.tool_choice.is_null()) {
+    auto t = parse_tool_choice(r.tool_choice, r.tools);
+    if (!t) return t.error();
+    r.tools = std::move(t.value());
+  }
+  if (r.tools.active() && r.tools.choice != ToolChoice::automatic && r.constraint)
+    return invalid_request("tool_choice", "'tool_choice' requires a call and 'response_format' constrains the answer: give one");
   if (stream_options_given && !r.stream)
     return invalid_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (chat && r.top_logprobs > 0 && !r.logprobs)

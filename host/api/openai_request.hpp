@@ -95,6 +95,9 @@ struct OpenAIRequest {
   std::optional<uint32_t> max_draft;
   // Structured output: `response_format` (json_object, json_schema) or `tokenhost.grammar`; NULL: none.
   std::shared_ptr<const ConstraintSource> constraint;
+  // chat `tools`, `tool_choice` and `parallel_tool_calls` (tool_choice as sent until parse_request reads it).
+  ToolRequest tools;
+  nlohmann::json tool_choice;
 
   std::vector<std::string> ignored_fields;  // top-level fields not understood, sorted by name
 };

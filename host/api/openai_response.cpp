@@ -14,9 +14,20 @@ json finish_json(FinishReason f) {
   switch (f) {
     case FinishReason::stop: return "stop";
     case FinishReason::length: return "length";
+    case FinishReason::tool_calls: return "tool_calls";
     case FinishReason::none: break;
   }
   return nullptr;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
+  json out = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", calls[k].id}, {"type", "function"}, {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (indexed) c["index"] = k;
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 json bytes_of(const std::string& s) {
@@ -117,8 +128,13 @@ json chat_completion_response(const ResponseMeta& meta, const std::vector<Comple
   json j = envelope(meta, Endpoint::chat_completions, false);
   for (size_t i = 0; i < choices.size(); ++i) {
     const auto& c = choices[i];
+    json message = {{"role", "assistant"}, {"content", c.text}};
+    if (!c.tool_calls.empty()) {
+      if (c.text.empty()) message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(c.tool_calls, false);
+    }
     j["choices"].push_back({{"index", i},
-                            {"message", {{"role", "assistant"}, {"content", c.text}}},
+                            {"message", std::move(message)},
                             {"logprobs", c.has_logprobs ? chat_logprobs(c.logprobs) : json(nullptr)},
                             {"finish_reason", finish_json(c.finish_reason)}});
   }
@@ -144,6 +160,10 @@ json chat_content_chunk(const ResponseMeta& meta, size_t index, const std::strin
                         const std::vector<TokenLogprobs>* logprobs) {
   return chat_chunk(meta, index, {{"content", text}}, logprobs ? chat_logprobs(*logprobs) : json(nullptr),
                     FinishReason::none);
+}
+
+json chat_tool_calls_chunk(const ResponseMeta& meta, size_t index, const std::vector<ToolCall>& calls) {
+  return chat_chunk(meta, index, {{"tool_calls", tool_calls_json(calls, true)}}, nullptr, FinishReason::none);
 }
 
 json chat_finish_chunk(const ResponseMeta& meta, size_t index, FinishReason finish_reason) {

@@ -18,8 +18,8 @@
 
 namespace tokenhost::api {
 
-// none: not finished yet (streamed chunks), serialized as null.
-enum class FinishReason { none, stop, length };
+// none: not finished yet (streamed chunks), serialized as null; tool_calls: the answer calls tools.
+enum class FinishReason { none, stop, length, tool_calls };
 
 // One alternative at a generated position.
 struct TopLogprob {
@@ -76,6 +76,7 @@ struct CompletionChoice {
   bool has_logprobs = false;  // the request asked for them; logprobs then holds one entry per token
   std::vector<TokenLogprobs> logprobs;
   size_t leading_skip = 0;    // completion_logprobs' leading_skip
+  std::vector<ToolCall> tool_calls;  // chat: the calls the answer makes (text: the content beside them)
 };
 
 // {"id", "object": "text_completion", "created", "model", "choices": [{index, text, logprobs,
@@ -98,6 +99,8 @@ nlohmann::json chat_role_chunk(const ResponseMeta& meta, size_t index);
 nlohmann::json chat_content_chunk(const ResponseMeta& meta, size_t index, const std::string& text,
                                   const std::vector<TokenLogprobs>* logprobs = nullptr);
 nlohmann::json chat_finish_chunk(const ResponseMeta& meta, size_t index, FinishReason finish_reason);
+// {"delta": {"tool_calls": [{index, id, type, function: {name, arguments}}]}}: a choice's calls, whole.
+nlohmann::json chat_tool_calls_chunk(const ResponseMeta& meta, size_t index, const std::vector<ToolCall>& calls);
 // {"id", "object", "created", "model", "choices": [], "usage": {...}}.
 nlohmann::json usage_chunk(const ResponseMeta& meta, Endpoint endpoint, const Usage& usage);
 

@@ -7,6 +7,7 @@
 
 #include "model/gguf_quantize.hpp"
 #include "model/quant.hpp"
+#include "util/atomic_file.hpp"
 #include "util/progress.hpp"
 
 namespace tokenhost {
@@ -21,6 +22,9 @@ CLI::App* add_quantize_command(CLI::App& app, QuantizeOptions& o) {
   cmd->add_option("input", o.in, "GGUF model to read")->required()->check(CLI::ExistingFile);
   cmd->add_option("output", o.out, "GGUF file to write (replaced whole, never left half-written)")->required();
   cmd->add_option("--type", o.type, "q8_0, q4_0, q4_K or q6_K")->required();
+  cmd->add_option("--chat-template", o.chat_template,
+                  "a file whose text the copy carries as its chat template (tokenizer.chat_template), in place of the source's")
+      ->check(CLI::ExistingFile);
   return cmd;
 }
 
@@ -34,9 +38,11 @@ int run_quantize(const QuantizeOptions& o) {
   Progress progress("quantizing tensors");
   gguf::QuantizeReport report;
   try {
+    std::map<std::string, std::string> strings;
+    if (!o.chat_template.empty()) strings["tokenizer.chat_template"] = read_file(o.chat_template);
     report = gguf::quantize_file(o.in, o.out, type, [&progress](size_t done, size_t total) {
       progress(total == 0 ? 1.0 : double(done) / double(total));
-    });
+    }, strings);
   } catch (...) {
     progress.done();
     throw;

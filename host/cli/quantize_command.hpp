@@ -10,6 +10,7 @@ namespace tokenhost {
 
 struct QuantizeOptions {
   std::string in, out, type;
+  std::string chat_template;  // a file whose text becomes the copy's tokenizer.chat_template
 };
 
 CLI::App* add_quantize_command(CLI::App& app, QuantizeOptions& options);

@@ -40,7 +40,8 @@ bool is_quantize_target(th_dtype type) {
 }
 
 QuantizeReport quantize_file(const std::string& in, const std::string& out, th_dtype type,
-                             const std::function<void(size_t, size_t)>& progress) {
+                             const std::function<void(size_t, size_t)>& progress,
+                             const std::map<std::string, std::string>& set_strings) {
   if (!is_quantize_target(type))
     throw std::invalid_argument("cannot quantize to " + std::string(quant::dtype_name(type)) + " (q8_0, q4_0, q4_K, q6_K)");
   const auto file = File::open(in);
@@ -48,6 +49,7 @@ QuantizeReport quantize_file(const std::string& in, const std::string& out, th_d
   for (const std::string& key : file->keys()) w.copy_value(key, *file);
   w.set("general.file_type", llama_file_type(type));
   w.set("general.quantization_version", uint32_t(2));  // ggml's block layouts as of GGUF v3
+  for (const auto& [key, value] : set_strings) w.set(key, value);
 
   QuantizeReport report;
   const size_t block = quant::block_elems(type);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,9 @@ bool is_quantize_target(th_dtype type);
 // general.quantization_version are set. progress(done, total) follows the tensors. Throws Error (the
 // reader's and writer's) naming the file, or std::invalid_argument for a type that is not a target.
 // The copy is built in memory before it is written: the output's size in memory.
+// set_strings: metadata strings set in the copy (replacing the source's), e.g. tokenizer.chat_template.
 QuantizeReport quantize_file(const std::string& in, const std::string& out, th_dtype type,
-                             const std::function<void(size_t done, size_t total)>& progress = nullptr);
+                             const std::function<void(size_t done, size_t total)>& progress = nullptr,
+                             const std::map<std::string, std::string>& set_strings = {});
 
 }  // namespace tokenhost::gguf

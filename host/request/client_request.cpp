@@ -126,6 +126,10 @@ struct ClientRequest::State {
   int64_t prompt_tokens = 0;
   int32_t priority = 0;  // /v1/generate's; the OpenAI routes read req.priority
   bool ignore_eos = false;
+  // Tool calling: how the model's template writes calls, and the ids given to the calls read back.
+  api::ToolFormat tool_format = api::ToolFormat::none;
+  std::mt19937_64 id_rng{std::random_device{}()};
+  bool reads_tool_calls() const { return req.endpoint == api::Endpoint::chat_completions && req.tools.active(); }
   std::vector<Choice> choices;
   std::shared_ptr<StreamSignal> signal = std::make_shared<StreamSignal>();  // any choice's change
   std::shared_ptr<AdmissionTicket> ticket;
@@ -205,13 +209,32 @@ struct ClientRequest::State {
       if (std::string why = gateway.check_arm_choice(model->name, parsed->arm); !why.empty())
         return api_error(api::invalid_request("tokenhost.arm", why, "arm_not_available"));
     }
+    if (!parsed->tools.tools.empty()) {
+      // The tools again in the client's order (their schemas' members), as response_format's below.
+      auto t = api::parse_tools(nlohmann::ordered_json::parse(body_text).at("tools"));
+      if (!t) return api_error(t.error());
+      parsed->tools.tools = std::move(t.value());
+      tool_format = api::detect_tool_format(model->chat_template);
+      if (parsed->tools.active() && tool_format == api::ToolFormat::none)
+        return api_error(api::invalid_request("tools", "model '" + model->name + "''s chat template has no tool-call format this server " +
+                                                           "writes (Llama 3.1's, Hermes' as Qwen2.5's): it cannot be given tools"));
+      if (parsed->tools.active() && parsed->tools.choice != api::ToolChoice::automatic) {
+        // A call is required: the answer is constrained to the tools' calls.
+        auto grammar = api::tool_call_grammar(parsed->tools, tool_format);
+        if (!grammar) return api_error(grammar.error());
+        auto source = std::make_shared<ConstraintSource>();
+        source->type = "gbnf";
+        source->text = source->gbnf = grammar.value();
+        parsed->constraint = std::move(source);
+      }
+    }
     if (parsed->constraint) {
       if (!model->tokenizer)
         return api_error(api::invalid_request(parsed->constraint->type == "gbnf" ? "tokenhost.grammar" : "response_format",
                                               "model '" + model->name + "' has no vocabulary (a synthetic model): its output cannot be constrained"));
       // The schema again from the body as written: nlohmann::json sorts an object's members, and the
       // output follows the order of the schema's properties.
-      if (parsed->constraint->type == "json_schema") {
+      if (parsed->constraint->type == "json_schema" && body_text.find("\"response_format\"") != std::string::npos) {
         auto c = api::parse_response_format(nlohmann::ordered_json::parse(body_text).at("response_format"));
         if (!c) return api_error(c.error());
         parsed->constraint = c.value();
@@ -234,6 +257,8 @@ struct ClientRequest::State {
         if (t->bos() >= 0) opts.bos_token = t->spec().tokens.at(size_t(t->bos()));
         if (t->eos() >= 0) opts.eos_token = t->spec().tokens.at(size_t(t->eos()));
       }
+      opts.tool_format = api::detect_tool_format(m.chat_template);  // calls and results in the history
+      if (req.tools.active()) opts.tools = &req.tools.tools;
       auto rendered = api::render_chat(req.messages, m.chat_template, opts);
       if (!rendered) return rendered.error();
       if (!rendered->template_recognized)
@@ -504,6 +529,15 @@ struct ClientRequest::State {
           out.leading_skip = 1;
       }
       out.logprobs.insert(out.logprobs.end(), std::make_move_iterator(c.logprobs.begin()), std::make_move_iterator(c.logprobs.end()));
+      if (reads_tool_calls()) {
+        api::ToolAnswer answer = api::parse_tool_answer(out.text, tool_format, id_rng);
+        if (!answer.calls.empty()) {
+          out.text = std::move(answer.content);
+          out.tool_calls = std::move(answer.calls);
+          // Cut by max_tokens (a further call begun, say), the answer says so.
+          if (out.finish_reason != api::FinishReason::length) out.finish_reason = api::FinishReason::tool_calls;
+        }
+      }
       out_choices.push_back(std::move(out));
     }
     json body = req.endpoint == api::Endpoint::chat_completions ? api::chat_completion_response(meta, out_choices, usage())
@@ -561,7 +595,16 @@ struct ClientRequest::State {
       auto& c = choices[i];
       if (!c.error.empty()) return;
       const auto* lp = req.logprobs ? &d.logprobs : nullptr;
-      if (chat) {
+      if (chat && reads_tool_calls()) {
+        // Whether the answer calls tools is known at its end: held until then, then its content and
+        // its calls, each whole.
+        if (!d.finished) return;
+        api::ToolAnswer answer = api::parse_tool_answer(c.text, tool_format, id_rng);
+        if (!answer.content.empty()) out += api::sse_event(api::chat_content_chunk(meta, i, answer.content, nullptr));
+        if (!answer.calls.empty()) out += api::sse_event(api::chat_tool_calls_chunk(meta, i, answer.calls));
+        const bool called = !answer.calls.empty() && c.finish != api::FinishReason::length;
+        out += api::sse_event(with_route(api::chat_finish_chunk(meta, i, called ? api::FinishReason::tool_calls : c.finish), c));
+      } else if (chat) {
         if (!d.text.empty() || (lp && !lp->empty())) out += api::sse_event(api::chat_content_chunk(meta, i, d.text, lp));
         if (d.finished) out += api::sse_event(with_route(api::chat_finish_chunk(meta, i, c.finish), c));
       } else {

@@ -58,3 +58,47 @@ compiled=$(grep -c "constraint.gbnf compiled" "$work/plain.log")
 [ "$compiled" -le 16 ] || { echo "FAIL: $compiled compilations for at most 16 distinct sources"; exit 1; }
 echo "ok: $compiled compilations on the plain server for its distinct sources"
 grep -q "constraint allows no token" "$work/plain.log" || { echo "FAIL: the impossible grammar was not logged"; exit 1; }
+
+# Tool calling: copies of stories260K carrying chat templates with tool formats (`quantize --chat-template`).
+cp "$here/structured_output/tools_test.mjs" "$work/sdk/"
+for t in llama3.1 qwen2.5; do
+  "$tokenhost" quantize "$models/stories260K.gguf" "$work/$t.gguf" --type q8_0 --chat-template "$here/../data/chat_templates/$t-tools.jinja" > /dev/null 2>&1
+done
+cat > "$work/tools.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "info"
+
+[models.llama31]
+source = "gguf"
+path = "$work/llama3.1.gguf"
+
+[models.qwen]
+source = "gguf"
+path = "$work/qwen2.5.gguf"
+
+[models.plain]
+source = "gguf"
+path = "$(cd "$models" && pwd)/stories260K.gguf"
+
+[engines.llama31]
+model = "llama31"
+attention = { plugin = "attention.cpu_flash" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.continuous" }
+
+[engines.qwen]
+model = "qwen"
+attention = { plugin = "attention.cpu_flash" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.continuous" }
+
+[engines.plain]
+model = "plain"
+attention = { plugin = "attention.cpu_flash" }
+kvcache = { plugin = "kvcache.paged" }
+scheduler = { plugin = "scheduler.continuous" }
+TOML
+serve_named tools "$work/tools.toml"
+node "$work/sdk/tools_test.mjs" "http://127.0.0.1:$gw_tools/v1" "$seed"
