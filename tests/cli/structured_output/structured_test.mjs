@@ -82,11 +82,13 @@ function ask(client, schema, extra = {}) {
 
 let stopped = 0;
 let total = 0;
-function check(schema, answer, what) {
+const cut = [];  // greedy answers cut by max_tokens: [schema, text]
+function check(schema, answer, what, greedy = false) {
   const choice = answer.choices[0];
   total++;
   if (choice.finish_reason !== "stop") {
     assert.equal(choice.finish_reason, "length", `${what}: finish_reason ${choice.finish_reason}`);
+    if (greedy) cut.push([schema, choice.message.content, what]);
     return;
   }
   stopped++;
@@ -106,7 +108,7 @@ const schemas = Array.from({ length: 12 }, randomObjectSchema);
 const greedy = [];
 for (const [i, schema] of schemas.entries()) {
   const answer = await ask(a, schema);
-  check(schema, answer, `schema ${i} greedy`);
+  check(schema, answer, `schema ${i} greedy`, true);
   greedy.push(answer.choices[0].message.content);
   const sampled = await ask(a, schema, { temperature: 1, seed: 1000 + i });
   check(schema, sampled, `schema ${i} sampled`);
@@ -118,6 +120,21 @@ for (const [i, schema] of schemas.entries()) {
 console.log(`ok: ${total} answers to ${schemas.length} random schemas, ${stopped} ended by the constraint: each parses, ` +
   `validates (ajv) and keeps the schema's order; greedy answers equal with speculation`);
 assert.ok(stopped >= total / 2, `only ${stopped} of ${total} answers ended by the constraint`);
+
+// An answer cut by max_tokens is a prefix of a valid document: given room, the same greedy answer goes
+// on from it to one that validates.
+let extended = 0;
+for (const [schema, text, what] of cut) {
+  const longer = await ask(a, schema, { max_tokens: 1900 });
+  const c = longer.choices[0];
+  assert.ok(c.message.content.startsWith(text), `${what}: the longer answer does not continue the cut one`);
+  if (c.finish_reason !== "stop") continue;
+  check(schema, longer, `${what}, given room`);
+  extended++;
+}
+// (A greedy answer that repeats itself inside an integer or a string never ends: those are only checked
+// to continue their cut text.)
+console.log(`ok: ${cut.length} greedy answers cut by max_tokens each continue with room, ${extended} of them to a valid document`);
 
 // 16 concurrent streams, each equal to its whole greedy answer.
 const streams = await Promise.all(schemas.concat(schemas.slice(0, 4)).map(async (schema, i) => {

@@ -87,7 +87,9 @@ TEST_CASE("request: the chat example from OpenAI's documentation", "[api][reques
   REQUIRE(q.priority == 3);
   REQUIRE(q.arm == "a");
   REQUIRE(q.request_class == "batch");
-  REQUIRE(q.ignored_fields == std::vector<std::string>{"parallel_tool_calls", "tool_choice"});
+  REQUIRE(q.ignored_fields.empty());  // tool_choice and parallel_tool_calls are read (tools)
+  REQUIRE(q.tools.choice == ToolChoice::none);
+  REQUIRE_FALSE(q.tools.parallel_tool_calls);
 
   auto p = sampling_params(q, 7);
   REQUIRE(p.temperature == Approx(0.7f));
@@ -290,7 +292,7 @@ TEST_CASE("request: combinations that do not go together", "[api][request]") {
   require_refused(kCmpl, completion_body({{"max_tokens", -1}}), "max_tokens", {"at least 0"});
   REQUIRE(parse_request(kCmpl, completion_body({{"echo", true}})).value().echo);
   require_refused(kCmpl, completion_body({{"suffix", "end"}}), "suffix", {"not supported"});
-  require_refused(kChat, chat_body({{"tools", {{{"type", "function"}}}}}), "tools", {"not supported"});
+  require_refused(kChat, chat_body({{"tools", {{{"type", "function"}}}}}), "tools[0].function", {"must be an object"});
   REQUIRE(parse_request(kChat, chat_body({{"tools", json::array()}})).ok());
   REQUIRE(parse_request(kChat, chat_body({{"response_format", {{"type", "text"}}}})).value().constraint == nullptr);
   // Structured output: a JSON object, a schema of the subset (compiled to GBNF), a grammar; one of them.
