@@ -127,6 +127,8 @@ std::vector<RowMasks> Constraints::prepare(const std::shared_ptr<PluginInstance>
   std::vector<std::unique_ptr<State>> row_states;
   std::vector<std::pair<size_t, size_t>> row_of;
   const PluginVocab* vocab = plugin ? plugin->vocab() : nullptr;
+  // A swapped plugin: the old one's programs go (their sequences' states, rebuilt below, drop theirs).
+  programs_.remove_if([&](const auto& p) { return p.second->plugin != plugin; });
   auto control = [&](int32_t t) {
     return vocab == nullptr || t < 0 || size_t(t) >= vocab->attrs.size() || vocab->attrs[size_t(t)] != TH_TOKEN_TEXT;
   };

@@ -28,15 +28,7 @@ std::shared_ptr<const PluginVocab> random_vocab(Rng& rng) {
     texts.push_back(w);
   }
   texts.insert(texts.begin() + 40, "");  // a control token
-  auto v = std::make_shared<PluginVocab>();
-  v->offsets.push_back(0);
-  for (const std::string& t : texts) {
-    v->bytes += t;
-    v->offsets.push_back(uint32_t(v->bytes.size()));
-    v->attrs.push_back(t.empty() ? TH_TOKEN_CONTROL : TH_TOKEN_TEXT);
-  }
-  v->eos = 0;
-  return v;
+  return plugin_vocab(texts, 0);
 }
 
 struct Source {

@@ -15,20 +15,25 @@ th_vocab PluginVocab::to_abi() const {
   return v;
 }
 
-std::shared_ptr<const PluginVocab> plugin_vocab(const Tokenizer& tokenizer) {
+std::shared_ptr<const PluginVocab> plugin_vocab(const std::vector<std::string>& texts, int32_t eos) {
   auto v = std::make_shared<PluginVocab>();
-  const size_t n = tokenizer.vocab_size();
-  v->offsets.reserve(n + 1);
-  v->attrs.reserve(n);
+  v->offsets.reserve(texts.size() + 1);
+  v->attrs.reserve(texts.size());
   v->offsets.push_back(0);
-  for (size_t t = 0; t < n; ++t) {
-    const std::string text = tokenizer.is_control(int32_t(t)) ? std::string() : tokenizer.token_text(int32_t(t));
+  for (const std::string& text : texts) {
     v->bytes += text;
     v->offsets.push_back(uint32_t(v->bytes.size()));
     v->attrs.push_back(text.empty() ? TH_TOKEN_CONTROL : TH_TOKEN_TEXT);
   }
-  v->eos = tokenizer.eos();
+  v->eos = eos;
   return v;
+}
+
+std::shared_ptr<const PluginVocab> plugin_vocab(const Tokenizer& tokenizer) {
+  std::vector<std::string> texts(tokenizer.vocab_size());
+  for (size_t t = 0; t < texts.size(); ++t)
+    if (!tokenizer.is_control(int32_t(t))) texts[t] = tokenizer.token_text(int32_t(t));
+  return plugin_vocab(texts, tokenizer.eos());
 }
 
 }  // namespace tokenhost

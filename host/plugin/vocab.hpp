@@ -25,5 +25,7 @@ struct PluginVocab {
 // Token t's bytes are Tokenizer::token_text(t) (what streaming appends for it); control, unknown and
 // unused tokens, whose text is empty, are TH_TOKEN_CONTROL.
 std::shared_ptr<const PluginVocab> plugin_vocab(const Tokenizer& tokenizer);
+// A vocabulary of these tokens' bytes, "" for a control token (the conformance rules', tests').
+std::shared_ptr<const PluginVocab> plugin_vocab(const std::vector<std::string>& texts, int32_t eos);
 
 }  // namespace tokenhost

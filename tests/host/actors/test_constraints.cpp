@@ -20,17 +20,7 @@ namespace {
 // 0 <eos>, 1 "a", 2 "b", 3 "ab", 4 "!", 5 "x", 6 <control>, 7 "\xc3" and 8 "\xa9" (é in two tokens), 9 "é"
 const std::vector<std::string> kTexts = {"", "a", "b", "ab", "!", "x", "", "\xc3", "\xa9", "\xc3\xa9"};
 
-std::shared_ptr<const PluginVocab> vocab() {
-  auto v = std::make_shared<PluginVocab>();
-  v->offsets.push_back(0);
-  for (const std::string& t : kTexts) {
-    v->bytes += t;
-    v->offsets.push_back(uint32_t(v->bytes.size()));
-    v->attrs.push_back(t.empty() ? TH_TOKEN_CONTROL : TH_TOKEN_TEXT);
-  }
-  v->eos = 0;
-  return v;
-}
+std::shared_ptr<const PluginVocab> vocab() { return plugin_vocab(kTexts, 0); }
 
 std::shared_ptr<PluginInstance> gbnf_plugin() {
   static PluginCatalog catalog(default_plugin_paths());
@@ -149,6 +139,16 @@ TEST_CASE("constraints: a state catches up with the generated tokens, one progra
   constraints.release(1);
   constraints.release(2);
   CHECK(constraints.sequences() == 0);
+  // A swapped plugin (another instance): the state is rebuilt from the generated tokens on it, and the
+  // old instance's program goes.
+  auto swapped = gbnf_plugin();
+  one.context->tokens = {5, 3};
+  one.tokens = {3};
+  masks = constraints.prepare(swapped, StepBatch{{one}});
+  CHECK(allowed(masks[0], 0) == Ids{2, 4});
+  CHECK(constraints.programs() == 1);
+  CHECK(constraints.sequences() == 1);
+  constraints.release(1);
   // No plugin: the item fails, naming the slot.
   masks = constraints.prepare(nullptr, StepBatch{{two}});
   CHECK_THAT(masks[0].error, Catch::Contains("constraint slot is empty"));
