@@ -1,8 +1,8 @@
 // bench_matmul_speed: GMAC/s of matmul's kernel sets, side by side in one process.
 //
-//   bench_matmul_speed [--sets avx2,avx512vnni,avx512+packed] [--types q8_0,q4_0,q4_K,q6_K,f16,f32] [--rows 1,4,16,64,256]
-//                      [--runs 5] [--seconds 0.2] [--cols 2048] [--cache-kib 512] [--memory-rows 5632]
-//                      [--clock wall|cpu]
+//   bench_matmul_speed [--sets avx2,avx512vnni,avx512+packed] [--types q8_0,q4_0,q4_K,q6_K,f16]
+//                      [--rows 1,2,3,4,5,6,7,8,16,64,512] [--runs 5] [--seconds 0.2] [--cols 2048]
+//                      [--cache-kib 512] [--memory-rows 5632] [--clock wall|cpu] [--limits]
 //
 // Two working sets per weight type, of --cols columns: "cache", one matrix of about --cache-kib KiB
 // that a core's L2 holds between products (the arithmetic alone), and "memory", copies of a
@@ -13,6 +13,10 @@
 // the elapsed time: GMAC per CPU-second, a figure per core that time taken by other processes on a
 // shared machine does not lower (the pool's spinning counts as busy). A set named SET+packed is SET on
 // weights packed once beforehand (pack_weight), as models are at load, where SET has a packed layout.
+// --limits first measures the machine (machine_limits/limits.hpp, on the pool's thread count) and adds
+// the best set's figure as a share of the type's peak (int8 multiply-adds for the quantized types, f32
+// FMAs for f16 and f32) and, for weights streamed from memory, of the memory floor: the GMAC/s a
+// product would reach if reading its weights once at the measured bandwidth were all it cost.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -26,6 +30,7 @@
 #include "model/quant.hpp"
 #include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "machine_limits/limits.hpp"
 
 using namespace tokenhost;
 using clock_type = std::chrono::steady_clock;
@@ -98,7 +103,8 @@ double gmacs(const std::vector<WeightView>& views, size_t n_rows, double seconds
 
 int main(int argc, char** argv) {
   CLI::App app{"GMAC/s of the matmul kernel sets, side by side"};
-  std::string sets_arg, types_arg = "q8_0,q4_0,q4_K,q6_K,f16,f32", rows_arg = "1,4,16,64,256";
+  std::string sets_arg, types_arg = "q8_0,q4_0,q4_K,q6_K,f16", rows_arg = "1,2,3,4,5,6,7,8,16,64,512";
+  bool limits_wanted = false;
   int64_t cols = 2048, cache_kib = 512, memory_rows = 5632;
   int runs = 5;
   double seconds = 0.2;
@@ -113,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--memory-rows", memory_rows, "Rows of the matrices streamed from memory");
   app.add_option("--clock", clock, "wall: GMAC per elapsed second; cpu: per CPU-second of the process")
       ->check(CLI::IsMember({"wall", "cpu"}));
+  app.add_flag("--limits", limits_wanted, "Measure the machine's peaks first and give each row's best figure as a share of them");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<std::string> sets = sets_arg.empty() ? matmul_kernel_sets() : split(sets_arg);
@@ -128,11 +135,18 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
 
   const bool cpu_clock = clock == "cpu";
+  bench::MachineLimits limits;
+  if (limits_wanted) {
+    limits = bench::measure_machine_limits(threads);
+    std::printf("limits at %zu threads: int8 %.1f GMAC/s, f32 %.1f GMAC/s, memory %.1f GB/s\n\n", threads, limits.int8_peak(),
+                limits.f32_peak(), limits.bandwidth_gbs);
+  }
   std::printf("| type | weights | shape | rows | threads |");
   for (const auto& s : sets) std::printf(" %s GMAC/%s |", s.c_str(), cpu_clock ? "CPU-s" : "s");
   for (size_t i = 1; i < sets.size(); ++i) std::printf(" %s / %s |", sets[i].c_str(), sets[0].c_str());
+  if (limits_wanted) std::printf(" best %% of peak | best %% of memory floor |");
   std::printf("\n|---|---|---|---|---|");
-  for (size_t i = 0; i < 2 * sets.size() - 1; ++i) std::printf("---|");
+  for (size_t i = 0; i < 2 * sets.size() - 1 + (limits_wanted ? 2 : 0); ++i) std::printf("---|");
   std::printf("\n");
   for (const auto& type_name : split(types_arg)) {
     const th_dtype type = quant::supported_dtype(type_name);
@@ -165,6 +179,18 @@ int main(int argc, char** argv) {
                     (long long)rows, (long long)cols, n_rows, threads);
         for (const auto& f : figures) std::printf(" %.1f |", median(f));
         for (size_t i = 1; i < sets.size(); ++i) std::printf(" %.2fx |", median(figures[i]) / median(figures[0]));
+        if (limits_wanted) {
+          double best = 0;
+          for (const auto& f : figures) best = std::max(best, median(f));
+          const bool integer = type != TH_DTYPE_F16 && type != TH_DTYPE_F32;
+          const double peak = integer ? limits.int8_peak() : limits.f32_peak();
+          // Reading the weights once per product at the measured bandwidth: n_rows multiply-adds per
+          // weight, cols / row_bytes weights per byte.
+          const double floor_gmacs = double(n_rows) * limits.bandwidth_gbs * double(cols) / double(quant::row_bytes(type, cols));
+          std::printf(" %.1f%% |", 100 * best / peak);
+          if (from_memory) std::printf(" %.1f%% |", 100 * best / floor_gmacs);
+          else std::printf(" - |");
+        }
         std::printf("\n");
         std::fflush(stdout);
       }

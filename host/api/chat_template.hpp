@@ -38,7 +38,7 @@ struct ChatMessage {
   std::string content;
   std::string name;          // optional participant name; not rendered by any family
   std::string tool_call_id;  // role "tool" only; not rendered by any family
-  std::vector<ToolCall> tool_calls;  // role "assistant": the calls it made (rendered in the template's tool format)
+  std::vector<ToolCall> tool_calls{};  // role "assistant": the calls it made (rendered in the template's tool format)
 };
 
 enum class ChatTemplateFamily { llama3, chatml, gemma, llama2, mistral, zephyr, plain };

@@ -56,6 +56,9 @@ bool allowed(const std::vector<uint32_t>& mask, size_t t) { return (mask[t / 32]
 
 // The plugin's program and states, freed through it.
 struct Session {
+  explicit Session(PluginInstance& instance) : p(instance) {}
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
   PluginInstance& p;
   th_constraint_program* program = nullptr;
   std::vector<th_constraint_state*> states;
@@ -100,13 +103,12 @@ struct Session {
   }
 };
 
-Session compile(PluginInstance& p, const Source& s) {
-  Session out{p};
+// Compiles s into out's program.
+void compile(Session& out, const Source& s) {
   const th_constraint_source src{sizeof(th_constraint_source), s.type.c_str(), s.text.c_str(), s.gbnf.c_str()};
   th_error err;
-  const th_status st = p.call(&th_constraint_vtable::compile, "compile", p.handle(), &src, &out.program, &err);
+  const th_status st = out.p.call(&th_constraint_vtable::compile, "compile", out.p.handle(), &src, &out.program, &err);
   expect(st == TH_OK && out.program != nullptr, "compile() of a " + s.type + " source returned " + std::to_string(st) + ": " + err.text());
-  return out;
 }
 
 }  // namespace
@@ -126,7 +128,8 @@ void constraint_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng&
   r.rule("constraint.masks_match_grammar", [&] {
     for (const Source& source : sources()) {
       const auto grammar = std::make_shared<const sdk::Grammar>(sdk::parse_gbnf(source.gbnf));
-      Session s = compile(*inst, source);
+      Session s(*inst);
+      compile(s, source);
       for (uint32_t walk = 0; walk < o.rounds; ++walk) {
         th_constraint_state* state = s.start();
         sdk::GrammarMatcher ref(grammar);
@@ -176,7 +179,8 @@ void constraint_rules(PluginCatalog& catalog, const PluginManifest& plugin, Rng&
   });
   r.rule("constraint.clone_independent", [&] {
     const Source source = sources().front();
-    Session s = compile(*inst, source);
+    Session s(*inst);
+    compile(s, source);
     th_constraint_state* a = s.start();
     std::vector<std::vector<uint32_t>> before, after;
     std::vector<uint8_t> complete;

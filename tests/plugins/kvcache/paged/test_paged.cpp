@@ -270,7 +270,7 @@ TEST_CASE("kvcache.paged refuses kv dtypes other than f32, f16 and q8_0 by name,
     th_config config{lib->manifest().defaults};
     const th_model_info info = with_kv_dtype(kSpec, TH_DTYPE_Q4_0).to_abi();
     const th_device device{sizeof(th_device), TH_DEVICE_CPU, 0, "cpu", 0, 1};
-    const th_create_args args{sizeof(th_create_args), &ctx, &config, &info, &device};
+    const th_create_args args{sizeof(th_create_args), &ctx, &config, &info, &device, nullptr};
     th_instance* out = nullptr;
     th_error err;
     CHECK(lib->head().create(&args, &out, &err) == TH_ERR_UNSUPPORTED);

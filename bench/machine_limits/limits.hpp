@@ -1,0 +1,26 @@
+// What this machine can do at most, measured: the int8 multiply-add rate of the paths the matmul
+// kernels use (AVX-512 VNNI on 512- and 256-bit registers, AVX2's vpmaddubsw + vpmaddwd), the f32 FMA
+// rate (the f16 and f32 kernels), and the memory bandwidth a streaming read gets, each over `threads`
+// threads at once. Used by bench_machine_limits and by bench_matmul_speed's shares of the peak.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace tokenhost::bench {
+
+struct MachineLimits {
+  size_t threads = 1;
+  // GMAC/s over all threads; 0 where the CPU lacks the instructions.
+  double int8_vnni512 = 0, int8_vnni256 = 0, int8_avx2 = 0;
+  double f32_fma512 = 0, f32_fma256 = 0;
+  double bandwidth_gbs = 0;  // GB/s (1e9 bytes) read from DRAM
+  // The best int8 and f32 rates this CPU has.
+  double int8_peak() const;
+  double f32_peak() const;
+};
+
+// Each figure is the median of `runs` measurements of about `seconds` each.
+MachineLimits measure_machine_limits(size_t threads, int runs = 5, double seconds = 0.25);
+
+}  // namespace tokenhost::bench
