@@ -229,8 +229,7 @@ std::vector<RowMasks> Constraints::prepare(const std::shared_ptr<PluginInstance>
     mask.assign(bits.begin() + long(i * words), bits.begin() + long((i + 1) * words));
     // The host decides the end and never offers control tokens: their bits, and any past the
     // vocabulary, are not the plugin's to set.
-    for (size_t t = 0; t < size_t(words) * 32; ++t)
-      if (t >= vocab->attrs.size() || vocab->attrs[t] != TH_TOKEN_TEXT) mask[t / 32] &= ~(1u << (t % 32));
+    for (uint32_t w = 0; w < words; ++w) mask[w] &= vocab->text_bits[w];
     out[item].complete[row] = complete[i] != 0;
   }
   return out;

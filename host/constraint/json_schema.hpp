@@ -1,7 +1,7 @@
 // JSON Schema to GBNF (the SDK's tokenhost/gbnf.hpp): the subset OpenAI's structured outputs take in strict mode,
 // each schema compiled to a grammar whose sentences are the JSON documents it validates (whitespace
-// between tokens allowed, a newline and up to 20 spaces or tabs at most at a time). Work in progress
-// for issue 34's structured output: no call site yet outside the tests.
+// between tokens allowed, a newline and up to 20 spaces or tabs at most at a time): what
+// response_format and required tool calls are constrained by (api/response_format.hpp, api/tools.hpp).
 //
 // The subset: "type" (string, number, integer, boolean, null, object, array, or a list of them),
 // "enum" and "const" (of any JSON values), "anyOf", "$ref" to "#/$defs/NAME" or "#/definitions/NAME"

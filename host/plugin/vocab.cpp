@@ -25,6 +25,9 @@ std::shared_ptr<const PluginVocab> plugin_vocab(const std::vector<std::string>& 
     v->offsets.push_back(uint32_t(v->bytes.size()));
     v->attrs.push_back(text.empty() ? TH_TOKEN_CONTROL : TH_TOKEN_TEXT);
   }
+  v->text_bits.assign((texts.size() + 31) / 32, 0);
+  for (size_t t = 0; t < texts.size(); ++t)
+    if (!texts[t].empty()) v->text_bits[t / 32] |= 1u << (t % 32);
   v->eos = eos;
   return v;
 }

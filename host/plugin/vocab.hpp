@@ -18,6 +18,9 @@ struct PluginVocab {
   std::vector<uint32_t> offsets;   // [n_tokens + 1]
   std::vector<uint8_t> attrs;      // TH_TOKEN_TEXT or TH_TOKEN_CONTROL
   int32_t eos = -1;
+  // A bit per text token (bit t % 32 of word t / 32), derived from attrs once: what a constraint's
+  // masks are cut to.
+  std::vector<uint32_t> text_bits;
   // The ABI view; it points into this object, which must outlive it.
   th_vocab to_abi() const;
 };

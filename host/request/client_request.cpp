@@ -1,6 +1,7 @@
 #include "request/client_request.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -209,9 +210,15 @@ struct ClientRequest::State {
       if (std::string why = gateway.check_arm_choice(model->name, parsed->arm); !why.empty())
         return api_error(api::invalid_request("tokenhost.arm", why, "arm_not_available"));
     }
+    // nlohmann::json sorts an object's members; schemas are read again from the body as written (parsed
+    // once, when a request has one), and the output follows the order of their properties.
+    std::optional<nlohmann::ordered_json> ordered;
+    auto as_written = [&](const char* key) -> const nlohmann::ordered_json& {
+      if (!ordered) ordered = nlohmann::ordered_json::parse(body_text);
+      return ordered->at(key);
+    };
     if (!parsed->tools.tools.empty()) {
-      // The tools again in the client's order (their schemas' members), as response_format's below.
-      auto t = api::parse_tools(nlohmann::ordered_json::parse(body_text).at("tools"));
+      auto t = api::parse_tools(as_written("tools"));
       if (!t) return api_error(t.error());
       parsed->tools.tools = std::move(t.value());
       tool_format = api::detect_tool_format(model->chat_template);
@@ -232,10 +239,8 @@ struct ClientRequest::State {
       if (!model->tokenizer)
         return api_error(api::invalid_request(parsed->constraint->type == "gbnf" ? "tokenhost.grammar" : "response_format",
                                               "model '" + model->name + "' has no vocabulary (a synthetic model): its output cannot be constrained"));
-      // The schema again from the body as written: nlohmann::json sorts an object's members, and the
-      // output follows the order of the schema's properties.
-      if (parsed->constraint->type == "json_schema" && body_text.find("\"response_format\"") != std::string::npos) {
-        auto c = api::parse_response_format(nlohmann::ordered_json::parse(body_text).at("response_format"));
+      if (parsed->constraint->type == "json_schema") {  // only response_format gives one
+        auto c = api::parse_response_format(as_written("response_format"));
         if (!c) return api_error(c.error());
         parsed->constraint = c.value();
       }
