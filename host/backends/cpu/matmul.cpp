@@ -111,13 +111,23 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
   block_rows = std::max(block_rows / tile_rows, size_t(1)) * tile_rows;
   // Rows [begin, end) of one segment.
   auto rows_of = [&](const Segment<Block>& seg, size_t begin, size_t end) {
-    float out[4 * kMaxTileRows];
+    float out[std::max(4 * kMaxTileRows, kMaxAtOnce)];
     float* y = seg.y;
     const size_t out_rows = seg.out_rows, n_rows = seg.n_rows;
     auto rows_from = [&](size_t r) { return all_rows_from(seg.row0 + r); };
     for (size_t o0 = begin; o0 < end; o0 += block_rows) {
       const size_t o1 = std::min(end, o0 + block_rows);
       const WeightBlock wb = seg.weight_block(o0, o1);
+      // Up to kMaxAtOnce rows through one kernel where the set has it: the weights read once. (Two
+      // passes of such a kernel per weight row for 9-16 rows measured 0.6-1.3x the groups of four.)
+      if (n_rows < std::size(k.at_once) && k.at_once[n_rows] != nullptr) {
+        const X x = rows_from(0);
+        for (size_t o = o0; o < o1; ++o) {
+          k.at_once[n_rows](wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, out);
+          for (size_t j = 0; j < n_rows; ++j) y[j * out_rows + o] = out[j];
+        }
+        continue;
+      }
       // Groups of four activation rows: each passes the whole block (its weights from L2 after the
       // first), or, for a few groups, each tile of weight rows passes every group while it is in L1.
       const size_t groups = n_rows / 4;
@@ -220,14 +230,15 @@ void quantized_product(const std::vector<Part>& parts, const KernelSet& set, con
   const WeightView& w = *parts[0].w;
   const size_t cols = size_t(w.cols), nb = cols / kBlock;
   // The calling thread's buffers; the pool's threads reach them through these pointers. The 512-bit
-  // layouts pad each row to whole groups and keep its scales row-major (see QBlock). From
-  // packed->min_rows rows on, the packed kernels: on the copy made at load when there is one, else on
-  // blocks of rows packed here. Fewer rows read the weights as they are (decode): streaming them from
-  // memory, the direct kernel keeps more loads in flight than the packed one-row kernel does.
-  const PackedKernels* packed = k.packed != nullptr && rows_per_weight >= k.packed->min_rows ? k.packed : nullptr;
-  const bool prepacked = packed != nullptr && std::all_of(parts.begin(), parts.end(), [&](const Part& p) {
+  // layouts pad each row to whole groups and keep its scales row-major (see QBlock). Weights packed at
+  // load take the packed kernels at every row count, decode included; weights as they are take them
+  // from packed->min_rows rows on (on blocks of rows packed here, which fewer rows do not pay back)
+  // and the direct kernels below that.
+  const bool prepacked = k.packed != nullptr && std::all_of(parts.begin(), parts.end(), [&](const Part& p) {
                            return p.w->packed != nullptr && p.w->packed_for == &set;
                          });
+  const PackedKernels* packed =
+      k.packed != nullptr && (prepacked || rows_per_weight >= k.packed->min_rows) ? k.packed : nullptr;
   const QLayout layout = packed != nullptr ? QLayout::groups : k.layout;
   const bool wide = layout == QLayout::quads || layout == QLayout::groups;
   const size_t row_blocks = wide ? group_blocks(nb) : nb;
@@ -267,6 +278,7 @@ void quantized_product(const std::vector<Part>& parts, const KernelSet& set, con
     pk.tile_rows = packed->tile_rows;
     pk.two = packed->two;
     pk.three = packed->three;
+    std::copy(std::begin(packed->at_once), std::end(packed->at_once), std::begin(pk.at_once));
     std::vector<Segment<std::function<WeightBlock(size_t, size_t)>>> segments;
     for (const Part& p : parts) {
       const WeightView& wi = *p.w;

@@ -49,9 +49,9 @@ void grouped_matmul(const MatmulGroup* groups, size_t n_groups, size_t n_product
 
 // Packs weight w, once, for the kernel set in use when that set has a packed layout for w's type
 // (avx512: q8_0 and q4_0), into memory that the returned handle owns, and records it in w.packed*:
-// products of w of several activation rows under that set then read the packed rows instead of
-// packing blocks of them each time (single rows still read w.data), with the same results bit for
-// bit. Returns null and changes nothing for other types and sets.
+// products of w under that set then read the packed rows, whatever their number of activation rows,
+// instead of the weights as they are (or blocks of them packed each time), with the same results bit
+// for bit. Returns null and changes nothing for other types and sets.
 std::shared_ptr<void> pack_weight(WeightView& w);
 
 // The kernel sets this CPU runs, preferred first: of "avx512" (AVX-512 VNNI on 512-bit registers,

@@ -7,12 +7,12 @@
 // layouts): acc = fma(float(dots), dw * dx, acc) per group of 16 blocks, the lanes summed at the end.
 // Two families of kernels compute exactly this:
 //
-//   direct (QLayout::quads): one row; reads the weights as they are, four blocks per register (the
-//     first 16 bytes of each block in one, the last 16 in another), and reduces each block's four
-//     lanes to one; decode and products of fewer than four rows.
-//   packed (QLayout::groups): read weights repacked per product (PackedKernels) so that one register
-//     holds four bytes of each of 16 blocks: eight vpdpbusd per group and output, no reduction, the
-//     weight registers shared by four activation rows; prefill and large batches.
+//   direct (QLayout::quads): reads the weights as they are, four blocks per register (the first 16
+//     bytes of each block in one, the last 16 in another), and reduces each block's four lanes to one;
+//     products of fewer than packed_min_rows rows of weights not packed at load.
+//   packed (QLayout::groups): read weights packed at load, or repacked per product (PackedKernels), so
+//     that one register holds four bytes of each of 16 blocks: eight vpdpbusd per group and output, no
+//     reduction, the weight registers shared by up to eight activation rows; everything else.
 #include "backends/cpu/matmul_kernels.hpp"
 
 #if defined(__x86_64__)
@@ -82,7 +82,7 @@ struct Q4_0 {
   using Block = BlockQ4_0;
   static constexpr int bias_k = 8;
   static constexpr size_t stored = 4;  // packed bytes: chunk c's low nibbles are elements 4c.., high 16+4c..
-  static constexpr size_t packed_min_rows = 4;  // see kernels()
+  static constexpr size_t packed_min_rows = 8;  // see kernels()
   TH_512_INLINE static QuadWeights quad(const BlockQ4_0* w, size_t count) {
     const __m512i packed = gather_quarters([w](size_t m) { return w[m].q; }, count);
     const __m512i low = _mm512_set1_epi8(0x0F);
@@ -348,18 +348,32 @@ void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, 
   for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
 }
 
-// Products of at least Type::packed_min_rows activation rows use the packed kernels (on weights packed
-// at load, or repacked per product in L2-sized blocks); fewer take the direct kernels, which read the
-// weights as they are and prepare each block once for up to four rows. Measured side by side on Zen 4
-// (batched decode, 2 cores): q8_0, whose direct quads are one load and a sign flip, runs 4 and 6 rows
-// 13-15% faster direct (110M), and packed wins from two four-row tiles on (8 rows 55 against 48
-// GMAC/s, 64 rows 110 against 80, one core); q4_0's nibble unpacking makes packed 0-12% faster from 4
-// rows on (1.1B).
+// Weights packed at load take the packed kernels at every row count; weights as they are (a model's
+// pack_weights = false) take them, repacked per product in L2-sized blocks, from Type::packed_min_rows
+// activation rows on, and below that the direct kernels, which read the weights as they are and
+// prepare each block once for up to four rows. Up to 8 rows go through one packed kernel for all of
+// them (at_once, one weight row at a time: the weights read once, where a group of four and then the
+// rest read them twice; 4 rows so too, rather than the two-row tile, which won only in cache).
+// Measured side by side on Zen 4 (bench_matmul_speed, 2 cores, 5632 x 2048 from memory, 2026-12-07):
+// packed at load against direct, 1-4 rows: q8_0 1.05-1.2x, q4_0 1.05-1.2x (in cache 1.2-1.7x); at
+// once against four and the rest, 5-8 rows: q8_0 1.25-1.4x, q4_0 1.3x. Repacked per product against
+// direct, 4-7 rows: 0.65x at 4 rows, 0.8-0.9x at 5-7, so the direct kernels keep them.
 template <class Type>
 TypeKernels<QRows> kernels() {
-  static const PackedKernels packed{Type::packed_min_rows,  packed_row_bytes<Type>, repack<Type>,
-                                    dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
-                                    2,                      dot_packed<Type, 1, 2>, dot_packed<Type, 1, 3>};
+  static const PackedKernels packed = [] {
+    PackedKernels p{Type::packed_min_rows,  packed_row_bytes<Type>, repack<Type>,
+                    dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
+                    2,                      dot_packed<Type, 1, 2>, dot_packed<Type, 1, 3>};
+    p.at_once[1] = dot_packed<Type, 1, 1>;
+    p.at_once[2] = dot_packed<Type, 1, 2>;
+    p.at_once[3] = dot_packed<Type, 1, 3>;
+    p.at_once[4] = dot_packed<Type, 1, 4>;
+    p.at_once[5] = dot_packed<Type, 1, 5>;
+    p.at_once[6] = dot_packed<Type, 1, 6>;
+    p.at_once[7] = dot_packed<Type, 1, 7>;
+    p.at_once[8] = dot_packed<Type, 1, 8>;
+    return p;
+  }();
   TypeKernels<QRows> k;  // fewer than packed_min_rows rows: the direct kernels
   k.one = dot_direct<Type, 1>;
   k.two = dot_direct<Type, 2>;

@@ -192,12 +192,14 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
                              : blocks_of_32                                   ? 256 + 32 * tail
                                                                               : 256 + int64_t(rng() % 40);
         INFO(cols << " columns");
-        // 2, 3, 6 and 7 rows (a group of four and the rest, below the packed kernels' row counts); groups
-        // of four and a remainder of 1-3 rows, enough rows for the kernels on repacked weights (whose
-        // results must be the one-row kernel's) where a set has them.
+        // 2, 3, 5, 6 and 7 rows (a group of four and the rest, below the row counts that repack the
+        // weights); 8 rows (repacked, every row in one kernel); groups of four and a remainder of 1-3 rows,
+        // enough rows for the kernels on repacked weights (whose results must be the one-row kernel's)
+        // where a set has them.
         RandomMatrix m(type, rows, cols, rng);
         const WeightView& w = m.view;
-        for (size_t n_rows : {size_t(2), size_t(3), size_t(6), size_t(7), size_t(37), size_t(38), size_t(39)}) {
+        for (size_t n_rows : {size_t(2), size_t(3), size_t(5), size_t(6), size_t(7), size_t(8), size_t(37), size_t(38),
+                              size_t(39)}) {
           INFO(n_rows << " rows");
           std::vector<float> x = random_rows(n_rows, cols, rng);
           std::vector<float> together(n_rows * static_cast<size_t>(rows)), alone(static_cast<size_t>(rows));
@@ -330,7 +332,10 @@ TEST_CASE("matmul: weights packed once give the products of the weights as they 
         if (!owner) continue;  // this set has no packed layout for the type
         REQUIRE(packed.packed != nullptr);
         REQUIRE(packed.packed_for != nullptr);
-        for (size_t n_rows : {size_t(1), size_t(3), size_t(5), size_t(37)}) {
+        // Every row count up to eight (packed weights take the packed kernels at each: one, two, three,
+        // four, then all rows at once), three groups of four, groups and the rest.
+        for (size_t n_rows : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(5), size_t(6), size_t(7), size_t(8),
+                              size_t(12), size_t(37)}) {
           INFO(quant::dtype_name(type) << ", " << blocks << " blocks, " << n_rows << " rows");
           const std::vector<float> x = random_rows(n_rows, m.view.cols, rng);
           std::vector<float> want(n_rows * 67), got(want.size()), want2(n_rows * 29), got2(want2.size());
