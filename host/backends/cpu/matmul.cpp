@@ -111,7 +111,7 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
   block_rows = std::max(block_rows / tile_rows, size_t(1)) * tile_rows;
   // Rows [begin, end) of one segment.
   auto rows_of = [&](const Segment<Block>& seg, size_t begin, size_t end) {
-    float out[std::max(4 * kMaxTileRows, kMaxAtOnce)];
+    float out[4 * kMaxTileRows];
     float* y = seg.y;
     const size_t out_rows = seg.out_rows, n_rows = seg.n_rows;
     auto rows_from = [&](size_t r) { return all_rows_from(seg.row0 + r); };
@@ -121,11 +121,7 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
       // Up to kMaxAtOnce rows through one kernel where the set has it: the weights read once. (Two
       // passes of such a kernel per weight row for 9-16 rows measured 0.6-1.3x the groups of four.)
       if (n_rows < std::size(k.at_once) && k.at_once[n_rows] != nullptr) {
-        const X x = rows_from(0);
-        for (size_t o = o0; o < o1; ++o) {
-          k.at_once[n_rows](wb.data + (o - o0) * wb.row_bytes, wb.row_bytes, x, n, out);
-          for (size_t j = 0; j < n_rows; ++j) y[j * out_rows + o] = out[j];
-        }
+        k.at_once[n_rows](wb.data, wb.row_bytes, o1 - o0, rows_from(0), n, y + o0, out_rows);
         continue;
       }
       // Groups of four activation rows: each passes the whole block (its weights from L2 after the

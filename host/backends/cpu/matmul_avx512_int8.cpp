@@ -17,6 +17,7 @@
 
 #if defined(__x86_64__)
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "backends/cpu/matmul_avx512_target.hpp"  // last: what follows is 512-bit code
@@ -348,6 +349,60 @@ void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, 
   for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
 }
 
+// at_once[R]: w_rows packed weight rows against R activation rows, each weight row read once. The R
+// rows' activations of a whole row do not stay in L1 for long rows (1.25 bytes an element read: 5 rows
+// of 5632 columns, an FFN's down projection, are 35 KiB), and reading them from L2 for every weight row
+// halved the products' speed there. So a product whose activations exceed kAtOnceWhole goes a span of
+// kAtOnceSpan bytes of them at a time across kAtOnceRows weight rows, their accumulators kept in memory
+// between spans: every lane still adds its groups in dot_packed's order, so the results are `one`'s bit
+// for bit. Measured on Zen 4 (2 cores, weights from memory, q8_0, 2026-12-07): 5632 columns, 4 / 5 / 8
+// rows 90 / 90 / 123 -> 127-145 / 128-158 / 170-195 GMAC/s; spans at 2048 columns (8 rows: 20 KiB) were
+// slower than none, and spans of 4-8 KiB or 16 KiB, or 8 weight rows at a time, slower than these.
+constexpr size_t kAtOnceWhole = 20 * 1024;
+constexpr size_t kAtOnceSpan = 12 * 1024;
+constexpr size_t kAtOnceRows = 16;
+
+template <class Type, size_t R>
+void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows& x, size_t nb, float* y,
+                 size_t y_stride) {
+  const PackedShape shape = packed_shape<Type>(nb);
+  constexpr size_t kTouched = offsetof(GroupBlock, unused);  // bytes of a group the kernels read
+  const size_t span = std::max<size_t>(1, kAtOnceSpan / (R * kTouched));
+  float out[R];
+  if (R * shape.groups * kTouched <= kAtOnceWhole) {
+    for (size_t i = 0; i < w_rows; ++i) {
+      dot_packed<Type, 1, R>(wp + i * row_bytes, row_bytes, x, nb, out);
+      for (size_t k = 0; k < R; ++k) y[k * y_stride + i] = out[k];
+    }
+    return;
+  }
+  const size_t stride = group_blocks(nb);
+  __m512 acc[kAtOnceRows][R];
+  for (size_t r0 = 0; r0 < w_rows; r0 += kAtOnceRows) {
+    const size_t rows = std::min(kAtOnceRows, w_rows - r0);
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t k = 0; k < R; ++k) acc[i][k] = _mm512_setzero_ps();
+    for (size_t g0 = 0; g0 < shape.groups; g0 += span) {
+      const size_t g1 = std::min(shape.groups, g0 + span), full_end = std::min(g1, shape.full);
+      for (size_t i = 0; i < rows; ++i) {
+        const uint8_t* w = wp + (r0 + i) * row_bytes;
+        __m512 a[R];
+        #pragma GCC unroll 8
+        for (size_t k = 0; k < R; ++k) a[k] = acc[i][k];
+        size_t gi = g0;
+        for (; gi < full_end; ++gi)
+          packed_group<Type, 1, R, false>(w + gi * 64 * Type::stored, w + shape.scale_offset, row_bytes, x, stride, gi, a);
+        if (gi < g1)
+          packed_group<Type, 1, R, true>(w + gi * 64 * Type::stored, w + shape.scale_offset, row_bytes, x, stride, gi, a);
+        #pragma GCC unroll 8
+        for (size_t k = 0; k < R; ++k) acc[i][k] = a[k];
+      }
+    }
+    for (size_t i = 0; i < rows; ++i)
+      for (size_t k = 0; k < R; ++k) y[k * y_stride + r0 + i] = hsum512(acc[i][k]);
+  }
+}
+
 // Weights packed at load take the packed kernels at every row count; weights as they are (a model's
 // pack_weights = false) take them, repacked per product in L2-sized blocks, from Type::packed_min_rows
 // activation rows on, and below that the direct kernels, which read the weights as they are and
@@ -364,14 +419,14 @@ TypeKernels<QRows> kernels() {
     PackedKernels p{Type::packed_min_rows,  packed_row_bytes<Type>, repack<Type>,
                     dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
                     2,                      dot_packed<Type, 1, 2>, dot_packed<Type, 1, 3>};
-    p.at_once[1] = dot_packed<Type, 1, 1>;
-    p.at_once[2] = dot_packed<Type, 1, 2>;
-    p.at_once[3] = dot_packed<Type, 1, 3>;
-    p.at_once[4] = dot_packed<Type, 1, 4>;
-    p.at_once[5] = dot_packed<Type, 1, 5>;
-    p.at_once[6] = dot_packed<Type, 1, 6>;
-    p.at_once[7] = dot_packed<Type, 1, 7>;
-    p.at_once[8] = dot_packed<Type, 1, 8>;
+    p.at_once[1] = rows_packed<Type, 1>;
+    p.at_once[2] = rows_packed<Type, 2>;
+    p.at_once[3] = rows_packed<Type, 3>;
+    p.at_once[4] = rows_packed<Type, 4>;
+    p.at_once[5] = rows_packed<Type, 5>;
+    p.at_once[6] = rows_packed<Type, 6>;
+    p.at_once[7] = rows_packed<Type, 7>;
+    p.at_once[8] = rows_packed<Type, 8>;
     return p;
   }();
   TypeKernels<QRows> k;  // fewer than packed_min_rows rows: the direct kernels

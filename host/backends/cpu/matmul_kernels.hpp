@@ -115,23 +115,26 @@ struct FRows {
 //   four: out[k] = dot(w row, row k of x) for k < 4
 //   tile: out[i * 4 + k] = dot(w row i, row k of x) for i < tile_rows <= kMaxTileRows, k < 4; weight
 //         row i starts i * row_bytes after w. Null when the set has no wider tile for this type.
-//   at_once[R], R <= kMaxAtOnce: out[k] = dot(w row, row k of x) for k < R, each exactly as `one`
-//         computes it, the weights read and prepared once for all R rows: a product of R rows takes it
-//         instead of groups of four and then the rest, which read the weights twice from 5 rows on
-//         (verification of a few drafts, small batches). Null: groups of four and the rest.
+//   at_once[R], R <= kMaxAtOnce (a RowsFn): y[k * y_stride + i] = dot(w row i, row k of x) for
+//         i < w_rows, k < R, each exactly as `one` computes it, every weight row read and prepared once
+//         for all R rows: a product of R rows takes it instead of groups of four and then the rest,
+//         which read the weights twice from 5 rows on (verification of a few drafts, small batches).
+//         Null: groups of four and the rest.
 constexpr size_t kMaxTileRows = 4;
 constexpr size_t kMaxAtOnce = 8;
 
 template <class X>
 struct TypeKernels {
   using Fn = void (*)(const uint8_t* w, size_t row_bytes, const X& x, size_t n, float* out);
+  using RowsFn = void (*)(const uint8_t* w, size_t row_bytes, size_t w_rows, const X& x, size_t n, float* y,
+                          size_t y_stride);
   Fn one = nullptr;
   Fn two = nullptr;
   Fn three = nullptr;
   Fn four = nullptr;
   Fn tile = nullptr;
   size_t tile_rows = 0;
-  Fn at_once[kMaxAtOnce + 1] = {};
+  RowsFn at_once[kMaxAtOnce + 1] = {};
   int bias_k = 0;            // quantized types: K of QBlock::bias the kernels read, 0 when they read none
   bool wants_sums = false;  // quantized types: whether the kernels read QRows::sums
   QLayout layout = QLayout::blocks;  // quantized types: how the kernels read the blocks (see QBlock)
@@ -167,7 +170,7 @@ struct PackedKernels {
   TypeKernels<QRows>::Fn one, four, tile;
   size_t tile_rows;
   TypeKernels<QRows>::Fn two = nullptr, three = nullptr;  // the rows after a product's groups of four
-  TypeKernels<QRows>::Fn at_once[kMaxAtOnce + 1] = {};
+  TypeKernels<QRows>::RowsFn at_once[kMaxAtOnce + 1] = {};
 };
 
 struct KernelSet {

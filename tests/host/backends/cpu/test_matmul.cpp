@@ -352,6 +352,34 @@ TEST_CASE("matmul: weights packed once give the products of the weights as they 
   });
 }
 
+TEST_CASE("matmul: a few rows against long packed weight rows (a span of columns at a time) give each row's products alone, bit for bit", "[matmul]") {
+  auto rng = fresh_rng("matmul long packed rows");
+  for_each_kernel_set([&] {
+    for (th_dtype type : {TH_DTYPE_Q8_0, TH_DTYPE_Q4_0}) {
+      // 5632 columns (11 whole groups of 512, an FFN's down projection) and 4352 (8 and a half): more
+      // activation bytes than one pass keeps in L1 from 3 rows on, so the kernels take spans of groups,
+      // the last a half group in the second shape; 37 weight rows, more than one pass of weight rows.
+      for (int64_t blocks : {176, 136}) {
+        RandomMatrix m(type, 37, 32 * blocks, rng);
+        WeightView packed = m.view;
+        const auto owner = pack_weight(packed);
+        if (!owner) continue;  // this set has no packed layout for the type
+        for (size_t n_rows : {size_t(3), size_t(5), size_t(8)}) {
+          INFO(quant::dtype_name(type) << ", " << blocks << " blocks, " << n_rows << " rows");
+          const std::vector<float> x = random_rows(n_rows, m.view.cols, rng);
+          std::vector<float> got(n_rows * 37), alone(37);
+          matmul(packed, x.data(), n_rows, got.data());
+          for (size_t r = 0; r < n_rows; ++r) {
+            INFO("row " << r);
+            matmul(m.view, x.data() + r * size_t(m.view.cols), 1, alone.data());
+            REQUIRE(std::equal(alone.begin(), alone.end(), got.begin() + std::ptrdiff_t(r * 37)));
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST_CASE("matmul: a grouped product gives each group's rows the products of its own weights, bit for bit", "[matmul][moe]") {
   auto rng = fresh_rng("matmul grouped");
   for_each_kernel_set([&] {
