@@ -118,7 +118,9 @@ TEST_CASE("moe.eplb rebalance lowers the imbalance on skewed loads, with replica
       REQUIRE(after < 1.1);
       REQUIRE(a.changed == (a.slots != start ? 1 : 0));
       const uint32_t hottest = uint32_t(std::max_element(tokens.begin(), tokens.end()) - tokens.begin());
-      REQUIRE(std::count(a.slots.begin(), a.slots.end(), int32_t(hottest)) >= 2);  // replicated
+      // Replicated, where the start was uneven: a shuffle can leave the two halves even already (1 in
+      // about 60 runs drew 1.0001), and then there is nothing a replica would improve.
+      if (before > 1.01) REQUIRE(std::count(a.slots.begin(), a.slots.end(), int32_t(hottest)) >= 2);
       for (uint32_t e = 0; e < n_experts; ++e) {  // placement: the device of each expert's first slot
         const size_t first = size_t(std::find(a.slots.begin(), a.slots.end(), int32_t(e)) - a.slots.begin());
         REQUIRE(first < a.slots.size());
