@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/constraint_source.hpp"
 #include "base/step.hpp"
 #include "plugin/instance.hpp"
 

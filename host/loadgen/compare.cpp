@@ -22,7 +22,7 @@ std::vector<double> finite(const std::vector<double>& values) {
   return out;
 }
 
-std::string fmt(double v) {
+std::string figure_text(double v) {
   if (!std::isfinite(v)) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, std::abs(v) >= 100 ? "%.1f" : std::abs(v) >= 1 ? "%.2f" : "%.4f", v);
@@ -94,8 +94,8 @@ std::string format_repeats(const nlohmann::json& repeats) {
   std::string out = "over " + std::to_string(repeats.value("repeats", 0)) + " runs: median [95% interval of the mean]\n";
   for (const ComparedFigure& f : compared_figures()) {
     const nlohmann::json& e = repeats["figures"][f.name];
-    std::string line = pad("  " + f.name + " (" + f.unit + ")", 44) + pad(e["median"].is_number() ? fmt(e["median"].get<double>()) : "-", 12);
-    if (e["ci95"].is_array()) line += "[" + fmt(e["ci95"][0].get<double>()) + ", " + fmt(e["ci95"][1].get<double>()) + "]";
+    std::string line = pad("  " + f.name + " (" + f.unit + ")", 44) + pad(e["median"].is_number() ? figure_text(e["median"].get<double>()) : "-", 12);
+    if (e["ci95"].is_array()) line += "[" + figure_text(e["ci95"][0].get<double>()) + ", " + figure_text(e["ci95"][1].get<double>()) + "]";
     out += line + "\n";
   }
   return out;
@@ -165,13 +165,13 @@ std::vector<CompareRow> compare(const nlohmann::json& baseline, const nlohmann::
 std::string format_compare(const std::vector<CompareRow>& rows, const std::string& baseline_name, const std::string& candidate_name,
                            double alpha, double min_effect) {
   std::string out = "baseline " + baseline_name + ", candidate " + candidate_name + " (medians; Welch's t-test on the runs' values, p times " +
-                    std::to_string(rows.size()) + " figures, called at p < " + fmt(alpha) + " and a change of " +
-                    fmt(100 * min_effect) + "% or more)\n";
+                    std::to_string(rows.size()) + " figures, called at p < " + figure_text(alpha) + " and a change of " +
+                    figure_text(100 * min_effect) + "% or more)\n";
   out += pad("figure", 44) + pad("baseline", 12) + pad("candidate", 12) + pad("delta", 10) + pad("p", 9) + "verdict\n";
   for (const CompareRow& r : rows) {
-    out += pad(r.figure.name + " (" + r.figure.unit + ")", 44) + pad(fmt(r.baseline), 12) + pad(fmt(r.candidate), 12) +
-           pad(std::isfinite(r.delta) ? (r.delta >= 0 ? "+" : "") + fmt(100 * r.delta) + "%" : "-", 10) +
-           pad(std::isfinite(r.p_value) ? fmt(r.p_value) : "-", 9) + r.verdict + "\n";
+    out += pad(r.figure.name + " (" + r.figure.unit + ")", 44) + pad(figure_text(r.baseline), 12) + pad(figure_text(r.candidate), 12) +
+           pad(std::isfinite(r.delta) ? (r.delta >= 0 ? "+" : "") + figure_text(100 * r.delta) + "%" : "-", 10) +
+           pad(std::isfinite(r.p_value) ? figure_text(r.p_value) : "-", 9) + r.verdict + "\n";
   }
   return out;
 }
