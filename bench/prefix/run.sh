@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prefix caching on the shared-prefix load of issue 16 (ANCHORS.md's llama-server figures): REQUESTS
-# requests, CONCURRENCY at a time, each prompt PROMPT_TOKENS words long (`tokenhost bench`'s word list:
-# about two tokens a word with make-model's vocabulary) of which SHARED_FRACTION is one prefix common to
-# all (240 of 250 words by default: about 480 tokens) and the rest a distinct tail, OUTPUT_TOKENS
+# requests, CONCURRENCY at a time, each prompt PROMPT_TOKENS tokens of the served model long (`tokenhost
+# bench` cuts its words to that many through the server's /tokenize) of which SHARED_FRACTION is one
+# prefix common to all (480 of 500 tokens by default) and the rest a distinct tail, OUTPUT_TOKENS
 # greedy tokens out, through `tokenhost bench` (the same client for every server). Settings:
 #   paged          tokenhost engine `paged` (kvcache.paged): every prompt computed whole
 #   prefix         tokenhost engine `prefix` (kvcache.prefix), its cache flushed before the run (cold:
@@ -15,7 +15,7 @@
 # Each round runs every setting, the order reversed every other round; the table shows medians of
 # ROUNDS rounds: TTFT p50 and p99, wall time, and for `prefix` the prompt tokens served from the cache.
 # Usage: bench/prefix/run.sh [BUILD_DIR] [MODEL_DIR] [OUT_DIR]; environment (defaults):
-#   MODEL=110M:q8_0  REQUESTS=32  CONCURRENCY=8  PROMPT_TOKENS=250  SHARED_FRACTION=0.96
+#   MODEL=110M:q8_0  REQUESTS=32  CONCURRENCY=8  PROMPT_TOKENS=500  SHARED_FRACTION=0.96
 #   OUTPUT_TOKENS=16  ROUNDS=5  LLAMA_SERVER=(unset)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +26,7 @@ tokenhost=$build/bin/tokenhost
 model=${MODEL:-110M:q8_0}
 requests=${REQUESTS:-32}
 concurrency=${CONCURRENCY:-8}
-prompt_tokens=${PROMPT_TOKENS:-250}
+prompt_tokens=${PROMPT_TOKENS:-500}
 shared=${SHARED_FRACTION:-0.96}
 output_tokens=${OUTPUT_TOKENS:-16}
 rounds=${ROUNDS:-5}

@@ -339,6 +339,8 @@ void tick(self_ptr self) {
   if (!s.kv_known) return;
   poll_kv_connectors(self);
   drop_cancelled(self);
+  for (uint64_t id : prefix_waits_over(s))  // their leaders have computed the blocks they share
+    if (Sequence* q = find(s, id)) look_up(self, *q);
   if (s.step_in_flight || s.seqs.empty()) {
     if ((s.draining || s.retiring) && s.seqs.empty() && !s.step_in_flight) {
       if (s.retiring) spdlog::info("engine {} retired: its last request is done", s.init.name);
@@ -380,6 +382,12 @@ void tick(self_ptr self) {
     // was not shown to the scheduler: decide again when the answer comes.
     if (s.frees_in_flight > 0) return;
     if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.lookup_pending || q.loading; })) return;
+    // Sequences waiting for a leader's prefix while nothing runs: their leaders are not computing it.
+    if (const std::vector<uint64_t> over = prefix_waits_over(s, true); !over.empty()) {
+      for (uint64_t id : over)
+        if (Sequence* q = find(s, id)) look_up(self, *q);
+      return;  // decided again when the lookups answer
+    }
     // The scheduler waits for resources; with nothing running, nothing will free any: a request that
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });
@@ -715,7 +723,9 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
         auto promise = q.promise;
         s.seqs.push_back(std::move(q));
         // A prompt whose log-probabilities are asked for computes every row: no cached prefix.
-        if (s.init.prefix_cache && !s.seqs.back().request.prompt_logprobs) look_up(self, s.seqs.back());
+        // One that shares whole blocks with a prompt still to be computed waits for them (wait_for_prefix).
+        if (s.init.prefix_cache && !s.seqs.back().request.prompt_logprobs && !wait_for_prefix(s, s.seqs.back()))
+          look_up(self, s.seqs.back());
         update_gauges(s);
         tick(self);
         return promise;
@@ -771,6 +781,7 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
                                               {"hits", s.prefix_hits},
                                               {"cached_tokens", s.prefix_cached_tokens},
                                               {"failures", s.prefix_failures},
+                                              {"waits", s.prefix_waits},
                                               {"summary_blocks", s.init.prefix_summary ? s.init.prefix_summary->size() : 0}}},
                             {"sliding_window", {{"enabled", s.init.window.on()},
                                                 {"sink_positions", s.init.window.sinks},

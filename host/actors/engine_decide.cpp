@@ -138,7 +138,8 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
   // whose blocks a KV connector is loading is shown as TH_SEQ_LOADING to a scheduler built against 1.9
   // or later, and not at all to an older one (th_scheduler.h).
   const bool shows_loading = s.init.scheduler().library().abi_minor() >= 9;
-  auto hidden = [&](const Sequence& q) { return q.lookup_pending || (q.loading && !shows_loading); };
+  // Nor is one waiting for a leader's prefix (wait_for_prefix): it is looked up once the leader is done.
+  auto hidden = [&](const Sequence& q) { return q.lookup_pending || q.prefix_leader != 0 || (q.loading && !shows_loading); };
   std::vector<th_sched_seq> view;
   std::vector<uint32_t> seq_draft, seq_cached;
   for (const auto& q : s.seqs) {

@@ -54,6 +54,11 @@ struct Sequence {
   bool loading = false;
   uint32_t cached = 0;
   uint64_t published_at_lookup = 0;  // the kvcache's published blocks when its lookup answered
+  // Admission behind a shared prefix (engine_prefix_wait.cpp): a prompt that shares whole blocks with
+  // the prompt another sequence has yet to compute waits for that sequence, its leader, to compute
+  // them (not looked up, not shown to the scheduler), then looks up and adopts them. 0: none.
+  uint64_t prefix_leader = 0;
+  uint32_t prefix_shared = 0;  // the shared positions it waits for: whole blocks
   uint64_t cache_ns = 0;  // its prefix cache namespace (cache_namespace(): API key and cache_salt)
   // Cache-aware routing: the keys of the whole blocks it holds, as the engine's prefix summary knows
   // them (runtime/prefix_summary.hpp); empty when the engine keeps no summary.
@@ -126,6 +131,7 @@ struct EngineState {
   // Prefix caching since the engine started: prompts looked up, those that found a cached prefix, the
   // prompt tokens served from the cache, lookups that failed.
   uint64_t prefix_lookups = 0, prefix_hits = 0, prefix_cached_tokens = 0, prefix_failures = 0;
+  uint64_t prefix_waits = 0;  // sequences that waited for a leader's prefix (Sequence::prefix_leader)
   // Sliding window since the engine started: slides sent to the worker and the positions they released.
   uint64_t window_slides = 0, window_released = 0;
   uint64_t summary_evictions = 0;  // the kvcache's evicted_blocks the prefix summary has dropped keys for
@@ -194,5 +200,14 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
 // frees sent before the step have landed, and none is sent while a step is in flight. A disagreement is
 // logged (the first, then each 100th) and counted in the admin status.
 void check_kv_accounting(EngineState& s, const KvState& kv);
+
+// Admission behind a shared prefix (engine_prefix_wait.cpp). On arrival with prefix caching on: whether
+// sequence q waits for a leader, recorded in q.prefix_leader and q.prefix_shared (then it is not looked
+// up yet). Before each decision: the ids of the waiting sequences whose leaders have computed what they
+// wait for, or stopped computing their prompts (finished, preempted, generating, cancelled); they wait
+// no more and are to be looked up. With all = true, every waiting sequence's id (a step that runs
+// nothing must not leave them waiting on a leader that does not run).
+bool wait_for_prefix(EngineState& s, Sequence& q);
+std::vector<uint64_t> prefix_waits_over(EngineState& s, bool all = false);
 
 }  // namespace tokenhost::engine_detail

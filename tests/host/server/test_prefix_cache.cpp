@@ -1,7 +1,8 @@
 // Prefix caching in the engine (kvcache.prefix): requests that share a prompt prefix reuse its KV and
 // give exactly the tokens of an engine without it (stories260K and a synthetic model, both attention
 // plugins, f16 and f32 KV), at block boundaries and inside blocks, 64 at once, under eviction, with
-// speculative decoding on; reuse stays within one API key and cache_salt; the admin flush; a swap
+// speculative decoding on; prompts arriving together wait for the first to compute their shared prefix;
+// reuse stays within one API key and cache_salt; the admin flush; a swap
 // between kvcache.paged and kvcache.prefix under load loses nothing.
 #include <catch2/catch.hpp>
 
@@ -129,8 +130,8 @@ TEST_CASE("prefix cache: 64 concurrent requests on one prefix, and eviction unde
 }
 
 TEST_CASE("prefix cache: requests that arrive together share the prefix the first of them computes", "[server][prefix]") {
-  // Eight prompts at once: their lookups on arrival come before any is computed. A step takes the
-  // first three whole; the others look again before their first chunk and find the shared blocks.
+  // Eight prompts at once, a step able to take several whole: the prompts after the first wait for it
+  // to compute the shared blocks (or, arriving once it has, find them on arrival).
   std::string manifest = stories_manifest("kvcache.prefix");
   const std::string chunked = "max_step_tokens = 128";
   manifest.replace(manifest.find(chunked), chunked.size(), "max_step_tokens = 512");
@@ -164,6 +165,44 @@ TEST_CASE("prefix cache: requests that arrive together share the prefix the firs
   CHECK(st["prefix_cache"]["hits"].get<uint64_t>() >= 4);
   CHECK(st["prefix_cache"]["cached_tokens"].get<uint64_t>() >= 4 * 112);  // 7 of kStem's blocks of 16 each
   CHECK(st["kv_accounting"]["disagreements"] == 0);
+}
+
+TEST_CASE("prefix cache: prompts arriving behind a shared prefix wait for the first to compute it, then adopt it", "[server][prefix]") {
+  // Chunks of 32 tokens, 128 a step: without waiting, four prompts would start computing kStem's blocks
+  // in the first step and the others find at most one chunk's worth when they look again. Waiting,
+  // every prompt after the first adopts all 7 of kStem's whole blocks. The first is cancelled in one
+  // round: those waiting for it go on without it and still give the tokens of an engine without the cache.
+  Server plain(read_deployment("plain.toml", stories_manifest("kvcache.paged")));
+  for (bool cancel_leader : {false, true}) {
+    INFO((cancel_leader ? "the first cancelled" : "all run"));
+    Server prefix(read_deployment("prefix.toml", stories_manifest("kvcache.prefix")));
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 8; ++i) prompts.push_back(kStem + "Number " + std::to_string(i) + " said");
+    std::vector<std::shared_ptr<TokenStream>> streams;
+    for (const auto& p : prompts) streams.push_back(prefix.gateway().start(request_for(prefix, p, 12)));
+    if (cancel_leader) streams[0]->cancel();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      std::optional<GenerateResult> end;
+      for (size_t seen = 0; !end;) {
+        auto update = streams[i]->wait(seen, std::chrono::seconds(60));
+        seen += update.tokens.size();
+        end = update.result;
+      }
+      INFO("request " << i << ": " << end->error);
+      if (i == 0 && cancel_leader) continue;  // cancelled, or done before the cancel reached it
+      REQUIRE(end->finish_reason == "length");
+      CHECK(end->tokens == greedy(plain, prompts[i], 12).tokens);
+    }
+    const auto st = engine_status(prefix);
+    INFO(st["prefix_cache"].dump());
+    CHECK(st["prefix_cache"]["waits"].get<uint64_t>() >= 1);
+    if (!cancel_leader) {
+      CHECK(st["prefix_cache"]["hits"].get<uint64_t>() >= 7);
+      CHECK(st["prefix_cache"]["cached_tokens"].get<uint64_t>() >= 7 * 112);  // kStem's 7 blocks, each
+    }
+    CHECK(st["kv_accounting"]["disagreements"] == 0);
+    CHECK(st["sequences"] == 0);
+  }
 }
 
 TEST_CASE("prefix cache: with speculative decoding on, reuse gives the tokens of both off", "[server][prefix]") {
