@@ -77,6 +77,9 @@ run() {
   node -e 'const r = require(process.argv[1]);
     if (r.requests_failed > 0) { console.error(`${r.requests_failed} requests failed`); process.exit(1); }
     console.log(r.ttft_ms.p50.toFixed(1), r.ttft_ms.p99.toFixed(1), r.wall_time_s.toFixed(2));' "$out/$2.json"
+  # run's caller reads it through a process substitution, a subshell: the llama-server it started is
+  # stopped here, where its pid is known (the caller's llama_pid never is).
+  if [ -n "$llama_pid" ]; then kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; fi
 }
 
 machine_line

@@ -40,7 +40,8 @@ bool wait_for_prefix(EngineState& s, Sequence& q) {
   uint32_t best = 0;
   const Sequence* leader = nullptr;
   for (const Sequence& l : s.seqs) {
-    if (&l == &q || l.cache_ns != q.cache_ns || !computes_prompt(l)) continue;
+    // Not behind a lower priority: the scheduler may hold that one back for as long as others arrive.
+    if (&l == &q || l.cache_ns != q.cache_ns || !computes_prompt(l) || l.request.priority < q.request.priority) continue;
     const uint32_t shared = std::min(most, common_prefix(l.tokens(), q.tokens()) / bs * bs);
     if (shared > best && !leader_done(&l, shared)) best = shared, leader = &l;
   }

@@ -55,8 +55,9 @@ struct Sequence {
   uint32_t cached = 0;
   uint64_t published_at_lookup = 0;  // the kvcache's published blocks when its lookup answered
   // Admission behind a shared prefix (engine_prefix_wait.cpp): a prompt that shares whole blocks with
-  // the prompt another sequence has yet to compute waits for that sequence, its leader, to compute
-  // them (not looked up, not shown to the scheduler), then looks up and adopts them. 0: none.
+  // the prompt another sequence of its priority or higher has yet to compute waits for that sequence,
+  // its leader, to compute them (not looked up, not shown to the scheduler), then looks up and adopts
+  // them. 0: none.
   uint64_t prefix_leader = 0;
   uint32_t prefix_shared = 0;  // the shared positions it waits for: whole blocks
   uint64_t cache_ns = 0;  // its prefix cache namespace (cache_namespace(): API key and cache_salt)
