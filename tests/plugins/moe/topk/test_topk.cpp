@@ -202,7 +202,7 @@ TEST_CASE("moe.topk experts of every type the host's kernels take match a float6
   struct Case {
     th_dtype type;
     uint32_t dim, ffn;
-    double bound;  // relative to the largest output; the integer types round activations to 8 bits per block
+    double bound;  // relative to the largest output of all tokens; the integer types round activations to 8 bits per block
   };
   for (const Case& c : {Case{TH_DTYPE_F32, 64, 96, 1e-5}, Case{TH_DTYPE_F16, 64, 96, 1e-5}, Case{TH_DTYPE_BF16, 64, 96, 1e-5},
                         Case{TH_DTYPE_Q8_0, 64, 96, 2e-2}, Case{TH_DTYPE_Q4_0, 64, 96, 2e-2},
@@ -232,18 +232,22 @@ TEST_CASE("moe.topk experts of every type the host's kernels take match a float6
                             w.data(), views.data(), with_shared ? &shared_view : nullptr, out.data()};
       th_error err;
       REQUIRE(moe->vtable<th_moe_vtable>().experts(moe->handle(), &a, &err) == TH_OK);
+      // Errors relative to the largest output of all tokens: the integer types' error follows the
+      // inputs' and weights' size, and one token's outputs may cancel to a small fraction of it (3 runs
+      // in 40 drew a q8_0 token whose own largest output put its error past the bound).
+      std::vector<std::vector<double>> refs(n_tokens, std::vector<double>(c.dim, 0.0));
+      double mag = 0;
       for (uint32_t t = 0; t < n_tokens; ++t) {
-        std::vector<double> ref(c.dim, 0.0);
         for (uint32_t j = 0; j < k; ++j)
-          experts[size_t(ids[t * k + j])].values.reference(&x[size_t(t) * c.dim], w[t * k + j], ref);
-        if (with_shared) shared.values.reference(&x[size_t(t) * c.dim], 1.0, ref);
-        double diff = 0, mag = 0;
-        for (uint32_t d = 0; d < c.dim; ++d) {
-          diff = std::max(diff, std::abs(double(out[size_t(t) * c.dim + d]) - ref[d]));
-          mag = std::max(mag, std::abs(ref[d]));
-        }
-        INFO("token " << t << " shared " << with_shared << " diff " << diff << " max |ref| " << mag);
-        REQUIRE(mag > 0);
+          experts[size_t(ids[t * k + j])].values.reference(&x[size_t(t) * c.dim], w[t * k + j], refs[t]);
+        if (with_shared) shared.values.reference(&x[size_t(t) * c.dim], 1.0, refs[t]);
+        for (double r : refs[t]) mag = std::max(mag, std::abs(r));
+      }
+      REQUIRE(mag > 0);
+      for (uint32_t t = 0; t < n_tokens; ++t) {
+        double diff = 0;
+        for (uint32_t d = 0; d < c.dim; ++d) diff = std::max(diff, std::abs(double(out[size_t(t) * c.dim + d]) - refs[t][d]));
+        INFO("token " << t << " shared " << with_shared << " diff " << diff << " max |ref| of all tokens " << mag);
         REQUIRE(diff / mag < c.bound);
       }
     }
