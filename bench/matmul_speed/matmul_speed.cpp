@@ -27,6 +27,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/median.hpp"
 #include "model/quant.hpp"
 #include "base/compute_pool.hpp"
 #include "backends/cpu/matmul.hpp"
@@ -37,10 +38,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using tokenhost::bench::median;
 
 // Copies of one random [rows][cols] matrix of `type`, `total_bytes` in all (at least one).
 struct Matrices {

@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/median.hpp"
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "base/compute_pool.hpp"
@@ -41,10 +42,7 @@ namespace {
 
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using tokenhost::bench::median;
 
 // Runs fn(t, begin, end) on `threads` threads, thread t taking its share [begin, end) of [0, n);
 // returns the seconds until the last one ends.

@@ -25,6 +25,7 @@
 #include <CLI/CLI.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "common/median.hpp"
 #include "backends/cpu/matmul.hpp"
 #include "base/compute_pool.hpp"
 #include "model/quant.hpp"
@@ -34,10 +35,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
+using tokenhost::bench::median;
 
 // Runs f over the copies in turn for about `seconds`; GMAC/s of `macs` per call.
 template <class F>

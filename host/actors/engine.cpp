@@ -282,6 +282,15 @@ void look_up(self_ptr self, Sequence& q) {
       });
 }
 
+// Sequences waiting for a leader's prefix whose waits are over (all of them with `all`) are looked up.
+// Returns whether any was.
+bool end_prefix_waits(self_ptr self, bool all) {
+  const std::vector<uint64_t> over = prefix_waits_over(self->state, all);
+  for (uint64_t id : over)
+    if (Sequence* q = find(self->state, id)) look_up(self, *q);
+  return !over.empty();
+}
+
 // KV connectors: asks the worker for the transfers finished (a load's sequence then runs from what
 // arrived) after each step and, while a load is out, every 2 ms.
 void poll_kv_connectors(self_ptr self) {
@@ -339,8 +348,7 @@ void tick(self_ptr self) {
   if (!s.kv_known) return;
   poll_kv_connectors(self);
   drop_cancelled(self);
-  for (uint64_t id : prefix_waits_over(s))  // their leaders have computed the blocks they share
-    if (Sequence* q = find(s, id)) look_up(self, *q);
+  end_prefix_waits(self, false);  // their leaders have computed the blocks they share
   if (s.step_in_flight || s.seqs.empty()) {
     if ((s.draining || s.retiring) && s.seqs.empty() && !s.step_in_flight) {
       if (s.retiring) spdlog::info("engine {} retired: its last request is done", s.init.name);
@@ -383,11 +391,7 @@ void tick(self_ptr self) {
     if (s.frees_in_flight > 0) return;
     if (std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.lookup_pending || q.loading; })) return;
     // Sequences waiting for a leader's prefix while nothing runs: their leaders are not computing it.
-    if (const std::vector<uint64_t> over = prefix_waits_over(s, true); !over.empty()) {
-      for (uint64_t id : over)
-        if (Sequence* q = find(s, id)) look_up(self, *q);
-      return;  // decided again when the lookups answer
-    }
+    if (end_prefix_waits(self, true)) return;  // decided again when the lookups answer
     // The scheduler waits for resources; with nothing running, nothing will free any: a request that
     // can never fit must not wait forever.
     bool any_running = std::any_of(s.seqs.begin(), s.seqs.end(), [](const Sequence& q) { return q.state == TH_SEQ_RUNNING; });

@@ -356,7 +356,7 @@ void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, 
 // kAtOnceSpan bytes of them at a time across kAtOnceRows weight rows, their accumulators kept in memory
 // between spans: every lane still adds its groups in dot_packed's order, so the results are `one`'s bit
 // for bit. Measured on Zen 4 (2 cores, weights from memory, q8_0, 2026-12-07): 5632 columns, 4 / 5 / 8
-// rows 90 / 90 / 123 -> 127-145 / 128-158 / 170-195 GMAC/s; spans at 2048 columns (8 rows: 20 KiB) were
+// rows 90 / 90 / 123 -> 112-145 / 128-158 / 146-195 GMAC/s; spans at 2048 columns (8 rows: 20 KiB) were
 // slower than none, and spans of 4-8 KiB or 16 KiB, or 8 weight rows at a time, slower than these.
 constexpr size_t kAtOnceWhole = 20 * 1024;
 constexpr size_t kAtOnceSpan = 12 * 1024;
