@@ -25,6 +25,7 @@
 #include "common/median.hpp"
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
+#include "base/allocator_tuning.hpp"
 #include "base/compute_pool.hpp"
 #include "base/kv_dtypes.hpp"
 #include "util/text.hpp"
@@ -140,6 +141,7 @@ double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t gener
 }  // namespace
 
 int main(int argc, char** argv) {
+  tokenhost::tune_allocator_for_serving();  // as the server runs its steps
   CLI::App app{"Single-stream decode and prefill speed of GGUF models, against the memory-bandwidth floor"};
   std::vector<std::string> models;
   int runs = 3;

@@ -31,6 +31,7 @@
 #include "plugin/library.hpp"
 #include "server/server.hpp"
 #include "cli/serve_flags.hpp"
+#include "base/allocator_tuning.hpp"
 #include "base/compute_pool.hpp"
 #include "util/text.hpp"
 
@@ -261,6 +262,7 @@ int run_plugins(bool inspect, const std::string& id, const std::vector<std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
+  tokenhost::tune_allocator_for_serving();
   CLI::App app{"tokenhost: an LLM inference server whose techniques are plugins.\n"
                "Run `tokenhost <command> --help` for each command."};
   app.set_version_flag("--version", std::string("tokenhost ") + TOKENHOST_VERSION + " (plugin ABI " +

@@ -48,6 +48,9 @@ struct Workspace {
   // (fresh vectors of megabytes per layer cost a prefill of 64 experts 20% in page faults and zeroing).
   std::vector<float> router_logits, expert_weights, shared, shared_scale;
   std::vector<int32_t> expert_ids;
+  // The sampled rows' final norms and their logits ([rows][vocab]: 8 MB for 64 rows of a 32000-token
+  // vocabulary).
+  std::vector<float> finals, logits;
 };
 Workspace& workspace() {
   thread_local Workspace w;
@@ -349,11 +352,14 @@ std::vector<std::vector<float>> forward_step(const ModelWeights& w, const StepBa
     const uint32_t marked = std::min<uint32_t>(batch.items[s].marked_rows(), uint32_t(batch.items[s].tokens.size()));
     for (uint32_t r = seq_start[s + 1] - marked; r < seq_start[s + 1]; ++r) sampled_rows.push_back(r);
   }
-  std::vector<float> finals(sampled_rows.size() * dim), all(sampled_rows.size() * size_t(info.vocab_size));
+  std::vector<float>&finals = ws.finals, &all = ws.logits;
+  finals.resize(sampled_rows.size() * dim);
+  all.resize(sampled_rows.size() * size_t(info.vocab_size));
   for (size_t i = 0; i < sampled_rows.size(); ++i)
     vec::rmsnorm(&x[sampled_rows[i] * dim], f32(w.out_norm), w.rms_eps, &finals[i * dim], dim);
   matmul(w.output, finals.data(), sampled_rows.size(), all.data());
   std::vector<std::vector<float>> logits;
+  logits.reserve(sampled_rows.size());
   for (size_t i = 0; i < sampled_rows.size(); ++i)
     logits.emplace_back(all.begin() + long(i * info.vocab_size), all.begin() + long((i + 1) * info.vocab_size));
   return logits;
