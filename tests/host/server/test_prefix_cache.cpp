@@ -2,11 +2,18 @@
 // give exactly the tokens of an engine without it (stories260K and a synthetic model, both attention
 // plugins, f16 and f32 KV), at block boundaries and inside blocks, 64 at once, under eviction, with
 // speculative decoding on; prompts arriving together wait for the first to compute their shared prefix;
-// reuse stays within one API key and cache_salt; the admin flush; a swap
+// a prompt arriving during a step joins the next one, its lookup notwithstanding; reuse stays within one
+// API key and cache_salt; the admin flush; a swap
 // between kvcache.paged and kvcache.prefix under load loses nothing.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -304,6 +311,59 @@ TEST_CASE("prefix cache: the admin flush frees the cached blocks and an engine w
     CHECK(e.http_status == 409);
     CHECK_THAT(e.what(), Contains("kvcache.paged keeps no prefix cache"));
   }
+}
+
+TEST_CASE("prefix cache: a prompt arriving while a step computes is looked up and joins the very next step", "[server][prefix]") {
+  // Steps made slow (attention.flaky sleeps 20 ms in each of stories260K's 5 layers while a file
+  // exists): a stream A decodes one token a step. B, sharing kStem's cached blocks, is sent just after
+  // one of A's tokens came, that is while the next step computes (the engine starts it as it hands the
+  // token over), so its lookup waits in the worker behind that step. The lookup's answer comes right
+  // after the step's result, and the step after is decided with B in it: B's first token comes with
+  // A's second after B was sent, not its third.
+  namespace fs = std::filesystem;
+  const fs::path slow = fs::temp_directory_path() / ("tokenhost-prefix-slow-" + std::to_string(::getpid()));
+  fs::remove(slow);
+  const std::string manifest = R"(
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+log_level = "warn"
+plugin_paths = [")" + fixture_dir() + R"(/attention_flaky"]
+
+[models.stories]
+source = "gguf"
+path = ")" + require_model_file("stories260K.gguf") + R"("
+context_len = 512
+
+[engines.main]
+model = "stories"
+max_step_tokens = 128
+kv_dtype = "f32"
+attention = { plugin = "attention.flaky", config = { slow_while = ")" + slow.string() + R"(", slow_ms = 20 } }
+kvcache = { plugin = "kvcache.prefix", config = { block_size = 16, n_blocks = 256 } }
+scheduler = { plugin = "scheduler.continuous" }
+)";
+  Server server(read_deployment("slow.toml", manifest));
+  REQUIRE(greedy(server, kStem + "One day", 2).error.empty());  // kStem's blocks cached
+  std::ofstream(slow.string()).put('x');
+  auto a = server.gateway().start(request_for(server, "The bird sang a song.", 40));
+  auto tokens_of = [](TokenStream& s, size_t seen, std::chrono::milliseconds wait) {
+    for (auto u = s.wait(seen, wait); !u.tokens.empty(); u = s.wait(seen, std::chrono::milliseconds(0))) seen += u.tokens.size();
+    return seen;
+  };
+  size_t a_seen = tokens_of(*a, 0, std::chrono::seconds(30));  // A decodes
+  REQUIRE(a_seen >= 1);
+  a_seen = tokens_of(*a, a_seen, std::chrono::seconds(30));  // just after a step's result: the next computes
+  auto b = server.gateway().start(request_for(server, kStem + "They were happy.", 2));
+  auto first = b->wait(0, std::chrono::seconds(30));
+  REQUIRE(!first.tokens.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // A's token of that same step lands; the next is 100 ms off
+  const size_t a_now = tokens_of(*a, a_seen, std::chrono::milliseconds(0));
+  fs::remove(slow);
+  INFO("A's tokens from B's send to B's first token: " << a_now - a_seen);
+  CHECK(a_now - a_seen == 2);
+  CHECK(engine_status(server)["prefix_cache"]["hits"].get<uint64_t>() >= 1);
+  a->cancel();
 }
 
 }  // namespace server_prefix_cache_tests
