@@ -29,14 +29,18 @@ using Catch::Matchers::Contains;
 
 namespace {
 
+// attention: a plugin id, or a whole inline table ("{ plugin = ..., config = ... }"); server_extra: lines
+// of the [server] table.
 std::string stories_manifest(const std::string& kvcache, const std::string& attention = "attention.cpu_flash",
-                             const std::string& kv_dtype = "f16", uint32_t n_blocks = 256, const std::string& extra = "") {
+                             const std::string& kv_dtype = "f16", uint32_t n_blocks = 256, const std::string& extra = "",
+                             const std::string& server_extra = "") {
+  const std::string attention_table = attention.rfind('{', 0) == 0 ? attention : "{ plugin = \"" + attention + "\" }";
   return R"(
 [server]
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 log_level = "warn"
-
+)" + server_extra + R"(
 [models.stories]
 source = "gguf"
 path = ")" + require_model_file("stories260K.gguf") + R"("
@@ -46,7 +50,7 @@ context_len = 512
 model = "stories"
 max_step_tokens = 128
 kv_dtype = ")" + kv_dtype + R"("
-attention = { plugin = ")" + attention + R"(" }
+attention = )" + attention_table + R"(
 kvcache = { plugin = ")" + kvcache + R"(", config = { block_size = 16, n_blocks = )" + std::to_string(n_blocks) + R"( } }
 scheduler = { plugin = "scheduler.continuous", config = { max_prefill_chunk = 32 } }
 )" + extra;
@@ -323,26 +327,9 @@ TEST_CASE("prefix cache: a prompt arriving while a step computes is looked up an
   namespace fs = std::filesystem;
   const fs::path slow = fs::temp_directory_path() / ("tokenhost-prefix-slow-" + std::to_string(::getpid()));
   fs::remove(slow);
-  const std::string manifest = R"(
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-log_level = "warn"
-plugin_paths = [")" + fixture_dir() + R"(/attention_flaky"]
-
-[models.stories]
-source = "gguf"
-path = ")" + require_model_file("stories260K.gguf") + R"("
-context_len = 512
-
-[engines.main]
-model = "stories"
-max_step_tokens = 128
-kv_dtype = "f32"
-attention = { plugin = "attention.flaky", config = { slow_while = ")" + slow.string() + R"(", slow_ms = 20 } }
-kvcache = { plugin = "kvcache.prefix", config = { block_size = 16, n_blocks = 256 } }
-scheduler = { plugin = "scheduler.continuous" }
-)";
+  const std::string manifest = stories_manifest(
+      "kvcache.prefix", "{ plugin = \"attention.flaky\", config = { slow_while = \"" + slow.string() + "\", slow_ms = 20 } }",
+      "f32", 256, "", "plugin_paths = [\"" + fixture_dir() + "/attention_flaky\"]\n");
   Server server(read_deployment("slow.toml", manifest));
   REQUIRE(greedy(server, kStem + "One day", 2).error.empty());  // kStem's blocks cached
   std::ofstream(slow.string()).put('x');
