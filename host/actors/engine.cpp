@@ -89,8 +89,11 @@ void release_kv(self_ptr self, Sequence& seq) {
   unsummarize_blocks(s, seq);
   if (seq.prefilled == 0 && seq.state != TH_SEQ_RUNNING && !seq.in_kvcache) return;
   ++s.frees_in_flight;
-  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
+  const uint32_t held = blocks_for(seq.kv_positions(), s.kv.block_size);
+  s.kv_releasing += held;
+  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self, held](const KvState& kv) {
     self->state.kv = kv;
+    self->state.kv_releasing -= held;
     update_gauges(self->state);
     if (--self->state.frees_in_flight == 0) tick(self);
   });
@@ -138,8 +141,10 @@ void preempt(self_ptr self, Sequence& seq) {
   if (s.m.preemptions) s.m.preemptions->add({s.init.name}, 1);
   // The worker handles messages in order: this free lands before the next step.
   ++s.frees_in_flight;
-  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self](const KvState& kv) {
+  s.kv_releasing += held;
+  self->request(s.init.worker, caf::infinite, free_atom::value, seq.request.id).then([self, held](const KvState& kv) {
     self->state.kv = kv;
+    self->state.kv_releasing -= held;
     if (--self->state.frees_in_flight == 0) tick(self);
   });
   s.kv.free_blocks = std::min(s.kv.total_blocks, s.kv.free_blocks + held);
@@ -219,10 +224,12 @@ void slide_window(self_ptr self, Sequence& q) {
   ++s.window_slides;
   s.window_released += n * bs;
   ++s.frees_in_flight;
+  s.kv_releasing += n;
   const uint64_t id = q.request.id;
   self->request(s.init.worker, caf::infinite, slide_atom::value, id, s.init.window.sinks / bs, n, held)
-      .then([self, id](const SlideResult& r) {
+      .then([self, id, n](const SlideResult& r) {
         auto& s = self->state;
+        s.kv_releasing -= n;
         if (r.fault) return stop_for_fault(self, *r.fault);
         s.kv = r.kv;
         if (!r.error.empty()) {

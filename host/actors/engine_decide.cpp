@@ -215,15 +215,18 @@ std::string decide(EngineState& s, std::vector<th_sched_item>& run, std::vector<
 
 void check_kv_accounting(EngineState& s, const KvState& kv) {
   // The blocks each sequence's positions need, a block shared by prefix caching once per holder, as
-  // the plugin's held_blocks counts them.
-  uint32_t planned = 0;
+  // the plugin's held_blocks counts them; and the blocks of frees and slides still on their way: sent
+  // while the step computed (those sent before it were answered before its result), so the step's
+  // report counts them held (a retiring engine hands its waiting requests back with their cached
+  // prefixes mid-step).
+  uint32_t planned = s.kv_releasing;
   for (const auto& q : s.seqs) planned += blocks_for(q.kv_positions(), s.kv.block_size);
   s.kv_planned = planned;
   s.kv_reported = kv.held_blocks;
   if (s.kv_planned == s.kv_reported) return;
   if (s.kv_disagreements++ % 100 == 0)
-    spdlog::warn("engine {}: after step {} the kvcache reports {} blocks in use, the sequences' positions need {} ({} such steps)",
-                 s.init.name, s.steps, s.kv_reported, s.kv_planned, s.kv_disagreements);
+    spdlog::warn("engine {}: after step {} the kvcache reports {} blocks in use, the sequences' positions need {} ({} such steps; {} frees in flight)",
+                 s.init.name, s.steps, s.kv_reported, s.kv_planned, s.kv_disagreements, s.frees_in_flight);
 }
 
 }  // namespace engine_detail

@@ -116,6 +116,9 @@ struct EngineState {
   uint32_t kv_planned = 0, kv_reported = 0;
   uint64_t kv_disagreements = 0;
   uint32_t frees_in_flight = 0;  // free requests sent to the worker and not answered yet
+  // Blocks those requests give back, as the engine counted them (blocks_for a sequence's positions, a
+  // slide's blocks): a step computing when they were sent reports them still held.
+  uint32_t kv_releasing = 0;
   bool kv_poll_in_flight = false;  // a kv_poll sent to the worker and not answered yet
   uint64_t polled_at_step = 0;     // the step count at the last kv_poll
   uint64_t next_load_poll_ns = 0;  // while a load or save is out and no step runs: the next kv_poll not before

@@ -5,9 +5,7 @@
 
 #include <regex>
 
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/spdlog.h>
-
+#include "captured_log.hpp"
 #include "eventually.hpp"
 #include "openai_client.hpp"
 
@@ -20,31 +18,6 @@ using nlohmann::json;
 namespace {
 
 const std::regex kMadeId("req-[0-9a-f]{24}");
-
-// Captures the host's log lines (at debug level and up) while it lives.
-struct CapturedLog {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
-  spdlog::level::level_enum before = spdlog::default_logger()->level();
-  CapturedLog() {
-    spdlog::default_logger()->sinks().push_back(sink);
-    spdlog::set_level(spdlog::level::debug);
-  }
-  ~CapturedLog() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
-    spdlog::set_level(before);
-  }
-  // The lines captured so far that contain every one of `parts`.
-  std::vector<std::string> lines_with(std::initializer_list<std::string> parts) {
-    std::vector<std::string> out;
-    for (const auto& line : sink->last_formatted()) {
-      bool all = true;
-      for (const auto& p : parts) all = all && line.find(p) != std::string::npos;
-      if (all) out.push_back(line);
-    }
-    return out;
-  }
-};
 
 }  // namespace
 
