@@ -260,7 +260,7 @@ bool lookups_pending(const EngineState& s) {
 // The worker answers lookups between steps, in the order they came: one sent while a step computes is
 // answered right after that step's result. on_step_done then leaves the next step to the answers (the
 // last of them decides it), so that a prompt arriving during a step joins the next one rather than the
-// one after (a shared prefix's requests: TTFT about two steps -> about one and a half).
+// one after: its first token comes 2 steps after it arrived, counting the one computing then, not 3.
 void look_up(self_ptr self, Sequence& q) {
   auto& s = self->state;
   q.lookup_pending = true;
