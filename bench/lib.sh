@@ -3,6 +3,10 @@
 #   machine_line              the cores, CPU and date, for the results
 #   start_server MANIFEST LOG runs `tokenhost serve`, waits until it listens, sets pid, gw (gateway
 #                             port) and admin (admin API base URL)
+#   start_llama_server GGUF PARALLEL CONTEXT LOG [ARG...]
+#                             runs $LLAMA_SERVER (a llama-server built elsewhere) on 2 threads with
+#                             PARALLEL slots sharing CONTEXT tokens (and ARGs), waits until it answers
+#                             /health, sets llama_pid and llama_url
 bench_model() {
   local file="$models/$1-$2.gguf"
   [ -f "$file" ] || "$tokenhost" make-model "$file" --preset "$1" --type "$2" --seed 1 >&2
@@ -21,4 +25,14 @@ start_server() {
   line=$(grep "gateway listening" "$2") || { echo "the server did not start:"; cat "$2"; exit 1; }
   gw=$(sed -E 's/.*listening on [0-9.]+:([0-9]+),.*/\1/' <<<"$line")
   admin="http://127.0.0.1:$(sed -E 's/.*admin API on [0-9.]+:([0-9]+).*/\1/' <<<"$line")"
+}
+
+start_llama_server() {
+  local port=$(( 20000 + RANDOM % 20000 )) file=$1 parallel=$2 context=$3 log=$4
+  shift 4
+  "$LLAMA_SERVER" -m "$file" --host 127.0.0.1 --port $port -t 2 --parallel "$parallel" -c "$context" --no-webui "$@" > "$log" 2>&1 &
+  llama_pid=$!
+  llama_url="http://127.0.0.1:$port"
+  for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
+  echo "llama-server did not start:"; tail -20 "$log"; exit 1
 }

@@ -66,13 +66,7 @@ ask_tokenhost() {  # ask_tokenhost: seconds to the answer of one token
   grep -q '"choices"' "$out/answer.json" || { echo "tokenhost failed: $(cat "$out/answer.json")" >&2; exit 1; }
 }
 llama_start() {  # llama_start NAME: a fresh llama-server on the file, slots saved to $out/slots, logging to llama-NAME.log
-  local port=$(( 20000 + RANDOM % 20000 ))
-  "$LLAMA_SERVER" -m "$file" --host 127.0.0.1 --port $port -t 2 --parallel 1 -c 4096 --no-webui \
-    --slot-save-path "$out/slots" > "$out/llama-$1.log" 2>&1 &
-  llama_pid=$!
-  llama_url="http://127.0.0.1:$port"
-  for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
-  echo "llama-server did not start:"; tail -20 "$out/llama-$1.log"; exit 1
+  start_llama_server "$file" 1 4096 "$out/llama-$1.log" --slot-save-path "$out/slots"
 }
 ask_llama() {  # ask_llama: seconds to the answer of one token
   rm -f "$out/answer.json"

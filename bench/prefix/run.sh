@@ -45,13 +45,7 @@ start_server "$out/manifest.toml" "$out/serve.log"
 # llama_start: a fresh llama-server on the same file (its slots' caches empty); sets llama_url.
 llama_start() {
   [ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; }
-  local port=$(( 20000 + RANDOM % 20000 ))
-  "$LLAMA_SERVER" -m "$file" --host 127.0.0.1 --port $port -t 2 --parallel "$concurrency" \
-    -c $(( concurrency * 1024 )) --no-webui > "$out/llama.log" 2>&1 &
-  llama_pid=$!
-  llama_url="http://127.0.0.1:$port"
-  for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
-  echo "llama-server did not start:"; tail -20 "$out/llama.log"; exit 1
+  start_llama_server "$file" "$concurrency" $(( concurrency * 1024 )) "$out/llama.log"
 }
 
 # cached_tokens: the prefix engine's prompt tokens served from its cache so far.

@@ -45,13 +45,9 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null; [ -n "$llama_pid" ] && kill $llama
 # up SETTING: starts that server; sets url.
 up() {
   if [ "$1" = llama ]; then
-    local port=$(( 20000 + RANDOM % 20000 ))
-    "$LLAMA_SERVER" -m "$model" --host 127.0.0.1 --port $port -t 2 --parallel 64 -c $(( 64 * 256 )) --no-webui \
-      > "$out/llama.log" 2>&1 &
-    llama_pid=$!
-    url="http://127.0.0.1:$port"
-    for _ in $(seq 600); do curl -sf "$url/health" > /dev/null 2>&1 && return; sleep 0.1; done
-    echo "llama-server did not start:"; tail -20 "$out/llama.log"; exit 1
+    start_llama_server "$model" 64 $(( 64 * 256 )) "$out/llama.log"
+    url=$llama_url
+    return
   fi
   start_server "$out/$1.toml" "$out/$1.log"
   url="http://127.0.0.1:$gw"

@@ -36,12 +36,7 @@ start_server "$out/manifest.toml" "$out/serve.log"
 
 llama_start() {  # llama_start CONCURRENCY: a llama-server on the same file with that many slots; sets llama_url
   [ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; }
-  local port=$(( 20000 + RANDOM % 20000 ))
-  "$LLAMA_SERVER" -m "$file" --host 127.0.0.1 --port $port -t 2 --parallel "$1" -c $(( $1 * 512 )) --no-webui > "$out/llama.log" 2>&1 &
-  llama_pid=$!
-  llama_url="http://127.0.0.1:$port"
-  for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
-  echo "llama-server did not start:"; tail -20 "$out/llama.log"; exit 1
+  start_llama_server "$file" "$1" $(( $1 * 512 )) "$out/llama.log"
 }
 
 # run SETTING CONCURRENCY NAME: one load; prints "output_tok_s itl_p50_ms itl_p99_ms".

@@ -4,8 +4,6 @@
 
 #include <sys/resource.h>
 
-#include <cstring>
-#include <memory>
 #include <thread>
 #include <vector>
 
