@@ -7,6 +7,9 @@
 #                             runs $LLAMA_SERVER (a llama-server built elsewhere) on 2 threads with
 #                             PARALLEL slots sharing CONTEXT tokens (and ARGs), waits until it answers
 #                             /health, sets llama_pid and llama_url
+#   stop_llama_server         stops the llama-server of llama_pid, if any, and clears it. A server
+#                             started in a subshell (a function read through "< <(...)") must be
+#                             stopped there: the caller never sees its llama_pid
 bench_model() {
   local file="$models/$1-$2.gguf"
   [ -f "$file" ] || "$tokenhost" make-model "$file" --preset "$1" --type "$2" --seed 1 >&2
@@ -35,4 +38,9 @@ start_llama_server() {
   llama_url="http://127.0.0.1:$port"
   for _ in $(seq 600); do curl -sf "$llama_url/health" > /dev/null 2>&1 && return; sleep 0.1; done
   echo "llama-server did not start:"; tail -20 "$log"; exit 1
+}
+
+stop_llama_server() {
+  if [ -n "${llama_pid:-}" ]; then kill "$llama_pid" 2>/dev/null || true; wait "$llama_pid" 2>/dev/null || true; fi
+  llama_pid=""
 }

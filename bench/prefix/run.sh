@@ -44,7 +44,7 @@ start_server "$out/manifest.toml" "$out/serve.log"
 
 # llama_start: a fresh llama-server on the same file (its slots' caches empty); sets llama_url.
 llama_start() {
-  [ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; }
+  stop_llama_server
   start_llama_server "$file" "$concurrency" $(( concurrency * 1024 )) "$out/llama.log"
 }
 
@@ -73,7 +73,7 @@ run() {
     console.log(r.ttft_ms.p50.toFixed(1), r.ttft_ms.p99.toFixed(1), r.wall_time_s.toFixed(2));' "$out/$2.json"
   # run's caller reads it through a process substitution, a subshell: the llama-server it started is
   # stopped here, where its pid is known (the caller's llama_pid never is).
-  if [ -n "$llama_pid" ]; then kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; fi
+  stop_llama_server
 }
 
 machine_line
@@ -89,7 +89,7 @@ for round in $(seq "$rounds"); do
     echo "round $round $setting: TTFT p50 $p50 ms, p99 $p99 ms, wall $wall s, cached tokens $(( c1 - c0 ))" >&2
   done
 done
-[ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; llama_pid=""; }
+stop_llama_server
 
 node -e '
   const rows = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").slice(1).map((l) => l.split("\t"));

@@ -54,7 +54,7 @@ up() {
 }
 down() {
   [ -n "$pid" ] && { kill -TERM $pid; wait $pid || true; pid=""; }
-  [ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; llama_pid=""; }
+  stop_llama_server
   return 0
 }
 

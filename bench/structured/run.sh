@@ -35,7 +35,7 @@ sed -e "s|@MODEL@|$file|" "$here/manifest.toml.in" > "$out/manifest.toml"
 start_server "$out/manifest.toml" "$out/serve.log"
 
 llama_start() {  # llama_start CONCURRENCY: a llama-server on the same file with that many slots; sets llama_url
-  [ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; }
+  stop_llama_server
   start_llama_server "$file" "$1" $(( $1 * 512 )) "$out/llama.log"
 }
 
@@ -52,6 +52,9 @@ run() {
   node -e 'const r = require(process.argv[1]);
     if (r.requests_failed > 0) { console.error(`${r.requests_failed} requests failed`); process.exit(1); }
     console.log(r.output_throughput.toFixed(1), r.itl_ms.p50.toFixed(2), r.itl_ms.p99.toFixed(2));' "$out/$3.json"
+  # run's caller reads it through a process substitution, a subshell: the llama-server it started is
+  # stopped here, where its pid is known (the caller's llama_pid never is).
+  stop_llama_server
 }
 
 machine_line
@@ -67,7 +70,7 @@ for round in $(seq "$rounds"); do
     done
   done
 done
-[ -n "$llama_pid" ] && { kill $llama_pid 2>/dev/null || true; wait $llama_pid 2>/dev/null || true; llama_pid=""; }
+stop_llama_server
 grep "compiled" "$out/serve.log" | head -3 >&2
 
 node -e '
