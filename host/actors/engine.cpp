@@ -706,12 +706,20 @@ engine_actor::behavior_type engine(self_ptr self, EngineInit init) {
   warn_no_speculation(self->state);
   self->state.swaps.bind(self->state.init.metrics, self->state.init.name);
   self->state.swaps.applied(slot_of(TH_KIND_KVCACHE).name(), self->state.init.kvcache_swap_requested_ns);
-  self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
-    self->state.kv = kv;
+  if (const auto& kv = self->state.init.kv) {
+    // Known before any request: one arriving before an answer from the worker would find no block size
+    // and neither look its prompt up with the others nor wait behind a shared prefix.
+    self->state.kv = *kv;
     self->state.kv_known = true;
     update_gauges(self->state);
-    tick(self);
-  });
+  } else {
+    self->request(self->state.init.worker, caf::infinite, status_atom::value).then([self](const KvState& kv) {
+      self->state.kv = kv;
+      self->state.kv_known = true;
+      update_gauges(self->state);
+      tick(self);
+    });
+  }
   return {
       [=](generate_atom, GenerateRequest req) -> caf::result<GenerateResult> {
         auto& s = self->state;

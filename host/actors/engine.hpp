@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "actors/engine_vitals.hpp"
@@ -63,6 +64,10 @@ struct EngineInit {
   // when it keeps none. The engine adds the blocks its sequences publish and drops those evicted.
   std::shared_ptr<PrefixSummary> prefix_summary;
   worker_actor worker;
+  // The KV pool as the worker reported it before the engine started (the server asks it first): the
+  // engine schedules, looks up and admits behind shared prefixes with it from its first request. Unset:
+  // the engine asks the worker as it starts, and schedules nothing until the answer.
+  std::optional<KvState> kv;
   metrics::Registry* metrics = nullptr;
   // The engine's draft sessions (speculation/draft_sessions.hpp), for its admin status; may be NULL.
   std::shared_ptr<DraftSessions> drafts;

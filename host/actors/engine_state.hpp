@@ -100,9 +100,9 @@ struct EngineState {
   KvState kv;
   bool step_in_flight = false;
   bool draining = false;
-  bool retiring = false;
-  SwapLatency swaps;  // scheduler and spec_decode swaps (the worker keeps its own)  // replaced or removed: finishing what it has, then stopping
-  bool kv_known = false;  // the worker has told the KV pool's size: scheduling may start
+  bool retiring = false;  // replaced or removed: finishing what it has, then stopping
+  SwapLatency swaps;  // scheduler and spec_decode swaps (the worker keeps its own)
+  bool kv_known = false;  // the KV pool's size is known (EngineInit::kv, or the worker's answer): scheduling may start
   uint64_t steps = 0, tokens_out = 0, preemptions = 0;
   // Speculative decoding since the engine started: drafts verified, their tokens, those accepted.
   uint64_t spec_drafts = 0, spec_drafted = 0, spec_accepted = 0, spec_propose_failures = 0;

@@ -233,6 +233,7 @@ std::shared_ptr<EngineHandle> EngineFactory::build(const EngineDecl& decl, uint6
               [&](const KvState& kv) {
                 facts.kv_positions = uint64_t(kv.total_blocks) * kv.block_size;
                 kv_blocks = kv.total_blocks, kv_block_size = kv.block_size;
+                e.kv = kv;
                 // Cache-aware routing: what its prefix cache holds, at most as many blocks as its pool.
                 if (e.prefix_cache && kv.block_size > 0) facts.prefix_summary = std::make_shared<PrefixSummary>(kv.block_size, kv.total_blocks);
               },
