@@ -276,77 +276,64 @@ void repack(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, ui
   }
 }
 
-// Group gi of W packed weight rows (chunks: the group's in row 0, row i's i * row_bytes further;
-// scales: row 0's) against R activation rows, into acc[i * R + k]. Half: the row's last, 8-block group.
-template <class Type, size_t W, size_t R, bool Half>
-TH_512_INLINE void packed_group(const uint8_t* chunks, const uint8_t* scales, size_t row_bytes, const QRows& x,
-                                size_t stride, size_t gi, __m512* acc) {
+// Group gi of a packed weight row (chunks: the group's; scales: the row's) against R activation rows,
+// into acc[k]. Half: the row's last, 8-block group.
+template <class Type, size_t R, bool Half>
+TH_512_INLINE void packed_group(const uint8_t* chunks, const uint8_t* scales, const QRows& x, size_t stride, size_t gi,
+                                __m512* acc) {
   const GroupBlock* xg[R];
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) xg[k] = reinterpret_cast<const GroupBlock*>(x.blocks + k * stride) + gi;
   // Per output, P partial sums of its chunks (chunk j into partial j % P), so that one row's eight
   // vpdpbusd are not one chain of dependent instructions; integer sums, so the split changes nothing.
-  constexpr size_t P = W * R >= 4 ? 1 : 4 / (W * R);
-  __m512i dots[P][W * R];
+  constexpr size_t P = R >= 4 ? 1 : 4 / R;
+  __m512i dots[P][R];
   #pragma GCC unroll 8
-  for (size_t o = 0; o < W * R; ++o) {
-    dots[0][o] = load512(xg[o % R]->bias);
+  for (size_t k = 0; k < R; ++k) {
+    dots[0][k] = load512(xg[k]->bias);
     #pragma GCC unroll 4
-    for (size_t p = 1; p < P; ++p) dots[p][o] = _mm512_setzero_si512();
+    for (size_t p = 1; p < P; ++p) dots[p][k] = _mm512_setzero_si512();
   }
-  __m512i w8[W][8];
+  // Weights packed at load stream from memory (the first activation rows of a product): the group's
+  // columns and its scales, which lie apart, each ahead of where they are read.
+  prefetch_ahead(chunks, (Half ? 32 : 64) * Type::stored);
+  prefetch_ahead(scales + 2 * gi * kGroup, 1);
+  __m512i regs[Type::stored], w8[8];
   #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) {
-    const uint8_t* p = chunks + i * row_bytes;
-    // Weights packed at load stream from memory (the first activation rows of a product): the group's
-    // columns and its scales, which lie apart, each ahead of where they are read.
-    prefetch_ahead(p, (Half ? 32 : 64) * Type::stored);
-    prefetch_ahead(scales + i * row_bytes + 2 * gi * kGroup, 1);
-    __m512i regs[Type::stored];
-    #pragma GCC unroll 8
-    for (size_t c = 0; c < Type::stored; ++c)
-      regs[c] = Half ? _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(p + 32 * c)))
-                     : load512(p + 64 * c);
-    Type::unpack(regs, w8[i]);
-  }
+  for (size_t c = 0; c < Type::stored; ++c)
+    regs[c] = Half ? _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(chunks + 32 * c)))
+                   : load512(chunks + 64 * c);
+  Type::unpack(regs, w8);
   #pragma GCC unroll 8
   for (size_t j = 0; j < 8; ++j)
     #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) {
-      const __m512i xj = load512(xg[k]->chunk[j]);
-      #pragma GCC unroll 8
-      for (size_t i = 0; i < W; ++i) dots[j % P][i * R + k] = _mm512_dpbusd_epi32(dots[j % P][i * R + k], w8[i][j], xj);
-    }
+    for (size_t k = 0; k < R; ++k) dots[j % P][k] = _mm512_dpbusd_epi32(dots[j % P][k], w8[j], load512(xg[k]->chunk[j]));
+  const uint8_t* at = scales + 2 * gi * kGroup;
+  const __m512 dw = _mm512_cvtph_ps(Half ? _mm256_zextsi128_si256(load128(at))
+                                         : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
   #pragma GCC unroll 8
-  for (size_t i = 0; i < W; ++i) {
-    const uint8_t* at = scales + i * row_bytes + 2 * gi * kGroup;
-    const __m512 dw = _mm512_cvtph_ps(Half ? _mm256_zextsi128_si256(load128(at))
-                                           : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
-    #pragma GCC unroll 8
-    for (size_t k = 0; k < R; ++k) {
-      __m512i sum = dots[0][i * R + k];
-      #pragma GCC unroll 4
-      for (size_t p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, dots[p][i * R + k]);
-      acc[i * R + k] = scale_add(sum, dw, _mm512_load_ps(xg[k]->d), acc[i * R + k]);
-    }
+  for (size_t k = 0; k < R; ++k) {
+    __m512i sum = dots[0][k];
+    #pragma GCC unroll 4
+    for (size_t p = 1; p < P; ++p) sum = _mm512_add_epi32(sum, dots[p][k]);
+    acc[k] = scale_add(sum, dw, _mm512_load_ps(xg[k]->d), acc[k]);
   }
 }
 
-template <class Type, size_t W, size_t R>
-void dot_packed(const uint8_t* wp, size_t row_bytes, const QRows& x, size_t nb, float* out) {
+// out[k] = dot(packed weight row, activation row k) for k < R.
+template <class Type, size_t R>
+void dot_packed(const uint8_t* wp, const QRows& x, size_t nb, float* out) {
   const PackedShape shape = packed_shape<Type>(nb);
   const size_t stride = group_blocks(nb);
-  __m512 acc[W * R];
+  __m512 acc[R];
   #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) acc[i] = _mm512_setzero_ps();
+  for (size_t k = 0; k < R; ++k) acc[k] = _mm512_setzero_ps();
   const uint8_t* scales = wp + shape.scale_offset;
   size_t gi = 0;
-  for (; gi < shape.full; ++gi)
-    packed_group<Type, W, R, false>(wp + gi * 64 * Type::stored, scales, row_bytes, x, stride, gi, acc);
-  if (gi < shape.groups)
-    packed_group<Type, W, R, true>(wp + gi * 64 * Type::stored, scales, row_bytes, x, stride, gi, acc);
+  for (; gi < shape.full; ++gi) packed_group<Type, R, false>(wp + gi * 64 * Type::stored, scales, x, stride, gi, acc);
+  if (gi < shape.groups) packed_group<Type, R, true>(wp + gi * 64 * Type::stored, scales, x, stride, gi, acc);
   #pragma GCC unroll 8
-  for (size_t i = 0; i < W * R; ++i) out[i] = hsum512(acc[i]);
+  for (size_t k = 0; k < R; ++k) out[k] = hsum512(acc[k]);
 }
 
 // at_once[R]: w_rows packed weight rows against R activation rows, each weight row read once. The R
@@ -371,7 +358,7 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
   float out[R];
   if (R * shape.groups * kTouched <= kAtOnceWhole) {
     for (size_t i = 0; i < w_rows; ++i) {
-      dot_packed<Type, 1, R>(wp + i * row_bytes, row_bytes, x, nb, out);
+      dot_packed<Type, R>(wp + i * row_bytes, x, nb, out);
       for (size_t k = 0; k < R; ++k) y[k * y_stride + i] = out[k];
     }
     return;
@@ -391,9 +378,9 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
         for (size_t k = 0; k < R; ++k) a[k] = acc[i][k];
         size_t gi = g0;
         for (; gi < full_end; ++gi)
-          packed_group<Type, 1, R, false>(w + gi * 64 * Type::stored, w + shape.scale_offset, row_bytes, x, stride, gi, a);
+          packed_group<Type, R, false>(w + gi * 64 * Type::stored, w + shape.scale_offset, x, stride, gi, a);
         if (gi < g1)
-          packed_group<Type, 1, R, true>(w + gi * 64 * Type::stored, w + shape.scale_offset, row_bytes, x, stride, gi, a);
+          packed_group<Type, R, true>(w + gi * 64 * Type::stored, w + shape.scale_offset, x, stride, gi, a);
         #pragma GCC unroll 8
         for (size_t k = 0; k < R; ++k) acc[i][k] = a[k];
       }
@@ -408,7 +395,10 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
 // activation rows on, and below that the direct kernels, which read the weights as they are and
 // prepare each block once for up to four rows. Up to 8 rows go through one packed kernel for all of
 // them (at_once, one weight row at a time: the weights read once, where a group of four and then the
-// rest read them twice; 4 rows so too, rather than the two-row tile, which won only in cache).
+// rest read them twice; 4 rows so too, rather than the two-row tile, which won only in cache), and
+// more rows through it in passes (product() in matmul.cpp), rather than through groups of four rows
+// and tiles of two weight rows, or four (a 4 x 4 tile, its accumulators in L1 between groups, measured
+// 0.8x the groups of four at 64 and 512 rows at 2 threads).
 // Measured side by side on Zen 4 (bench_matmul_speed, 2 cores, 5632 x 2048 from memory, 2026-12-07):
 // packed at load against direct, 1-4 rows: q8_0 1.05-1.2x, q4_0 1.05-1.2x (in cache 1.2-1.7x); at
 // once against four and the rest, 5-8 rows: q8_0 1.25-1.4x, q4_0 1.3x. Repacked per product against
@@ -416,9 +406,7 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
 template <class Type>
 TypeKernels<QRows> kernels() {
   static const PackedKernels packed = [] {
-    PackedKernels p{Type::packed_min_rows,  packed_row_bytes<Type>, repack<Type>,
-                    dot_packed<Type, 1, 1>, dot_packed<Type, 1, 4>, dot_packed<Type, 2, 4>,
-                    2,                      dot_packed<Type, 1, 2>, dot_packed<Type, 1, 3>};
+    PackedKernels p{Type::packed_min_rows, packed_row_bytes<Type>, repack<Type>};
     p.at_once[1] = rows_packed<Type, 1>;
     p.at_once[2] = rows_packed<Type, 2>;
     p.at_once[3] = rows_packed<Type, 3>;

@@ -119,7 +119,8 @@ struct FRows {
 //         i < w_rows, k < R, each exactly as `one` computes it, every weight row read and prepared once
 //         for all R rows: a product of R rows takes it instead of groups of four and then the rest,
 //         which read the weights twice from 5 rows on (verification of a few drafts, small batches).
-//         Null: groups of four and the rest.
+//         A product of more rows than kMaxAtOnce takes it in passes of at most that many, where the
+//         set has at_once[kMaxAtOnce] and each count below it. Null: groups of four and the rest.
 constexpr size_t kMaxTileRows = 4;
 constexpr size_t kMaxAtOnce = 8;
 
@@ -160,16 +161,14 @@ TypeKernels<X> tile_kernels(typename TypeKernels<X>::Fn one, typename TypeKernel
 
 // Kernels that read weights packed into a layout of their own, against activations in QLayout::groups:
 // packed once at load (pack_weight in matmul.hpp), or else a block of rows at a time by each product of
-// at least min_rows rows and reused by all its activation rows. A packed row takes row_bytes(nb) bytes;
-// one, four, tile, two and three are as in TypeKernels, on packed rows.
+// at least min_rows rows and reused by all its activation rows. A packed row takes row_bytes(nb) bytes.
+// at_once is as in TypeKernels, on packed rows, with every count from 1 to kMaxAtOnce: a product of
+// any number of rows goes through it (more than kMaxAtOnce in passes).
 struct PackedKernels {
   size_t min_rows;
   size_t (*row_bytes)(size_t nb);
   // Repacks rows [0, rows) of weights (src_row_bytes apart, nb blocks each) into dst.
   void (*repack)(const uint8_t* src, size_t src_row_bytes, size_t rows, size_t nb, uint8_t* dst);
-  TypeKernels<QRows>::Fn one, four, tile;
-  size_t tile_rows;
-  TypeKernels<QRows>::Fn two = nullptr, three = nullptr;  // the rows after a product's groups of four
   TypeKernels<QRows>::RowsFn at_once[kMaxAtOnce + 1] = {};
 };
 

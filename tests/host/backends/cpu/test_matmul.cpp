@@ -195,7 +195,8 @@ TEST_CASE("matmul: a row's outputs are bit-identical whatever rows share its pro
         // 2, 3, 5, 6 and 7 rows (a group of four and the rest, below the row counts that repack the
         // weights); 8 rows (repacked, every row in one kernel); groups of four and a remainder of 1-3 rows,
         // enough rows for the kernels on repacked weights (whose results must be the one-row kernel's)
-        // where a set has them.
+        // where a set has them, or passes of 7 and 8 rows (37-39: five passes, 2-4 of them of 8) where
+        // it has kernels for up to 8 rows at once.
         RandomMatrix m(type, rows, cols, rng);
         const WeightView& w = m.view;
         for (size_t n_rows : {size_t(2), size_t(3), size_t(5), size_t(6), size_t(7), size_t(8), size_t(37), size_t(38),
