@@ -53,11 +53,13 @@ print("ok: --repeat 5: output_throughput %s, median %.1f, 95%% [%.1f, %.1f]" % (
 PY
 
 # The same server twice, for two workloads (seeds): nothing called. A change must be significant and at
-# least 10% here: on a 2-core machine whose client shares the server's cores, runs of a fraction of a
-# second each move by several percent.
+# least 25% here: on a 2-core machine whose client shares the server's cores, runs of a fraction of a
+# second each move by several percent, their p99 (of 24 requests: the slowest) by 10-30% (with a 10%
+# bar, ttft_ms.p99 was called worse in two full suite runs). The slowdown below moves what it affects by
+# 100% or more.
 for pair in "base same" "base2 same2"; do
   read -r a b <<<"$pair"
-  "$tokenhost" bench compare "$work/$a.json" "$work/$b.json" --min-effect 10 > "$work/same.txt" || fail "compare"
+  "$tokenhost" bench compare "$work/$a.json" "$work/$b.json" --min-effect 25 > "$work/same.txt" || fail "compare"
   cat "$work/same.txt"
   grep -qE " (better|worse)$" "$work/same.txt" && fail "two runs of the same server differ significantly"
   [ "$(grep -c "no significant difference" "$work/same.txt")" = 9 ] || fail "not every figure tested"
