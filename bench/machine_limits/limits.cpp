@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -220,16 +221,24 @@ MachineLimits measure_machine_limits(size_t threads, int runs, double seconds) {
   if (vnni && __builtin_cpu_supports("avx512vl")) m.int8_vnni256 = gmacs(vnni256);
   if (__builtin_cpu_supports("avx2")) m.int8_avx2 = gmacs(avx2_int8), m.f32_fma256 = gmacs(fma256);
   if (__builtin_cpu_supports("avx512f")) m.f32_fma512 = gmacs(fma512);
-  // 512 MiB, in one slice per thread, written once so that every page is mapped.
-  const size_t bytes = size_t(512) << 20, slice = bytes / threads / 128 * 128;
-  auto* data = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-  for (size_t i = 0; i < bytes; ++i) data[i] = uint8_t(i * 131);
-  m.bandwidth_gbs = median_of(runs, [&] {
-    std::atomic<size_t> next{0};
-    return rate(threads, seconds, [&](double s) { return stream_read(data + (next++) * slice, slice, s); }) / 1e9;
-  });
-  std::free(data);
+  const ReadBandwidth read(threads);
+  m.bandwidth_gbs = median_of(runs, [&] { return read.gbs(seconds); });
   return m;
+}
+
+// 512 MiB, in one slice per thread, written once so that every page is mapped.
+ReadBandwidth::ReadBandwidth(size_t threads)
+    : threads_(threads), slice_((size_t(512) << 20) / threads / 128 * 128),
+      data_(static_cast<uint8_t*>(std::aligned_alloc(64, size_t(512) << 20))) {
+  if (data_ == nullptr) throw std::bad_alloc();
+  for (size_t i = 0; i < (size_t(512) << 20); ++i) data_[i] = uint8_t(i * 131);
+}
+
+ReadBandwidth::~ReadBandwidth() { std::free(data_); }
+
+double ReadBandwidth::gbs(double seconds) const {
+  std::atomic<size_t> next{0};
+  return rate(threads_, seconds, [&](double s) { return stream_read(data_ + (next++) * slice_, slice_, s); }) / 1e9;
 }
 
 }  // namespace tokenhost::bench

@@ -23,4 +23,21 @@ struct MachineLimits {
 // Each figure is the median of `runs` measurements of about `seconds` each.
 MachineLimits measure_machine_limits(size_t threads, int runs = 5, double seconds = 0.25);
 
+// The memory bandwidth a streaming read gets over `threads` threads, each reading its slice of a
+// buffer far larger than the caches (512 MiB, kept and mapped for the next measurement): what a decode
+// reading its weights can reach at most. A figure moves with the machine's memory traffic, by up to
+// 1.6x between minutes on the 2-core VM: measure it beside what it is the floor of.
+class ReadBandwidth {
+ public:
+  explicit ReadBandwidth(size_t threads);
+  ~ReadBandwidth();
+  ReadBandwidth(const ReadBandwidth&) = delete;
+  ReadBandwidth& operator=(const ReadBandwidth&) = delete;
+  double gbs(double seconds = 0.25) const;  // GB/s (1e9 bytes), one measurement
+
+ private:
+  size_t threads_, slice_;
+  unsigned char* data_;
+};
+
 }  // namespace tokenhost::bench

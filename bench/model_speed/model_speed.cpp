@@ -1,7 +1,8 @@
 // bench_model_speed: single-stream decode and prefill speed of GGUF models on the CPU, with the memory
 // bandwidth measured alongside (a STREAM-style triad, same thread count) so that each decode figure
 // is reported against its floor: weight bytes read per token / bandwidth; and against a read floor
-// from a read-only sweep (one stream of reads per core, as decode reads, where the triad runs three).
+// from a streaming read (bench::ReadBandwidth, as decode reads, where the triad also writes) measured
+// right before and after each decode: each run's share of its own floor, their median reported.
 //
 //   bench_model_speed --model A.gguf --model B.gguf [--runs 3] [--decode 64] [--prefill 512]
 //                     [--attention attention.cpu_flash] [--kernels avx2,avx512vnni] [--batches 4,16]
@@ -23,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/median.hpp"
+#include "machine_limits/limits.hpp"
 #include "model/quant.hpp"
 #include "plugin/catalog.hpp"
 #include "base/allocator_tuning.hpp"
@@ -67,28 +69,6 @@ double triad_gbs(size_t threads) {
   return 24.0 * double(a.size()) / seconds / 1e9;
 }
 
-// Reads one array far larger than the caches (summing it), split over `threads` threads: one stream of
-// reads per core, as a decode reads its weights. The triad runs three streams a core and may read more
-// per second than one stream can; this is the floor a decode can reach.
-double read_gbs(size_t threads) {
-  static std::vector<double> a(size_t(1) << 26, 1.0);  // 512 MiB
-  std::vector<double> sums(threads);
-  const double seconds = on_threads(threads, a.size(), [&](size_t t, size_t begin, size_t end) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the adds keep up with memory
-    for (size_t i = begin; i + 4 <= end; i += 4) {
-      s0 += a[i];
-      s1 += a[i + 1];
-      s2 += a[i + 2];
-      s3 += a[i + 3];
-    }
-    sums[t] = (s0 + s1) + (s2 + s3);
-  });
-  double total = 0;
-  for (double x : sums) total += x;
-  if (total != double(a.size())) std::fprintf(stderr, "read_gbs: wrong sum %.0f\n", total);  // keeps the reads
-  return 8.0 * double(a.size()) / seconds / 1e9;
-}
-
 struct ModelRun {
   std::string path;
   LoadedModel model;
@@ -97,8 +77,11 @@ struct ModelRun {
   std::shared_ptr<PluginInstance> moe;  // MoE models: moe.topk
   size_t bytes_per_token = 0;
   std::vector<std::vector<double>> decode, prefill;  // per kernel set
-  std::vector<std::vector<double>> batched;          // per batch size
-  std::vector<double> triad, read;
+  // Per kernel set and run: the read bandwidth measured right before and right after the decode (their
+  // mean), and the decode's share of the floor that gives.
+  std::vector<std::vector<double>> read, read_share;
+  std::vector<std::vector<double>> batched;  // per batch size
+  std::vector<double> triad;
 };
 
 int32_t argmax(const std::vector<float>& logits) {
@@ -175,6 +158,8 @@ int main(int argc, char** argv) {
     r.path = path;
     r.decode.resize(kernel_sets.size());
     r.prefill.resize(kernel_sets.size());
+    r.read.resize(kernel_sets.size());
+    r.read_share.resize(kernel_sets.size());
     r.model = load_gguf_model(path, "bench");
     r.model.weights = find_backend(TH_DEVICE_CPU)->place_weights(r.model.weights, 0, WeightPlacement{});  // packed
     const auto& w = *r.model.weights;
@@ -212,7 +197,8 @@ int main(int argc, char** argv) {
   // One untimed prefill and decode per model and kernel set first (as llama-bench warms up): the first
   // pass faults in the activations, the packed weights' pages and the triad's arrays.
   triad_gbs(threads);
-  read_gbs(threads);
+  const bench::ReadBandwidth read_bandwidth(threads);
+  read_bandwidth.gbs();
   for (auto& r : list) {
     std::vector<int32_t> prompt(prefill_tokens, 3);
     for (const auto& set : kernel_sets) {
@@ -223,7 +209,6 @@ int main(int argc, char** argv) {
   for (int run = 0; run < runs; ++run) {
     for (auto& r : list) {
       r.triad.push_back(triad_gbs(threads));
-      r.read.push_back(read_gbs(threads));
       const uint32_t vocab = r.model.weights->spec.info.vocab_size;
       std::vector<int32_t> prompt(prefill_tokens);
       for (auto& t : prompt) t = int32_t(3 + rng() % (vocab - 3));
@@ -233,13 +218,20 @@ int main(int argc, char** argv) {
         // Prefill: the prompt in one chunk, timed to the first token.
         auto stats = r.generator->generate(prompt, 1, -1, Generator::greedy, [](int32_t) { return true; });
         r.prefill[k].push_back(prefill_tokens / stats.prefill_seconds);
-        // Decode: a short prompt, then decode_tokens tokens one step each.
+        // Decode: a short prompt, then decode_tokens tokens one step each, between two measurements of
+        // the read bandwidth: the memory's speed moves between minutes, and a floor measured apart
+        // from its decode gave shares of 114-338%.
         std::vector<int32_t> short_prompt(prompt.begin(), prompt.begin() + 8);
+        const double read_before = read_bandwidth.gbs();
         stats = r.generator->generate(short_prompt, decode_tokens, -1, Generator::greedy, [](int32_t) { return true; });
+        const double read_after = read_bandwidth.gbs();
         r.decode[k].push_back((stats.generated - 1) / stats.decode_seconds);
-        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s, read %.1f GB/s\n",
+        r.read[k].push_back((read_before + read_after) / 2);
+        r.read_share[k].push_back(r.decode[k].back() * double(r.bytes_per_token) / (r.read[k].back() * 1e9));
+        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s, read %.1f / %.1f GB/s "
+                     "before / after the decode (%.0f%% of its floor)\n",
                      run + 1, r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(),
-                     r.triad.back(), r.read.back());
+                     r.triad.back(), read_before, read_after, 100.0 * r.read_share[k].back());
       }
       use_matmul_kernels(kernel_sets[0]);
       for (size_t i = 0; i < batches.size(); ++i) {
@@ -256,12 +248,12 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto& r : list) {
     for (size_t k = 0; k < kernel_sets.size(); ++k) {
-      const double triad = median(r.triad), read = median(r.read), decode = median(r.decode[k]);
+      const double triad = median(r.triad), decode = median(r.decode[k]);
       const double floor = triad * 1e9 / double(r.bytes_per_token);
-      const double read_floor = read * 1e9 / double(r.bytes_per_token);
+      // The read floor's share: the median of each run's decode against the reads beside it.
       std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", r.path.c_str(), threads,
                   kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
-                  floor, 100.0 * decode / floor, read, 100.0 * decode / read_floor);
+                  floor, 100.0 * decode / floor, median(r.read[k]), 100.0 * median(r.read_share[k]));
     }
   }
   if (!batches.empty()) {

@@ -3,7 +3,7 @@
 // scratch of their own). With glibc's defaults, memory freed at the top of a heap above 128 KiB goes
 // back to the system at once, so the next step faults it in again, zeroed; the thresholds move only
 // when a large mapped block happens to be freed, so whether a server suffered this depended on what it
-// had freed before, down to the length of the path it was started by. Measured on Zen 4 (2 cores,
+// had freed before, down to the length of the path it was started by. Measured on Zen 5 (2 cores,
 // 110M Q8_0, 64 streams of 15 + 128 tokens, six alternating servers each, 2026-12-07): 128,000-157,000
 // page faults per load and 673-828 output tokens/s without these settings, none after startup and
 // 824-1008 tokens/s with them. Memory freed now stays with the process up to kTrimThreshold per heap.

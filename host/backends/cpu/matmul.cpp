@@ -24,9 +24,9 @@ namespace {
 
 using namespace matmul_detail;
 
-// Whether 512-bit registers are preferred: on AMD's cores (Zen 4 on), which run each 512-bit
-// instruction as two 256-bit halves at full clock, they halve a kernel's instructions (the float tiles
-// gained ~1.45x); the Intel Xeons with VNNI measured (Ice Lake) lower their clock on them instead.
+// Whether 512-bit registers are preferred: on AMD's cores (Zen 4 runs each 512-bit instruction as two
+// 256-bit halves, Zen 5 at full width, both at full clock) they halve a kernel's instructions (the
+// float tiles gained ~1.45x); the Intel Xeons with VNNI measured (Ice Lake) lower their clock on them.
 bool prefer_512_bit() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -122,7 +122,7 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
       // pass the block in as few passes as that takes, of rows as even in number as they can be (9: 5
       // and 4, not 8 and 1): each pass reads the block from L2 once for all its rows, where groups of
       // four read it once per four. Balanced passes against groups of four and 2-row tiles, q8_0 / q4_0
-      // from memory, 2048 columns, 2 threads (Zen 4, 2026-12-07, 5 alternating runs): 9 rows 1.09x /
+      // from memory, 2048 columns, 2 threads (Zen 5, 2026-12-07, 5 alternating runs): 9 rows 1.09x /
       // 0.99x, 12 1.22x / 1.05x, 17 1.35x / 1.11x, 24 1.02x / 1.05x, 33 1.08x / 1.0x, 64 1.05x / 1.04x.
       if (k.at_once[std::min(n_rows, kMaxAtOnce)] != nullptr) {
         const size_t passes = (n_rows + kMaxAtOnce - 1) / kMaxAtOnce;

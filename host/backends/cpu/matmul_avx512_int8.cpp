@@ -342,7 +342,7 @@ void dot_packed(const uint8_t* wp, const QRows& x, size_t nb, float* out) {
 // halved the products' speed there. So a product whose activations exceed kAtOnceWhole goes a span of
 // kAtOnceSpan bytes of them at a time across kAtOnceRows weight rows, their accumulators kept in memory
 // between spans: every lane still adds its groups in dot_packed's order, so the results are `one`'s bit
-// for bit. Measured on Zen 4 (2 cores, weights from memory, q8_0, 2026-12-07): 5632 columns, 4 / 5 / 8
+// for bit. Measured on Zen 5 (2 cores, weights from memory, q8_0, 2026-12-07): 5632 columns, 4 / 5 / 8
 // rows 90 / 90 / 123 -> 112-145 / 128-158 / 146-195 GMAC/s; spans at 2048 columns (8 rows: 20 KiB) were
 // slower than none, and spans of 4-8 KiB or 16 KiB, or 8 weight rows at a time, slower than these.
 constexpr size_t kAtOnceWhole = 20 * 1024;
@@ -399,7 +399,7 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
 // more rows through it in passes (product() in matmul.cpp), rather than through groups of four rows
 // and tiles of two weight rows, or four (a 4 x 4 tile, its accumulators in L1 between groups, measured
 // 0.8x the groups of four at 64 and 512 rows at 2 threads).
-// Measured side by side on Zen 4 (bench_matmul_speed, 2 cores, 5632 x 2048 from memory, 2026-12-07):
+// Measured side by side on Zen 5 (bench_matmul_speed, 2 cores, 5632 x 2048 from memory, 2026-12-07):
 // packed at load against direct, 1-4 rows: q8_0 1.05-1.2x, q4_0 1.05-1.2x (in cache 1.2-1.7x); at
 // once against four and the rest, 5-8 rows: q8_0 1.25-1.4x, q4_0 1.3x. Repacked per product against
 // direct, 4-7 rows: 0.65x at 4 rows, 0.8-0.9x at 5-7, so the direct kernels keep them.

@@ -38,7 +38,7 @@ struct Kernels {
 
 // The kernels of a level: "portable", "avx2" (AVX2 + FMA + F16C); null where the CPU (or the build)
 // lacks it. (512-bit versions were measured: a decode row reads each key and value once, and they were
-// no faster than the AVX2 ones on Zen 4; the time goes to memory, which prefetch_block addresses.)
+// no faster than the AVX2 ones on Zen 5; the time goes to memory, which prefetch_block addresses.)
 const Kernels* portable_kernels();
 const Kernels* avx2_kernels();
 
