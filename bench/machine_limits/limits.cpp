@@ -226,12 +226,11 @@ MachineLimits measure_machine_limits(size_t threads, int runs, double seconds) {
   return m;
 }
 
-// 512 MiB, in one slice per thread, written once so that every page is mapped.
+// One slice per thread, written once so that every page is mapped.
 ReadBandwidth::ReadBandwidth(size_t threads)
-    : threads_(threads), slice_((size_t(512) << 20) / threads / 128 * 128),
-      data_(static_cast<uint8_t*>(std::aligned_alloc(64, size_t(512) << 20))) {
+    : threads_(threads), slice_(kBytes / threads / 128 * 128), data_(static_cast<uint8_t*>(std::aligned_alloc(64, kBytes))) {
   if (data_ == nullptr) throw std::bad_alloc();
-  for (size_t i = 0; i < (size_t(512) << 20); ++i) data_[i] = uint8_t(i * 131);
+  for (size_t i = 0; i < kBytes; ++i) data_[i] = uint8_t(i * 131);
 }
 
 ReadBandwidth::~ReadBandwidth() { std::free(data_); }

@@ -36,6 +36,7 @@ class ReadBandwidth {
   double gbs(double seconds = 0.25) const;  // GB/s (1e9 bytes), one measurement
 
  private:
+  static constexpr size_t kBytes = size_t(512) << 20;
   size_t threads_, slice_;
   unsigned char* data_;
 };

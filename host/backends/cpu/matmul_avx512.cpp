@@ -1,7 +1,7 @@
 // The AVX-512 kernel set on 512-bit registers, for CPUs whose 512-bit instructions run at full clock
 // (AMD's Zen 4 executes each as two 256-bit halves, Zen 5 at full width, neither lowering the clock,
-// so a 512-bit register halves the instructions of a kernel for the same arithmetic). The set "avx512vnni" stays
-// the choice on CPUs that slow down on them (see matmul.cpp's preference order).
+// so a 512-bit register halves the instructions of a kernel for the same arithmetic). The set
+// "avx512vnni" stays the choice on CPUs that slow down on them (see matmul.cpp's preference order).
 //
 // Float kernels: the arithmetic of the AVX2 and avx512vnni sets' float_tile, lane for lane (a 512-bit
 // accumulator's lanes 0-7 are float_tile's first accumulator, 8-15 its second), in tiles of up to four

@@ -320,11 +320,10 @@ TH_512_INLINE void packed_group(const uint8_t* chunks, const uint8_t* scales, co
   }
 }
 
-// out[k] = dot(packed weight row, activation row k) for k < R.
+// out[k] = dot(packed weight row, activation row k) for k < R: the row of the given shape, the
+// activation rows `stride` blocks apart (both the product's, computed once for all its weight rows).
 template <class Type, size_t R>
-void dot_packed(const uint8_t* wp, const QRows& x, size_t nb, float* out) {
-  const PackedShape shape = packed_shape<Type>(nb);
-  const size_t stride = group_blocks(nb);
+void dot_packed(const uint8_t* wp, const PackedShape& shape, size_t stride, const QRows& x, float* out) {
   __m512 acc[R];
   #pragma GCC unroll 8
   for (size_t k = 0; k < R; ++k) acc[k] = _mm512_setzero_ps();
@@ -353,17 +352,17 @@ template <class Type, size_t R>
 void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows& x, size_t nb, float* y,
                  size_t y_stride) {
   const PackedShape shape = packed_shape<Type>(nb);
+  const size_t stride = group_blocks(nb);
   constexpr size_t kTouched = offsetof(GroupBlock, unused);  // bytes of a group the kernels read
   const size_t span = std::max<size_t>(1, kAtOnceSpan / (R * kTouched));
   float out[R];
   if (R * shape.groups * kTouched <= kAtOnceWhole) {
     for (size_t i = 0; i < w_rows; ++i) {
-      dot_packed<Type, R>(wp + i * row_bytes, x, nb, out);
+      dot_packed<Type, R>(wp + i * row_bytes, shape, stride, x, out);
       for (size_t k = 0; k < R; ++k) y[k * y_stride + i] = out[k];
     }
     return;
   }
-  const size_t stride = group_blocks(nb);
   __m512 acc[kAtOnceRows][R];
   for (size_t r0 = 0; r0 < w_rows; r0 += kAtOnceRows) {
     const size_t rows = std::min(kAtOnceRows, w_rows - r0);
@@ -398,7 +397,7 @@ void rows_packed(const uint8_t* wp, size_t row_bytes, size_t w_rows, const QRows
 // rest read them twice; 4 rows so too, rather than the two-row tile, which won only in cache), and
 // more rows through it in passes (product() in matmul.cpp), rather than through groups of four rows
 // and tiles of two weight rows, or four (a 4 x 4 tile, its accumulators in L1 between groups, measured
-// 0.8x the groups of four at 64 and 512 rows at 2 threads).
+// 0.78-0.99x the groups of four at 64 and 512 rows at 2 threads; bench/RESULTS.md has the others tried).
 // Measured side by side on Zen 5 (bench_matmul_speed, 2 cores, 5632 x 2048 from memory, 2026-12-07):
 // packed at load against direct, 1-4 rows: q8_0 1.05-1.2x, q4_0 1.05-1.2x (in cache 1.2-1.7x); at
 // once against four and the rest, 5-8 rows: q8_0 1.25-1.4x, q4_0 1.3x. Repacked per product against
