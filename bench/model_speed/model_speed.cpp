@@ -81,6 +81,8 @@ struct ModelRun {
   // mean), and the decode's share of the floor that gives.
   std::vector<std::vector<double>> read, read_share;
   std::vector<std::vector<double>> batched;  // per batch size
+  // The attention plugin's share of the decode's time: per kernel set, and per batch size.
+  std::vector<std::vector<double>> decode_attention, batched_attention;
   std::vector<double> triad;
 };
 
@@ -88,15 +90,21 @@ int32_t argmax(const std::vector<float>& logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+struct BatchedFigures {
+  double tokens_per_second, attention_share;
+};
+
 // Decode tokens/s of `batch` sequences together: their prompts in one step, then one step of `batch`
-// decode rows per generated token (greedy), timed from the first decode step.
-double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t generate, std::mt19937& rng) {
+// decode rows per generated token (greedy), timed from the first decode step; and the attention
+// plugin's share of that time.
+BatchedFigures batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t generate, std::mt19937& rng) {
   const auto& w = *r.model.weights;
   SlotInstances instances;
   instances.set(slot_of(TH_KIND_ATTENTION), r.attention);
   instances.set(slot_of(TH_KIND_KVCACHE), r.batch_kvcache);
   instances.set(slot_of(TH_KIND_MOE), r.moe);
-  const StepPlugins plugins{&instances};
+  PluginSeconds seconds;
+  const StepPlugins plugins{&instances, &seconds};
   StepBatch step;
   for (size_t s = 0; s < batch; ++s) {
     StepItem item;
@@ -106,6 +114,7 @@ double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t gener
     step.items.push_back(std::move(item));
   }
   auto logits = forward_step(w, step, plugins);
+  seconds = PluginSeconds{};  // the decode steps' alone
   const auto started = clock_type::now();
   for (uint32_t g = 1; g < generate; ++g) {
     for (size_t s = 0; s < batch; ++s) {
@@ -115,10 +124,10 @@ double batched_decode(ModelRun& r, size_t batch, uint32_t prompt, uint32_t gener
     }
     logits = forward_step(w, step, plugins);
   }
-  const double seconds = seconds_since(started);
+  const double elapsed = seconds_since(started);
   const auto& kv = r.batch_kvcache->vtable<th_kvcache_vtable>();
   for (size_t s = 0; s < batch; ++s) kv.seq_free(r.batch_kvcache->handle(), s + 1);
-  return double(batch) * (generate - 1) / seconds;
+  return {double(batch) * (generate - 1) / elapsed, seconds[slot_of(TH_KIND_ATTENTION)] / elapsed};
 }
 
 }  // namespace
@@ -160,6 +169,7 @@ int main(int argc, char** argv) {
     r.prefill.resize(kernel_sets.size());
     r.read.resize(kernel_sets.size());
     r.read_share.resize(kernel_sets.size());
+    r.decode_attention.resize(kernel_sets.size());
     r.model = load_gguf_model(path, "bench");
     r.model.weights = find_backend(TH_DEVICE_CPU)->place_weights(r.model.weights, 0, WeightPlacement{});  // packed
     const auto& w = *r.model.weights;
@@ -184,6 +194,7 @@ int main(int argc, char** argv) {
     r.generator = std::make_unique<Generator>(r.model.weights, r.attention,
                                               instantiate(catalog, "kvcache.paged", "bench", spec, kv), prefill_tokens, r.moe);
     r.batched.resize(batches.size());
+    r.batched_attention.resize(batches.size());
     if (!batches.empty()) {
       const size_t most = *std::max_element(batches.begin(), batches.end());
       toml::table bkv;
@@ -228,41 +239,46 @@ int main(int argc, char** argv) {
         r.decode[k].push_back((stats.generated - 1) / stats.decode_seconds);
         r.read[k].push_back((read_before + read_after) / 2);
         r.read_share[k].push_back(r.decode[k].back() * double(r.bytes_per_token) / (r.read[k].back() * 1e9));
-        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s, triad %.1f GB/s, read %.1f / %.1f GB/s "
-                     "before / after the decode (%.0f%% of its floor)\n",
+        r.decode_attention[k].push_back(stats.decode_attention_seconds / stats.decode_seconds);
+        std::fprintf(stderr, "run %d %s %s: prefill %.1f tok/s, decode %.2f tok/s (%.0f%% of it in attention), triad %.1f GB/s, "
+                     "read %.1f / %.1f GB/s before / after the decode (%.0f%% of its floor)\n",
                      run + 1, r.path.c_str(), kernel_sets[k].c_str(), r.prefill[k].back(), r.decode[k].back(),
-                     r.triad.back(), read_before, read_after, 100.0 * r.read_share[k].back());
+                     100.0 * r.decode_attention[k].back(), r.triad.back(), read_before, read_after, 100.0 * r.read_share[k].back());
       }
       use_matmul_kernels(kernel_sets[0]);
       for (size_t i = 0; i < batches.size(); ++i) {
-        r.batched[i].push_back(batched_decode(r, batches[i], batch_prompt, batch_generate, rng));
-        std::fprintf(stderr, "run %d %s: batch %zu decode %.1f tok/s\n", run + 1, r.path.c_str(), batches[i],
-                     r.batched[i].back());
+        const BatchedFigures f = batched_decode(r, batches[i], batch_prompt, batch_generate, rng);
+        r.batched[i].push_back(f.tokens_per_second);
+        r.batched_attention[i].push_back(f.attention_share);
+        std::fprintf(stderr, "run %d %s: batch %zu decode %.1f tok/s (%.0f%% of it in attention)\n", run + 1, r.path.c_str(),
+                     batches[i], r.batched[i].back(), 100.0 * f.attention_share);
       }
     }
   }
   std::printf("KV cache %s, attention %s\n\n", kv_dtype.c_str(), attention.c_str());
   std::printf("| model | threads | kernels | prefill %u tok/s | decode tok/s | MB read / token | triad GB/s | floor tok/s | "
-              "%% of floor | read GB/s | %% of read floor |\n",
+              "%% of floor | read GB/s | %% of read floor | attention's share of decode |\n",
               prefill_tokens);
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (auto& r : list) {
     for (size_t k = 0; k < kernel_sets.size(); ++k) {
       const double triad = median(r.triad), decode = median(r.decode[k]);
       const double floor = triad * 1e9 / double(r.bytes_per_token);
       // The read floor's share: the median of each run's decode against the reads beside it.
-      std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% |\n", r.path.c_str(), threads,
-                  kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
-                  floor, 100.0 * decode / floor, median(r.read[k]), 100.0 * median(r.read_share[k]));
+      std::printf("| %s | %zu | %s | %.1f | %.2f | %.1f | %.1f | %.1f | %.0f%% | %.1f | %.0f%% | %.0f%% |\n", r.path.c_str(),
+                  threads, kernel_sets[k].c_str(), median(r.prefill[k]), decode, double(r.bytes_per_token) / 1e6, triad,
+                  floor, 100.0 * decode / floor, median(r.read[k]), 100.0 * median(r.read_share[k]),
+                  100.0 * median(r.decode_attention[k]));
     }
   }
   if (!batches.empty()) {
-    std::printf("\n| model | threads | kernels | batch | prompt + generated per sequence | decode tok/s (all sequences) |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf("\n| model | threads | kernels | batch | prompt + generated per sequence | decode tok/s (all sequences) | "
+                "attention's share |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
     for (auto& r : list)
       for (size_t i = 0; i < batches.size(); ++i)
-        std::printf("| %s | %zu | %s | %zu | %u + %u | %.1f |\n", r.path.c_str(), threads, kernel_sets[0].c_str(),
-                    batches[i], batch_prompt, batch_generate, median(r.batched[i]));
+        std::printf("| %s | %zu | %s | %zu | %u + %u | %.1f | %.0f%% |\n", r.path.c_str(), threads, kernel_sets[0].c_str(),
+                    batches[i], batch_prompt, batch_generate, median(r.batched[i]), 100.0 * median(r.batched_attention[i]));
   }
   return 0;
 }

@@ -102,11 +102,13 @@ int run_generate(const GenerateOptions& o) {
         return true;
       });
   std::printf("\n");
-  std::fprintf(stderr, "prefill: %u tokens in %.3f s (%.1f tokens/s)\ndecode: %u tokens in %.3f s (%.1f tokens/s)\nfinish: %s\n",
+  std::fprintf(stderr,
+               "prefill: %u tokens in %.3f s (%.1f tokens/s)\ndecode: %u tokens in %.3f s (%.1f tokens/s), %.0f%% of it in "
+               "the attention plugin\nfinish: %s\n",
                stats.prompt_tokens, stats.prefill_seconds, stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9),
                stats.generated, stats.decode_seconds,
                stats.generated > 1 ? (stats.generated - 1) / std::max(stats.decode_seconds, 1e-9) : 0.0,
-               stats.finish_reason.c_str());
+               100.0 * stats.decode_attention_seconds / std::max(stats.decode_seconds, 1e-9), stats.finish_reason.c_str());
   return 0;
 }
 

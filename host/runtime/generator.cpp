@@ -73,6 +73,8 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
   });
   stats.prefill_seconds = std::chrono::duration<double>(clock::now() - started).count();
   started = clock::now();
+  PluginSeconds decode_seconds;  // the plugins' time in the decode steps
+  const StepPlugins decode_plugins{&plugins_, &decode_seconds};
   uint32_t position = uint32_t(prompt.size());
   stats.finish_reason = "length";
   while (stats.generated < max_new) {
@@ -89,9 +91,10 @@ GenerationStats Generator::generate(const std::vector<int32_t>& prompt, uint32_t
       break;
     }
     StepItem item{seq, position++, {token}, true, nullptr};
-    logits = std::move(backend_->run_step(*weights_, StepBatch{{item}}, plugins).at(0));
+    logits = std::move(backend_->run_step(*weights_, StepBatch{{item}}, decode_plugins).at(0));
   }
   stats.decode_seconds = std::chrono::duration<double>(clock::now() - started).count();
+  stats.decode_attention_seconds = decode_seconds[slot_of(TH_KIND_ATTENTION)];
   return stats;
 }
 

@@ -19,6 +19,8 @@ class Backend;  // backends/backend.hpp
 struct GenerationStats {
   uint32_t prompt_tokens = 0, generated = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  // Of decode_seconds, the time inside the attention plugin's forward() calls: its share of a step.
+  double decode_attention_seconds = 0;
   std::string finish_reason;  // "length", "stop" (end-of-sequence token), "context"
 };
 

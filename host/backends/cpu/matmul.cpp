@@ -369,28 +369,47 @@ const TypeKernels<QRows>* integer_kernels(const KernelSet& set, th_dtype type) {
       return nullptr;
   }
 }
-}  // namespace
 
-std::shared_ptr<void> pack_weight(WeightView& w) {
-  const KernelSet& set = *current_set().load();
+// The packed kernels of the set in use for w's type, or null.
+const PackedKernels* packed_kernels(const KernelSet& set, const WeightView& w) {
   const TypeKernels<QRows>* k = integer_kernels(set, w.type);
   if (k == nullptr || k->packed == nullptr || w.rows <= 0 || w.empty()) return nullptr;
-  const size_t nb = size_t(w.cols) / kBlock, row_bytes = k->packed->row_bytes(nb);
-  const size_t bytes = row_bytes * size_t(w.rows);
-  std::string why;
-  uint8_t* dst = static_cast<uint8_t*>(device_alloc(TH_DEVICE_CPU, 0, bytes, 64, why));
-  if (dst == nullptr) throw std::bad_alloc();
-  std::shared_ptr<void> owner(dst, [](void* p) { device_free(TH_DEVICE_CPU, p); });
-  const PackedKernels& packed = *k->packed;
+  return k->packed;
+}
+}  // namespace
+
+size_t packed_size(const WeightView& w) {
+  const PackedKernels* packed = packed_kernels(*current_set().load(), w);
+  return packed != nullptr ? packed->row_bytes(size_t(w.cols) / kBlock) * size_t(w.rows) : 0;
+}
+
+void pack_weight_into(WeightView& w, void* memory, size_t bytes) {
+  const KernelSet& set = *current_set().load();
+  const PackedKernels* packed = packed_kernels(set, w);
+  const size_t nb = size_t(w.cols) / kBlock, row_bytes = packed != nullptr ? packed->row_bytes(nb) : 0;
+  if (packed == nullptr || bytes != row_bytes * size_t(w.rows))  // the kernel set changed since packed_size
+    throw std::logic_error("pack_weight_into: " + std::to_string(bytes) + " bytes given, the packed copy takes " +
+                           std::to_string(row_bytes * size_t(w.rows)));
+  uint8_t* dst = static_cast<uint8_t*>(memory);
   compute_pool().parallel_for(
       size_t(w.rows),
       [&](size_t begin, size_t end) {
-        packed.repack(w.row(int64_t(begin)), w.row_bytes, end - begin, nb, dst + begin * row_bytes);
+        packed->repack(w.row(int64_t(begin)), w.row_bytes, end - begin, nb, dst + begin * row_bytes);
       },
       64);
   w.packed = dst;
   w.packed_for = &set;
   w.packed_row_bytes = row_bytes;
+}
+
+std::shared_ptr<void> pack_weight(WeightView& w) {
+  const size_t bytes = packed_size(w);
+  if (bytes == 0) return nullptr;
+  std::string why;
+  void* dst = device_alloc(TH_DEVICE_CPU, 0, bytes, 64, why);
+  if (dst == nullptr) throw std::bad_alloc();
+  std::shared_ptr<void> owner(dst, [](void* p) { device_free(TH_DEVICE_CPU, p); });
+  pack_weight_into(w, dst, bytes);
   return owner;
 }
 

@@ -53,6 +53,12 @@ void grouped_matmul(const MatmulGroup* groups, size_t n_groups, size_t n_product
 // instead of the weights as they are (or blocks of them packed each time), with the same results bit
 // for bit. Returns null and changes nothing for other types and sets.
 std::shared_ptr<void> pack_weight(WeightView& w);
+// The same in two steps, for copies that share one allocation (a model's, in huge pages): the bytes
+// w's packed copy takes (0 where pack_weight would return null), then the packing into `bytes` bytes
+// at memory (64-byte aligned), which the caller owns and keeps while w is used. Throws
+// std::logic_error when bytes is not packed_size(w) under the kernel set now in use.
+size_t packed_size(const WeightView& w);
+void pack_weight_into(WeightView& w, void* memory, size_t bytes);
 
 // The kernel sets this CPU runs, preferred first: of "avx512" (AVX-512 VNNI on 512-bit registers,
 // first on AMD CPUs), "avx512vnni" (the same on 256-bit registers, first on Intel ones), "avx2" and

@@ -3,11 +3,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "model/quant.hpp"
 #include "backends/cpu/matmul.hpp"
+#include "base/devices.hpp"
 
 namespace tokenhost {
 
@@ -23,16 +27,28 @@ void pack_model_weights(ModelWeights& w) {
       for (WeightView* m : {&L.shared_expert.gate, &L.shared_expert.up, &L.shared_expert.down}) matrices.push_back(m);
   }
   matrices.push_back(&w.output);
+  // One allocation for every copy: from 8 MiB on the CPU backend places it in huge pages, where each
+  // copy on its own (most are below that) took 4 KiB pages, a TLB entry per 4 KiB the products stream.
+  constexpr size_t kAlign = 64;
+  std::vector<size_t> sizes;
   size_t packed = 0, count = 0;
   for (WeightView* m : matrices) {
-    std::shared_ptr<void> copy = pack_weight(*m);
-    if (!copy) continue;
-    packed += m->packed_row_bytes * size_t(m->rows);
-    ++count;
-    w.packed_storage.push_back(std::move(copy));
+    sizes.push_back(packed_size(*m));
+    packed += (sizes.back() + kAlign - 1) / kAlign * kAlign;
+    count += sizes.back() > 0;
+  }
+  if (count == 0) return;
+  std::string why;
+  auto* arena = static_cast<uint8_t*>(device_alloc(TH_DEVICE_CPU, 0, packed, kAlign, why));
+  if (arena == nullptr) throw std::runtime_error("model " + w.spec.name + ": packing its matrices: " + why);
+  w.packed_storage.emplace_back(arena, [](void* p) { device_free(TH_DEVICE_CPU, p); });
+  size_t at = 0;
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    if (sizes[i] == 0) continue;
+    pack_weight_into(*matrices[i], arena + at, sizes[i]);
+    at += (sizes[i] + kAlign - 1) / kAlign * kAlign;
   }
   w.packed_bytes += packed;
-  if (count == 0) return;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("model {}: {} {} matrices packed for the {} matmul kernels in {:.0f} ms: {:.1f} MiB more memory "
                "(pack_weights = false in its manifest table, or TOKENHOST_PACK_WEIGHTS=0, turns it off)",

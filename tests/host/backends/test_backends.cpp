@@ -160,6 +160,17 @@ TEST_CASE("backends: the CPU backend packs a quantized model's matrices at place
   REQUIRE(packed->packed_bytes > 0);
   REQUIRE(packed->storage == loaded->storage);  // the mapping shared, not copied
   REQUIRE(packed->layers[0].wq.packed != nullptr);
+  // Every packed copy lies in one allocation (in huge pages from 8 MiB on), one after the other.
+  REQUIRE(packed->packed_storage.size() == 1);
+  const auto* arena = static_cast<const uint8_t*>(packed->packed_storage.front().get());
+  const uint8_t* end = arena;
+  for (const auto& L : packed->layers)
+    for (const WeightView* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.experts[0].gate, &L.experts[0].up, &L.experts[0].down}) {
+      const auto* at = static_cast<const uint8_t*>(m->packed);
+      REQUIRE(at >= end);
+      end = at + m->packed_row_bytes * size_t(m->rows);
+    }
+  REQUIRE(end <= arena + packed->packed_bytes);
   REQUIRE(again == packed);  // placing placed weights packs nothing more
 }
 

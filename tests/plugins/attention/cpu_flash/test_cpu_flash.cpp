@@ -124,6 +124,23 @@ TEST_CASE("attention.cpu_flash: long contexts (2000 positions, blocks of 16, GQA
   }
 }
 
+TEST_CASE("attention.cpu_flash: one decode row, its kv heads shared out among the threads, and 64 decodes at once",
+          "[attention][cpu_flash]") {
+  // A decode's item takes its sequence's kv heads together, or a share of them when there are fewer
+  // such sequences than threads: threads 1, 2 and 4 give one, two and four items for the single row.
+  auto rng = fresh_rng("attention.cpu_flash decode items");
+  const th_dtype kv_dtype = GENERATE(TH_DTYPE_F32, TH_DTYPE_F16);
+  INFO("kv dtype " << quant::dtype_name(kv_dtype));
+  for (const HeadConfig& hc : head_configs()) {
+    const ModelSpec spec = with_kv_dtype(model_spec(hc.n_heads, hc.n_kv_heads, 64, 2), kv_dtype);
+    INFO(hc.name << " n_heads " << hc.n_heads << " n_kv_heads " << hc.n_kv_heads);
+    const FilledKv one = fill_kv("kvcache.paged", spec, 16, {{uniform_u32(rng, 200, 400), 1}}, rng);
+    compare_all(spec, one, make_batch(one, hc.n_heads, 1, rng));
+    const FilledKv many = fill_kv("kvcache.paged", spec, 16, std::vector<SeqRows>(64, SeqRows{uniform_u32(rng, 20, 60), 1}), rng);
+    compare_all(spec, many, make_batch(many, hc.n_heads, 1, rng));
+  }
+}
+
 TEST_CASE("attention.cpu_flash: a ragged batch of prefill chunks and decodes, odd head sizes",
           "[attention][cpu_flash]") {
   auto rng = fresh_rng("attention.cpu_flash ragged");
