@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `tokenhost bench --repeat` and `tokenhost bench compare`: two repeated runs of the same server show no
+# `tokenhost bench --repeat` and `tokenhost bench compare`: the odd and the even runs of a repeated bench of one server show no
 # significant difference on any figure; with a known slowdown (the attention.flaky fixture sleeping in
 # every forward call while a file exists) the figures it affects are called worse. Also the JSON of a
 # repeated run, a one-run comparison (deltas without a test), and bad files.
@@ -34,9 +34,24 @@ run() {  # run NAME SEED [REQUESTS] [REPEATS]: bench --repeat REPEATS (3) into N
 }
 # base has five runs: the slowdown below must be called even when one of them is disturbed.
 run base 1 24 5
-run same 1
-run base2 2
-run same2 2
+# The same server twice: one bench of six runs per workload (seed), its odd and its even runs compared
+# (split below). Runs of two benches one after the other see whatever else the 2 cores run at the
+# time: beside a busy process their medians moved by 30-45% between benches, where runs that alternate
+# in one bench share it.
+run pair1 1 24 6
+run pair2 2 24 6
+split() {  # split NAME: NAME.json's odd and even runs, as the figures compare reads, into NAME-a / NAME-b
+  python3 - "$work/$1.json" "$work/$1-a.json" "$work/$1-b.json" <<'PY' || fail "splitting $1.json"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["repeats"] == 6, j["repeats"]
+for half, path in ((0, sys.argv[2]), (1, sys.argv[3])):
+    figures = {name: {"values": f["values"][half::2]} for name, f in j["figures"].items()}
+    json.dump({"repeats": 3, "figures": figures}, open(path, "w"))
+PY
+}
+split pair1
+split pair2
 touch "$work/slow"
 run slow 1 8 5
 rm -f "$work/slow"
@@ -57,7 +72,7 @@ PY
 # second each move by several percent, their p99 (of 24 requests: the slowest) by 10-30% (with a 10%
 # bar, ttft_ms.p99 was called worse in two full suite runs). The slowdown below moves what it affects by
 # 100% or more.
-for pair in "base same" "base2 same2"; do
+for pair in "pair1-a pair1-b" "pair2-a pair2-b"; do
   read -r a b <<<"$pair"
   "$tokenhost" bench compare "$work/$a.json" "$work/$b.json" --min-effect 25 > "$work/same.txt" || fail "compare"
   cat "$work/same.txt"

@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -180,16 +181,18 @@ void product(const TypeKernels<X>& k, const Segment<Block>* segments, size_t n_s
       if (last > begin) rows_of(segments[i], std::max(begin, first) - first, std::min(end, last) - first);
     }
   };
-  // Small products are not worth waking the pool: below 8192 blocks of work (256K multiply-adds, a
-  // quarter of a megabyte of q8_0 weights at one row). A one-row product streams its weights from
-  // memory at what one thread reads (about half of two), and the pool's threads, spinning between a
-  // step's products, start in a microsecond or two: from 32768 blocks down to 8192, a decode of 110M
-  // Q8_0 (its 768 x 768 attention output then on both cores) went 1.02-1.09x faster (6 alternations,
-  // 2 threads, Zen 5). Threads claim ranges of weight rows (about four per thread, at most a block) as
-  // they go: one that the OS runs late takes fewer.
-  constexpr size_t kPoolWork = 8192;
+  // Small products are not worth waking the pool: below 256K multiply-adds (a quarter of a megabyte
+  // of q8_0 weights at one row; n counts blocks of 32 for the integer kernels, elements for the float
+  // ones). A one-row product streams its weights from memory at what one thread reads (about half of
+  // two), and the pool's threads, spinning between a step's products, start in a microsecond or two:
+  // from 1M multiply-adds down to 256K, a decode of 110M Q8_0 (its 768 x 768 attention output then on
+  // both cores) went 1.02-1.09x faster (6 alternations, 2 threads, Zen 5). Threads claim ranges of
+  // weight rows (about four per thread, at most a block) as they go: one that the OS runs late takes
+  // fewer.
+  constexpr size_t kPoolMacs = 256 * 1024;
+  const size_t macs_per_unit = std::is_same_v<X, QRows> ? kBlock : 1;
   ComputePool& pool = compute_pool();
-  if (work * n < kPoolWork || pool.threads() == 1) return body(0, total);
+  if (work * n * macs_per_unit < kPoolMacs || pool.threads() == 1) return body(0, total);
   const size_t grain = std::clamp(total / (4 * pool.threads()), tile_rows, block_rows) / tile_rows * tile_rows;
   pool.parallel_for(total, body, grain);
 }
