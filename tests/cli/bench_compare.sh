@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `tokenhost bench --repeat` and `tokenhost bench compare`: the odd and the even runs of a repeated bench of one server show no
-# significant difference on any figure; with a known slowdown (the attention.flaky fixture sleeping in
-# every forward call while a file exists) the figures it affects are called worse. Also the JSON of a
-# repeated run, a one-run comparison (deltas without a test), and bad files.
+# `tokenhost bench --repeat` and `tokenhost bench compare`: the odd and the even runs of a repeated
+# bench of one server show no significant difference on any figure; with a known slowdown (the
+# attention.flaky fixture sleeping in every forward call while a file exists) the figures it affects are
+# called worse. Also the JSON of a repeated run, a one-run comparison (deltas without a test), and bad
+# files.
 set -euo pipefail
 tokenhost=$1 here=$2 fixtures=$3
 source "$here/lib.sh"

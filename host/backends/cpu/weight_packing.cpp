@@ -30,10 +30,11 @@ void pack_model_weights(ModelWeights& w) {
   // One allocation for every copy: from 8 MiB on the CPU backend places it in huge pages, where each
   // copy on its own (most are below that) took 4 KiB pages, a TLB entry per 4 KiB the products stream.
   constexpr size_t kAlign = 64;
-  std::vector<size_t> sizes;
+  std::vector<size_t> sizes, offsets;  // each copy's bytes, and where it starts (64-byte aligned)
   size_t packed = 0, count = 0;
   for (WeightView* m : matrices) {
     sizes.push_back(packed_size(*m));
+    offsets.push_back(packed);
     packed += (sizes.back() + kAlign - 1) / kAlign * kAlign;
     count += sizes.back() > 0;
   }
@@ -42,12 +43,8 @@ void pack_model_weights(ModelWeights& w) {
   auto* arena = static_cast<uint8_t*>(device_alloc(TH_DEVICE_CPU, 0, packed, kAlign, why));
   if (arena == nullptr) throw std::runtime_error("model " + w.spec.name + ": packing its matrices: " + why);
   w.packed_storage.emplace_back(arena, [](void* p) { device_free(TH_DEVICE_CPU, p); });
-  size_t at = 0;
-  for (size_t i = 0; i < matrices.size(); ++i) {
-    if (sizes[i] == 0) continue;
-    pack_weight_into(*matrices[i], arena + at, sizes[i]);
-    at += (sizes[i] + kAlign - 1) / kAlign * kAlign;
-  }
+  for (size_t i = 0; i < matrices.size(); ++i)
+    if (sizes[i] > 0) pack_weight_into(*matrices[i], arena + offsets[i], sizes[i]);
   w.packed_bytes += packed;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   spdlog::info("model {}: {} {} matrices packed for the {} matmul kernels in {:.0f} ms: {:.1f} MiB more memory "
