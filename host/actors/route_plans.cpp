@@ -378,7 +378,17 @@ void run_on(self_ptr self, const std::shared_ptr<RoutedEntry>& entry, GenerateRe
   self->request(entry->engine.actor, caf::infinite, generate_atom::value, std::move(sub))
       .then([self, seq](GenerateResult& r) { settle(self, seq, r); },
             [self, seq, entry](caf::error& e) {
-              auto r = GenerateResult::failed(entry->engine.name, "engine failed: " + self->system().render(e));
+              const std::string& name = entry->engine.name;
+              std::string why;
+              if (e == caf::sec::request_receiver_down) {
+                // The engine's actor had ended before the request reached it (its down message is still on
+                // the way): in the words drop_engine will use, the fault its vitals noted if any.
+                const std::string reason = entry->engine.vitals ? entry->engine.vitals->account("its actor had ended") : "its actor had ended";
+                why = "engine " + name + " stopped (" + reason + ") before it took the request";
+              } else {
+                why = "engine " + name + " failed: " + self->system().render(e);
+              }
+              auto r = GenerateResult::failed(name, why);
               settle(self, seq, r);
             });
 }

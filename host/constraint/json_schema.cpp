@@ -10,7 +10,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The rules every compiled schema may use.
+// The rules every compiled schema may use. A date is a day of the Gregorian calendar (RFC 3339's
+// full-date, as JSON Schema validators check it): February 29 only in a leap year (divisible by 4, and a
+// century only when divisible by 400).
 const char* kCommonRules = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
 string ::= "\"" char* "\""
 char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
@@ -22,7 +24,9 @@ value ::= object-any | array-any | string | number | boolean | null
 object-any ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
 array-any ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 date ::= "\"" date-text "\""
-date-text ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [1-2] [0-9] | "3" [0-1] )
+date-text ::= [0-9]{4} "-" ( ( "0" [13578] | "1" [02] ) "-" ( day-1-28 | "29" | "3" [01] ) | ( "0" [469] | "11" ) "-" ( day-1-28 | "29" | "30" ) | "02-" day-1-28 ) | leap-year "-02-29"
+day-1-28 ::= "0" [1-9] | "1" [0-9] | "2" [0-8]
+leap-year ::= [0-9]{2} ( "0" [48] | [2468] [048] | [13579] [26] ) | ( [02468] [048] | [13579] [26] ) "00"
 time ::= "\"" time-text "\""
 time-text ::= ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]+ )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
 date-time ::= "\"" date-text "T" time-text "\""

@@ -4,6 +4,7 @@
 // are not; a schema outside the subset is refused naming the keyword and where it is.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <random>
 
 #include <tokenhost/gbnf.hpp>
@@ -140,6 +141,38 @@ TEST_CASE("json schema: random documents of random schemas are the grammar's sen
       }
     }
   }
+}
+
+TEST_CASE("json schema: a string of format date takes exactly the calendar's days, February 29 only in leap years",
+          "[constraint][json_schema]") {
+  const auto g = std::make_shared<const Grammar>(parse_gbnf(json_schema_to_gbnf({{"type", "string"}, {"format", "date"}})));
+  // The reference: the proleptic Gregorian calendar, plainly.
+  const auto is_day = [](int y, int m, int d) {
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (m < 1 || m > 12 || d < 1) return false;
+    const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return d <= days[m - 1] + (m == 2 && leap ? 1 : 0);
+  };
+  const auto text = [](int y, int m, int d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "\"%04d-%02d-%02d\"", y, m, d);
+    return std::string(buf);
+  };
+  int leap_days = 0;
+  for (int y = 0; y <= 9999; ++y) {  // every year's February 29 (2425 of them are days)
+    INFO(text(y, 2, 29));
+    CHECK(whole(g, text(y, 2, 29)) == is_day(y, 2, 29));
+    leap_days += is_day(y, 2, 29);
+  }
+  CHECK(leap_days == 2425);
+  auto rng = fresh_rng("json schema dates");
+  for (int i = 0; i < 4000; ++i) {  // fresh dates around every month's end, and some that are none
+    const int y = int(rng() % 10000), m = int(rng() % 14), d = i % 2 ? 27 + int(rng() % 6) : int(rng() % 33);
+    INFO(text(y, m, d));
+    CHECK(whole(g, text(y, m, d)) == is_day(y, m, d));
+  }
+  CHECK_FALSE(whole(g, "\"2026-1-05\""));
+  CHECK_FALSE(whole(g, "\"26-01-05\""));
 }
 
 TEST_CASE("json schema: references, recursion, anyOf and array bounds", "[constraint][json_schema]") {
