@@ -23,6 +23,19 @@ struct MachineLimits {
 // Each figure is the median of `runs` measurements of about `seconds` each.
 MachineLimits measure_machine_limits(size_t threads, int runs = 5, double seconds = 0.25);
 
+// What an 8-row pass of the packed q4_0 kernel (matmul_avx512_int8.cpp) is made of, each on top of the
+// one before, as GMAC/s of one thread on 512-bit VNNI with every operand in L1: where the kernel's
+// figure stands between the bare instruction's peak and what its other instructions leave of it.
+// Zeros where the CPU lacks AVX-512 VNNI.
+struct KernelMix {
+  double chains = 0;        // vpdpbusd on 8 activation rows' chunk lines, 8 chains across the groups
+  double restarted = 0;     // each group's chains start from its bias line, then add to the row's sum
+  double float_step = 0;    // that, the add replaced by the kernels' float step (convert, dw x dx, fma)
+  double q4_0_weights = 0;  // restarted, with a q4_0 weight row's chunks loaded and unpacked per group
+  double kernel = 0;        // both: the 8-row kernel's mix of instructions
+};
+KernelMix measure_kernel_mix(int runs = 5, double seconds = 0.25);
+
 // The memory bandwidth a streaming read gets over `threads` threads, each reading its slice of a
 // buffer far larger than the caches (512 MiB, kept and mapped for the next measurement): what a decode
 // reading its weights can reach at most. A figure moves with the machine's memory traffic, by up to
