@@ -1,20 +1,19 @@
 #include "machine_limits/limits.hpp"
+#include "machine_limits/loops.hpp"
 
 #include <immintrin.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <vector>
 
 namespace tokenhost::bench {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-volatile int64_t g_mix_sink = 0;
+using timing::clock_type;
+using timing::running;
 
 // The packed kernels' activations as an 8-row pass reads them (QLayout::groups): per activation row,
 // 16-block groups of 8 chunk lines, a bias line and a scale line, 1 KiB apart; rows 4 KiB apart
@@ -44,12 +43,6 @@ struct MixData {
   }
 };
 
-bool running(clock_type::time_point started, double seconds) {
-  return std::chrono::duration<double>(clock_type::now() - started).count() < seconds;
-}
-
-#define TH_MIX8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-
 // One thread's GMAC over `seconds`, the loop the template arguments build:
 //   Restart: each group's 8 chains start from the row's bias line and end in an add to the row's
 //            accumulator (the kernels' dots), where without it 8 chains run on across the groups;
@@ -62,7 +55,7 @@ __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vnni"))) double mix_
   __m512i w[8];
   for (size_t j = 0; j < 8; ++j) w[j] = _mm512_set1_epi8(char(3 + j));
 #define TH_DECL(k) __m512i acc##k = _mm512_setzero_si512(); __m512 f##k = _mm512_setzero_ps();
-  TH_MIX8(TH_DECL)
+  TH_EACH8(TH_DECL)
 #undef TH_DECL
   double macs = 0;
   size_t wg = 0;
@@ -81,7 +74,7 @@ __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vnni"))) double mix_
         }
         if constexpr (Restart) {
 #define TH_HEAD(k) __m512i d##k = _mm512_load_si512(p + kRowBytes * k + kBiasAt);
-          TH_MIX8(TH_HEAD)
+          TH_EACH8(TH_HEAD)
 #undef TH_HEAD
 #define TH_STEP(k, j) d##k = _mm512_dpbusd_epi32(d##k, w[j], _mm512_load_si512(p + kRowBytes * k + 64 * j));
 #define TH_CHUNK(j) TH_STEP(0, j) TH_STEP(1, j) TH_STEP(2, j) TH_STEP(3, j) TH_STEP(4, j) TH_STEP(5, j) TH_STEP(6, j) TH_STEP(7, j)
@@ -90,11 +83,11 @@ __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vnni"))) double mix_
           if constexpr (Float) {
             const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m.weight_scales + wg * 16)));
 #define TH_TAIL(k) f##k = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d##k), _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(p + kRowBytes * k + kScaleAt))), f##k);
-            TH_MIX8(TH_TAIL)
+            TH_EACH8(TH_TAIL)
 #undef TH_TAIL
           } else {
 #define TH_ADD(k) acc##k = _mm512_add_epi32(acc##k, d##k);
-            TH_MIX8(TH_ADD)
+            TH_EACH8(TH_ADD)
 #undef TH_ADD
           }
         } else {
@@ -111,17 +104,16 @@ __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vnni"))) double mix_
   __m512 f = _mm512_setzero_ps();
   __m512i a = _mm512_setzero_si512();
 #define TH_SUM(k) f = _mm512_add_ps(f, f##k); a = _mm512_add_epi32(a, acc##k);
-  TH_MIX8(TH_SUM)
+  TH_EACH8(TH_SUM)
 #undef TH_SUM
   alignas(64) float fl[16];
   alignas(64) int32_t il[16];
   _mm512_store_ps(fl, f);
   _mm512_store_si512(il, a);
-  g_mix_sink = g_mix_sink + il[0] + int64_t(fl[0]);
+  timing::sink = timing::sink + il[0] + int64_t(fl[0]);
   return macs;
 }
 
-#undef TH_MIX8
 
 }  // namespace
 
@@ -131,14 +123,7 @@ KernelMix measure_kernel_mix(int runs, double seconds) {
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return mix;
   const auto data = std::make_unique<MixData>();
   auto gmacs = [&](double (*loop)(const MixData&, double)) {
-    std::vector<double> v;
-    for (int i = 0; i < runs; ++i) {
-      const auto started = clock_type::now();
-      const double macs = loop(*data, seconds);
-      v.push_back(macs / std::chrono::duration<double>(clock_type::now() - started).count() / 1e9);
-    }
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return timing::median_of(runs, [&] { return timing::rate(1, seconds, [&](double s) { return loop(*data, s); }) / 1e9; });
   };
   mix.chains = gmacs(mix_loop<false, false, false>);
   mix.restarted = gmacs(mix_loop<true, false, false>);

@@ -1,4 +1,5 @@
 #include "machine_limits/limits.hpp"
+#include "machine_limits/loops.hpp"
 
 #include <immintrin.h>
 
@@ -16,51 +17,11 @@ namespace tokenhost::bench {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-volatile int64_t g_sink = 0;  // results land here, so no loop is optimized away
+using timing::clock_type;
+using timing::median_of;
+using timing::rate;
+using timing::running;
 volatile int8_t g_one = 1, g_two = 2;
-
-// `threads` copies of body(seconds) at once, started together; the sum of what they return (their
-// multiply-adds or bytes) over the slowest one's time.
-double rate(size_t threads, double seconds, const std::function<double(double)>& body) {
-  std::atomic<size_t> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<double> counts(threads);
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      ++ready;
-      while (!go.load()) {
-      }
-      counts[t] = body(seconds);
-    });
-  while (ready.load() < threads) {
-  }
-  const auto started = clock_type::now();
-  go = true;
-  for (auto& th : pool) th.join();
-  const double elapsed = std::chrono::duration<double>(clock_type::now() - started).count();
-  double total = 0;
-  for (double c : counts) total += c;
-  return total / elapsed;
-}
-
-double median_of(int runs, const std::function<double()>& f) {
-  std::vector<double> v;
-  for (int i = 0; i < runs; ++i) v.push_back(f());
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Twelve (or eight) accumulators as separate variables, each step written out: an array of them
-// would live in memory, and a load and a store around each instruction would measure store
-// forwarding instead.
-#define TH_EACH12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-#define TH_EACH8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-
-bool running(clock_type::time_point started, double seconds) {
-  return std::chrono::duration<double>(clock_type::now() - started).count() < seconds;
-}
 
 // The loops below are written out in each function: a lambda would not inherit its target attribute.
 // 12 independent accumulators hide the instruction's latency (4-5 cycles at 2 per cycle at most).
@@ -84,7 +45,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double vnni512(double sec
 #define TH_SUM(i) _mm512_store_si512(lanes, acc##i); s += lanes[0];
   TH_EACH12(TH_SUM)
 #undef TH_SUM
-  g_sink = g_sink + s;
+  timing::sink = timing::sink + s;
   return macs;
 }
 
@@ -107,7 +68,7 @@ __attribute__((target("avx2,avx512vl,avx512vnni"))) double vnni256(double second
 #define TH_SUM(i) s += _mm256_extract_epi32(acc##i, 0);
   TH_EACH12(TH_SUM)
 #undef TH_SUM
-  g_sink = g_sink + s;
+  timing::sink = timing::sink + s;
   return macs;
 }
 
@@ -134,7 +95,7 @@ __attribute__((target("avx2"))) double avx2_int8(double seconds) {
 #define TH_SUM(i) s += _mm256_extract_epi32(acc##i, 0);
   TH_EACH8(TH_SUM)
 #undef TH_SUM
-  g_sink = g_sink + s;
+  timing::sink = timing::sink + s;
   return macs;
 }
 
@@ -158,7 +119,7 @@ __attribute__((target("avx512f"))) double fma512(double seconds) {
 #define TH_SUM(i) _mm512_store_ps(lanes, acc##i); s += lanes[0];
   TH_EACH12(TH_SUM)
 #undef TH_SUM
-  g_sink = g_sink + int64_t(s);
+  timing::sink = timing::sink + int64_t(s);
   return macs;
 }
 
@@ -182,7 +143,7 @@ __attribute__((target("avx2,fma"))) double fma256(double seconds) {
 #define TH_SUM(i) _mm256_store_ps(lanes, acc##i); s += lanes[0];
   TH_EACH12(TH_SUM)
 #undef TH_SUM
-  g_sink = g_sink + int64_t(s);
+  timing::sink = timing::sink + int64_t(s);
   return macs;
 }
 
@@ -202,11 +163,43 @@ __attribute__((target("avx2"))) double stream_read(const uint8_t* data, size_t b
     read += double(bytes / 128 * 128);
   } while (running(started, seconds));
   const __m256i s = _mm256_xor_si256(_mm256_xor_si256(s0, s1), _mm256_xor_si256(s2, s3));
-  g_sink = g_sink + _mm256_extract_epi64(s, 0);
+  timing::sink = timing::sink + _mm256_extract_epi64(s, 0);
   return read;
 }
 
 }  // namespace
+
+volatile int64_t timing::sink = 0;
+
+double timing::rate(size_t threads, double seconds, const std::function<double(double)>& body) {
+  std::atomic<size_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<double> counts(threads);
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      ++ready;
+      while (!go.load()) {
+      }
+      counts[t] = body(seconds);
+    });
+  while (ready.load() < threads) {
+  }
+  const auto started = clock_type::now();
+  go = true;
+  for (auto& th : pool) th.join();
+  const double elapsed = std::chrono::duration<double>(clock_type::now() - started).count();
+  double total = 0;
+  for (double c : counts) total += c;
+  return total / elapsed;
+}
+
+double timing::median_of(int runs, const std::function<double()>& f) {
+  std::vector<double> v;
+  for (int i = 0; i < runs; ++i) v.push_back(f());
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 double MachineLimits::int8_peak() const { return std::max({int8_vnni512, int8_vnni256, int8_avx2}); }
 double MachineLimits::f32_peak() const { return std::max(f32_fma512, f32_fma256); }

@@ -383,7 +383,8 @@ void run_on(self_ptr self, const std::shared_ptr<RoutedEntry>& entry, GenerateRe
               if (e == caf::sec::request_receiver_down) {
                 // The engine's actor had ended before the request reached it (its down message is still on
                 // the way): in the words drop_engine will use, the fault its vitals noted if any.
-                const std::string reason = entry->engine.vitals ? entry->engine.vitals->account("its actor had ended") : "its actor had ended";
+                const std::string ended = "its actor had ended";
+                const std::string reason = entry->engine.vitals ? entry->engine.vitals->account(ended) : ended;
                 why = "engine " + name + " stopped (" + reason + ") before it took the request";
               } else {
                 why = "engine " + name + " failed: " + self->system().render(e);
